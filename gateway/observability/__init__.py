@@ -1,0 +1,1 @@
+"""Metrics, traces and logs: the gateway's observability, defined in one place each."""

@@ -1,0 +1,77 @@
+"""Every Prometheus metric of the gateway, with the names fixed by INTERFACE.md.
+
+One `Metrics` object per app, on an injectable registry (a fresh one per test). No tenant
+or session labels: their cardinality is unbounded.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+# Buckets reach from sub-millisecond gateway overhead to multi-minute model calls.
+_FAST = (0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
+_SLOW = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+_TOKENS = (0, 50, 100, 250, 500, 1000, 2000, 4000, 8000)
+
+
+class Metrics:
+    """The gateway's metrics on one registry."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            "ctxgate_requests_total", "Requests served",
+            ["endpoint", "status", "task_class"], registry=r)
+        self.request_duration = Histogram(
+            "ctxgate_request_duration_seconds", "Whole request time",
+            ["endpoint"], buckets=_SLOW, registry=r)
+        self.overhead = Histogram(
+            "ctxgate_overhead_seconds", "Gateway time, upstream wait excluded",
+            ["endpoint"], buckets=_FAST, registry=r)
+        self.upstream_duration = Histogram(
+            "ctxgate_upstream_duration_seconds", "Upstream call time",
+            ["endpoint"], buckets=_SLOW, registry=r)
+        self.upstream_ttfb = Histogram(
+            "ctxgate_upstream_ttfb_seconds", "Time to the upstream's response headers",
+            ["endpoint"], buckets=_SLOW, registry=r)
+        self.context_tokens = Counter(
+            "ctxgate_context_tokens_total", "Input tokens before and after fitting",
+            ["task_class", "phase"], registry=r)
+        self.dropped_items = Counter(
+            "ctxgate_dropped_items_total", "Items dropped, masked, compressed or merged",
+            ["task_class", "stage", "reason"], registry=r)
+        self.dropped_tokens = Counter(
+            "ctxgate_dropped_tokens_total", "Tokens saved by drops",
+            ["task_class", "stage", "reason"], registry=r)
+        self.budget_exceeded = Counter(
+            "ctxgate_budget_exceeded_total", "Calls whose pinned content exceeded the budget",
+            ["task_class"], registry=r)
+        self.stage_seconds = Histogram(
+            "ctxgate_pipeline_stage_seconds", "Time per pipeline stage",
+            ["stage"], buckets=_FAST, registry=r)
+        self.prefix_stable = Counter(
+            "ctxgate_prefix_stable_total", "Calls whose rendered prefix extends the previous call's",
+            ["task_class", "stable"], registry=r)
+        self.playbook_bullets = Gauge(
+            "ctxgate_playbook_bullets", "Active bullets per task class",
+            ["task_class"], registry=r)
+        self.playbook_injected_tokens = Histogram(
+            "ctxgate_playbook_injected_tokens", "Tokens of the injected playbook block",
+            ["task_class"], buckets=_TOKENS, registry=r)
+        self.feedback_events = Counter(
+            "ctxgate_feedback_events_total", "Feedback signals received",
+            ["source", "outcome"], registry=r)
+        self.curator_operations = Counter(
+            "ctxgate_curator_operations_total", "Curator operations merged",
+            ["op"], registry=r)
+        self.reflection_duration = Histogram(
+            "ctxgate_reflection_duration_seconds", "Reflector+Curator time per trace",
+            buckets=_SLOW, registry=r)
+        self.trace_queue_depth = Gauge(
+            "ctxgate_trace_queue_depth", "Trace events waiting for a worker", registry=r)
+        self.worker_failures = Counter(
+            "ctxgate_worker_failures_total", "Learner failures", ["reason"], registry=r)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)

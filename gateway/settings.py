@@ -1,0 +1,106 @@
+"""Settings: `CTXGATE_*` environment over the YAML file over defaults (pydantic-settings).
+
+The YAML file (`CTXGATE_CONFIG`, default `config/gateway.yaml`) holds the same keys as the
+environment, lower-cased without the prefix, plus the structured sections (`keys`,
+`task_classes`, `playbook`, `learner`) that only make sense in a file.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    YamlConfigSettingsSource,
+)
+
+from gateway.errors import SettingsError
+
+DEFAULT_CONFIG = Path("config/gateway.yaml")
+
+
+class Settings(BaseSettings):
+    """Every setting of the gateway, built once and passed down (never a global)."""
+
+    model_config = SettingsConfigDict(env_prefix="CTXGATE_", extra="ignore")
+
+    upstream_url: str = "https://api.openai.com/v1"
+    upstream_api_key: SecretStr | None = None
+    auth_mode: Literal["passthrough", "keys"] = "passthrough"
+    keys: dict[str, str] = Field(default_factory=dict, repr=False)
+    redis_url: str | None = None
+    data_dir: Path = Path("./.ctxgate")
+    config: Path = DEFAULT_CONFIG
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=0, le=65535)
+    admin_key: SecretStr | None = None
+    worker: Literal["inprocess", "off"] = "inprocess"
+    reflector_model: str = "gpt-4.1"
+    curator_model: str = "gpt-4.1"
+    learner_url: str | None = None
+    learner_api_key: SecretStr | None = None
+    embed_model: str | None = None
+    drop_log: str = "stdout"
+    drop_log_preview: Literal["none", "hash", "text"] = "hash"
+    otel_endpoint: str | None = None
+    upstream_timeout_s: float = Field(default=600.0, gt=0)
+    max_body_bytes: int = Field(default=33_554_432, gt=0)
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    models_file: Path | None = None
+    task_classes: dict[str, Any] = Field(default_factory=dict)
+    playbook: dict[str, Any] = Field(default_factory=dict)
+    learner: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("upstream_url", "learner_url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError("must be an http:// or https:// URL")
+        return value.rstrip("/") if value else value
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        init_kwargs = getattr(init_settings, "init_kwargs", {})
+        path = Path(init_kwargs.get("config") or os.environ.get("CTXGATE_CONFIG") or DEFAULT_CONFIG)
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        if path.exists():
+            sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=path))
+        return tuple(sources)
+
+    @property
+    def effective_learner_url(self) -> str:
+        return self.learner_url or self.upstream_url
+
+    @property
+    def effective_learner_key(self) -> SecretStr | None:
+        return self.learner_api_key or self.upstream_api_key
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Build the settings; raise SettingsError naming each bad setting."""
+    overrides = {k: v for k, v in overrides.items() if v is not None}
+    explicit = overrides.get("config") or os.environ.get("CTXGATE_CONFIG")
+    if explicit and not Path(explicit).exists():
+        raise SettingsError(f"CTXGATE_CONFIG: file {explicit} does not exist")
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"CTXGATE_{'_'.join(str(p) for p in err['loc']).upper()}: {err['msg']}"
+            for err in exc.errors()
+        )
+        raise SettingsError(f"invalid settings: {problems}") from None
+    except Exception as exc:  # a YAML syntax error, an unreadable file
+        raise SettingsError(f"CTXGATE_CONFIG: cannot read settings: {exc}") from None

@@ -1,0 +1,55 @@
+"""Every Redis key and stream name the gateway uses, in one place.
+
+Keys that belong to a tenant carry the tenant in a hash tag (`{t:...}`) so that a Redis
+Cluster keeps one tenant's keys in one slot (multi-key Lua scripts stay legal) while
+spreading tenants across slots.
+"""
+
+from __future__ import annotations
+
+PREFIX = "ctxgate"
+
+# Global streams and indexes (one slot each).
+TRACE_STREAM = f"{PREFIX}:traces"
+TRACE_DEAD_LETTER = f"{PREFIX}:traces:dead"
+TRACE_GROUP = "learners"
+PLAYBOOK_INDEX = f"{PREFIX}:playbooks"  # set of "tenant/task_class"
+
+
+def _tenant(tenant: str) -> str:
+    return f"{PREFIX}:{{t:{tenant}}}"
+
+
+def session(tenant: str, session_id: str) -> str:
+    """Hash: the session's task class, compaction state and pinned playbook block."""
+    return f"{_tenant(tenant)}:session:{session_id}"
+
+
+def forecast(tenant: str, task_class: str) -> str:
+    """Hash: what the class has used (completion sizes, overflows) for its budget forecast."""
+    return f"{_tenant(tenant)}:forecast:{task_class}"
+
+
+def trace(tenant: str, trace_id: str) -> str:
+    """Hash: one call's trace record, looked up by feedback (tenant-scoped: no cross-tenant hit)."""
+    return f"{_tenant(tenant)}:trace:{trace_id}"
+
+
+def playbook_bullets(tenant: str, task_class: str) -> str:
+    """Hash: bullet id -> bullet JSON."""
+    return f"{_tenant(tenant)}:pb:{task_class}:bullets"
+
+
+def playbook_meta(tenant: str, task_class: str) -> str:
+    """Hash: version, per-section id counters."""
+    return f"{_tenant(tenant)}:pb:{task_class}:meta"
+
+
+def playbook_applied(tenant: str, task_class: str) -> str:
+    """Set: ids of operations already merged (idempotency)."""
+    return f"{_tenant(tenant)}:pb:{task_class}:applied"
+
+
+def embedding(model: str, content_hash: str) -> str:
+    """String: a cached embedding (float32 bytes) of one text under one model."""
+    return f"{PREFIX}:emb:{model}:{content_hash}"
