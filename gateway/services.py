@@ -5,6 +5,8 @@ No module-level state: routes, the worker and the CLI receive this object.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -30,3 +32,23 @@ class Services:
     playbooks: Any = None
     traces: Any = None
     extras: dict[str, Any] = field(default_factory=dict)
+
+
+@contextlib.asynccontextmanager
+async def open_services(settings: Settings) -> AsyncIterator[Services]:
+    """Services for a command that runs without the HTTP app (worker, playbook, learn)."""
+    import redis.asyncio as aioredis
+
+    from gateway.embeddings import Embedder
+    from gateway.store.embedded import resolve_redis_url
+
+    metrics = Metrics()
+    redis = aioredis.from_url(resolve_redis_url(settings.redis_url, settings.data_dir))
+    embedder = Embedder(settings.embed_model, redis)
+    drop_log = DropLog(settings.drop_log, settings.drop_log_preview, metrics)
+    try:
+        yield Services(settings, metrics, redis, drop_log, embedder)
+    finally:
+        await redis.aclose()
+        embedder.close()
+        drop_log.close()

@@ -1,0 +1,1 @@
+"""The HTTP surface: chat completions, the verbatim /v1 proxy, health, feedback, admin."""

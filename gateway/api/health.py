@@ -1,0 +1,42 @@
+"""GET /healthz (liveness), /readyz (Redis answers, settings valid), /metrics (Prometheus)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import orjson
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from gateway.api.asgi import Receive, Scope, Send, send_response
+from gateway.services import Services
+
+
+async def healthz(scope: Scope, receive: Receive, send: Send) -> None:
+    await send_response(send, 200, b'{"status":"ok"}', [])
+
+
+class Readyz:
+    def __init__(self, services: Services) -> None:
+        self._services = services
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await asyncio.wait_for(self._services.redis.ping(), timeout=2.0)
+        except Exception as exc:
+            reason = f"redis unreachable: {type(exc).__name__}"
+            body = orjson.dumps({"status": "unavailable", "reason": reason})
+            await send_response(send, 503, body, [])
+            return
+        await send_response(send, 200, b'{"status":"ready"}', [])
+
+
+class MetricsEndpoint:
+    def __init__(self, services: Services) -> None:
+        self._services = services
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        depth = self._services.extras.get("queue_depth")
+        if depth is not None:  # refreshed on scrape, not on every request
+            await depth()
+        body = self._services.metrics.exposition()
+        await send_response(send, 200, body, [], CONTENT_TYPE_LATEST.encode())

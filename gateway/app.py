@@ -1,0 +1,165 @@
+"""The ASGI application: a thin router over pure-ASGI routes, and its lifespan.
+
+The hot paths (chat completions, the /v1 proxy, health) are plain ASGI callables with no
+framework in between; the admin and feedback routes, where pydantic validation at the
+edge pays for itself, live in a FastAPI app mounted behind the router.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+import httpx
+import redis.asyncio as aioredis
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import Response
+from prometheus_client import CollectorRegistry
+
+from gateway.api import admin, feedback
+from gateway.api.asgi import Receive, Scope, Send, send_error
+from gateway.api.chat import ChatCompletions
+from gateway.api.health import MetricsEndpoint, Readyz, healthz
+from gateway.api.passthrough import Passthrough
+from gateway.context.engine import ContextEngine
+from gateway.embeddings import Embedder
+from gateway.errors import GatewayError, InvalidRequest
+from gateway.learner.traces import TraceSink
+from gateway.learner.worker import run_worker
+from gateway.observability.droplog import DropLog
+from gateway.observability.metrics import Metrics
+from gateway.observability.tracing import build_tracer
+from gateway.playbook.inject import PlaybookInjector
+from gateway.services import Services
+from gateway.settings import Settings
+from gateway.store.embedded import resolve_redis_url
+from gateway.upstream.client import Upstream
+
+log = logging.getLogger("ctxgate")
+
+
+class NotFound(GatewayError):
+    status, code, type = 404, "not_found", "invalid_request_error"
+
+
+def _error_response(error: GatewayError) -> Response:
+    return Response(error.body(), status_code=error.status, media_type="application/json")
+
+
+def build_api(services: Services) -> FastAPI:
+    """The non-hot routes: feedback and admin, errors in OpenAI's envelope."""
+    api = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
+    api.include_router(feedback.build_router(services))
+    api.include_router(admin.build_router(services))
+
+    @api.exception_handler(GatewayError)
+    async def gateway_error(_: Request, error: GatewayError) -> Response:
+        return _error_response(error)
+
+    @api.exception_handler(RequestValidationError)
+    async def invalid(_: Request, error: RequestValidationError) -> Response:
+        first = error.errors()[0] if error.errors() else {}
+        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body") or None
+        return _error_response(InvalidRequest(f"{where}: {first.get('msg', 'invalid')}",
+                                              param=where))
+
+    @api.exception_handler(404)
+    async def not_found(request: Request, _: Exception) -> Response:
+        return _error_response(NotFound(f"No route for {request.method} {request.url.path}."))
+
+    return api
+
+
+class Gateway:
+    """The whole gateway as one ASGI app. Build services in the lifespan, route by path."""
+
+    def __init__(self, settings: Settings, *, transport: httpx.AsyncBaseTransport | None = None,
+                 registry: CollectorRegistry | None = None) -> None:
+        self.settings = settings
+        self._transport = transport
+        self._registry = registry
+        self._routes: dict[tuple[str, str], Any] = {}
+        self._stop = asyncio.Event()
+        self._background: list[asyncio.Task[None]] = []
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            await self._route(scope, receive, send)
+        elif scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+
+    async def _route(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path, method = scope["path"], scope["method"]
+        route = self._routes.get((method, path))
+        if route is not None:
+            await route(scope, receive, send)
+        elif path.startswith("/admin/") or path == "/v1/feedback":
+            await self._api(scope, receive, send)
+        elif path.startswith("/v1/"):
+            await self._passthrough(scope, receive, send)
+        else:
+            await send_error(send, NotFound(f"No route for {method} {path}."))
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                try:
+                    await self.startup()
+                except Exception as exc:
+                    log.exception("start-up failed")
+                    await send({"type": "lifespan.startup.failed", "message": str(exc)})
+                    return
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.shutdown()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def startup(self) -> None:
+        settings = self.settings
+        metrics = Metrics(self._registry)
+        url = resolve_redis_url(settings.redis_url, settings.data_dir)
+        redis = aioredis.from_url(url, decode_responses=False)
+        embedder = Embedder(settings.embed_model, redis)
+        drop_log = DropLog(settings.drop_log, settings.drop_log_preview, metrics)
+        services = Services(settings, metrics, redis, drop_log, embedder)
+        services.playbooks = PlaybookInjector(services)
+        services.engine = ContextEngine(settings, redis, metrics, drop_log, embedder,
+                                        services.playbooks)
+        services.traces = TraceSink(services)
+        self.services = services
+        self._upstream = Upstream(settings.upstream_url, timeout_s=settings.upstream_timeout_s,
+                                  transport=self._transport)
+        tracer, self._tracer_provider = build_tracer(settings.otel_endpoint)
+        chat = ChatCompletions(services, self._upstream, tracer)
+        self._routes = {
+            ("POST", "/v1/chat/completions"): chat,
+            ("GET", "/healthz"): healthz,
+            ("GET", "/readyz"): Readyz(services),
+            ("GET", "/metrics"): MetricsEndpoint(services),
+        }
+        self._passthrough = Passthrough(services, self._upstream, tracer)
+        self._api = build_api(services)
+        if settings.worker == "inprocess":
+            self._background.append(asyncio.create_task(
+                run_worker(services, stop=self._stop), name="ctxgate-worker"))
+        log.info("ctxgate ready", extra={"upstream": settings.upstream_url,
+                                         "auth_mode": settings.auth_mode,
+                                         "worker": settings.worker})
+
+    async def shutdown(self) -> None:
+        self._stop.set()
+        for task in self._background:
+            with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError):
+                await asyncio.wait_for(task, timeout=5)
+        services = self.services
+        await services.traces.aclose()
+        await self._upstream.aclose()
+        await services.redis.aclose()
+        services.embedder.close()
+        services.drop_log.close()
+        self._tracer_provider.shutdown()

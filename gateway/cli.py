@@ -1,0 +1,135 @@
+"""The `ctxgate` command: serve, worker, replay, playbook, learn."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from gateway.errors import SettingsError
+from gateway.settings import Settings, load_settings
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="ctxgate: a context-managing OpenAI-compatible gateway.")
+ConfigOption = Annotated[Path | None, typer.Option("--config", help="YAML settings file")]
+
+
+def _settings(**overrides: Any) -> Settings:
+    try:
+        return load_settings(**overrides)
+    except SettingsError as exc:
+        typer.echo(f"ctxgate: {exc}", err=True)
+        raise typer.Exit(2) from None
+
+
+@app.command()
+def serve(
+    host: Annotated[str | None, typer.Option(help="listen address")] = None,
+    port: Annotated[int | None, typer.Option(help="listen port")] = None,
+    config: ConfigOption = None,
+) -> None:
+    """Run the gateway (with an embedded Redis unless CTXGATE_REDIS_URL is set)."""
+    import uvicorn
+
+    from gateway.app import Gateway
+    from gateway.observability.logging import configure_logging
+    from gateway.store.embedded import EmbeddedRedis
+
+    settings = _settings(host=host, port=port, config=config)
+    configure_logging(settings.log_level)
+    _check_config(settings)
+    embedded = None if settings.redis_url else EmbeddedRedis(settings.data_dir).start()
+    try:
+        server = uvicorn.Server(uvicorn.Config(
+            Gateway(settings), host=settings.host, port=settings.port, loop="uvloop",
+            http="httptools", lifespan="on", log_config=None, access_log=False,
+            timeout_graceful_shutdown=10,
+        ))
+        server.run()
+        if not server.started:
+            raise typer.Exit(3)
+    finally:
+        if embedded is not None:
+            embedded.stop()
+
+
+def _check_config(settings: Settings) -> None:
+    """Fail before listening if the task classes or playbook settings are invalid."""
+    from gateway.context.classes import load_task_classes
+
+    try:
+        load_task_classes(settings)
+    except SettingsError as exc:
+        typer.echo(f"ctxgate: {exc}", err=True)
+        raise typer.Exit(2) from None
+
+
+@app.command()
+def worker(config: ConfigOption = None) -> None:
+    """Run a Reflector/Curator worker on the trace stream (run as many as you like)."""
+    from gateway.learner.worker import run_worker
+    from gateway.services import open_services
+    from gateway.observability.logging import configure_logging
+
+    settings = _settings(config=config)
+    configure_logging(settings.log_level)
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        async with open_services(settings) as services:
+            await run_worker(services, stop=stop)
+
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(main())
+
+
+@app.command()
+def replay(
+    file: Annotated[Path, typer.Argument(exists=True, dir_okay=False)],
+    budget_tokens: Annotated[int | None, typer.Option(min=1)] = None,
+    task_class: Annotated[str | None, typer.Option()] = None,
+    json_output: Annotated[bool, typer.Option("--json")] = False,
+    config: ConfigOption = None,
+) -> None:
+    """Run a recorded session through the context pipeline and print each call's fit."""
+    from gateway.context.replay import replay as run_replay
+
+    settings = _settings(config=config)
+    raise typer.Exit(run_replay(file, budget_tokens=budget_tokens, task_class=task_class,
+                                as_json=json_output, settings=settings))
+
+
+@app.command()
+def learn(
+    file: Annotated[Path, typer.Argument(exists=True, dir_okay=False)],
+    epochs: Annotated[int, typer.Option(min=1)] = 1,
+    config: ConfigOption = None,
+) -> None:
+    """Warm up a playbook offline from recorded sessions with outcomes."""
+    from gateway.cli_playbook import learn as run_learn
+
+    settings = _settings(config=config)
+    raise typer.Exit(run_learn(file, epochs, settings))
+
+
+def _register_playbook() -> None:
+    from gateway.cli_playbook import app as playbook_app
+
+    app.add_typer(playbook_app, name="playbook", help="List, show, export, import, delete.")
+
+
+def main() -> None:
+    _register_playbook()
+    app(prog_name="ctxgate")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
