@@ -53,3 +53,9 @@ def playbook_applied(tenant: str, task_class: str) -> str:
 def embedding(model: str, content_hash: str) -> str:
     """String: a cached embedding (float32 bytes) of one text under one model."""
     return f"{PREFIX}:emb:{model}:{content_hash}"
+
+
+def playbook_delta(tenant: str, trace_id: str) -> str:
+    """String: the Curator's operations for one trace, kept so a redelivery reuses them."""
+    return f"{_tenant(tenant)}:pb:delta:{trace_id}"
+

@@ -1,0 +1,1 @@
+"""The ACE playbook: bullets per (tenant, task class), the atomic merge, injection."""

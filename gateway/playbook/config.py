@@ -1,0 +1,124 @@
+"""The settings of the ACE loop: YAML `playbook:`, `learner:` and `task_classes.*.playbook`.
+
+Validated once at start-up (`validate`), raising SettingsError that names the bad setting.
+A class's own `playbook:` mapping overrides the global `playbook:` defaults key by key.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from gateway.errors import SettingsError
+from gateway.settings import Settings
+
+# Tool results that mean the step failed. Case-insensitive regexes, searched in the text.
+DEFAULT_FAILURE_PATTERNS = (
+    r"Traceback \(most recent call last\)",
+    r"\b[A-Z][A-Za-z]*(Error|Exception)\b[:(]",
+    r"\b(exit|return) (code|status)[:=]?\s*[1-9]\d*",
+    r"\bexited with (code|status) [1-9]\d*",
+    r"\bHTTP/\d(\.\d)? [45]\d\d\b",
+    r"\bstatus(_code)?[\"']?\s*[:=]\s*[45]\d\d\b",
+    r"^\s*(error|fatal|failed)\b",
+    r"command not found",
+    r"No such file or directory",
+    r"Permission denied",
+)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class FeedbackRules(_Strict):
+    """How a tool result is judged, and which outcomes reach the Reflector."""
+
+    failure_patterns: tuple[str, ...] = DEFAULT_FAILURE_PATTERNS
+    success_patterns: tuple[str, ...] = ()  # a match overrides the failure patterns
+    exit_code_field: str = "exit_code"  # JSON tool results: non-zero here means failure
+    learn_on: tuple[Literal["failure", "success"], ...] = ("failure",)
+
+
+class ClassPlaybook(_Strict):
+    """One task class's playbook settings (global `playbook:` defaults, class overrides)."""
+
+    enabled: bool = True
+    cap_tokens: int = Field(default=600, ge=0)  # injected block, per session
+    max_tokens: int = Field(default=4000, gt=0)  # whole playbook; past it, prune
+    review: Literal["auto", "manual"] = "auto"
+    feedback: FeedbackRules = FeedbackRules()
+
+
+class PlaybookSettings(_Strict):
+    """The global `playbook:` section."""
+
+    dedup_threshold: float = Field(default=0.9, gt=0, le=1)
+    max_bullet_chars: int = Field(default=400, gt=0)
+    decay_half_life_days: float = Field(default=30.0, gt=0)
+    defaults: ClassPlaybook = ClassPlaybook()
+
+
+class LearnerSettings(_Strict):
+    """The global `learner:` section: the worker and its LLM calls."""
+
+    reclaim_idle_s: float = Field(default=15.0, gt=0)  # pending this long -> another worker
+    max_deliveries: int = Field(default=3, ge=1)  # then dead-letter
+    retries: int = Field(default=3, ge=1)  # attempts per LLM call on malformed output
+    reflector_rounds: int = Field(default=1, ge=1, le=5)
+    timeout_s: float = Field(default=120.0, gt=0)
+    batch: int = Field(default=8, ge=1)
+    trace_ttl_s: int = Field(default=86400, gt=0)
+    stream_maxlen: int = Field(default=100_000, gt=0)
+    max_trace_chars: int = Field(default=24_000, gt=0)  # of the trace shown to the Reflector
+    pending_tasks: int = Field(default=1000, gt=0)  # TraceSink: XADDs in flight before shedding
+
+
+def _check(model: type[_Strict], raw: Any, name: str) -> Any:
+    try:
+        return model.model_validate(raw or {})
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{name}.{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
+        )
+        raise SettingsError(f"invalid settings: {problems}") from None
+
+
+def playbook_settings(settings: Settings) -> PlaybookSettings:
+    raw = dict(settings.playbook or {})
+    return _check(PlaybookSettings, raw, "playbook")  # type: ignore[no-any-return]
+
+
+def learner_settings(settings: Settings) -> LearnerSettings:
+    return _check(LearnerSettings, settings.learner, "learner")  # type: ignore[no-any-return]
+
+
+def class_playbook(settings: Settings, task_class: str) -> ClassPlaybook:
+    """The effective playbook settings of one class (unknown classes get the defaults)."""
+    defaults = playbook_settings(settings).defaults.model_dump()
+    spec = settings.task_classes.get(task_class) or {}
+    own = spec.get("playbook") if isinstance(spec, dict) else None
+    merged = {**defaults, **(own or {})}
+    if isinstance(own, dict) and isinstance(own.get("feedback"), dict):
+        merged["feedback"] = {**defaults["feedback"], **own["feedback"]}
+    name = f"task_classes.{task_class}.playbook"
+    return _check(ClassPlaybook, merged, name)  # type: ignore[no-any-return]
+
+
+def validate(settings: Settings) -> None:
+    """Raise SettingsError naming the first bad playbook/learner setting."""
+    import re
+
+    playbook_settings(settings)
+    learner_settings(settings)
+    for name in settings.task_classes:
+        rules = class_playbook(settings, name).feedback
+        for pattern in (*rules.failure_patterns, *rules.success_patterns):
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise SettingsError(
+                    f"invalid settings: task_classes.{name}.playbook.feedback: "
+                    f"bad regex {pattern!r}: {exc}"
+                ) from None
