@@ -44,6 +44,10 @@ def serve(
     configure_logging(settings.log_level)
     _check_config(settings)
     embedded = None if settings.redis_url else EmbeddedRedis(settings.data_dir).start()
+    # uvicorn re-raises SIGTERM/SIGINT once it has shut down; turn that into an exit that
+    # still runs the `finally` below, so the embedded Redis is stopped too.
+    signal.signal(signal.SIGTERM, _exit_on_signal)
+    signal.signal(signal.SIGINT, _exit_on_signal)
     try:
         server = uvicorn.Server(uvicorn.Config(
             Gateway(settings), host=settings.host, port=settings.port, loop="uvloop",
@@ -56,6 +60,10 @@ def serve(
     finally:
         if embedded is not None:
             embedded.stop()
+
+
+def _exit_on_signal(signum: int, frame: object) -> None:
+    raise SystemExit(0)
 
 
 def _check_config(settings: Settings) -> None:

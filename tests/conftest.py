@@ -1,4 +1,4 @@
-"""Session-wide real processes: an embedded Redis (more fixtures live in tests/harness.py)."""
+"""Session-wide real processes: an embedded Redis, the scripted upstream, the gateway."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from gateway.store.embedded import EmbeddedRedis
+from tests.harness import Gateway, Upstream, stop
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 
@@ -22,3 +23,31 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedR
 @pytest.fixture(scope="session")
 def redis_url(redis_server: EmbeddedRedis) -> str:
     return redis_server.url
+
+
+@pytest.fixture(scope="session")
+def upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Upstream]:
+    stub = Upstream.start(tmp_path_factory.mktemp("upstream"))
+    yield stub
+    stop(stub.process)
+
+
+def gateway_env(upstream: Upstream, redis_url: str) -> dict[str, str]:
+    return {
+        "CTXGATE_UPSTREAM_URL": f"{upstream.url}/v1",
+        "CTXGATE_REDIS_URL": redis_url,
+        "CTXGATE_LEARNER_URL": f"{upstream.url}/v1",
+        "CTXGATE_REFLECTOR_MODEL": "reflector-stub",
+        "CTXGATE_CURATOR_MODEL": "curator-stub",
+        "CTXGATE_UPSTREAM_TIMEOUT_S": "2",
+        "CTXGATE_MAX_BODY_BYTES": "1048576",
+    }
+
+
+@pytest.fixture(scope="session")
+def gateway(tmp_path_factory: pytest.TempPathFactory, upstream: Upstream,
+            redis_url: str) -> Iterator[Gateway]:
+    """The gateway in passthrough auth mode, shared by the whole session."""
+    server = Gateway.start(tmp_path_factory.mktemp("gateway"), gateway_env(upstream, redis_url))
+    yield server
+    stop(server.process)

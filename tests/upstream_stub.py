@@ -156,14 +156,14 @@ def _completion(model: str, message: dict[str, Any]) -> dict[str, Any]:
     finish = "tool_calls" if message.get("tool_calls") else "stop"
     message.setdefault("refusal", None)
     return {"id": "chatcmpl-stub", "object": "chat.completion", "created": int(time.time()),
-            "model": model, "system_fingerprint": None,
+            "model": model, "system_fingerprint": "fp_stub",
             "choices": [{"index": 0, "message": message, "logprobs": None,
                          "finish_reason": finish}], "usage": _USAGE}
 
 
 def _chunk_base(model: str) -> dict[str, Any]:
     return {"id": "chatcmpl-stub", "object": "chat.completion.chunk",
-            "created": int(time.time()), "model": model, "system_fingerprint": None}
+            "created": int(time.time()), "model": model, "system_fingerprint": "fp_stub"}
 
 
 def _chunks(model: str, message: dict[str, Any]) -> list[dict[str, Any]]:

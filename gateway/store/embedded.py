@@ -7,8 +7,11 @@ append-only persistence under `CTXGATE_DATA_DIR`, and writes `redis.json` there 
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import json
 import os
+import signal
 import socket
 import subprocess
 import time
@@ -18,6 +21,12 @@ from pathlib import Path
 import redis
 
 STATE_FILE = "redis.json"
+
+
+def _die_with_parent() -> None:
+    """In the child: get SIGTERM if the gateway dies without stopping us (Linux only)."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def _free_port() -> int:
@@ -60,7 +69,8 @@ class EmbeddedRedis:
             "--appendfilename", "ctxgate.aof", "--save", "", "--daemonize", "no",
             "--logfile", str((self.data_dir / "redis.log").resolve()),
         ]
-        self.process = subprocess.Popen(args, stdin=subprocess.DEVNULL)
+        self.process = subprocess.Popen(args, stdin=subprocess.DEVNULL,
+                                        preexec_fn=_die_with_parent)
         deadline = time.monotonic() + timeout_s
         while not _answers(self.port):
             if self.process.poll() is not None or time.monotonic() > deadline:

@@ -21,6 +21,15 @@ def default_transport() -> httpx.AsyncBaseTransport:
     return AiohttpTransport(limits=httpx.Limits(max_connections=1000, keepalive_expiry=30))
 
 
+def _refused(exc: httpx.TimeoutException) -> bool:
+    """httpx-aiohttp maps a refused connection to ConnectTimeout: tell them apart."""
+    import aiohttp
+
+    cause = exc.__cause__
+    return isinstance(cause, aiohttp.ClientConnectorError) and not isinstance(
+        cause, aiohttp.ServerTimeoutError | TimeoutError)
+
+
 class Upstream:
     """Sends requests to `base_url` (which includes `/v1`) and returns streaming responses."""
 
@@ -59,6 +68,9 @@ class Upstream:
         try:
             return await self._client.send(request, stream=True)
         except httpx.TimeoutException as exc:
+            if _refused(exc):
+                raise UpstreamUnreachable(
+                    f"The upstream API could not be reached ({exc.__cause__!r}).") from exc
             raise UpstreamTimeout(
                 f"The upstream API did not answer in time ({type(exc).__name__})."
             ) from exc

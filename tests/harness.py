@@ -1,0 +1,149 @@
+"""Real processes on loopback for integration tests: the scripted upstream and the gateway.
+
+Each is started once per test session (see conftest.py) and driven over HTTP.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_until_up(url: str, process: subprocess.Popen[bytes], log: Path,
+                  timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"process exited {process.returncode}: {log.read_text()[-3000:]}")
+        try:
+            if httpx.get(url, timeout=1.0).status_code < 500:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.05)
+    process.kill()
+    raise RuntimeError(f"{url} did not come up: {log.read_text()[-3000:]}")
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@dataclass
+class Upstream:
+    """The scripted upstream stub (tests/upstream_stub.py) in its own process."""
+
+    url: str
+    process: subprocess.Popen[bytes]
+
+    @classmethod
+    def start(cls, workdir: Path) -> Upstream:
+        port = free_port()
+        log = workdir / "upstream.log"
+        process = subprocess.Popen(
+            [sys.executable, "-m", "tests.upstream_stub", str(port)], cwd=ROOT,
+            stdout=log.open("wb"), stderr=subprocess.STDOUT)
+        url = f"http://127.0.0.1:{port}"
+        wait_until_up(f"{url}/_events", process, log)
+        return cls(url, process)
+
+    def requests(self) -> list[dict[str, Any]]:
+        recorded: list[dict[str, Any]] = httpx.get(f"{self.url}/_requests").json()
+        for request in recorded:
+            request["body"] = base64.b64decode(request.pop("body_b64"))
+        return recorded
+
+    def last_body(self) -> dict[str, Any]:
+        body: dict[str, Any] = orjson.loads(self.requests()[-1]["body"])
+        return body
+
+    def clear(self) -> None:
+        httpx.delete(f"{self.url}/_requests")
+
+    def events(self) -> dict[str, int]:
+        events: dict[str, int] = httpx.get(f"{self.url}/_events").json()
+        return events
+
+    def script(self, model: str, responses: list[dict[str, Any]]) -> None:
+        httpx.post(f"{self.url}/_script", json={"model": model, "responses": responses})
+
+
+@dataclass
+class Gateway:
+    """`ctxgate serve` in its own process, configured by environment."""
+
+    url: str
+    process: subprocess.Popen[bytes]
+    workdir: Path
+    env: dict[str, str] = field(default_factory=dict)
+    admin_key: str = "test-admin-key"
+
+    @classmethod
+    def start(cls, workdir: Path, env: dict[str, str], args: list[str] | None = None,
+              wait_path: str = "/healthz") -> Gateway:
+        workdir.mkdir(parents=True, exist_ok=True)
+        port = free_port()
+        full_env = {**os.environ, "CTXGATE_PORT": str(port), "CTXGATE_HOST": "127.0.0.1",
+                    "CTXGATE_DATA_DIR": str(workdir / "data"),
+                    "CTXGATE_DROP_LOG": str(workdir / "drops.jsonl"),
+                    "CTXGATE_ADMIN_KEY": "test-admin-key", "HF_HUB_OFFLINE": "1", **env}
+        log = workdir / "gateway.log"
+        process = subprocess.Popen(
+            [sys.executable, "-m", "gateway", "serve", *(args or [])], cwd=ROOT, env=full_env,
+            stdout=log.open("wb"), stderr=subprocess.STDOUT)
+        url = f"http://127.0.0.1:{port}"
+        wait_until_up(f"{url}{wait_path}", process, log)
+        return cls(url, process, workdir, full_env)
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.url}/v1"
+
+    @property
+    def log(self) -> str:
+        return (self.workdir / "gateway.log").read_text()
+
+    def drops(self) -> list[dict[str, Any]]:
+        path = self.workdir / "drops.jsonl"
+        if not path.exists():
+            return []
+        return [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
+
+    def metrics(self) -> str:
+        return httpx.get(f"{self.url}/metrics").text
+
+    def metric(self, name: str, **labels: str) -> float:
+        """The value of one sample of the gateway's /metrics (0 when absent)."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        total = 0.0
+        for family in text_string_to_metric_families(self.metrics()):
+            for sample in family.samples:
+                if sample.name == name and all(sample.labels.get(k) == v
+                                               for k, v in labels.items()):
+                    total += sample.value
+        return total
