@@ -125,7 +125,7 @@ class Embedder:
         except Exception:  # the cache is an optimisation: a Redis hiccup only costs time
             return
         for digest, blob in zip(names, blobs, strict=True):
-            if blob:
+            if isinstance(blob, bytes):
                 self._remember(digest, np.frombuffer(blob, dtype=np.float32).copy())
                 del todo[digest]
 

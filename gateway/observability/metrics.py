@@ -51,7 +51,8 @@ class Metrics:
             "ctxgate_pipeline_stage_seconds", "Time per pipeline stage",
             ["stage"], buckets=_FAST, registry=r)
         self.prefix_stable = Counter(
-            "ctxgate_prefix_stable_total", "Calls whose rendered prefix extends the previous call's",
+            "ctxgate_prefix_stable_total",
+            "Calls whose rendered prefix extends the previous call's",
             ["task_class", "stable"], registry=r)
         self.playbook_bullets = Gauge(
             "ctxgate_playbook_bullets", "Active bullets per task class",

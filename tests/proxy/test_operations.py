@@ -10,6 +10,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import ClassVar
 
 import httpx
 import openai
@@ -107,9 +108,9 @@ def test_embedded_redis_is_started_shared_and_stopped(tmp_path: Path, upstream: 
 
 
 class _Collector(BaseHTTPRequestHandler):
-    received: list[bytes] = []
+    received: ClassVar[list[bytes]] = []
 
-    def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
+    def do_POST(self) -> None:
         length = int(self.headers.get("content-length", 0))
         _Collector.received.append(self.path.encode() + b" " + self.rfile.read(length))
         self.send_response(200)
