@@ -1,0 +1,1 @@
+"""The ACE learner: traces, feedback, Reflector and Curator, and the worker that merges."""

@@ -1,0 +1,137 @@
+"""Trace events: what each call forwarded and got back, for the learner.
+
+The HTTP layer calls `TraceSink.publish` after every non-bypass chat completion. Publishing
+never delays the response: the Redis writes run in a background task (a bounded set; past
+the bound events are shed and counted). Each event is kept in a tenant-scoped hash (so
+`POST /v1/feedback` can find it, and only for its own tenant) and announced on the trace
+stream that the workers consume.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from gateway.store import keys
+
+if TYPE_CHECKING:
+    import redis.asyncio as aioredis
+
+    from gateway.observability.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+EVENT_FIELD = "event"
+FEEDBACK_FIELD = "feedback"
+
+
+@dataclass(frozen=True)
+class TraceEvent:
+    tenant: str
+    task_class: str
+    session_id: str
+    trace_id: str
+    messages: list[dict[str, Any]]  # what was forwarded
+    response: dict[str, Any]  # {"content", "tool_calls", "finish_reason", "usage"}
+    injected_bullet_ids: list[str] = field(default_factory=list)
+    ts: float = 0.0
+
+    def to_json(self) -> bytes:
+        return orjson.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, raw: bytes | str) -> TraceEvent:
+        record = orjson.loads(raw)
+        return cls(
+            tenant=record["tenant"], task_class=record["task_class"],
+            session_id=record["session_id"], trace_id=record["trace_id"],
+            messages=list(record.get("messages") or []),
+            response=dict(record.get("response") or {}),
+            injected_bullet_ids=list(record.get("injected_bullet_ids") or []),
+            ts=float(record.get("ts") or 0.0),
+        )
+
+
+class TraceSink:
+    """Writes trace events to Redis in the background; `aclose` flushes what is in flight."""
+
+    def __init__(
+        self,
+        redis: aioredis.Redis,
+        metrics: Metrics | None = None,
+        *,
+        ttl_s: int = 86400,
+        stream_maxlen: int = 100_000,
+        max_pending: int = 1000,
+    ) -> None:
+        self._redis = redis
+        self._metrics = metrics
+        self._ttl_s = ttl_s
+        self._maxlen = stream_maxlen
+        self._max_pending = max_pending
+        self._pending: set[asyncio.Task[None]] = set()
+
+    def publish(self, event: TraceEvent) -> None:
+        if len(self._pending) >= self._max_pending:
+            if self._metrics is not None:  # Redis is slower than traffic: shed, never block
+                self._metrics.worker_failures.labels("trace_shed").inc()
+            return
+        task = asyncio.get_running_loop().create_task(self._write(event))
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+
+    async def _write(self, event: TraceEvent) -> None:
+        trace_key = keys.trace(event.tenant, event.trace_id)
+        try:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                pipe.hset(trace_key, EVENT_FIELD, event.to_json())
+                pipe.expire(trace_key, self._ttl_s)
+                pipe.xadd(
+                    keys.TRACE_STREAM,
+                    {"kind": "trace", "tenant": event.tenant, "trace_id": event.trace_id},
+                    maxlen=self._maxlen, approximate=True,
+                )
+                await pipe.execute()
+        except Exception:  # a lost trace costs a lesson, never a response
+            log.warning("trace %s not recorded", event.trace_id, exc_info=True)
+            if self._metrics is not None:
+                self._metrics.worker_failures.labels("trace_write").inc()
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending)
+
+    async def aclose(self) -> None:
+        while self._pending:
+            await asyncio.gather(*list(self._pending), return_exceptions=True)
+
+
+async def load_trace(
+    redis: aioredis.Redis, tenant: str, trace_id: str
+) -> tuple[TraceEvent, dict[str, Any] | None] | None:
+    """The trace event and its explicit feedback (if any), or None when unknown."""
+    raw = await redis.hmget(keys.trace(tenant, trace_id), [EVENT_FIELD, FEEDBACK_FIELD])
+    if not raw[0]:
+        return None
+    feedback = orjson.loads(raw[1]) if raw[1] else None
+    return TraceEvent.from_json(raw[0]), feedback
+
+
+async def record_feedback(
+    redis: aioredis.Redis, tenant: str, trace_id: str, feedback: dict[str, Any],
+    stream_maxlen: int = 100_000,
+) -> bool:
+    """Attach explicit feedback to a trace and queue it; False when the trace is unknown."""
+    trace_key = keys.trace(tenant, trace_id)
+    if not await redis.hexists(trace_key, EVENT_FIELD):
+        return False
+    await redis.hset(trace_key, FEEDBACK_FIELD, orjson.dumps(feedback))
+    await redis.xadd(
+        keys.TRACE_STREAM, {"kind": "feedback", "tenant": tenant, "trace_id": trace_id},
+        maxlen=stream_maxlen, approximate=True,
+    )
+    return True

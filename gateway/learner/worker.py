@@ -1,0 +1,167 @@
+"""The learner worker: a consumer of the trace stream's consumer group.
+
+Each entry is learned from (TraceLearner) and acknowledged only after its delta is merged.
+Entries another consumer left pending longer than `learner.reclaim_idle_s` are claimed with
+XAUTOCLAIM; an entry delivered more than `learner.max_deliveries` times, or whose learner
+output stays malformed after the retries, is parked in the dead-letter stream with the
+reason and acknowledged. Malformed output never reaches the playbook.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
+
+from gateway.learner.build import build_learner, build_llm
+from gateway.learner.episodes import TraceLearner
+from gateway.learner.llm import LearnerUnavailable, MalformedOutput
+from gateway.playbook.config import LearnerSettings, learner_settings
+from gateway.store import keys
+
+if TYPE_CHECKING:
+    import redis.asyncio as aioredis
+
+    from gateway.observability.metrics import Metrics
+    from gateway.services import Services
+
+log = logging.getLogger(__name__)
+Entry = tuple[str, dict[str, str]]
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _entry(raw_id: Any, raw_fields: dict[Any, Any]) -> Entry:
+    return _text(raw_id), {_text(k): _text(v) for k, v in raw_fields.items()}
+
+
+async def ensure_group(redis: aioredis.Redis) -> None:
+    try:
+        await redis.xgroup_create(keys.TRACE_STREAM, keys.TRACE_GROUP, id="0", mkstream=True)
+    except ResponseError as exc:
+        if "BUSYGROUP" not in str(exc):
+            raise
+
+
+class StreamConsumer:
+    """One consumer of the trace group: claim, read, learn, ack or dead-letter."""
+
+    def __init__(
+        self, redis: aioredis.Redis, learner: TraceLearner, settings: LearnerSettings,
+        consumer: str, metrics: Metrics | None = None,
+    ) -> None:
+        self._redis = redis
+        self._learner = learner
+        self._settings = settings
+        self.name = consumer
+        self._metrics = metrics
+
+    async def reclaim(self) -> list[Entry]:
+        """Entries idle past the reclaim time, now ours."""
+        idle_ms = int(self._settings.reclaim_idle_s * 1000)
+        answer: Any = await self._redis.xautoclaim(
+            keys.TRACE_STREAM, keys.TRACE_GROUP, self.name, idle_ms, "0-0",
+            count=self._settings.batch)
+        claimed = answer[1]
+        return [_entry(i, f) for i, f in claimed if f]
+
+    async def read_new(self, block_ms: int | None) -> list[Entry]:
+        answer: Any = await self._redis.xreadgroup(
+            keys.TRACE_GROUP, self.name, {keys.TRACE_STREAM: ">"},
+            count=self._settings.batch, block=block_ms)
+        return [_entry(i, f) for _, entries in answer or [] for i, f in entries]
+
+    async def deliveries(self, entry_id: str) -> int:
+        info = await self._redis.xpending_range(
+            keys.TRACE_STREAM, keys.TRACE_GROUP, min=entry_id, max=entry_id, count=1)
+        return int(info[0]["times_delivered"]) if info else 1
+
+    async def process(self, entry_id: str, fields: dict[str, str]) -> None:
+        if await self.deliveries(entry_id) > self._settings.max_deliveries:
+            await self.dead_letter(entry_id, fields, "max_deliveries")
+            return
+        try:
+            await self._learner.handle(fields)
+        except MalformedOutput as exc:
+            await self.dead_letter(entry_id, fields, f"malformed_output: {exc}")
+            return
+        except LearnerUnavailable as exc:  # left pending: reclaimed and retried later
+            log.warning("learner unavailable for %s: %s", entry_id, exc)
+            self._fail("learner_unavailable")
+            return
+        except Exception:  # a bug or a Redis error: leave it pending, max_deliveries bounds it
+            log.exception("learning from %s failed", entry_id)
+            self._fail("error")
+            return
+        await self._redis.xack(keys.TRACE_STREAM, keys.TRACE_GROUP, entry_id)
+
+    async def dead_letter(self, entry_id: str, fields: dict[str, str], reason: str) -> None:
+        parked = {**fields, "entry_id": entry_id, "reason": reason[:500],
+                  "consumer": self.name, "ts": repr(time.time())}
+        await self._redis.xadd(keys.TRACE_DEAD_LETTER, parked)  # type: ignore[arg-type]
+        await self._redis.xack(keys.TRACE_STREAM, keys.TRACE_GROUP, entry_id)
+        self._fail(reason.split(":", 1)[0])
+
+    def _fail(self, reason: str) -> None:
+        if self._metrics is not None:
+            self._metrics.worker_failures.labels(reason).inc()
+
+    async def report_depth(self) -> None:
+        if self._metrics is None:
+            return
+        for group in await self._redis.xinfo_groups(keys.TRACE_STREAM):
+            if _text(group.get("name")) == keys.TRACE_GROUP:
+                lag = group.get("lag")
+                depth = int(lag or 0) + int(group.get("pending") or 0)
+                self._metrics.trace_queue_depth.set(depth)
+
+    async def run(self, stop: asyncio.Event, burst: bool) -> None:
+        await ensure_group(self._redis)
+        while not stop.is_set():
+            entries = await self.reclaim()
+            if not entries:
+                entries = await self.read_new(None if burst else 1000)
+            if not entries and burst:
+                return
+            for entry_id, fields in entries:
+                await self.process(entry_id, fields)
+            await self.report_depth()
+
+
+def default_consumer_name() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+async def run_worker(
+    services: Services,
+    *,
+    stop: asyncio.Event,
+    burst: bool = False,
+    consumer: str | None = None,
+) -> None:
+    """Consume the trace stream until `stop` is set (or, in burst mode, until it is empty)."""
+    llm = build_llm(services)
+    settings = learner_settings(services.settings)
+    worker = StreamConsumer(services.redis, build_learner(services, llm), settings,
+                            consumer or default_consumer_name(), services.metrics)
+    try:
+        while True:
+            try:
+                await worker.run(stop, burst)
+                return
+            except RedisConnectionError:  # Redis restarting: wait, resume
+                if stop.is_set() or burst:
+                    raise
+                log.warning("worker lost Redis; retrying in 1 s")
+                await asyncio.sleep(1)
+    finally:
+        await llm.aclose()
