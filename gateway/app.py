@@ -133,7 +133,8 @@ class Gateway:
         services.traces = TraceSink(services)
         self.services = services
         self._upstream = Upstream(settings.upstream_url, timeout_s=settings.upstream_timeout_s,
-                                  transport=self._transport)
+                                  transport=self._transport,
+                                  transport_kind=settings.upstream_transport)
         tracer, self._tracer_provider = build_tracer(settings.otel_endpoint)
         chat = ChatCompletions(services, self._upstream, tracer)
         self._routes = {

@@ -50,6 +50,8 @@ class Settings(BaseSettings):
     otel_endpoint: str | None = None
     upstream_timeout_s: float = Field(default=600.0, gt=0)
     max_body_bytes: int = Field(default=33_554_432, gt=0)
+    # aiohttp's transport under httpx measured ~3x httpx's own pool here; `httpx` for HTTP/2.
+    upstream_transport: Literal["aiohttp", "httpx"] = "aiohttp"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     models_file: Path | None = None
     task_classes: dict[str, Any] = Field(default_factory=dict)

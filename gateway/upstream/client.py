@@ -15,10 +15,14 @@ import httpx
 from gateway.errors import UpstreamTimeout, UpstreamUnreachable
 
 
-def default_transport() -> httpx.AsyncBaseTransport:
+def default_transport(kind: str = "aiohttp") -> httpx.AsyncBaseTransport:
+    limits = httpx.Limits(max_connections=1000, max_keepalive_connections=1000,
+                          keepalive_expiry=30)
+    if kind == "httpx":
+        return httpx.AsyncHTTPTransport(limits=limits, http2=False)
     from httpx_aiohttp import AiohttpTransport
 
-    return AiohttpTransport(limits=httpx.Limits(max_connections=1000, keepalive_expiry=30))
+    return AiohttpTransport(limits=limits)
 
 
 def _refused(exc: httpx.TimeoutException) -> bool:
@@ -39,13 +43,14 @@ class Upstream:
         *,
         timeout_s: float,
         transport: httpx.AsyncBaseTransport | None = None,
+        transport_kind: str = "aiohttp",
     ) -> None:
         self.base_url = base_url.rstrip("/")
         # connect and first byte bounded by the setting; a stream may then run as long as it
         # keeps sending (read timeout applies between chunks too).
         timeout = httpx.Timeout(timeout_s, connect=min(timeout_s, 30.0))
         self._client = httpx.AsyncClient(
-            transport=transport or default_transport(), timeout=timeout
+            transport=transport or default_transport(transport_kind), timeout=timeout
         )
 
     def url(self, path: str, query: bytes = b"") -> str:
