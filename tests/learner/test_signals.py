@@ -1,0 +1,65 @@
+"""Implicit feedback rules: tool results judged as failed or clean."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gateway.learner.signals import cited_ids, implicit_signal, trailing_tool_step
+from gateway.playbook.config import FeedbackRules
+
+
+def step(*results: str) -> list[dict[str, Any]]:
+    calls = [{"id": f"c{i}", "type": "function", "function": {"name": f"tool{i}",
+              "arguments": "{}"}} for i in range(len(results))]
+    return [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": None, "tool_calls": calls},
+        *({"role": "tool", "tool_call_id": f"c{i}", "content": r} for i, r in enumerate(results)),
+    ]
+
+
+@pytest.mark.parametrize("output", [
+    "Traceback (most recent call last):\n  File x\nValueError: bad",
+    "npm ERR! something\nProcess exited with code 2",
+    '{"exit_code": 1, "stdout": ""}',
+    "HTTP/1.1 503 Service Unavailable",
+    '{"status": 404, "message": "not found"}',
+    "bash: foo: command not found",
+    "error: pathspec 'x' did not match",
+    "KeyError: 'name'",
+])
+def test_failures_are_recognised(output: str) -> None:
+    signal = implicit_signal(step("ok", output), FeedbackRules())
+    assert signal is not None and signal.outcome == "failure"
+    assert signal.detail.startswith("tool1:")
+
+
+@pytest.mark.parametrize("output", [
+    "3 passed in 0.2s", '{"exit_code": 0, "stdout": "done"}', "HTTP/1.1 200 OK",
+    "wrote 12 bytes to errors.log",
+])
+def test_clean_results_are_success(output: str) -> None:
+    signal = implicit_signal(step(output), FeedbackRules())
+    assert signal is not None and signal.outcome == "success"
+
+
+def test_class_rules_override_defaults() -> None:
+    rules = FeedbackRules(failure_patterns=(r"\bFAIL\b",), success_patterns=(r"0 failed",))
+    assert implicit_signal(step("1 FAIL"), rules).outcome == "failure"  # type: ignore[union-attr]
+    assert implicit_signal(step("Traceback (most"), rules).outcome == "success"  # type: ignore[union-attr]
+    assert implicit_signal(step("FAIL but 0 failed"), rules).outcome == "success"  # type: ignore[union-attr]
+
+
+def test_no_trailing_tool_exchange_is_no_signal() -> None:
+    messages = [*step("boom Traceback (most recent call last)"),
+                {"role": "user", "content": "thanks"}]
+    assert trailing_tool_step(messages) is None
+    assert implicit_signal(messages, FeedbackRules()) is None
+    assert implicit_signal([{"role": "user", "content": "hi"}], FeedbackRules()) is None
+
+
+def test_citations_only_count_injected_ids() -> None:
+    text = "Following [err-00001] and [str-00002], not [zzz-00009] or [err-1]."
+    assert cited_ids(text, ["err-00001", "str-00002", "ver-00001"]) == ["err-00001", "str-00002"]
