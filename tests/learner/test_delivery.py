@@ -1,0 +1,131 @@
+"""Delivery guarantees: concurrent workers lose no update; a dead worker's entry is finished
+by another consumer exactly once."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import redis.asyncio as aioredis
+
+from gateway.learner.traces import TraceEvent, TraceSink
+from gateway.learner.worker import StreamConsumer, ensure_group, run_worker
+from gateway.playbook.bullet import Operation
+from gateway.playbook.store import PlaybookStore
+from gateway.store import keys
+from tests.harness import ROOT, Upstream
+from tests.learner.conftest import (
+    curation,
+    failed_step_event,
+    make_services,
+    make_settings,
+    reflection,
+)
+
+
+async def publish(redis: aioredis.Redis, events: list[TraceEvent]) -> None:
+    sink = TraceSink(redis)
+    for event in events:
+        sink.publish(event)
+    await sink.aclose()
+
+
+async def test_concurrent_workers_lose_no_update(
+    lredis: aioredis.Redis, upstream: Upstream, models: tuple[str, str], tmp_path: Path
+) -> None:
+    """40 failed steps, each tagging the same bullet harmful, through 4 consumers at once."""
+    tenant = "t" + uuid.uuid4().hex[:8]
+    store = PlaybookStore(lredis)
+    [seed] = await store.merge(tenant, "code", [
+        Operation("ADD", "seed", section="tool_usage", content="Run pytest with -q.")])
+    upstream.script(models[0], [reflection([{"id": seed.bullet_id, "tag": "harmful"}])])
+    upstream.script(models[1], [curation([{"type": "TAG", "id": seed.bullet_id,
+                                           "helpful": 1, "harmful": 0}])])
+    events = [failed_step_event(tenant, f"tr-{i}", injected=[seed.bullet_id]) for i in range(40)]
+    await publish(lredis, events)
+    services = make_services(make_settings(upstream, models, tmp_path), lredis, tmp_path)
+    await asyncio.gather(*(
+        run_worker(services, stop=asyncio.Event(), burst=True, consumer=f"w{i}")
+        for i in range(4)))
+    bullet = await store.get(tenant, "code", seed.bullet_id)
+    assert bullet is not None
+    assert (bullet.harmful, bullet.helpful) == (40, 40)
+    info = await lredis.xpending(keys.TRACE_STREAM, keys.TRACE_GROUP)
+    assert info["pending"] == 0
+    consumers = await lredis.xinfo_consumers(keys.TRACE_STREAM, keys.TRACE_GROUP)
+    assert sum(1 for c in consumers if c["name"].decode().startswith("w")) >= 2
+
+
+async def test_crash_between_merge_and_ack_applies_once(
+    lredis: aioredis.Redis, upstream: Upstream, models: tuple[str, str], tmp_path: Path
+) -> None:
+    tenant = "t" + uuid.uuid4().hex[:8]
+    store = PlaybookStore(lredis)
+    [seed] = await store.merge(tenant, "code", [
+        Operation("ADD", "seed", section="tool_usage", content="Use a venv.")])
+    upstream.script(models[0], [reflection([{"id": seed.bullet_id, "tag": "helpful"}])])
+    upstream.script(models[1], [curation([{"type": "ADD", "section": "x", "content": "A."}])])
+    services = make_services(make_settings(upstream, models, tmp_path), lredis, tmp_path)
+    from gateway.learner.build import build_learner, build_llm
+    from gateway.playbook.config import learner_settings
+
+    llm = build_llm(services)
+    learner = build_learner(services, llm)
+    dying = StreamConsumer(lredis, learner, learner_settings(services.settings), "dying")
+    await publish(lredis, [failed_step_event(tenant, "tr-crash", injected=[seed.bullet_id])])
+    await ensure_group(lredis)
+    [(entry_id, fields)] = await dying.read_new(None)
+    await learner.handle(fields)  # merged ... and the process "dies" before XACK
+    # The next model answers differently: only the stored delta may be re-merged.
+    upstream.script(models[1], [curation([{"type": "ADD", "section": "x", "content": "B."}])])
+    await asyncio.sleep(0.4)  # past reclaim_idle_s
+    await run_worker(services, stop=asyncio.Event(), burst=True, consumer="heir")
+    await llm.aclose()
+    bullets = {b.content: b for b in await store.bullets(tenant, "code")}
+    assert sorted(bullets) == ["A.", "Use a venv."]
+    assert bullets["Use a venv."].helpful == 1
+    assert (await lredis.xpending(keys.TRACE_STREAM, keys.TRACE_GROUP))["pending"] == 0
+    assert entry_id
+
+
+async def test_sigkilled_worker_entry_is_reclaimed_once(
+    lredis: aioredis.Redis, learner_redis_url: str, upstream: Upstream,
+    models: tuple[str, str], tmp_path: Path
+) -> None:
+    """A real worker process reads an entry, hangs in the learner call, and is SIGKILLed;
+    another consumer claims the entry after the idle time and finishes it exactly once."""
+    tenant = "t" + uuid.uuid4().hex[:8]
+    await ensure_group(lredis)
+    await publish(lredis, [failed_step_event(tenant, "tr-kill")])
+    log = (tmp_path / "worker.log").open("wb")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.learner.worker_proc", learner_redis_url,
+         f"{upstream.url}/v1", "stub-stall", models[1], "doomed"],
+        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            info = await lredis.xpending(keys.TRACE_STREAM, keys.TRACE_GROUP)
+            if info["pending"] == 1:
+                break
+            await asyncio.sleep(0.1)
+        assert info["pending"] == 1 and info["consumers"][0]["name"] == b"doomed"
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+    upstream.script(models[0], [reflection(insight="Check imports.")])
+    upstream.script(models[1], [curation([{"type": "ADD", "section": "common_mistakes",
+                                           "content": "Check imports before running."}])])
+    services = make_services(make_settings(upstream, models, tmp_path), lredis, tmp_path)
+    await asyncio.sleep(0.4)
+    await run_worker(services, stop=asyncio.Event(), burst=True, consumer="heir")
+    await run_worker(services, stop=asyncio.Event(), burst=True, consumer="heir2")
+    bullets = await PlaybookStore(lredis).bullets(tenant, "code")
+    assert [b.content for b in bullets] == ["Check imports before running."]
+    assert (await lredis.xpending(keys.TRACE_STREAM, keys.TRACE_GROUP))["pending"] == 0
+    assert await lredis.xlen(keys.TRACE_DEAD_LETTER) == 0
