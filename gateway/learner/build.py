@@ -51,10 +51,5 @@ def build_learner(services: Services, llm: LearnerLLM) -> TraceLearner:
 
 def attach(services: Services) -> None:
     """Validate the playbook/learner settings (SettingsError) and wire the hot-path parts."""
-    config.validate(services.settings)
-    learner = config.learner_settings(services.settings)
-    services.playbooks = PlaybookInjector(services.redis, services.embedder, services.metrics)
-    services.traces = TraceSink(
-        services.redis, services.metrics, ttl_s=learner.trace_ttl_s,
-        stream_maxlen=learner.stream_maxlen, max_pending=learner.pending_tasks,
-    )
+    services.playbooks = PlaybookInjector(services)
+    services.traces = TraceSink(services)

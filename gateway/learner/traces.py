@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from gateway.playbook.config import learner_settings
+from gateway.services import Services
 from gateway.store import keys
 
 if TYPE_CHECKING:
@@ -61,13 +63,19 @@ class TraceSink:
 
     def __init__(
         self,
-        redis: aioredis.Redis,
+        redis: aioredis.Redis | Services,
         metrics: Metrics | None = None,
         *,
         ttl_s: int = 86400,
         stream_maxlen: int = 100_000,
         max_pending: int = 1000,
     ) -> None:
+        if isinstance(redis, Services):  # the app's form: limits from the `learner:` settings
+            services = redis
+            learner = learner_settings(services.settings)
+            ttl_s, stream_maxlen = learner.trace_ttl_s, learner.stream_maxlen
+            max_pending = learner.pending_tasks
+            redis, metrics = services.redis, services.metrics
         self._redis = redis
         self._metrics = metrics
         self._ttl_s = ttl_s

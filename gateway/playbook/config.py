@@ -44,8 +44,8 @@ class FeedbackRules(_Strict):
 class ClassPlaybook(_Strict):
     """One task class's playbook settings (global `playbook:` defaults, class overrides)."""
 
-    enabled: bool = True
-    cap_tokens: int = Field(default=600, ge=0)  # injected block, per session
+    enabled: bool = False  # the context engine injects only where a class enables it
+    cap_tokens: int = Field(default=800, ge=0)  # injected block, per session
     max_tokens: int = Field(default=4000, gt=0)  # whole playbook; past it, prune
     review: Literal["auto", "manual"] = "auto"
     feedback: FeedbackRules = FeedbackRules()

@@ -16,9 +16,11 @@ from typing import TYPE_CHECKING, Protocol
 import orjson
 
 from gateway.playbook.bullet import Bullet
+from gateway.playbook.config import validate
 from gateway.playbook.render import fit_to_cap, render_block
 from gateway.playbook.store import PlaybookStore
 from gateway.playbook.tokens import count_tokens
+from gateway.services import Services
 from gateway.store import keys
 
 if TYPE_CHECKING:
@@ -65,11 +67,15 @@ class PlaybookInjector:
 
     def __init__(
         self,
-        redis: aioredis.Redis,
-        embedder: TextEmbedder | None,
+        redis: aioredis.Redis | Services,
+        embedder: TextEmbedder | None = None,
         metrics: Metrics | None = None,
         store: PlaybookStore | None = None,
     ) -> None:
+        if isinstance(redis, Services):  # the app's form: validate the settings at start-up
+            services = redis
+            validate(services.settings)
+            redis, embedder, metrics = services.redis, services.embedder, services.metrics
         self._redis = redis
         self._embedder = embedder
         self._metrics = metrics
