@@ -1,0 +1,45 @@
+"""Render one item under a decision: drop it, mask it, summarise it, mark it a duplicate,
+or strip repeated blocks. Deterministic, so a remembered decision renders identical bytes."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+
+from gateway.context.items import Item
+from gateway.context.session import Decision
+from gateway.context.summarize import summarize
+from gateway.context.tokens import TokenCounter
+
+
+def placeholder(item: Item) -> str:
+    first = next((line.strip() for line in item.text.splitlines() if line.strip()), "")
+    return f"[ctxgate: {item.kind} {item.id} omitted ({item.tokens} tokens); began: {first[:100]}]"
+
+
+def rewritten_text(item: Item, decision: Decision) -> str | None:
+    method = decision.method
+    if method == "drop":
+        return None
+    if method == "mask":
+        return placeholder(item)
+    if method == "dedup":
+        return f"[ctxgate: same content as {decision.arg}]"
+    if method == "strip" and decision.arg:
+        return re.sub(decision.arg, "", item.text)
+    if method == "summary":
+        return summarize(item.text, item.kind, decision.level)
+    raise ValueError(f"unknown decision method {method!r}")
+
+
+def apply_decision(item: Item, decision: Decision, counter: TokenCounter, encoding: str) -> Item | None:
+    """The item as it will be sent, or None when dropped. Never makes an item longer."""
+    if not item.rewritable and decision.method != "drop":
+        return item
+    text = rewritten_text(item, decision)
+    if text is None:
+        return None
+    tokens = counter.count(text, encoding) + item.fixed_tokens
+    if tokens >= item.tokens:
+        return item
+    return replace(item, text=text, tokens=tokens)

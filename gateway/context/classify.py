@@ -1,0 +1,104 @@
+"""Which task class a request belongs to: header, then YAML rules (tool names, system-prompt
+patterns, model), then the nearest class by embedding of its example requests, then the
+default. The engine asks once per session and remembers the answer."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from gateway.context.items import content_text
+from gateway.context.taskclass import DEFAULT_CLASS, TaskClass
+
+if TYPE_CHECKING:
+    from gateway.embeddings import Embedder, Vectors
+
+MIN_SIMILARITY = 0.3
+
+
+def tool_names(body: Mapping[str, Any]) -> set[str]:
+    names = set()
+    for tool in body.get("tools") or ():
+        if isinstance(tool, Mapping):
+            fn = tool.get("function")
+            name = fn.get("name") if isinstance(fn, Mapping) else tool.get("name")
+            if name:
+                names.add(str(name))
+    for msg in body.get("messages") or ():
+        for call in msg.get("tool_calls") or ():
+            fn = call.get("function") if isinstance(call, Mapping) else None
+            if isinstance(fn, Mapping) and fn.get("name"):
+                names.add(str(fn["name"]))
+    return names
+
+
+def system_text(messages: Sequence[Mapping[str, Any]]) -> str:
+    return "\n".join(content_text(m.get("content")) for m in messages
+                     if m.get("role") in ("system", "developer"))
+
+
+def request_text(messages: Sequence[Mapping[str, Any]]) -> str:
+    """What a request is about: the start of its system prompt and its first user message."""
+    first_user = next((content_text(m.get("content")) for m in messages
+                       if m.get("role") == "user"), "")
+    return (system_text(messages)[:300] + "\n" + first_user[:1500]).strip()
+
+
+class Classifier:
+    def __init__(self, classes: Mapping[str, TaskClass], embedder: Embedder | None) -> None:
+        self._classes = [c for c in classes.values() if c.name != DEFAULT_CLASS]
+        self._embedder = embedder
+        self._centroids: tuple[list[str], Vectors] | None = None
+
+    def by_rules(self, body: Mapping[str, Any]) -> str | None:
+        messages = body.get("messages") or []
+        tools = tool_names(body)
+        if tools:
+            for cls in self._classes:
+                if cls.match.tools & tools:
+                    return cls.name
+        system = system_text(messages)
+        if system:
+            for cls in self._classes:
+                if any(p.search(system) for p in cls.match.system_patterns):
+                    return cls.name
+        model = str(body.get("model") or "")
+        for cls in self._classes:
+            if any(p.search(model) for p in cls.match.models):
+                return cls.name
+        return None
+
+    async def _class_centroids(self) -> tuple[list[str], Vectors] | None:
+        if self._centroids is None and self._embedder is not None:
+            names, rows = [], []
+            for cls in self._classes:
+                if cls.match.examples:
+                    vectors = await self._embedder.embed(list(cls.match.examples))
+                    centroid = vectors.mean(axis=0)
+                    rows.append(centroid / max(float(np.linalg.norm(centroid)), 1e-9))
+                    names.append(cls.name)
+            if rows:
+                self._centroids = (names, np.stack(rows).astype(np.float32))
+        return self._centroids
+
+    async def by_example(self, text: str) -> str | None:
+        centroids = await self._class_centroids()
+        if centroids is None or not text or self._embedder is None:
+            return None
+        names, matrix = centroids
+        vector = (await self._embedder.embed([text]))[0]
+        sims = matrix @ vector
+        best = int(np.argmax(sims))
+        return names[best] if float(sims[best]) >= MIN_SIMILARITY else None
+
+    async def classify(self, body: Mapping[str, Any]) -> tuple[str, str]:
+        """(class name, how it was decided: rule | example | default)."""
+        by_rule = self.by_rules(body)
+        if by_rule is not None:
+            return by_rule, "rule"
+        by_example = await self.by_example(request_text(body.get("messages") or []))
+        if by_example is not None:
+            return by_example, "example"
+        return DEFAULT_CLASS, "default"

@@ -1,0 +1,307 @@
+"""The context engine: fit each call to its class's forecast budget, logging every drop.
+
+parse → classify (once per session) → forecast → [remembered decisions] → a compaction step
+when a high-water mark is crossed (select → rerank → cluster → compress, each only if the
+class enables it) → inject playbook → render. Between steps a call only re-applies the
+session's remembered decisions, so consecutive calls share their rendered prefix and a call
+costs what its new content costs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from gateway.context.apply import apply_decision
+from gateway.context.classify import Classifier, request_text, system_text
+from gateway.context.forecast import Budget, ForecastStore, forecast_budget
+from gateway.context.injection import InjectedBlock, PlaybookSource, inject_block
+from gateway.context.items import Item, ParsedRequest, content_text, parse_request
+from gateway.context.models import ModelTable
+from gateway.context.render import render_messages
+from gateway.context.session import RedisSessionStore, SessionState, SessionStore
+from gateway.context.stages import STAGES, StageContext
+from gateway.context.taskclass import STAGE_ORDER, TaskClass, load_task_classes
+from gateway.context.tokens import TokenCounter
+from gateway.errors import ContextBudgetExceeded, InvalidRequest
+from gateway.observability.droplog import DropEvent, DropLog
+from gateway.observability.metrics import Metrics
+from gateway.settings import Settings
+
+if TYPE_CHECKING:
+    import redis.asyncio as aioredis
+
+    from gateway.embeddings import Embedder
+
+__all__ = ["CallContext", "ContextEngine", "FittedCall", "InjectedBlock", "PlaybookSource"]
+
+HEADER_CLASS = "x-ctxgate-task-class"
+HEADER_SESSION = "x-ctxgate-session-id"
+HEADER_BUDGET = "x-ctxgate-budget-tokens"
+
+
+@dataclass(frozen=True)
+class CallContext:
+    tenant: str
+    trace_id: str
+    headers: Mapping[str, str]   # lower-cased request headers
+
+
+@dataclass
+class FittedCall:
+    body: dict[str, Any]
+    changed: bool
+    task_class: str
+    session_id: str
+    tokens_before: int
+    tokens_after: int
+    drops: list[DropEvent]
+    injected_bullet_ids: list[str]
+    budget: int
+    tenant: str = ""
+    trace_id: str = ""
+    prefix_stable: bool | None = None
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+
+
+def derive_session_id(tenant: str, messages: list[Mapping[str, Any]]) -> str:
+    first_user = next((content_text(m.get("content")) for m in messages
+                       if m.get("role") == "user"), "")
+    h = hashlib.blake2b(digest_size=8)
+    for part in (tenant, system_text(messages), first_user):
+        h.update(part.encode())
+        h.update(b"\x00")
+    return h.hexdigest()
+
+
+def _budget_header(headers: Mapping[str, str]) -> int | None:
+    raw = headers.get(HEADER_BUDGET)
+    if raw is None:
+        return None
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        value = 0
+    if value <= 0 or raw.strip() != str(value):
+        raise InvalidRequest(f"{HEADER_BUDGET} must be a positive integer, got {raw!r}",
+                             param=HEADER_BUDGET)
+    return value
+
+
+def _step_horizon(messages: list[Mapping[str, Any]], state: SessionState, cls: TaskClass) -> int:
+    """Where age-based compaction reaches after this call (unchanged when no step is due)."""
+    high, low = cls.compaction.verbatim_turns_high, cls.compaction.verbatim_turns_low
+    if high is None:
+        return state.horizon
+    turns = [i for i, m in enumerate(messages) if m.get("role") == "assistant"]
+    verbatim = [i for i in turns if i >= state.horizon]
+    if len(verbatim) <= high:
+        return state.horizon
+    return turns[-low] if low > 0 else len(messages)
+
+
+def _events(original: list[Item], final: list[Item], ctx: StageContext) -> list[DropEvent]:
+    kept = {item.id: item for item in final}
+    events = []
+    for item in original:
+        after = kept.get(item.id)
+        if after is not None and after.text == item.text:
+            continue
+        decision = ctx.decisions[item.id]
+        events.append(DropEvent(
+            stage=decision.stage, action=decision.action, reason=decision.reason,  # type: ignore[arg-type]
+            item_id=item.id, kind=item.kind, message_index=item.message_index,
+            tokens_before=item.tokens, tokens_after=after.tokens if after else 0,
+            kept_as=decision.arg if decision.method == "dedup" else None, text=item.text,
+        ))
+    return events
+
+
+class ContextEngine:
+    def __init__(self, settings: Settings, redis: aioredis.Redis | None, metrics: Metrics,
+                 drop_log: DropLog, embedder: Embedder | None,
+                 playbook: PlaybookSource | None = None, *,
+                 sessions: SessionStore | None = None) -> None:
+        self.classes: dict[str, TaskClass] = load_task_classes(
+            settings.task_classes, frozenset(STAGES))
+        self.models = ModelTable.load(settings.models_file)
+        self.counter = TokenCounter()
+        self.metrics = metrics
+        self.drop_log = drop_log
+        self.embedder = embedder
+        self.playbook = playbook
+        self.classifier = Classifier(self.classes, embedder)
+        if sessions is None:
+            if redis is None:
+                raise ValueError("a Redis client or a session store is required")
+            sessions = RedisSessionStore(redis)
+        self.sessions = sessions
+        self.forecasts = ForecastStore(redis)
+        self._caches: dict[str, dict[str, Any]] = {}
+
+    async def _task_class(self, body: dict[str, Any], call: CallContext,
+                          state: SessionState) -> TaskClass:
+        named = call.headers.get(HEADER_CLASS)
+        if named is not None:
+            if named not in self.classes:
+                raise InvalidRequest(f"unknown task class {named!r} in {HEADER_CLASS}",
+                                     param=HEADER_CLASS)
+        elif state.task_class in self.classes:
+            named = state.task_class
+        else:
+            named, _ = await self.classifier.classify(body)
+        if state.task_class != named:
+            state.task_class = named
+            state.dirty.add("class")
+        return self.classes[named]
+
+    async def _playbook(self, cls: TaskClass, call: CallContext, session_id: str,
+                        body: dict[str, Any]) -> InjectedBlock | None:
+        if self.playbook is None or not cls.playbook.get("enabled", False):
+            return None
+        return await self.playbook.block_for_session(
+            call.tenant, cls.name, session_id, request_text(body["messages"]),
+            int(cls.playbook.get("cap_tokens", 800)))
+
+    async def fit(self, body: dict[str, Any], call: CallContext) -> FittedCall:
+        timer = time.perf_counter()
+        seconds: dict[str, float] = {}
+        budget_header = _budget_header(call.headers)
+        messages: list[Mapping[str, Any]] = body["messages"]
+        model = self.models.lookup(body.get("model"))
+        parsed = parse_request(body, self.counter, model.encoding)
+        session_id = call.headers.get(HEADER_SESSION) or derive_session_id(call.tenant, messages)
+        state = await self.sessions.load(call.tenant, session_id)
+        cls = await self._task_class(body, call, state)
+        stats = await self.forecasts.stats(call.tenant, cls.name)
+        budget = forecast_budget(cls, model, body, stats, budget_header)
+        block = await self._playbook(cls, call, session_id, body)
+        seconds["parse"] = time.perf_counter() - timer
+        fixed = parsed.base_tokens + (block.tokens if block else 0)
+        pinned = fixed + sum(item.tokens for item in parsed.items if item.pinned)
+        if pinned > budget.input:
+            return await self._overflow(body, call, cls, session_id, parsed, budget, pinned, state)
+        final, ctx = await self._fit_items(messages, parsed, cls, budget, state, fixed, seconds)
+        tokens_after = fixed + sum(item.tokens for item in final)
+        if tokens_after > budget.input:  # the ladder ends in drops, so only pinned content remains
+            self.metrics.budget_exceeded.labels(cls.name).inc()
+            raise ContextBudgetExceeded(tokens_after, budget.input)
+        rendered = render_messages(messages, parsed.items, final)
+        out_messages = inject_block(rendered.messages, block) if block else rendered.messages
+        events = _events(parsed.items, final, ctx)
+        stable = self._track_prefix(state, rendered.digests, cls)
+        await self.sessions.save(call.tenant, session_id, state)
+        self.drop_log.write(events, trace_id=call.trace_id, session_id=session_id,
+                            tenant=call.tenant, task_class=cls.name)
+        changed = rendered.changed or block is not None
+        self.metrics.context_tokens.labels(cls.name, "before").inc(parsed.tokens)
+        self.metrics.context_tokens.labels(cls.name, "after").inc(tokens_after)
+        seconds["total"] = time.perf_counter() - timer
+        for stage, spent in seconds.items():
+            self.metrics.stage_seconds.labels(stage).observe(spent)
+        return FittedCall(
+            body={**body, "messages": out_messages} if changed else body, changed=changed,
+            task_class=cls.name, session_id=session_id, tokens_before=parsed.tokens,
+            tokens_after=tokens_after, drops=events,
+            injected_bullet_ids=list(block.bullet_ids) if block else [], budget=budget.input,
+            tenant=call.tenant, trace_id=call.trace_id, prefix_stable=stable,
+            stage_seconds=seconds,
+        )
+
+    async def _fit_items(self, messages: list[Mapping[str, Any]], parsed: ParsedRequest,
+                         cls: TaskClass, budget: Budget, state: SessionState, fixed: int,
+                         seconds: dict[str, float]) -> tuple[list[Item], StageContext]:
+        remembered = dict(state.decisions)
+        final: list[Item] = []
+        for item in parsed.items:
+            decision = None if item.pinned else remembered.get(item.id)
+            if decision is None:
+                final.append(item)
+                continue
+            new = apply_decision(item, decision, self.counter, parsed.encoding)
+            if new is not None:
+                final.append(new)
+        horizon = _step_horizon(messages, state, cls)
+        total = fixed + sum(item.tokens for item in final)
+        over = total > cls.compaction.high_water * budget.input
+        turns_step = horizon != state.horizon
+        select_always = cls.compaction.verbatim_turns_high is None and bool(cls.options("select"))
+        ctx = StageContext(
+            task_class=cls, counter=self.counter, encoding=parsed.encoding,
+            embedder=self.embedder, fixed_tokens=fixed,
+            horizon=horizon if cls.compaction.verbatim_turns_high is not None else len(messages),
+            query=_current_step(messages), originals={i.id: i for i in parsed.items},
+            decisions=remembered, target=int(cls.compaction.low_water * budget.input) if over else None,
+            caches=self._caches)
+        if over or turns_step or select_always:
+            names = STAGE_ORDER if (over or turns_step) else ("select",)
+            for name in names:
+                if not cls.enabled(name):
+                    continue
+                start = time.perf_counter()
+                result = await STAGES[name](final, budget, ctx)
+                final = result.items
+                seconds[name] = time.perf_counter() - start
+        if horizon != state.horizon:
+            state.horizon = horizon
+            state.dirty.add("horizon")
+        if ctx.decisions != state.decisions:
+            state.decisions = ctx.decisions
+            state.dirty.add("decisions")
+        return final, ctx
+
+    def _track_prefix(self, state: SessionState, digests: list[str], cls: TaskClass) -> bool | None:
+        stable: bool | None = None
+        if state.prefix:
+            count, _, digest = state.prefix.partition(":")
+            n = int(count)
+            stable = 0 < n <= len(digests) and digests[n - 1] == digest
+            self.metrics.prefix_stable.labels(cls.name, "true" if stable else "false").inc()
+        prefix = f"{len(digests)}:{digests[-1] if digests else ''}"
+        if prefix != state.prefix:
+            state.prefix = prefix
+            state.dirty.add("prefix")
+        return stable
+
+    async def _overflow(self, body: dict[str, Any], call: CallContext, cls: TaskClass,
+                        session_id: str, parsed: ParsedRequest, budget: Budget, pinned: int,
+                        state: SessionState) -> FittedCall:
+        self.metrics.budget_exceeded.labels(cls.name).inc()
+        await self.sessions.save(call.tenant, session_id, state)
+        if cls.on_overflow != "passthrough":
+            raise ContextBudgetExceeded(
+                pinned, budget.input,
+                detail="Pinned content (system prompt, latest user message, open tool calls) "
+                       "alone is over the budget.")
+        import logging
+
+        logging.getLogger("ctxgate.context").warning(
+            "pinned content needs %d tokens over the budget of %d; forwarded unchanged "
+            "(task class %s: on_overflow passthrough)", pinned, budget.input, cls.name)
+        return FittedCall(body=body, changed=False, task_class=cls.name, session_id=session_id,
+                          tokens_before=parsed.tokens, tokens_after=parsed.tokens, drops=[],
+                          injected_bullet_ids=[], budget=budget.input, tenant=call.tenant,
+                          trace_id=call.trace_id)
+
+    async def observe(self, fitted: FittedCall, usage: Mapping[str, Any] | None,
+                      finish_reason: str | None) -> None:
+        completion = usage.get("completion_tokens") if usage else None
+        await self.forecasts.observe(
+            fitted.tenant, fitted.task_class,
+            int(completion) if isinstance(completion, int) else None,
+            overflow=finish_reason == "length")
+
+
+def _current_step(messages: list[Mapping[str, Any]]) -> str:
+    """The latest result and the request it answers: what relevance is measured against."""
+    texts = []
+    for msg in reversed(messages):
+        text = content_text(msg.get("content"))
+        if text:
+            texts.append(text[:1500])
+        if msg.get("role") == "assistant" or len(texts) >= 2:
+            break
+    return "\n".join(reversed(texts))

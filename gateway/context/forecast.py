@@ -1,0 +1,114 @@
+"""The budget forecast: what one call may spend on input, decided before fitting.
+
+The class's caps, bounded by the model's context window and the output reserve. The reserve
+is the request's own `max_tokens` when given, else what the class's completions have needed
+(mean + 2 sd of observed sizes, raised by the overflow rate), kept per class in Redis.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from gateway.context.models import ModelInfo
+from gateway.context.taskclass import BudgetSplit, TaskClass
+from gateway.store import keys
+
+if TYPE_CHECKING:
+    import redis.asyncio as aioredis
+
+MIN_SAMPLES = 5
+STATS_TTL_S = 10.0        # how long a replica trusts its copy of a class's stats
+FORECAST_TTL_S = 30 * 86400
+
+
+@dataclass(frozen=True, slots=True)
+class UsageStats:
+    calls: int = 0
+    completion_sum: float = 0.0
+    completion_sumsq: float = 0.0
+    overflows: int = 0
+
+    @property
+    def needed_reserve(self) -> int | None:
+        if self.calls < MIN_SAMPLES:
+            return None
+        mean = self.completion_sum / self.calls
+        var = max(self.completion_sumsq / self.calls - mean * mean, 0.0)
+        overflow_rate = self.overflows / self.calls
+        return math.ceil((mean + 2 * math.sqrt(var)) * (1 + 2 * overflow_rate))
+
+    @classmethod
+    def decode(cls, raw: dict[bytes, bytes]) -> UsageStats:
+        return cls(int(raw.get(b"calls", 0)), float(raw.get(b"sum", 0)),
+                   float(raw.get(b"sumsq", 0)), int(raw.get(b"overflows", 0)))
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    input: int            # the most input tokens this call may send
+    output_reserve: int
+    split: BudgetSplit
+    source: str           # forecast | header
+
+
+def requested_output(body: dict[str, Any]) -> int | None:
+    for name in ("max_completion_tokens", "max_tokens"):
+        value = body.get(name)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def forecast_budget(cls: TaskClass, model: ModelInfo, body: dict[str, Any], stats: UsageStats,
+                    header_budget: int | None) -> Budget:
+    requested = requested_output(body)
+    if requested is not None:
+        reserve = requested
+    else:
+        reserve = max(cls.budget.output_reserve, stats.needed_reserve or 0)
+        reserve = min(reserve, model.max_output, model.context_window // 2)
+    if header_budget is not None:
+        return Budget(header_budget, reserve, cls.budget, "header")
+    window_room = max(model.context_window - reserve, 1)
+    return Budget(min(cls.budget.total, window_room), reserve, cls.budget, "forecast")
+
+
+class ForecastStore:
+    """Class usage stats in Redis, with a short-lived local copy so a call rarely reads them."""
+
+    def __init__(self, redis: aioredis.Redis | None) -> None:
+        self._redis = redis
+        self._local: dict[tuple[str, str], tuple[float, UsageStats]] = {}
+
+    async def stats(self, tenant: str, task_class: str) -> UsageStats:
+        hit = self._local.get((tenant, task_class))
+        now = time.monotonic()
+        if hit is not None and now - hit[0] < STATS_TTL_S:
+            return hit[1]
+        stats = UsageStats()
+        if self._redis is not None:
+            try:
+                raw = await self._redis.hgetall(keys.forecast(tenant, task_class))  # type: ignore[misc]
+                stats = UsageStats.decode(raw)
+            except Exception:  # a forecast is advisory: the class defaults serve meanwhile
+                stats = hit[1] if hit else UsageStats()
+        self._local[(tenant, task_class)] = (now, stats)
+        return stats
+
+    async def observe(self, tenant: str, task_class: str, completion_tokens: int | None,
+                      overflow: bool) -> None:
+        if self._redis is None or (completion_tokens is None and not overflow):
+            return
+        key = keys.forecast(tenant, task_class)
+        async with self._redis.pipeline(transaction=False) as pipe:
+            if completion_tokens is not None:
+                pipe.hincrby(key, "calls", 1)
+                pipe.hincrbyfloat(key, "sum", completion_tokens)
+                pipe.hincrbyfloat(key, "sumsq", float(completion_tokens) ** 2)
+            if overflow:
+                pipe.hincrby(key, "overflows", 1)
+            pipe.expire(key, FORECAST_TTL_S)
+            await pipe.execute()

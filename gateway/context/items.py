@@ -1,0 +1,173 @@
+"""Parse a request's messages into items: stable ids, kinds, ages, exact token counts.
+
+One message is one item, except that recognisable retrieved documents inside a user or tool
+message become their own `knowledge` items (segments of that message). An assistant message
+with `tool_calls` and its `tool` results share a `unit`: a unit is dropped as a whole, so
+calls and results always stay paired. The first segment of a message carries the message's
+fixed cost (per-message overhead, name, tool calls), so per-item counts add up to the
+request's count.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from gateway.context.segments import find_documents
+from gateway.context.tokens import REPLY_PRIMING, TOKENS_PER_MESSAGE, TOKENS_PER_NAME, TokenCounter
+from gateway.observability.droplog import Kind
+
+_ROLE_KIND: dict[str, Kind] = {
+    "system": "system", "developer": "system", "user": "user",
+    "assistant": "assistant", "tool": "tool_result", "function": "tool_result",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    """One piece of the context that is kept, rewritten or dropped as a whole."""
+
+    id: str
+    kind: Kind
+    unit: str            # items of one unit are dropped together
+    message_index: int
+    segment: int         # 0: the message head (carries the fixed cost); 1..: later segments
+    text: str            # the rewritable text (a slice of string content, or joined text parts)
+    tokens: int          # tokens of text + fixed_tokens
+    fixed_tokens: int    # cost that stays while the message stays (overhead, tool calls)
+    age: int             # assistant turns after this message
+    pinned: bool
+    rewritable: bool     # string content: may be replaced by a shorter text
+    goal: bool = False   # part of the task statement (user words before the first answer)
+    score: float = 0.0   # importance set by rerank; higher is kept longer
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedRequest:
+    items: list[Item]
+    base_tokens: int     # reply priming + tool definitions: always sent
+    tool_tokens: int
+    encoding: str
+
+    @property
+    def tokens(self) -> int:
+        return self.base_tokens + sum(item.tokens for item in self.items)
+
+
+def content_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(
+            str(part.get("text", "")) for part in content
+            if isinstance(part, Mapping) and part.get("type") in ("text", "input_text")
+        )
+    return "" if content is None else str(content)
+
+
+def _digest(*parts: str) -> str:
+    h = hashlib.blake2b(digest_size=8)
+    for part in parts:
+        h.update(part.encode())
+        h.update(b"\x00")
+    return h.hexdigest()
+
+
+def _pinned_messages(messages: Sequence[Mapping[str, Any]]) -> tuple[int, set[int]]:
+    """The latest user message, and the messages of the tool exchange not yet answered."""
+    latest_user = -1
+    for i in range(len(messages) - 1, -1, -1):
+        if messages[i].get("role") == "user":
+            latest_user = i
+            break
+    open_exchange: set[int] = set()
+    for i in range(len(messages) - 1, -1, -1):
+        msg = messages[i]
+        if msg.get("role") == "assistant":
+            if msg.get("tool_calls"):
+                open_exchange = set(range(i, len(messages)))
+            break
+    return latest_user, open_exchange
+
+
+def _units(messages: Sequence[Mapping[str, Any]]) -> list[str]:
+    units, call_unit = [], {}
+    for i, msg in enumerate(messages):
+        unit = f"u{i}"
+        if msg.get("role") == "assistant":
+            for call in msg.get("tool_calls") or ():
+                if isinstance(call, Mapping) and "id" in call:
+                    call_unit[call["id"]] = unit
+        elif msg.get("role") == "tool":
+            unit = call_unit.get(msg.get("tool_call_id"), unit)
+        units.append(unit)
+    return units
+
+
+def _fixed_tokens(msg: Mapping[str, Any], counter: TokenCounter, encoding: str) -> int:
+    fixed = TOKENS_PER_MESSAGE
+    if msg.get("name"):
+        fixed += TOKENS_PER_NAME + counter.count(str(msg["name"]), encoding)
+    for call in msg.get("tool_calls") or ():
+        fn = call.get("function", {}) if isinstance(call, Mapping) else {}
+        fixed += counter.count(str(fn.get("name", "")), encoding)
+        fixed += counter.count(str(fn.get("arguments", "")), encoding) + 3
+    return fixed
+
+
+def parse_request(body: Mapping[str, Any], counter: TokenCounter, encoding: str) -> ParsedRequest:
+    messages: Sequence[Mapping[str, Any]] = body["messages"]
+    latest_user, open_exchange = _pinned_messages(messages)
+    units = _units(messages)
+    first_answer = next(
+        (i for i, m in enumerate(messages) if m.get("role") == "assistant"), len(messages))
+    assistants_after = [0] * len(messages)
+    seen = 0
+    for i in range(len(messages) - 1, -1, -1):
+        assistants_after[i] = seen
+        if messages[i].get("role") == "assistant":
+            seen += 1
+    items: list[Item] = []
+    for i, msg in enumerate(messages):
+        role = str(msg.get("role", "user"))
+        kind: Kind = _ROLE_KIND.get(role, "user")
+        if role == "assistant" and msg.get("tool_calls"):
+            kind = "tool_call"
+        content = msg.get("content")
+        rewritable = isinstance(content, str)
+        text = content_text(content)
+        fixed = _fixed_tokens(msg, counter, encoding)
+        if not rewritable and content is not None:
+            fixed += counter.count(orjson.dumps(content).decode(), encoding) - counter.count(
+                text, encoding)  # non-text parts: counted as sent, never rewritten
+            fixed = max(fixed, TOKENS_PER_MESSAGE)
+        pinned_msg = kind == "system" or i in open_exchange
+        spans = (find_documents(text, sections=role == "user")
+                 if rewritable and role in ("user", "tool") else None)
+        if not spans or len(spans) == 1:
+            items.append(Item(
+                id=_digest(str(i), role, text, orjson.dumps(msg.get("tool_calls")).decode()),
+                kind=kind, unit=units[i], message_index=i, segment=0, text=text,
+                tokens=counter.count(text, encoding) + fixed, fixed_tokens=fixed,
+                age=assistants_after[i], pinned=pinned_msg or i == latest_user,
+                rewritable=rewritable, goal=role == "user" and i < first_answer,
+            ))
+            continue
+        for k, span in enumerate(spans):
+            piece = text[span.start:span.end]
+            seg_fixed = fixed if k == 0 else 0
+            items.append(Item(
+                id=_digest(str(i), role, str(k), piece),
+                kind="knowledge" if span.knowledge else kind, unit=units[i], message_index=i,
+                segment=k, text=piece, tokens=counter.count(piece, encoding) + seg_fixed,
+                fixed_tokens=seg_fixed, age=assistants_after[i],
+                pinned=pinned_msg or (i == latest_user and not span.knowledge),
+                rewritable=True, goal=role == "user" and i < first_answer and not span.knowledge,
+            ))
+    tools = body.get("tools")
+    tool_tokens = counter.count(orjson.dumps(tools).decode(), encoding) if tools else 0
+    return ParsedRequest(items, REPLY_PRIMING + tool_tokens, tool_tokens, encoding)

@@ -1,0 +1,111 @@
+"""Per-session state: the decided task class and the remembered compaction decisions.
+
+Remembered decisions make compaction stable: an item masked or summarised once is rendered
+the same way on every later call, so consecutive calls share their rendered prefix. Redis:
+one HGETALL to read, one pipeline (HSET of the changed fields + EXPIRE) to write, and only
+when something changed. `MemorySessionStore` serves `ctxgate replay` without a server.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+import orjson
+
+from gateway.store import keys
+
+if TYPE_CHECKING:
+    import redis.asyncio as aioredis
+
+SESSION_TTL_S = 7 * 86400
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """How one item is rendered from now on; re-applied verbatim on every later call."""
+
+    stage: str
+    action: str       # drop | mask | compress | dedup
+    reason: str
+    method: str       # drop | mask | summary | dedup | strip
+    level: int = 1
+    arg: str | None = None   # dedup: the representative's id; strip: the pattern
+
+    def dump(self) -> list[Any]:
+        return [self.stage, self.action, self.reason, self.method, self.level, self.arg]
+
+    @classmethod
+    def load(cls, raw: list[Any]) -> Decision:
+        return cls(str(raw[0]), str(raw[1]), str(raw[2]), str(raw[3]), int(raw[4]), raw[5])
+
+
+@dataclass
+class SessionState:
+    task_class: str | None = None
+    decisions: dict[str, Decision] = field(default_factory=dict)
+    horizon: int = 0          # messages before this index went through an age-based step
+    prefix: str = ""          # "<messages>:<rolling hash>" of the last rendered request
+    dirty: set[str] = field(default_factory=set)
+
+    def encode(self, name: str) -> bytes:
+        if name == "decisions":
+            return orjson.dumps({k: d.dump() for k, d in self.decisions.items()})
+        if name == "class":
+            return (self.task_class or "").encode()
+        if name == "horizon":
+            return str(self.horizon).encode()
+        return self.prefix.encode()
+
+    @classmethod
+    def decode(cls, raw: dict[bytes, bytes]) -> SessionState:
+        state = cls()
+        if not raw:
+            return state
+        state.task_class = raw.get(b"class", b"").decode() or None
+        if b"decisions" in raw:
+            state.decisions = {k: Decision.load(v) for k, v in orjson.loads(raw[b"decisions"]).items()}
+        state.horizon = int(raw.get(b"horizon", b"0"))
+        state.prefix = raw.get(b"prefix", b"").decode()
+        return state
+
+
+class SessionStore(Protocol):
+    async def load(self, tenant: str, session_id: str) -> SessionState: ...
+    async def save(self, tenant: str, session_id: str, state: SessionState) -> None: ...
+
+
+class RedisSessionStore:
+    def __init__(self, redis: aioredis.Redis) -> None:
+        self._redis = redis
+
+    async def load(self, tenant: str, session_id: str) -> SessionState:
+        raw = await self._redis.hgetall(keys.session(tenant, session_id))  # type: ignore[misc]
+        return SessionState.decode(raw)
+
+    async def save(self, tenant: str, session_id: str, state: SessionState) -> None:
+        if not state.dirty:
+            return
+        key = keys.session(tenant, session_id)
+        mapping = {name: state.encode(name) for name in state.dirty}
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.hset(key, mapping=mapping)  # type: ignore[arg-type]
+            pipe.expire(key, SESSION_TTL_S)
+            await pipe.execute()
+        state.dirty.clear()
+
+
+class MemorySessionStore:
+    """A throwaway store for replays: states live in this object only."""
+
+    def __init__(self) -> None:
+        self._raw: dict[tuple[str, str], dict[bytes, bytes]] = {}
+
+    async def load(self, tenant: str, session_id: str) -> SessionState:
+        return SessionState.decode(dict(self._raw.get((tenant, session_id), {})))
+
+    async def save(self, tenant: str, session_id: str, state: SessionState) -> None:
+        raw = self._raw.setdefault((tenant, session_id), {})
+        for name in state.dirty:
+            raw[name.encode()] = state.encode(name)
+        state.dirty.clear()

@@ -1,0 +1,98 @@
+"""The stage seam: every stage is `async (items, budget, ctx) -> StageResult`.
+
+Stages are pure over their inputs: they return the kept (possibly rewritten) items and the
+decisions that produced them; the engine remembers the decisions per session and writes one
+drop-log line per affected item, so a decision made once is rendered the same way later.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Protocol
+
+from gateway.context.apply import apply_decision
+from gateway.context.forecast import Budget
+from gateway.context.items import Item
+from gateway.context.session import Decision
+from gateway.context.taskclass import TaskClass
+from gateway.context.tokens import TokenCounter
+
+if TYPE_CHECKING:
+    from gateway.embeddings import Embedder
+
+
+@dataclass
+class StageContext:
+    task_class: TaskClass
+    counter: TokenCounter
+    encoding: str
+    embedder: Embedder | None
+    fixed_tokens: int           # tokens outside the items (priming, tools, playbook block)
+    horizon: int                # age-based rules apply to messages before this index
+    query: str                  # the current step: latest result and latest request
+    originals: Mapping[str, Item]   # items as the client sent them, by id
+    decisions: dict[str, Decision]  # remembered and made so far; stages add to it
+    target: int | None = None   # over the high-water mark: cut down to this many tokens
+    caches: dict[str, dict[str, Any]] = field(default_factory=dict)  # engine-lifetime memo
+
+    def options(self, stage: str) -> Mapping[str, Any]:
+        return self.task_class.options(stage)
+
+    def total(self, items: list[Item]) -> int:
+        return self.fixed_tokens + sum(item.tokens for item in items)
+
+    def cache(self, name: str) -> dict[str, Any]:
+        return self.caches.setdefault(name, {})
+
+
+@dataclass(frozen=True, slots=True)
+class StageResult:
+    items: list[Item]
+    decisions: dict[str, Decision]
+
+
+class Stage(Protocol):
+    async def __call__(self, items: list[Item], budget: Budget, ctx: StageContext) -> StageResult: ...
+
+
+def decide(items: list[Item], chosen: Mapping[str, Decision], ctx: StageContext) -> StageResult:
+    """Apply new decisions (to the original items) and drop whole units where asked."""
+    if not chosen:
+        return StageResult(items, {})
+    chosen = dict(chosen)
+    for item in items:
+        decision = chosen.get(item.id)
+        if decision is not None and decision.method == "drop" and item.kind == "knowledge" \
+                and item.segment == 0:  # the message's head: keep the message, mask the text
+            chosen[item.id] = replace(decision, action="mask", method="mask")
+    # A retrieved document is dropped alone; anything else takes its whole unit with it,
+    # unless part of the unit is pinned: then it is masked instead.
+    pinned_units = unit_pinned(items)
+    for item in items:
+        decision = chosen.get(item.id)
+        if decision is not None and decision.method == "drop" and item.unit in pinned_units \
+                and item.kind != "knowledge":
+            chosen[item.id] = replace(decision, action="mask", method="mask")
+    unit_drops = {item.unit: chosen[item.id] for item in items if item.id in chosen
+                  and chosen[item.id].method == "drop" and item.kind != "knowledge"}
+    decisions = dict(chosen)
+    for item in items:
+        if item.unit in unit_drops:
+            decisions[item.id] = unit_drops[item.unit]
+    kept: list[Item] = []
+    for item in items:
+        decision = decisions.get(item.id)
+        if decision is None:
+            kept.append(item)
+            continue
+        ctx.decisions[item.id] = decision
+        original = ctx.originals.get(item.id, item)
+        new = apply_decision(original, decision, ctx.counter, ctx.encoding)
+        if new is not None:
+            kept.append(new if new.score == item.score else replace(new, score=item.score))
+    return StageResult(kept, decisions)
+
+
+def unit_pinned(items: list[Item]) -> set[str]:
+    return {item.unit for item in items if item.pinned}

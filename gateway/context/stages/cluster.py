@@ -1,0 +1,73 @@
+"""cluster: exact and near duplicates keep one representative.
+
+Exact: same text once whitespace is normalised. Near: MinHash (datasketch) Jaccard over word
+5-shingles at or above `near_threshold` (default 0.85), for texts of `min_chars` or more.
+The representative is a pinned copy if there is one, else the earliest, so the rendered
+prefix stays as it was; the others become a one-line pointer to it (the message stays, so
+tool calls and results stay paired).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+from datasketch import MinHash, MinHashLSH
+
+from gateway.context.forecast import Budget
+from gateway.context.items import Item
+from gateway.context.session import Decision
+from gateway.context.stages.base import StageContext, StageResult, decide
+
+NUM_PERM = 64
+_WORD = re.compile(r"\S+")
+
+
+def _normal(text: str) -> str:
+    return hashlib.blake2b(" ".join(text.split()).encode(), digest_size=12).hexdigest()
+
+
+def _minhash(text: str, memo: dict[str, MinHash]) -> MinHash:
+    key = _normal(text)
+    found = memo.get(key)
+    if found is None:
+        words = _WORD.findall(text)
+        shingles = {" ".join(words[i:i + 5]).encode() for i in range(max(len(words) - 4, 1))}
+        found = MinHash(num_perm=NUM_PERM, seed=7)
+        found.update_batch(list(shingles))
+        memo[key] = found
+        if len(memo) > 50_000:
+            memo.pop(next(iter(memo)))
+    return found
+
+
+async def cluster_items(items: list[Item], budget: Budget, ctx: StageContext) -> StageResult:
+    opts = ctx.options("cluster")
+    min_chars = int(opts.get("min_chars", 200))
+    threshold = float(opts.get("near_threshold", 0.85))
+    candidates = [item for item in items if len(item.text) >= min_chars and item.rewritable]
+    # Pinned copies first: they are the representatives when they have duplicates.
+    candidates.sort(key=lambda item: (not item.pinned, item.message_index, item.segment))
+    memo = ctx.cache("minhash")
+    lsh = MinHashLSH(threshold=threshold, num_perm=NUM_PERM)
+    exact: dict[str, str] = {}
+    chosen: dict[str, Decision] = {}
+    for item in candidates:
+        digest = _normal(item.text)
+        rep = exact.get(digest)
+        mh = _minhash(item.text, memo)
+        if rep is None:
+            near = lsh.query(mh)
+            rep = min(near) if near else None
+            reason = "near_duplicate"
+        else:
+            reason = "duplicate"
+        may_change = (not item.pinned and item.id not in ctx.decisions
+                      and item.message_index < ctx.horizon)
+        if rep is not None and may_change:
+            chosen[item.id] = Decision("cluster", "dedup", reason, "dedup", arg=rep.split("|")[1])
+            continue
+        key = f"{item.message_index:09d}{item.segment:04d}|{item.id}"
+        exact.setdefault(digest, key)
+        lsh.insert(key, mh)
+    return decide(items, chosen, ctx)

@@ -1,0 +1,90 @@
+"""compress: what is left and still too large is rewritten shorter, pinned items never.
+
+1. Age (regardless of budget): items of the kinds in `kinds`, at least `min_tokens` long,
+   in messages the current step covers, are summarised extractively (see summarize.py);
+   the goal (the task statement) is kept.
+2. Caps: retrieved documents over the class's knowledge cap, and history over its history
+   cap, are cut lowest-importance first.
+3. Budget: over the high-water mark, items are cut lowest-importance (rerank score) and
+   oldest first, each one step down the ladder summary → strict summary → mask → drop,
+   until the total is at the low-water target.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from gateway.context.forecast import Budget
+from gateway.context.items import Item
+from gateway.context.session import Decision
+from gateway.context.stages.base import StageContext, StageResult, decide
+
+DEFAULT_KINDS = ("tool_result", "user", "assistant", "tool_call", "knowledge")
+LADDER = (
+    ("compress", "summary", 1),
+    ("compress", "summary", 2),
+    ("mask", "mask", 1),
+    ("drop", "drop", 1),
+)
+
+
+def _rung(decision: Decision | None) -> int:
+    if decision is None:
+        return -1
+    for i, (_, method, level) in enumerate(LADDER):
+        if decision.method == method and decision.level == level:
+            return i
+    return 2 if decision.method in ("strip", "dedup") else 3
+
+
+def _cut(items: list[Item], ctx: StageContext, reason: str,
+         select: Callable[[Item], bool], total: Callable[[list[Item]], int],
+         target: int) -> tuple[list[Item], dict[str, Decision]]:
+    made: dict[str, Decision] = {}
+    for _ in range(len(LADDER)):
+        order = sorted((i for i in items if not i.pinned and select(i)),
+                       key=lambda i: (i.score, -i.age, i.message_index))
+        if not order:
+            break
+        for victim in order:
+            if total(items) <= target:
+                return items, made
+            rung = _rung(ctx.decisions.get(victim.id)) + 1
+            if rung >= len(LADDER) or not any(i.id == victim.id for i in items):
+                continue
+            action, method, level = LADDER[rung]
+            result = decide(items, {victim.id: Decision("compress", action, reason, method, level)},
+                            ctx)
+            items = result.items
+            made.update(result.decisions)
+    return items, made
+
+
+async def compress_items(items: list[Item], budget: Budget, ctx: StageContext) -> StageResult:
+    opts = ctx.options("compress")
+    kinds = set(opts.get("kinds", DEFAULT_KINDS))
+    min_tokens = int(opts.get("min_tokens", 40))
+    aged = {
+        item.id: Decision("compress", "compress", "aged", "summary", int(opts.get("level", 1)))
+        for item in items
+        if not item.pinned and not item.goal and item.id not in ctx.decisions
+        and item.message_index < ctx.horizon and item.kind in kinds
+        and item.tokens >= min_tokens and item.rewritable
+    }
+    result = decide(items, aged, ctx)
+    items, decisions = result.items, dict(result.decisions)
+    low = ctx.task_class.compaction.low_water
+    caps: list[tuple[str, Callable[[Item], bool], int]] = [
+        ("knowledge_cap", lambda i: i.kind == "knowledge", budget.split.knowledge),
+        ("history_cap", lambda i: i.kind not in ("system", "knowledge"), budget.split.history),
+    ]
+    for reason, part, cap in caps:
+        def part_total(current: list[Item], part: Callable[[Item], bool] = part) -> int:
+            return sum(i.tokens for i in current if part(i))
+        if part_total(items) > cap:
+            items, made = _cut(items, ctx, reason, part, part_total, int(cap * low))
+            decisions.update(made)
+    if ctx.target is not None and ctx.total(items) > ctx.target:
+        items, made = _cut(items, ctx, "over_budget", lambda i: True, ctx.total, ctx.target)
+        decisions.update(made)
+    return StageResult(items, decisions)

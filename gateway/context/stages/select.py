@@ -1,0 +1,63 @@
+"""select: cheap rules, regardless of budget — scope, recency, stale step instructions,
+repeated reminders. Applies to messages the current compaction step covers (`horizon`).
+
+Options: `max_turns` (drop turns older than this), `knowledge_max_turns` (scope: drop
+retrieved documents older than this), `stale_patterns` ([{pattern, after_turns, action}]:
+instructions that go stale, dropped or masked once `after_turns` old), `reminder_patterns`
+(regexes of reminder blocks: an older copy is stripped when a newer message repeats it).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from gateway.context.forecast import Budget
+from gateway.context.items import Item
+from gateway.context.session import Decision
+from gateway.context.stages.base import StageContext, StageResult, decide, unit_pinned
+
+
+def _stale(item: Item, rules: list[dict[str, Any]]) -> Decision | None:
+    for rule in rules:
+        if item.age >= int(rule.get("after_turns", 0)) and re.search(rule["pattern"], item.text):
+            action = str(rule.get("action", "drop"))
+            return Decision("select", action, "stale_instruction", action)
+    return None
+
+
+def _reminder(item: Item, later_text: str, patterns: list[str]) -> Decision | None:
+    for pattern in patterns:
+        blocks = re.findall(pattern, item.text)
+        if blocks and all(block in later_text for block in blocks):
+            return Decision("select", "compress", "repeated_reminder", "strip", arg=pattern)
+    return None
+
+
+async def select_items(items: list[Item], budget: Budget, ctx: StageContext) -> StageResult:
+    opts = ctx.options("select")
+    max_turns = opts.get("max_turns")
+    knowledge_max = opts.get("knowledge_max_turns")
+    stale_rules = list(opts.get("stale_patterns") or [])
+    reminders = list(opts.get("reminder_patterns") or [])
+    pinned_units = unit_pinned(items)
+    chosen: dict[str, Decision] = {}
+    for pos, item in enumerate(items):
+        if item.pinned or item.id in ctx.decisions or item.message_index >= ctx.horizon:
+            continue
+        droppable = item.unit not in pinned_units
+        decision = None
+        if max_turns is not None and item.age > int(max_turns) and droppable and not item.goal:
+            decision = Decision("select", "drop", "recency", "drop")
+        elif knowledge_max is not None and item.kind == "knowledge" and item.age > int(knowledge_max):
+            decision = Decision("select", "drop", "out_of_scope", "drop")
+        elif stale_rules:
+            decision = _stale(item, stale_rules)
+            if decision is not None and decision.method == "drop" and not droppable:
+                decision = Decision("select", "mask", "stale_instruction", "mask")
+        if decision is None and reminders:
+            later = "\n".join(other.text for other in items[pos + 1:])
+            decision = _reminder(item, later, reminders)
+        if decision is not None:
+            chosen[item.id] = decision
+    return decide(items, chosen, ctx)
