@@ -104,7 +104,8 @@ class TraceLearner:
             episode = implicit_episode(event, cls)
         if episode is None:
             return []
-        if self._metrics is not None:
+        if self._metrics is not None and episode.signal.source == "implicit":
+            # explicit feedback is counted where it arrives (POST /v1/feedback)
             self._metrics.feedback_events.labels(
                 episode.signal.source, episode.signal.outcome).inc()
         ops = await self._delta(episode, cls)
