@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -67,11 +66,16 @@ def _exit_on_signal(signum: int, frame: object) -> None:
 
 
 def _check_config(settings: Settings) -> None:
-    """Fail before listening if the task classes or playbook settings are invalid."""
-    from gateway.context.classes import load_task_classes
+    """Fail before listening if the task classes, models or playbook settings are invalid."""
+    from gateway.context.models import ModelTable
+    from gateway.context.stages import STAGES
+    from gateway.context.taskclass import load_task_classes
+    from gateway.playbook.config import validate
 
     try:
-        load_task_classes(settings)
+        load_task_classes(settings.task_classes, frozenset(STAGES))
+        ModelTable.load(settings.models_file)
+        validate(settings)
     except SettingsError as exc:
         typer.echo(f"ctxgate: {exc}", err=True)
         raise typer.Exit(2) from None
@@ -81,8 +85,8 @@ def _check_config(settings: Settings) -> None:
 def worker(config: ConfigOption = None) -> None:
     """Run a Reflector/Curator worker on the trace stream (run as many as you like)."""
     from gateway.learner.worker import run_worker
-    from gateway.services import open_services
     from gateway.observability.logging import configure_logging
+    from gateway.services import open_services
 
     settings = _settings(config=config)
     configure_logging(settings.log_level)
@@ -140,4 +144,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
