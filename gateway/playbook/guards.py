@@ -19,6 +19,7 @@ _INSTRUCTION_ATTACKS = tuple(
         r"\byou are now\b|\bact as\b|\bnew persona\b|\bjailbreak",
         r"\bctxgate\b|\bthe gateway\b|\bx-ctxgate-|\badmin[ _-]?key\b|/admin/",
         r"\b(playbook|bullet)s?\b.{0,30}\b(delete|remove|rewrite|replace|disable)",
+        r"\b(delete|remove|rewrite|replace|disable)\b.{0,30}\b(playbook|bullet)s?\b",
         r"<\|[a-z_]+\|>|</?(system|ctxgate-playbook)>|^\s*#{1,3}\s*system\b",
         r"\b(api[_ -]?key|password|secret|token)\s*[:=]\s*\S{8,}",
     )

@@ -179,7 +179,8 @@ async def test_manual_review_keeps_new_bullets_pending(
 ) -> None:
     tenant = "t" + uuid.uuid4().hex[:8]
     upstream.script(models[0], [reflection()])
-    upstream.script(models[1], [curation([{"type": "ADD", "section": "o", "content": "Be terse."}])])
+    upstream.script(models[1], [curation([
+        {"type": "ADD", "section": "o", "content": "Be terse."}])])
     settings = make_settings(upstream, models, tmp_path,
                              task_classes={"code": {"playbook": {"review": "manual"}}})
     services = make_services(settings, lredis, tmp_path)
