@@ -18,8 +18,15 @@ import orjson
 from opentelemetry.trace import SpanKind, Tracer
 
 from gateway.api.asgi import (
-    ClientGone, Receive, Scope, Send, cancel_on_disconnect, parse_json_object, read_body,
-    request_headers, send_error,
+    ClientGone,
+    Receive,
+    Scope,
+    Send,
+    cancel_on_disconnect,
+    parse_json_object,
+    read_body,
+    request_headers,
+    send_error,
 )
 from gateway.api.forwarding import is_bypass, relayed_headers, upstream_headers
 from gateway.api.validation import validate_chat_request
@@ -49,6 +56,7 @@ class Call:
     task_class: str = "none"
     upstream_s: float = 0.0
     ttfb_s: float | None = None
+    waited_s: float = 0.0  # upstream wait so far (first byte, then reading a whole body)
     fitted: FittedCall | None = None
     principal: Principal | None = None
     stream: bool = False
@@ -114,7 +122,7 @@ class ChatCompletions:
             sent = time.perf_counter()
             response = await self._upstream.open("POST", "chat/completions",
                                                  headers=outgoing, content=forward)
-            call.ttfb_s = time.perf_counter() - sent
+            call.ttfb_s = call.waited_s = time.perf_counter() - sent
             try:
                 streaming = response.headers.get("content-type", "").startswith(
                     "text/event-stream")
@@ -128,7 +136,7 @@ class ChatCompletions:
 
     def _our_headers(self, call: Call) -> list[tuple[bytes, bytes]]:
         fitted = call.fitted
-        overhead_ms = (time.perf_counter() - call.started - (call.ttfb_s or 0.0)) * 1000
+        overhead_ms = (time.perf_counter() - call.started - call.waited_s) * 1000
         before = fitted.tokens_before if fitted else 0
         after = fitted.tokens_after if fitted else 0
         dropped = len(fitted.drops) if fitted else 0
@@ -142,8 +150,10 @@ class ChatCompletions:
         ]
 
     async def _relay_whole(self, send: Send, response: httpx.Response, call: Call) -> None:
+        reading = time.perf_counter()
         try:
             data = await response.aread()
+            call.waited_s += time.perf_counter() - reading
         except httpx.TimeoutException:
             raise UpstreamTimeout("The upstream API stalled while answering.") from None
         except httpx.HTTPError:

@@ -16,6 +16,7 @@ from typing import IO, Literal
 
 import orjson
 
+from gateway.observability.logging import redact
 from gateway.observability.metrics import Metrics
 
 Stage = Literal["select", "rerank", "cluster", "compress", "playbook"]
@@ -49,7 +50,7 @@ def preview(text: str, mode: str) -> str | None:
     if mode == "none" or not text:
         return None
     if mode == "text":
-        return text[:120]
+        return redact(text[:120])  # a preview may quote a pasted key: never log it
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
