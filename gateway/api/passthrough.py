@@ -13,7 +13,13 @@ import httpx
 from opentelemetry.trace import SpanKind, Tracer
 
 from gateway.api.asgi import (
-    ClientGone, Receive, Scope, Send, cancel_on_disconnect, read_body, request_headers,
+    ClientGone,
+    Receive,
+    Scope,
+    Send,
+    cancel_on_disconnect,
+    read_body,
+    request_headers,
     send_error,
 )
 from gateway.api.forwarding import relayed_headers, upstream_headers
