@@ -241,6 +241,8 @@ class ContextEngine:
             for name in names:
                 if not cls.enabled(name):
                     continue
+                if name == "rerank" and not over and "min_relevance" not in cls.options(name):
+                    continue  # importance only orders budget cuts: a turns-only step skips it
                 start = time.perf_counter()
                 result = await STAGES[name](final, budget, ctx)
                 final = result.items

@@ -122,8 +122,8 @@ def _table(lines: list[str], level: int) -> str:
 # --- text ---------------------------------------------------------------------------------
 
 def _salient(lines: list[str], level: int) -> str:
-    budget = 24 if level == 1 else 10
-    window = 2 if level == 1 else 1
+    budget = 14 if level == 1 else 8
+    window = 1
     keep: list[int] = [0]
     errors = [i for i, line in enumerate(lines) if _ERROR.search(line)]
     for i in errors[:3]:

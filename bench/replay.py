@@ -1,0 +1,266 @@
+"""Replay benchmark for the context engine (see bench/README.md, "Context engine replay").
+
+Replays every SWE-agent trajectory of the corpus call by call as a live session with the
+shipped configuration, plus long synthetic sessions, and compares in the same run with no
+management and with observation masking (observations older than the last K replaced by a
+one-line placeholder). Per call: tokens saved, and recall — the share of the values the
+agent's next action used (identifiers, paths, numbers in its command / tool-call arguments)
+that appear in an earlier message and are still present in what was forwarded.
+
+    .venv/bin/python bench/replay.py [--corpus DIR] [--synthetic N] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import re
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from gateway.context.items import content_text, parse_request  # noqa: E402
+from gateway.context.replay import build_engine, openai_message  # noqa: E402
+from gateway.context.engine import CallContext  # noqa: E402
+from gateway.settings import Settings  # noqa: E402
+
+CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpora" / "swe-agent"
+_VALUE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-/]*[A-Za-z0-9_]")
+MASK_KEEPS = (10, 3, 2, 1)
+
+
+def values(text: str) -> set[str]:
+    return {v for v in _VALUE.findall(text) if len(v) >= 2}
+
+
+def forwarded_values(messages: list[dict[str, Any]]) -> set[str]:
+    out: set[str] = set()
+    for msg in messages:
+        out |= values(content_text(msg.get("content")))
+        for call in msg.get("tool_calls") or ():
+            out |= values(str(call.get("function", {}).get("arguments", "")))
+    return out
+
+
+def action_values(raw: dict[str, Any]) -> set[str]:
+    """Values the agent's next action used: its command and tool-call arguments."""
+    out = values(str(raw.get("action") or ""))
+    for call in raw.get("tool_calls") or ():
+        out |= values(str(call.get("function", {}).get("arguments", "")))
+    if not out:  # text-format agents: the last fenced block is the command
+        blocks = re.findall(r"```(?:\w+)?\n(.*?)```", content_text(raw.get("content")), re.DOTALL)
+        if blocks:
+            out = values(blocks[-1])
+    return out
+
+
+def is_observation(messages: list[dict[str, Any]], i: int) -> bool:
+    msg = messages[i]
+    if msg.get("role") == "tool":
+        return True
+    return msg.get("role") == "user" and any(m.get("role") == "assistant" for m in messages[:i])
+
+
+def mask(messages: list[dict[str, Any]], keep: int) -> list[dict[str, Any]]:
+    obs = [i for i in range(len(messages)) if is_observation(messages, i)]
+    old = set(obs[:-keep]) if keep else set(obs)
+    out = []
+    for i, msg in enumerate(messages):
+        if i in old:
+            lines = content_text(msg.get("content")).count("\n") + 1
+            msg = {**msg, "content": f"Old environment output: ({lines} lines omitted)"}
+        out.append(msg)
+    return out
+
+
+def sessions_from_corpus(corpus: Path) -> list[tuple[str, list[dict[str, Any]], list[dict[str, Any]]]]:
+    out = []
+    for path in sorted(corpus.glob("*.traj")):
+        raw = orjson.loads(path.read_bytes())["history"]
+        out.append((path.stem[:60], [openai_message(m) for m in raw], raw))
+    return out
+
+
+def synthetic_session(seed: int, turns: int = 100) -> tuple[str, list[dict[str, Any]], list[dict[str, Any]]]:
+    """A long tool-using coding session: file views, test logs, greps, JSON; ~1.2k tokens a turn."""
+    rng = random.Random(seed)
+    files = [f"src/pkg_{seed}/module_{k}.py" for k in range(12)]
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are an autonomous programmer working in a repository "
+         "through tools. Use the tools to read, edit and test code. " * 8},
+        {"role": "user", "content": f"Fix issue #{4000 + seed}: `compute_total` in {files[0]} "
+         f"returns wrong totals when `discount_rate` is negative. Reproduce, fix, test."},
+    ]
+    raw: list[dict[str, Any]] = list(messages)
+    seen_funcs: list[str] = []
+    for t in range(turns):
+        kind = t % 4
+        f = rng.choice(files)
+        if kind == 0:
+            start = rng.randint(1, 400)
+            name, args = "open_file", {"path": f, "line": start}
+            lines = []
+            for n in range(start, start + 60):
+                if n % 9 == 0:
+                    fn = f"helper_{seed}_{t}_{n}"
+                    seen_funcs.append(fn)
+                    lines.append(f"{n}:def {fn}(value, rate={rng.random():.3f}):")
+                else:
+                    lines.append(f"{n}:    result_{n % 7} = value * {rng.randint(2, 999)} + "
+                                 f"offset_{rng.randint(0, 50)}  # adjust {rng.choice(['a','b','c'])}")
+            out = f"[File: /repo/{f} ({start + 200} lines total)]\n" + "\n".join(lines)
+        elif kind == 1:
+            target = seen_funcs[-rng.randint(1, min(len(seen_funcs), 6))] if seen_funcs else "x"
+            name, args = "bash", {"command": f"grep -n {target} -r src/"}
+            hits = [f"{rng.choice(files)}:{rng.randint(1, 600)}:    {target}(x, rate)"
+                    for _ in range(8)]
+            out = "\n".join(hits + [f"src/noise_{k}.py:{rng.randint(1, 900)}: unrelated_call_{k}()"
+                                    for k in range(30)])
+        elif kind == 2:
+            name, args = "bash", {"command": f"python -m pytest tests/test_{t}.py -x -q"}
+            log = [f"2024-05-0{1 + t % 9} 10:{t % 60:02d}:{k % 60:02d} INFO collected case_{k}"
+                   for k in range(50)]
+            err_at = rng.randint(10, 40)
+            log[err_at] = (f"2024-05-01 10:00:{err_at:02d} ERROR test_case_{t}_{err_at} failed: "
+                           f"AssertionError: expected {rng.randint(100, 999)} got "
+                           f"{rng.randint(100, 999)} at {f}:{rng.randint(1, 500)}")
+            out = "\n".join(log) + f"\n=== 1 failed, {rng.randint(20, 90)} passed in 1.2s ==="
+        else:
+            name, args = "bash", {"command": f"cat build/report_{t}.json"}
+            out = orjson.dumps({"run": t, "status": "ok", "items": [
+                {"id": f"item-{t}-{k}", "score": rng.randint(0, 1000),
+                 "path": rng.choice(files)} for k in range(25)]}).decode()
+        call_id = f"call_{seed}_{t}"
+        assistant = {"role": "assistant", "content": f"Step {t}: next I will run {name} on {f}.",
+                     "tool_calls": [{"id": call_id, "type": "function", "function": {
+                         "name": name, "arguments": orjson.dumps(args).decode()}}]}
+        tool = {"role": "tool", "tool_call_id": call_id, "content": out}
+        messages += [assistant, tool]
+        raw += [assistant, tool]
+    messages.append({"role": "assistant", "content": "Done."})
+    raw.append(messages[-1])
+    return f"synthetic-{seed}", messages, raw
+
+
+class Tally:
+    def __init__(self) -> None:
+        self.before = self.after = self.used = self.kept = 0
+        self.late_before = self.late_after = self.late_used = self.late_kept = 0
+
+    def add(self, before: int, after: int, used: int, kept: int, late: bool) -> None:
+        self.before += before
+        self.after += after
+        self.used += used
+        self.kept += kept
+        if late:
+            self.late_before += before
+            self.late_after += after
+            self.late_used += used
+            self.late_kept += kept
+
+    def row(self, name: str) -> dict[str, Any]:
+        def pct(a: int, b: int) -> float:
+            return round(100 * a / b, 1) if b else 0.0
+        return {"method": name,
+                "saved_all_%": pct(self.before - self.after, self.before),
+                "recall_all_%": pct(self.kept, self.used),
+                "saved_late_%": pct(self.late_before - self.late_after, self.late_before),
+                "recall_late_%": pct(self.late_kept, self.late_used)}
+
+
+async def run(sessions: list[tuple[str, list[dict[str, Any]], list[dict[str, Any]]]],
+              settings: Settings) -> dict[str, Any]:
+    engine = build_engine(settings)
+    assert engine.embedder is not None
+    await engine.embedder.embed(["warm up"])
+    tallies = {"none": Tally(), **{f"mask-{k}": Tally() for k in MASK_KEEPS}, "ctxgate": Tally()}
+    times: list[float] = []
+    stable = [0, 0]
+    per_session = []
+    for n, (name, messages, raw) in enumerate(sessions):
+        turns = [i for i, m in enumerate(messages) if m["role"] == "assistant" and i > 0]
+        late_from = len(turns) - len(turns) // 3
+        session_times = []
+        for k, i in enumerate(turns):
+            prefix = messages[:i]
+            body = {"messages": prefix}
+            earlier = forwarded_values(prefix)
+            used = action_values(raw[i]) & earlier
+            late = k >= late_from
+            before = parse_request(body, engine.counter, "o200k_base").tokens
+            tallies["none"].add(before, before, len(used), len(used), late)
+            for keep in MASK_KEEPS:
+                masked = mask(prefix, keep)
+                after = parse_request({"messages": masked}, engine.counter, "o200k_base").tokens
+                kept = len(used & forwarded_values(masked))
+                tallies[f"mask-{keep}"].add(before, after, len(used), kept, late)
+            start = time.perf_counter()
+            fitted = await engine.fit(body, CallContext(
+                tenant="bench", trace_id=f"{n}-{k}", headers={"x-ctxgate-session-id": f"s{n}"}))
+            spent = time.perf_counter() - start
+            times.append(spent)
+            session_times.append(spent)
+            if fitted.prefix_stable is not None:
+                stable[0] += int(fitted.prefix_stable)
+                stable[1] += 1
+            out = fitted.body["messages"]
+            tallies["ctxgate"].add(fitted.tokens_before, fitted.tokens_after, len(used),
+                                   len(used & forwarded_values(out)), late)
+        third = max(len(session_times) // 3, 1)
+        per_session.append({"session": name, "calls": len(turns),
+                            "ms_first_third": round(1000 * statistics.median(session_times[:third]), 2),
+                            "ms_last_third": round(1000 * statistics.median(session_times[-third:]), 2)})
+    engine.embedder.close()
+    return {
+        "methods": [t.row(name) for name, t in tallies.items()],
+        "median_ms": round(1000 * statistics.median(times), 2),
+        "p90_ms": round(1000 * sorted(times)[int(0.9 * (len(times) - 1))], 2),
+        "prefix_stable_%": round(100 * stable[0] / max(stable[1], 1), 1),
+        "calls": len(times), "sessions": per_session,
+    }
+
+
+def print_report(title: str, result: dict[str, Any]) -> None:
+    print(f"\n## {title}: {result['calls']} calls")
+    print(f"{'method':<10} {'saved all':>10} {'recall all':>11} {'saved late':>11} {'recall late':>12}")
+    for r in result["methods"]:
+        print(f"{r['method']:<10} {r['saved_all_%']:>9}% {r['recall_all_%']:>10}% "
+              f"{r['saved_late_%']:>10}% {r['recall_late_%']:>11}%")
+    print(f"pipeline time per call: median {result['median_ms']} ms, p90 {result['p90_ms']} ms; "
+          f"prefix stable {result['prefix_stable_%']}% of consecutive calls")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--corpus", type=Path, default=CORPUS)
+    parser.add_argument("--synthetic", type=int, default=3, help="long synthetic sessions")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    settings = Settings()
+    report: dict[str, Any] = {}
+    if args.corpus.exists():
+        report["corpus"] = asyncio.run(run(sessions_from_corpus(args.corpus), settings))
+        print_report("SWE-agent corpus", report["corpus"])
+    else:
+        print(f"corpus {args.corpus} not found: skipped")
+    if args.synthetic:
+        long = [synthetic_session(seed) for seed in range(args.synthetic)]
+        report["synthetic"] = asyncio.run(run(long, settings))
+        print_report("Long synthetic sessions (100 calls each)", report["synthetic"])
+        for s in report["synthetic"]["sessions"]:
+            print(f"  {s['session']}: median ms first third {s['ms_first_third']}, "
+                  f"last third {s['ms_last_third']}")
+    if args.json:
+        args.json.write_text(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,51 @@
+"""Fixtures for the context engine: one real embedder per session, engines on real Redis."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+import redis.asyncio as aioredis
+
+from gateway.context.engine import ContextEngine
+from gateway.embeddings import Embedder
+from gateway.observability.droplog import DropLog
+from gateway.observability.metrics import Metrics
+from gateway.settings import Settings
+
+CONFIG = Path(__file__).resolve().parents[2] / "config" / "gateway.yaml"
+CORPUS = Path(__file__).resolve().parents[3] / "shared" / "corpora" / "swe-agent"
+
+
+@pytest.fixture(scope="session")
+def embedder() -> Iterator[Embedder]:
+    e = Embedder()
+    yield e
+    e.close()
+
+
+@pytest.fixture(scope="session")
+def settings() -> Settings:
+    return Settings(config=CONFIG)
+
+
+@pytest.fixture
+async def redis_client(redis_url: str) -> AsyncIterator[aioredis.Redis]:
+    client = aioredis.from_url(redis_url)
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+def drop_log_path(tmp_path: Path) -> Path:
+    return tmp_path / "drops.jsonl"
+
+
+@pytest.fixture
+async def engine(settings: Settings, redis_client: aioredis.Redis, embedder: Embedder,
+                 drop_log_path: Path) -> AsyncIterator[ContextEngine]:
+    metrics = Metrics()
+    log = DropLog(str(drop_log_path), "hash", metrics)
+    yield ContextEngine(settings, redis_client, metrics, log, embedder)
+    log.close()

@@ -1,0 +1,140 @@
+"""The engine end to end on real Redis: budgets, drop-log sums, sessions, prefix, playbook."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gateway.context.engine import CallContext, ContextEngine, InjectedBlock
+from gateway.context.replay import load_calls
+from gateway.errors import ContextBudgetExceeded, InvalidRequest
+
+from .conftest import CORPUS
+
+
+def _agent_session(turns: int, size: int = 400) -> list[dict]:
+    msgs: list[dict] = [
+        {"role": "system", "content": "You are an autonomous programmer."},
+        {"role": "user", "content": "Fix bug 77 in src/calc.py: totals are wrong."},
+    ]
+    for t in range(turns):
+        msgs.append({"role": "assistant", "content": f"Step {t}: look at src/f{t}.py.",
+                     "tool_calls": [{"id": f"c{t}", "type": "function",
+                                     "function": {"name": "bash", "arguments": f'{{"n": {t}}}'}}]})
+        body = "\n".join(f"{k}:    value_{t}_{k} = compute({k}, {t})" for k in range(size // 10))
+        msgs.append({"role": "tool", "tool_call_id": f"c{t}",
+                     "content": f"[File: src/f{t}.py]\n{body}"})
+    return msgs
+
+
+def _call(session: str, **headers: str) -> CallContext:
+    return CallContext(tenant="t1", trace_id="tr", headers={"x-ctxgate-session-id": session,
+                                                            **headers})
+
+
+def _valid(messages: list[dict]) -> None:
+    open_calls: set[str] = set()
+    for msg in messages:
+        assert msg["role"] in ("system", "developer", "user", "assistant", "tool")
+        if msg["role"] == "tool":
+            assert msg["tool_call_id"] in open_calls
+        if msg["role"] == "assistant":
+            open_calls = {c["id"] for c in msg.get("tool_calls") or ()}
+
+
+async def test_small_request_is_untouched(engine: ContextEngine) -> None:
+    body = {"model": "gpt-4o", "messages": [{"role": "user", "content": "Hi there"}]}
+    fitted = await engine.fit(body, _call("small"))
+    assert not fitted.changed and fitted.body is body and fitted.drops == []
+    assert fitted.tokens_before == fitted.tokens_after > 0
+
+
+async def test_drop_log_sum_and_budget(engine: ContextEngine, drop_log_path: Path) -> None:
+    msgs = _agent_session(30)
+    fitted = await engine.fit({"messages": msgs}, _call("budget", **{
+        "x-ctxgate-budget-tokens": "3000", "x-ctxgate-task-class": "coding_agent"}))
+    assert fitted.changed and fitted.budget == 3000
+    assert fitted.tokens_after <= 3000 < fitted.tokens_before
+    saved = sum(d.tokens_before - d.tokens_after for d in fitted.drops)
+    assert saved == fitted.tokens_before - fitted.tokens_after
+    lines = [json.loads(line) for line in drop_log_path.read_text().splitlines()]
+    assert len(lines) == len(fitted.drops)
+    assert {line["stage"] for line in lines} <= {"select", "rerank", "cluster", "compress"}
+    assert all(line["session_id"] == "budget" for line in lines)
+    _valid(fitted.body["messages"])
+    # pinned items byte-identical
+    assert fitted.body["messages"][0] == msgs[0] and fitted.body["messages"][-1] == msgs[-1]
+
+
+async def test_pinned_over_budget_is_refused(engine: ContextEngine) -> None:
+    body = {"messages": [{"role": "user", "content": "word " * 500}]}
+    with pytest.raises(ContextBudgetExceeded) as info:
+        await engine.fit(body, _call("over", **{"x-ctxgate-budget-tokens": "100"}))
+    assert info.value.allowed == 100 and info.value.needed > 100
+    assert engine.metrics.budget_exceeded.labels("default")._value.get() == 1
+
+
+@pytest.mark.parametrize("header", [("x-ctxgate-budget-tokens", "-5"),
+                                    ("x-ctxgate-budget-tokens", "ten"),
+                                    ("x-ctxgate-task-class", "nope")])
+async def test_bad_headers(engine: ContextEngine, header: tuple[str, str]) -> None:
+    with pytest.raises(InvalidRequest):
+        await engine.fit({"messages": [{"role": "user", "content": "x"}]},
+                         _call("bad", **{header[0]: header[1]}))
+
+
+async def test_session_remembers_class_and_decisions(engine: ContextEngine) -> None:
+    msgs = _agent_session(14)
+    stable = []
+    for end in range(4, len(msgs) + 1, 2):
+        fitted = await engine.fit({"messages": msgs[:end]}, _call("sess"))
+        assert fitted.task_class == "coding_agent"  # by the system-prompt rule
+        if fitted.prefix_stable is not None:
+            stable.append(fitted.prefix_stable)
+    assert fitted.tokens_after < fitted.tokens_before
+    assert sum(stable) / len(stable) >= 0.7 and not all(stable)
+    # A later call re-applies remembered decisions: the same bytes for the same history.
+    again = await engine.fit({"messages": msgs}, _call("sess"))
+    assert again.body["messages"] == fitted.body["messages"] and again.prefix_stable
+
+
+async def test_playbook_block_is_pinned_into_system(engine: ContextEngine) -> None:
+    class Source:
+        async def block_for_session(self, tenant: str, task_class: str, session_id: str,
+                                    query: str, cap_tokens: int) -> InjectedBlock:
+            return InjectedBlock("<playbook>\n[a-00001] test first\n</playbook>", ["a-00001"], 12)
+
+    engine.playbook = Source()
+    msgs = _agent_session(2)
+    fitted = await engine.fit({"messages": msgs}, _call("pb"))
+    assert fitted.changed and fitted.injected_bullet_ids == ["a-00001"]
+    assert fitted.body["messages"][0]["content"].endswith("</playbook>")
+    assert msgs[0]["content"] == "You are an autonomous programmer."  # not mutated
+    saved = sum(d.tokens_before - d.tokens_after for d in fitted.drops)
+    assert saved == fitted.tokens_before - (fitted.tokens_after - 12)
+
+
+async def test_observe_moves_the_forecast(engine: ContextEngine) -> None:
+    body = {"model": "gpt-4", "messages": [{"role": "user", "content": "hello"}]}
+    fitted = await engine.fit(body, _call("fc", **{"x-ctxgate-task-class": "plain_chat"}))
+    for _ in range(6):
+        await engine.observe(fitted, {"completion_tokens": 3000}, "length")
+    engine.forecasts._local.clear()
+    stats = await engine.forecasts.stats("t1", "plain_chat")
+    assert stats.calls == 6 and stats.overflows == 6
+    again = await engine.fit(body, _call("fc2", **{"x-ctxgate-task-class": "plain_chat"}))
+    assert again.budget < fitted.budget  # the reserve grew, so the input budget shrank
+
+
+@pytest.mark.skipif(not CORPUS.exists(), reason="../shared corpus not present")
+async def test_corpus_trajectory_replays_valid(engine: ContextEngine) -> None:
+    path = next(CORPUS.glob("replay__marshmallow*function_calling__*.traj"))
+    calls = load_calls(path)
+    for n, body in enumerate(calls):
+        fitted = await engine.fit(body, _call(f"traj-{path.stem}"))
+        _valid(fitted.body["messages"])
+        assert fitted.tokens_after <= fitted.budget
+        assert sum(d.tokens_saved for d in fitted.drops) == fitted.tokens_before - fitted.tokens_after
+    assert fitted.tokens_after < 0.8 * fitted.tokens_before, n

@@ -1,0 +1,85 @@
+"""Parse and render: ids, kinds, pinning, units, knowledge segments, exact reassembly."""
+
+from __future__ import annotations
+
+from gateway.context.items import parse_request
+from gateway.context.render import render_messages
+from gateway.context.summarize import summarize
+from gateway.context.tokens import TokenCounter
+
+COUNTER = TokenCounter()
+
+
+def _call(i: int) -> dict:
+    return {"id": f"c{i}", "type": "function", "function": {"name": "bash", "arguments": "{}"}}
+
+
+MESSAGES = [
+    {"role": "system", "content": "You are a coding agent."},
+    {"role": "user", "content": "Fix the bug in app.py"},
+    {"role": "assistant", "content": "Looking.", "tool_calls": [_call(1)]},
+    {"role": "tool", "tool_call_id": "c1", "content": "app.py:3: error"},
+    {"role": "assistant", "content": "Fixing.", "tool_calls": [_call(2)]},
+    {"role": "tool", "tool_call_id": "c2", "content": "ok"},
+]
+
+
+def test_kinds_units_pins_and_ages() -> None:
+    items = parse_request({"messages": MESSAGES}, COUNTER, "o200k_base").items
+    assert [i.kind for i in items] == ["system", "user", "tool_call", "tool_result", "tool_call",
+                                       "tool_result"]
+    assert items[2].unit == items[3].unit != items[4].unit == items[5].unit
+    assert [i.pinned for i in items] == [True, True, False, False, True, True]
+    assert [i.age for i in items] == [2, 2, 1, 1, 0, 0]
+    assert items[1].goal and not items[3].goal
+    again = parse_request({"messages": MESSAGES}, COUNTER, "o200k_base").items
+    assert [i.id for i in items] == [i.id for i in again]
+    assert len({i.id for i in items}) == len(items)
+
+
+def test_token_counts_add_up() -> None:
+    parsed = parse_request({"messages": MESSAGES}, COUNTER, "o200k_base")
+    assert parsed.tokens == parsed.base_tokens + sum(i.tokens for i in parsed.items)
+    system = parsed.items[0]
+    assert system.tokens == COUNTER.count("You are a coding agent.", "o200k_base") + 3
+
+
+def test_knowledge_segments_cover_the_message_exactly() -> None:
+    docs = "".join(f"<document id={k}>Paragraph {k} about refunds. " * 3 + "</document>\n"
+                   for k in range(3))
+    text = "Answer from these sources.\n" + docs + "What is the refund window?"
+    parsed = parse_request({"messages": [{"role": "user", "content": text}]}, COUNTER, "o200k_base")
+    kinds = [i.kind for i in parsed.items]
+    assert kinds.count("knowledge") == 3
+    assert "".join(i.text for i in parsed.items) == text
+    assert all(i.pinned == (i.kind != "knowledge") for i in parsed.items)
+    rendered = render_messages([{"role": "user", "content": text}], parsed.items, parsed.items)
+    assert not rendered.changed and rendered.messages[0]["content"] == text
+
+
+def test_render_drops_whole_units_and_keeps_order() -> None:
+    parsed = parse_request({"messages": MESSAGES}, COUNTER, "o200k_base")
+    final = [i for i in parsed.items if i.unit != parsed.items[2].unit]
+    rendered = render_messages(MESSAGES, parsed.items, final)
+    assert rendered.changed
+    assert [m["role"] for m in rendered.messages] == ["system", "user", "assistant", "tool"]
+    assert rendered.messages[2] is MESSAGES[4]
+
+
+def test_summaries_keep_structure() -> None:
+    data = '{"rows": [' + ",".join(f'{{"id": {k}, "name": "n{k}"}}' for k in range(50)) + '], "n": 50}'
+    out = summarize(data, "tool_result", 1)
+    assert out.startswith('{"rows":[') and '"n":50' in out and "47 more" in out
+    log = "\n".join([f"2024-01-01 10:00:{k:02d} INFO step {k}" for k in range(40)])
+    log = log.replace("step 20", "ERROR disk full at /var/lib/x")
+    out = summarize(log, "tool_result", 1)
+    assert "disk full" in out and "step 39" in out and "step 5\n" not in out
+    table = "| a | b |\n|---|---|\n" + "\n".join(f"| {k} | {k * 2} |" for k in range(30))
+    out = summarize(table, "tool_result", 1)
+    assert out.startswith("| a | b |\n|---|---|") and "omitted" in out and "| 29 |" in out
+    code = "\n".join([f"{k}:    x = {k}" for k in range(100)] + ["(Open file: /repo/a.py)"])
+    code = code.replace("50:    x = 50", "50:def target_fn(a):")
+    out = summarize(code, "user", 1)
+    assert "target_fn" in out and "/repo/a.py" in out and len(out) < len(code) / 3
+    assistant = "I will run the tests now. Then fix.\n```\npytest -x tests/\n```"
+    assert summarize(assistant, "assistant", 2) == "```\npytest -x tests/\n```"
