@@ -79,7 +79,7 @@ class PlaybookEditor:
         folded = await self._fold(tenant, task_class, added) if added else []
         pruned = await self._prune(tenant, task_class, cls) if added else []
         self._log(tenant, task_class, origin, refused, folded, pruned)
-        await self._count(tenant, task_class, results)
+        await self._count(tenant, task_class, results, len(folded), len(pruned))
         return ApplyReport(
             results, refused, [(a.id, b.id) for a, b in folded], [b.id for b in pruned]
         )
@@ -107,8 +107,6 @@ class PlaybookEditor:
         if self._embedder is None:
             return []
         bullets = {b.id: b for b in await self.store.bullets(tenant, task_class)}
-        now = time.time()
-        half_life = self._settings.decay_half_life_days
         ops: list[Operation] = []
         folded: list[tuple[Bullet, Bullet]] = []
         gone: set[str] = set()
@@ -126,8 +124,9 @@ class PlaybookEditor:
             if float(sims[best]) < self._settings.dedup_threshold:
                 continue
             peer = peers[best]
-            keep, lose = (peer, new) if score(peer, now, half_life) >= score(
-                new, now, half_life) else (new, peer)
+            # The better record wins; on a tie the older bullet stays (its id is known).
+            keep, lose = (new, peer) if new.helpful - new.harmful > (
+                peer.helpful - peer.harmful) else (peer, new)
             ops.append(Operation("FOLD", f"fold:{lose.id}", id=lose.id, into=keep.id))
             folded.append((lose, keep))
             gone.add(lose.id)
@@ -182,11 +181,16 @@ class PlaybookEditor:
         self._drop_log.write(events, trace_id=origin.trace_id, session_id=origin.session_id,
                              tenant=tenant, task_class=task_class)
 
-    async def _count(self, tenant: str, task_class: str, results: list[MergeResult]) -> None:
+    async def _count(self, tenant: str, task_class: str, results: list[MergeResult],
+                     folded: int, pruned: int) -> None:
         if self._metrics is None:
             return
         for result in results:
             if result.outcome == "applied":
                 self._metrics.curator_operations.labels(result.op.type).inc()
+        if folded:
+            self._metrics.curator_operations.labels("FOLD").inc(folded)
+        if pruned:
+            self._metrics.curator_operations.labels("PRUNE").inc(pruned)
         active = [b for b in await self.store.bullets(tenant, task_class) if b.status == "active"]
         self._metrics.playbook_bullets.labels(task_class).set(len(active))

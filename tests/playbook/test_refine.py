@@ -53,6 +53,15 @@ async def test_near_duplicate_folds_into_existing(
     assert line["trace_id"] == "trace-9" and line["tokens_before"] > 0
 
 
+async def test_on_a_tie_the_older_bullet_stays(
+    redis: aioredis.Redis, tenant: str, tmp_path: Path
+) -> None:
+    ed = editor(redis, tmp_path)
+    await ed.apply(tenant, "c", [add("1", "Check the exit code.")], ClassPlaybook())
+    report = await ed.apply(tenant, "c", [add("2", "check the exit code")], ClassPlaybook())
+    assert report.folded == [("err-00002", "err-00001")]
+
+
 async def test_same_lesson_in_another_section_is_kept(
     redis: aioredis.Redis, tenant: str, tmp_path: Path
 ) -> None:
