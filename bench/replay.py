@@ -26,10 +26,10 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gateway.context.items import content_text, parse_request  # noqa: E402
-from gateway.context.replay import build_engine, openai_message  # noqa: E402
-from gateway.context.engine import CallContext  # noqa: E402
-from gateway.settings import Settings  # noqa: E402
+from gateway.context.engine import CallContext
+from gateway.context.items import content_text, parse_request
+from gateway.context.replay import build_engine, openai_message
+from gateway.settings import Settings
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpora" / "swe-agent"
 _VALUE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-/]*[A-Za-z0-9_]")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from gateway.context.models import ModelInfo
 from gateway.context.taskclass import BudgetSplit, TaskClass
@@ -91,8 +91,8 @@ class ForecastStore:
         stats = UsageStats()
         if self._redis is not None:
             try:
-                raw = await self._redis.hgetall(keys.forecast(tenant, task_class))  # type: ignore[misc]
-                stats = UsageStats.decode(raw)
+                raw = await self._redis.hgetall(keys.forecast(tenant, task_class))
+                stats = UsageStats.decode(cast(dict[bytes, bytes], raw))
             except Exception:  # a forecast is advisory: the class defaults serve meanwhile
                 stats = hit[1] if hit else UsageStats()
         self._local[(tenant, task_class)] = (now, stats)

@@ -9,7 +9,7 @@ when something changed. `MemorySessionStore` serves `ctxgate replay` without a s
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import orjson
 
@@ -80,8 +80,8 @@ class RedisSessionStore:
         self._redis = redis
 
     async def load(self, tenant: str, session_id: str) -> SessionState:
-        raw = await self._redis.hgetall(keys.session(tenant, session_id))  # type: ignore[misc]
-        return SessionState.decode(raw)
+        raw = await self._redis.hgetall(keys.session(tenant, session_id))
+        return SessionState.decode(cast(dict[bytes, bytes], raw))
 
     async def save(self, tenant: str, session_id: str, state: SessionState) -> None:
         if not state.dirty:
