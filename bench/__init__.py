@@ -1,0 +1,1 @@
+"""Benchmarks: gateway overhead against LiteLLM (`bench.overhead`), context replay, playbook."""
