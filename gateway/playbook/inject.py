@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 PIN_FIELD = "playbook"
 _NONE = b"{}"  # pinned "no playbook" (the session started with an empty one)
 TRACK_RECORD_WEIGHT = 0.15
+QUERY_CHARS = 1500
 
 
 @dataclass(frozen=True)
@@ -105,7 +106,9 @@ class PlaybookInjector:
             return None
         query_vec, vecs = None, None
         if self._embedder is not None and query.strip():
-            embedded = await self._embedder.embed([query, *(b.content for b in active)])
+            # The model reads 256 tokens at most: embed the request's latest words only.
+            embedded = await self._embedder.embed(
+                [query[-QUERY_CHARS:], *(b.content for b in active)])
             query_vec, vecs = embedded[0], embedded[1:]
         chosen = fit_to_cap(rank(active, query_vec, vecs), cap_tokens)
         if not chosen:
