@@ -125,7 +125,8 @@ async def bench_feedback(url: str, upstream: Any, samples: int, tmp: Path) -> di
         {"content": orjson.dumps(reflection).decode()}]})
     httpx.post(f"{upstream.url}/_script", json={"model": curator, "responses": curations})
     settings = Settings(config=tmp / "absent.yaml", learner_url=f"{upstream.url}/v1",
-                        reflector_model=reflector, curator_model=curator)
+                        reflector_model=reflector, curator_model=curator,
+                        task_classes={"bench": {"playbook": {"enabled": True}}})
     redis = aioredis.Redis.from_url(url)
     await redis.delete(keys.TRACE_STREAM)
     metrics = Metrics()

@@ -98,6 +98,8 @@ class TraceLearner:
             return []  # expired or never written: nothing to learn from
         event, feedback = loaded
         cls = class_playbook(self._settings, event.task_class)
+        if not cls.enabled:
+            return []  # no playbook is injected for this class: lessons would go unused
         if fields.get("kind") == "feedback":
             episode = explicit_episode(event, feedback) if feedback else None
         else:

@@ -46,11 +46,15 @@ def models() -> tuple[str, str]:
     return f"reflector-{tag}", f"curator-{tag}"
 
 
+ENABLED = {"playbook": {"enabled": True}}
+
+
 def make_settings(upstream: Upstream, models: tuple[str, str], tmp: Path,
                   **extra: Any) -> Settings:
+    classes = {"code": ENABLED, "qa": ENABLED, **extra.pop("task_classes", {})}
     return Settings(
         config=tmp / "absent.yaml", learner_url=f"{upstream.url}/v1",
-        reflector_model=models[0], curator_model=models[1],
+        reflector_model=models[0], curator_model=models[1], task_classes=classes,
         learner={"reclaim_idle_s": 0.3, "retries": 2, **extra.pop("learner", {})},
         **extra,
     )

@@ -181,8 +181,8 @@ async def test_manual_review_keeps_new_bullets_pending(
     upstream.script(models[0], [reflection()])
     upstream.script(models[1], [curation([
         {"type": "ADD", "section": "o", "content": "Be terse."}])])
-    settings = make_settings(upstream, models, tmp_path,
-                             task_classes={"code": {"playbook": {"review": "manual"}}})
+    settings = make_settings(upstream, models, tmp_path, task_classes={
+        "code": {"playbook": {"enabled": True, "review": "manual"}}})
     services = make_services(settings, lredis, tmp_path)
     attach(services)
     await publish(lredis, failed_step_event(tenant, "tr-8"))
@@ -191,3 +191,44 @@ async def test_manual_review_keeps_new_bullets_pending(
     assert bullet.status == "pending"
     block = await services.playbooks.block_for_session(tenant, "code", "new", "q", 500)
     assert block is None  # pending bullets are not injected
+
+
+async def test_class_without_playbook_learns_nothing(
+    lredis: aioredis.Redis, upstream: Upstream, models: tuple[str, str], tmp_path: Path
+) -> None:
+    tenant = "t" + uuid.uuid4().hex[:8]
+    services = make_services(make_settings(upstream, models, tmp_path), lredis, tmp_path)
+    await publish(lredis, failed_step_event(tenant, "tr-9", task_class="chat"))
+    await burst(services)
+    assert learner_calls(upstream, models[0]) == 0
+    assert await pending(lredis) == 0
+
+
+async def test_reflector_rounds(
+    lredis: aioredis.Redis, upstream: Upstream, models: tuple[str, str], tmp_path: Path
+) -> None:
+    tenant = "t" + uuid.uuid4().hex[:8]
+    upstream.script(models[0], [reflection(insight="first"), reflection(insight="sharper")])
+    upstream.script(models[1], [curation([])])
+    settings = make_settings(upstream, models, tmp_path, learner={"reflector_rounds": 2})
+    services = make_services(settings, lredis, tmp_path)
+    await publish(lredis, failed_step_event(tenant, "tr-10"))
+    await burst(services)
+    calls = [orjson.loads(r["body"]) for r in upstream.requests()
+             if r["path"] == "/v1/chat/completions" and models[1] in r["body"].decode()]
+    assert learner_calls(upstream, models[0]) == 2
+    assert '"key_insight":"sharper"' in calls[-1]["messages"][1]["content"]
+    assert await PlaybookStore(lredis).bullets(tenant, "code") == []  # no operations: no change
+
+
+async def test_sink_sheds_instead_of_blocking(lredis: aioredis.Redis) -> None:
+    from gateway.observability.metrics import Metrics
+
+    metrics = Metrics()
+    sink = TraceSink(lredis, metrics, max_pending=2)
+    for i in range(5):
+        sink.publish(failed_step_event("shed", f"s-{i}"))
+    assert sink.pending == 2
+    await sink.aclose()
+    assert metrics.worker_failures.labels("trace_shed")._value.get() == 3
+    assert await lredis.xlen(keys.TRACE_STREAM) == 2

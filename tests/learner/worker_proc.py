@@ -25,6 +25,7 @@ async def main(redis_url: str, learner_url: str, reflector: str, curator: str,
     tmp = Path(tempfile.mkdtemp())
     settings = Settings(config=tmp / "absent.yaml", learner_url=learner_url,
                         reflector_model=reflector, curator_model=curator,
+                        task_classes={"code": {"playbook": {"enabled": True}}},
                         learner={"timeout_s": 60, "reclaim_idle_s": 60})
     redis = aioredis.Redis.from_url(redis_url)
     metrics = Metrics()
