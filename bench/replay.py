@@ -100,12 +100,15 @@ def synthetic_session(seed: int, turns: int = 100) -> tuple[str, list[dict[str, 
     ]
     raw: list[dict[str, Any]] = list(messages)
     seen_funcs: list[str] = []
+    lead: tuple[str, int] | None = None  # (file, line) the latest grep hit or error points at
     for t in range(turns):
         kind = t % 4
         f = rng.choice(files)
         if kind == 0:
-            start = rng.randint(1, 400)
-            name, args = "open_file", {"path": f, "line": start}
+            # Follow the lead of the last grep or failing test, as an agent does.
+            f, target = lead if lead else (f, rng.randint(1, 400))
+            start = max(target - 20, 1)
+            name, args = "open_file", {"path": f, "line": target}
             lines = []
             for n in range(start, start + 60):
                 if n % 9 == 0:
@@ -114,23 +117,28 @@ def synthetic_session(seed: int, turns: int = 100) -> tuple[str, list[dict[str, 
                     lines.append(f"{n}:def {fn}(value, rate={rng.random():.3f}):")
                 else:
                     lines.append(f"{n}:    result_{n % 7} = value * {rng.randint(2, 999)} + "
-                                 f"offset_{rng.randint(0, 50)}  # adjust {rng.choice(['a','b','c'])}")
+                                 f"offset_{rng.randint(0, 50)}  # adjust {rng.choice('abc')}")
             out = f"[File: /repo/{f} ({start + 200} lines total)]\n" + "\n".join(lines)
         elif kind == 1:
-            target = seen_funcs[-rng.randint(1, min(len(seen_funcs), 6))] if seen_funcs else "x"
-            name, args = "bash", {"command": f"grep -n {target} -r src/"}
-            hits = [f"{rng.choice(files)}:{rng.randint(1, 600)}:    {target}(x, rate)"
-                    for _ in range(8)]
-            out = "\n".join(hits + [f"src/noise_{k}.py:{rng.randint(1, 900)}: unrelated_call_{k}()"
-                                    for k in range(30)])
+            # A function seen a few views ago: the value comes from older context.
+            target_fn = seen_funcs[-rng.randint(1, min(len(seen_funcs), 12))] if seen_funcs else "x"
+            name, args = "bash", {"command": f"grep -n {target_fn} -r src/"}
+            hits = [(rng.choice(files), rng.randint(1, 600)) for _ in range(8)]
+            lead = hits[0]
+            out = "\n".join([f"{hf}:{hl}:    {target_fn}(x, rate)" for hf, hl in hits]
+                            + [f"src/noise_{k}.py:{rng.randint(1, 900)}: unrelated_call_{k}()"
+                               for k in range(30)])
         elif kind == 2:
             name, args = "bash", {"command": f"python -m pytest tests/test_{t}.py -x -q"}
             log = [f"2024-05-0{1 + t % 9} 10:{t % 60:02d}:{k % 60:02d} INFO collected case_{k}"
                    for k in range(50)]
             err_at = rng.randint(10, 40)
+            err_line = rng.randint(1, 500)
             log[err_at] = (f"2024-05-01 10:00:{err_at:02d} ERROR test_case_{t}_{err_at} failed: "
                            f"AssertionError: expected {rng.randint(100, 999)} got "
-                           f"{rng.randint(100, 999)} at {f}:{rng.randint(1, 500)}")
+                           f"{rng.randint(100, 999)} at {f}:{err_line}")
+            if rng.random() < 0.5:
+                lead = (f, err_line)
             out = "\n".join(log) + f"\n=== 1 failed, {rng.randint(20, 90)} passed in 1.2s ==="
         else:
             name, args = "bash", {"command": f"cat build/report_{t}.json"}

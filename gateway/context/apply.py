@@ -17,7 +17,8 @@ def placeholder(item: Item) -> str:
     return f"[ctxgate: {item.kind} {item.id} omitted ({item.tokens} tokens); began: {first[:100]}]"
 
 
-def rewritten_text(item: Item, decision: Decision) -> str | None:
+def rewritten_text(item: Item, decision: Decision,
+                   known: frozenset[str] = frozenset()) -> str | None:
     method = decision.method
     if method == "drop":
         return None
@@ -28,15 +29,29 @@ def rewritten_text(item: Item, decision: Decision) -> str | None:
     if method == "strip" and decision.arg:
         return re.sub(decision.arg, "", item.text)
     if method == "summary":
-        return summarize(item.text, item.kind, decision.level)
+        return summarize(item.text, item.kind, decision.level, known)
     raise ValueError(f"unknown decision method {method!r}")
 
 
-def apply_decision(item: Item, decision: Decision, counter: TokenCounter, encoding: str) -> Item | None:
-    """The item as it will be sent, or None when dropped. Never makes an item longer."""
+def apply_decision(item: Item, decision: Decision, counter: TokenCounter, encoding: str,
+                   known: frozenset[str] = frozenset(),
+                   memo: dict[tuple[str, Decision], str | None] | None = None) -> Item | None:
+    """The item as it will be sent, or None when dropped. Never makes an item longer.
+
+    `known`: values the model sees anyway (the session's system prompt and task), which a
+    summary need not list; constant per session, so a re-applied decision renders the same.
+    `memo` caches rewritten texts by (item id, decision): re-applying costs a lookup."""
     if not item.rewritable and decision.method != "drop":
         return item
-    text = rewritten_text(item, decision)
+    key = (item.id, decision)
+    if memo is not None and key in memo:
+        text = memo[key]
+    else:
+        text = rewritten_text(item, decision, known)
+        if memo is not None:
+            memo[key] = text
+            if len(memo) > 200_000:
+                memo.pop(next(iter(memo)))
     if text is None:
         return None
     tokens = counter.count(text, encoding) + item.fixed_tokens

@@ -10,6 +10,7 @@ costs what its new content costs.
 from __future__ import annotations
 
 import hashlib
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ from gateway.context.models import ModelTable
 from gateway.context.render import render_messages
 from gateway.context.session import RedisSessionStore, SessionState, SessionStore
 from gateway.context.stages import STAGES, StageContext
+from gateway.context.summarize import values as summarize_values
 from gateway.context.taskclass import STAGE_ORDER, TaskClass, load_task_classes
 from gateway.context.tokens import TokenCounter
 from gateway.errors import ContextBudgetExceeded, InvalidRequest
@@ -91,16 +93,42 @@ def _budget_header(headers: Mapping[str, str]) -> int | None:
     return value
 
 
-def _step_horizon(messages: list[Mapping[str, Any]], state: SessionState, cls: TaskClass) -> int:
-    """Where age-based compaction reaches after this call (unchanged when no step is due)."""
-    high, low = cls.compaction.verbatim_turns_high, cls.compaction.verbatim_turns_low
-    if high is None:
+def _step_horizon(messages: list[Mapping[str, Any]], items: list[Item], state: SessionState,
+                  cls: TaskClass) -> int:
+    """Where age-based compaction reaches after this call (unchanged when no step is due).
+
+    Verbatim = turns at or after the horizon. A step is due when they pass a high-water mark
+    (in turns or in tokens of compactable items); it moves the horizon forward as far as
+    needed to bring them to the low-water marks."""
+    c = cls.compaction
+    if not c.ages:
         return state.horizon
     turns = [i for i, m in enumerate(messages) if m.get("role") == "assistant"]
-    verbatim = [i for i in turns if i >= state.horizon]
-    if len(verbatim) <= high:
+    tokens_from: dict[int, int] = {}
+    for item in items:
+        if not (item.pinned or item.goal or item.kind == "system"):
+            tokens_from[item.message_index] = tokens_from.get(item.message_index, 0) + item.tokens
+
+    def verbatim(start: int) -> tuple[int, int]:
+        return (sum(1 for i in turns if i >= start),
+                sum(t for i, t in tokens_from.items() if i >= start))
+
+    n_turns, n_tokens = verbatim(state.horizon)
+    over_turns = c.verbatim_turns_high is not None and n_turns > c.verbatim_turns_high
+    over_tokens = c.verbatim_tokens_high is not None and n_tokens > c.verbatim_tokens_high
+    # Turns completed since the last step (the open one does not count): steps are spaced.
+    since = sum(1 for i in turns if i > state.horizon)
+    due = since >= c.min_step_turns and (over_turns or over_tokens)
+    if not due:
         return state.horizon
-    return turns[-low] if low > 0 else len(messages)
+    for start in [*turns, len(messages)]:
+        if start <= state.horizon:
+            continue
+        n_turns, n_tokens = verbatim(start)
+        if (c.verbatim_turns_high is None or n_turns <= c.verbatim_turns_low) and (
+                c.verbatim_tokens_high is None or n_tokens <= c.verbatim_tokens_low):
+            return start
+    return len(messages)
 
 
 def _events(original: list[Item], final: list[Item], ctx: StageContext) -> list[DropEvent]:
@@ -215,27 +243,29 @@ class ContextEngine:
                          cls: TaskClass, budget: Budget, state: SessionState, fixed: int,
                          seconds: dict[str, float]) -> tuple[list[Item], StageContext]:
         remembered = dict(state.decisions)
+        known = self._known_values(parsed.items, cls)
+        memo = self._caches.setdefault("rewritten", {})
         final: list[Item] = []
         for item in parsed.items:
             decision = None if item.pinned else remembered.get(item.id)
             if decision is None:
                 final.append(item)
                 continue
-            new = apply_decision(item, decision, self.counter, parsed.encoding)
+            new = apply_decision(item, decision, self.counter, parsed.encoding, known, memo)
             if new is not None:
                 final.append(new)
-        horizon = _step_horizon(messages, state, cls)
+        horizon = _step_horizon(messages, parsed.items, state, cls)
         total = fixed + sum(item.tokens for item in final)
         over = total > cls.compaction.high_water * budget.input
         turns_step = horizon != state.horizon
-        select_always = cls.compaction.verbatim_turns_high is None and bool(cls.options("select"))
+        select_always = not cls.compaction.ages and bool(cls.options("select"))
         ctx = StageContext(
             task_class=cls, counter=self.counter, encoding=parsed.encoding,
             embedder=self.embedder, fixed_tokens=fixed,
-            horizon=horizon if cls.compaction.verbatim_turns_high is not None else len(messages),
+            horizon=horizon if cls.compaction.ages else len(messages),
             query=_current_step(messages), originals={i.id: i for i in parsed.items},
-            decisions=remembered, target=int(cls.compaction.low_water * budget.input) if over else None,
-            caches=self._caches)
+            decisions=remembered, caches=self._caches, known=known,
+            target=int(cls.compaction.low_water * budget.input) if over else None)
         if over or turns_step or select_always:
             names = STAGE_ORDER if (over or turns_step) else ("select",)
             for name in names:
@@ -254,6 +284,29 @@ class ContextEngine:
             state.decisions = ctx.decisions
             state.dirty.add("decisions")
         return final, ctx
+
+    def _known_values(self, items: list[Item], cls: TaskClass) -> frozenset[str]:
+        """Values of the session's constant context (system prompt, task statement), as the
+        model will see it however old the session gets (stale blocks already stripped)."""
+        fixed = [item for item in items if item.kind == "system" or item.goal]
+        key = cls.name + "|" + "|".join(item.id for item in fixed)
+        memo = self._caches.setdefault("known", {})
+        found: frozenset[str] | None = memo.get(key)
+        if found is None:
+            stale = [rule for rule in cls.options("select").get("stale_patterns") or ()]
+            texts = []
+            for item in fixed:
+                text = item.text
+                for rule in stale:
+                    if re.search(rule["pattern"], text):
+                        text = "" if rule.get("action", "drop") != "strip" else re.sub(
+                            rule["pattern"], "", text)
+                texts.append(text)
+            found = frozenset(v for text in texts for v in summarize_values(text))
+            memo[key] = found
+            if len(memo) > 10_000:
+                memo.pop(next(iter(memo)))
+        return found
 
     def _track_prefix(self, state: SessionState, digests: list[str], cls: TaskClass) -> bool | None:
         stable: bool | None = None

@@ -28,7 +28,46 @@ _DEFINITION = re.compile(r"^\s*(?:\d+:)?\s*(?:async\s+)?(def|class|function|fn|f
 _TIMESTAMP = re.compile(r"^\s*\[?\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}|^\s*\d{2}:\d{2}:\d{2}|"
                         r"^\s*(DEBUG|INFO|WARN|WARNING|ERROR|TRACE)\b")
 _FENCE = re.compile(r"```.*?```", re.DOTALL)
+_VALUE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-/]*[A-Za-z0-9_]")
+# Shell prompts and status lines repeat in every observation: the latest one carries them.
+_PROMPT = re.compile(r"^\((?:Open file|Current directory)[^)]*\)\s*$|^\S{0,40}[$#>]\s*$",
+                     re.MULTILINE)
+_LINE_NO = re.compile(r"^\s*\d+[:|]", re.MULTILINE)  # file-view line numbers: kept as a range
+_HASH = re.compile(r"[0-9a-f]{20,}|[0-9A-Za-z+/]{40,}")  # digests and blobs: no one retypes them
+_NOTABLE = re.compile(r"[\d_./]|[a-z][A-Z]")
+_CODEY = re.compile(r"`[^`]+`|\b\d{2,}\b|[\w-]+\.\w{1,4}\b|\w+_\w+|\w+\(\)")
 MAX_LINE_CHARS = 240
+MENTION_CAP = {1: 25, 2: 12}
+SALIENT_LINES = {1: 3, 2: 1}
+DEFINITION_LINES = {1: 8, 2: 3}  # `def`/`class` lines: what an agent greps for and calls later
+SHORT_LINES = {1: 6, 2: 3}   # shorter texts are only trimmed of prompts and long lines
+
+
+def values(text: str) -> list[str]:
+    """Identifier-like values (names, paths, numbers) in order of first appearance."""
+    return list(dict.fromkeys(v for v in _VALUE.findall(text) if len(v) >= 2))
+
+
+def _priority(value: str) -> int:
+    if any(c.isalpha() for c in value) and _NOTABLE.search(value):
+        return 0  # snake_case, camelCase, dotted and path names, names with digits
+    if value.isalpha():
+        return 1 if value.islower() else 2
+    return 3
+
+
+def _mentions(original: str, compact: str, known: frozenset[str], level: int,
+              notable_only: bool) -> str:
+    """The values of the omitted text that appear nowhere else the model will see."""
+    seen = set(_VALUE.findall(compact)) | known
+    lost = [v for v in values(_LINE_NO.sub(" ", original)) if v not in seen
+            and (not notable_only or _NOTABLE.search(v)) and len(v) <= 80 and not _HASH.search(v)]
+    if not lost:
+        return compact
+    lost.sort(key=_priority)  # stable: names first, then words, then bare numbers
+    cap = MENTION_CAP.get(level, 30)
+    more = f" (+{len(lost) - cap} more)" if len(lost) > cap else ""
+    return f"{compact}\n[omitted text mentions: {' '.join(lost[:cap])}{more}]"
 
 
 def _cut(line: str) -> str:
@@ -36,7 +75,7 @@ def _cut(line: str) -> str:
 
 
 def _omitted(n: int) -> str:
-    return f"[… {n} lines omitted …]"
+    return f"[…{n} lines]"
 
 
 def _keep_lines(lines: list[str], keep: set[int]) -> str:
@@ -92,7 +131,7 @@ def _is_log(lines: list[str]) -> bool:
 
 
 def _log(lines: list[str], level: int) -> str:
-    window, tail = (5, 10) if level == 1 else (2, 4)
+    window, tail = (2, 3) if level == 1 else (1, 2)
     keep = set(range(min(2, len(lines))))
     first_error = next((i for i, line in enumerate(lines) if _ERROR.search(line)), None)
     if first_error is not None:
@@ -122,39 +161,40 @@ def _table(lines: list[str], level: int) -> str:
 # --- text ---------------------------------------------------------------------------------
 
 def _salient(lines: list[str], level: int) -> str:
-    budget = 14 if level == 1 else 8
-    window = 1
+    """First line, errors with a line either side, definitions (their own allowance), then
+    lines naming paths or line numbers, then the last line, within the level's budget."""
+    budget = SALIENT_LINES.get(level, 1)
     keep: list[int] = [0]
-    errors = [i for i, line in enumerate(lines) if _ERROR.search(line)]
-    for i in errors[:3]:
-        keep.extend(range(max(i - window, 0), min(i + window + 1, len(lines))))
-    for i, line in enumerate(lines):
-        if _PATH.search(line) or _LINE_REF.search(line) or _DEFINITION.search(line):
-            keep.append(i)
-    keep.extend(range(max(len(lines) - 2, 0), len(lines)))  # the tail: result or prompt
-    chosen: list[int] = []
-    for i in keep:  # first-listed reasons win when the budget runs out
-        if i not in chosen:
-            chosen.append(i)
-    return _keep_lines(lines, set(chosen[:budget]))
+    for i in [i for i, line in enumerate(lines) if _ERROR.search(line)][:2]:
+        keep.extend(range(max(i - 1, 0), min(i + 2, len(lines))))
+    keep.extend(i for i, line in enumerate(lines) if _PATH.search(line) or _LINE_REF.search(line))
+    keep.append(len(lines) - 1)
+    chosen = list(dict.fromkeys(keep))[:budget]
+    definitions = [i for i, line in enumerate(lines) if _DEFINITION.search(line)]
+    return _keep_lines(lines, set(chosen) | set(definitions[:DEFINITION_LINES.get(level, 2)]))
 
 
 def _assistant(text: str, level: int) -> str:
     fences = _FENCE.findall(text)
     prose = _FENCE.sub(" ", text).strip()
-    sentence = re.split(r"(?<=[.!?])\s", prose, maxsplit=1)[0][:300] if prose else ""
-    parts = [sentence] if sentence and level == 1 else []
+    sentences = [x for x in re.split(r"(?<=[.!?:])\s+", prose) if x.strip()] if prose else []
+    parts: list[str] = []
+    if level == 1 and sentences:
+        # the first sentence, and those naming code, paths or numbers
+        parts = [sentences[0][:300]] + [x[:300] for x in sentences[1:] if _CODEY.search(x)][:3]
     parts.extend(fences)
-    return "\n".join(parts) if parts else sentence
+    return "\n".join(parts) if parts else (sentences[0][:300] if sentences else "")
 
 
-def summarize(text: str, kind: str, level: int = 1) -> str:
+def _structured(text: str, kind: str, level: int) -> str:
     if kind in ("assistant", "tool_call"):
         return _assistant(text, level)
     compact = _json(text, level)
     if compact is not None:
         return compact
-    lines = text.splitlines()
+    lines = [line for line in text.splitlines() if not _PROMPT.match(line)]
+    if len(lines) <= SHORT_LINES.get(level, 3):
+        return "\n".join(_cut(line) for line in lines)
     if len(lines) <= 3:
         return "\n".join(_cut(line) for line in lines) if level == 1 else _cut(text[:200])
     if _is_log(lines):
@@ -162,3 +202,10 @@ def summarize(text: str, kind: str, level: int = 1) -> str:
     if _is_table(lines):
         return _table(lines, level)
     return _salient(lines, level)
+
+
+def summarize(text: str, kind: str, level: int = 1, known: frozenset[str] = frozenset()) -> str:
+    """A shorter rendering of `text`; values it leaves out are listed unless `known`."""
+    prose = kind in ("assistant", "tool_call")
+    source = text if prose else _PROMPT.sub("", text)
+    return _mentions(source, _structured(text, kind, level), known, level, notable_only=prose)

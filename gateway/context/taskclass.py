@@ -51,6 +51,14 @@ class Compaction:
     low_water: float = 0.7
     verbatim_turns_high: int | None = None
     verbatim_turns_low: int = 2
+    verbatim_tokens_high: int | None = None
+    verbatim_tokens_low: int = 0
+    min_step_turns: int = 0   # an aging step waits until this many turns are verbatim
+
+    @property
+    def ages(self) -> bool:
+        """Whether aged turns are compacted at all (else only budget pressure compacts)."""
+        return self.verbatim_turns_high is not None or self.verbatim_tokens_high is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,14 +136,18 @@ def _budget(raw: Any, where: str) -> BudgetSplit:
 
 def _compaction(raw: Any, where: str) -> Compaction:
     raw = _mapping(raw, where)
-    c = Compaction(**{k: v for k, v in raw.items() if k in Compaction.__slots__})
-    unknown = set(raw) - set(Compaction.__slots__)
+    fields = {"high_water", "low_water", "verbatim_turns_high", "verbatim_turns_low",
+              "verbatim_tokens_high", "verbatim_tokens_low", "min_step_turns"}
+    c = Compaction(**{k: v for k, v in raw.items() if k in fields})
+    unknown = set(raw) - fields
     if unknown:
         raise SettingsError(f"{where}.{sorted(unknown)[0]}: unknown key")
     if not 0 < c.low_water <= c.high_water <= 1:
         raise SettingsError(f"{where}: need 0 < low_water <= high_water <= 1")
     if c.verbatim_turns_high is not None and not 0 <= c.verbatim_turns_low < c.verbatim_turns_high:
         raise SettingsError(f"{where}: need 0 <= verbatim_turns_low < verbatim_turns_high")
+    if c.verbatim_tokens_high is not None and not 0 <= c.verbatim_tokens_low < c.verbatim_tokens_high:
+        raise SettingsError(f"{where}: need 0 <= verbatim_tokens_low < verbatim_tokens_high")
     return c
 
 

@@ -79,7 +79,20 @@ def test_summaries_keep_structure() -> None:
     assert out.startswith("| a | b |\n|---|---|") and "omitted" in out and "| 29 |" in out
     code = "\n".join([f"{k}:    x = {k}" for k in range(100)] + ["(Open file: /repo/a.py)"])
     code = code.replace("50:    x = 50", "50:def target_fn(a):")
+    code = code.replace("60:    x = 60", "60:    x = load('/repo/data.csv')")
     out = summarize(code, "user", 1)
-    assert "target_fn" in out and "/repo/a.py" in out and len(out) < len(code) / 3
+    assert "target_fn" in out and "/repo/data.csv" in out and len(out) < len(code) / 3
+    assert "Open file" not in out  # the prompt line repeats in every observation
     assistant = "I will run the tests now. Then fix.\n```\npytest -x tests/\n```"
     assert summarize(assistant, "assistant", 2) == "```\npytest -x tests/\n```"
+    chatty = "I see. Let me think. The bug is at line 1474 in `fields.py`. Running it."
+    out = summarize(chatty, "assistant", 1)
+    assert out == "I see.\nThe bug is at line 1474 in `fields.py`."
+
+
+def test_summaries_list_values_they_leave_out() -> None:
+    lines = [f"{k}:    total_{k} = rate * {k}  # filler" for k in range(100, 200)]
+    out = summarize("\n".join(lines), "tool_result", 1, known=frozenset({"rate"}))
+    assert "total_101" in out and "omitted text mentions" in out and "(+" in out
+    assert " rate " not in out.split("mentions:")[1]  # the model sees it elsewhere
+    assert "150:" not in out.split("mentions:")[1]   # line numbers are not repeated

@@ -28,7 +28,8 @@ def _items(msgs: list[dict[str, Any]]) -> list[Item]:
 
 
 def _cls(stages: dict[str, Any]) -> TaskClass:
-    return task_class("t", {"stages": stages}, frozenset(STAGES))
+    return task_class("t", {"stages": stages, "compaction": {"verbatim_turns_high": 3}},
+                      frozenset(STAGES))
 
 
 def _turns(n: int, text: str) -> list[dict[str, Any]]:

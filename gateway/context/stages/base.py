@@ -34,6 +34,7 @@ class StageContext:
     originals: Mapping[str, Item]   # items as the client sent them, by id
     decisions: dict[str, Decision]  # remembered and made so far; stages add to it
     target: int | None = None   # over the high-water mark: cut down to this many tokens
+    known: frozenset[str] = frozenset()  # values of the session's system prompt and task
     caches: dict[str, dict[str, Any]] = field(default_factory=dict)  # engine-lifetime memo
 
     def options(self, stage: str) -> Mapping[str, Any]:
@@ -88,7 +89,8 @@ def decide(items: list[Item], chosen: Mapping[str, Decision], ctx: StageContext)
             continue
         ctx.decisions[item.id] = decision
         original = ctx.originals.get(item.id, item)
-        new = apply_decision(original, decision, ctx.counter, ctx.encoding)
+        new = apply_decision(original, decision, ctx.counter, ctx.encoding, ctx.known,
+                             ctx.cache("rewritten"))
         if new is not None:
             kept.append(new if new.score == item.score else replace(new, score=item.score))
     return StageResult(kept, decisions)

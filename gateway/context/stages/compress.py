@@ -67,7 +67,8 @@ async def compress_items(items: list[Item], budget: Budget, ctx: StageContext) -
     aged = {
         item.id: Decision("compress", "compress", "aged", "summary", int(opts.get("level", 1)))
         for item in items
-        if not item.pinned and not item.goal and item.id not in ctx.decisions
+        if ctx.task_class.compaction.ages
+        and not item.pinned and not item.goal and item.id not in ctx.decisions
         and item.message_index < ctx.horizon and item.kind in kinds
         and item.tokens >= min_tokens and item.rewritable
     }

@@ -22,6 +22,9 @@ def _stale(item: Item, rules: list[dict[str, Any]]) -> Decision | None:
     for rule in rules:
         if item.age >= int(rule.get("after_turns", 0)) and re.search(rule["pattern"], item.text):
             action = str(rule.get("action", "drop"))
+            if action == "strip":  # cut the matching block out, keep the rest of the message
+                return Decision("select", "compress", "stale_instruction", "strip",
+                                arg=rule["pattern"])
             return Decision("select", action, "stale_instruction", action)
     return None
 
