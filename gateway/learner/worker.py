@@ -80,15 +80,30 @@ class StreamConsumer:
             count=self._settings.batch, block=block_ms)
         return [_entry(i, f) for _, entries in answer or [] for i, f in entries]
 
-    async def deliveries(self, entry_id: str) -> int:
+    async def claim_state(self, entry_id: str) -> tuple[str, int] | None:
+        """(owner, deliveries) of a pending entry; None once it was acknowledged."""
         info = await self._redis.xpending_range(
             keys.TRACE_STREAM, keys.TRACE_GROUP, min=entry_id, max=entry_id, count=1)
-        return int(info[0]["times_delivered"]) if info else 1
+        if not info:
+            return None
+        return _text(info[0]["consumer"]), int(info[0]["times_delivered"])
+
+    async def _keep_claimed(self, entry_id: str) -> None:
+        """Reset the entry's idle time while it is worked on, so no one reclaims it."""
+        period = max(self._settings.reclaim_idle_s / 3, 0.05)
+        while True:
+            await asyncio.sleep(period)
+            await self._redis.xclaim(keys.TRACE_STREAM, keys.TRACE_GROUP, self.name, 0,
+                                     [entry_id], justid=True)
 
     async def process(self, entry_id: str, fields: dict[str, str]) -> None:
-        if await self.deliveries(entry_id) > self._settings.max_deliveries:
+        state = await self.claim_state(entry_id)
+        if state is None or state[0] != self.name:
+            return  # finished, or reclaimed by another consumer while it waited in our batch
+        if state[1] > self._settings.max_deliveries:
             await self.dead_letter(entry_id, fields, "max_deliveries")
             return
+        heartbeat = asyncio.create_task(self._keep_claimed(entry_id))
         try:
             await self._learner.handle(fields)
         except MalformedOutput as exc:
@@ -102,6 +117,8 @@ class StreamConsumer:
             log.exception("learning from %s failed", entry_id)
             self._fail("error")
             return
+        finally:
+            heartbeat.cancel()
         await self._redis.xack(keys.TRACE_STREAM, keys.TRACE_GROUP, entry_id)
 
     async def dead_letter(self, entry_id: str, fields: dict[str, str], reason: str) -> None:

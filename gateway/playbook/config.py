@@ -68,7 +68,7 @@ class LearnerSettings(_Strict):
     retries: int = Field(default=3, ge=1)  # attempts per LLM call on malformed output
     reflector_rounds: int = Field(default=1, ge=1, le=5)
     timeout_s: float = Field(default=120.0, gt=0)
-    batch: int = Field(default=8, ge=1)
+    batch: int = Field(default=1, ge=1)  # entries taken at a time; more wait unheartbeaten
     trace_ttl_s: int = Field(default=86400, gt=0)
     stream_maxlen: int = Field(default=100_000, gt=0)
     max_trace_chars: int = Field(default=24_000, gt=0)  # of the trace shown to the Reflector
