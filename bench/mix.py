@@ -127,6 +127,11 @@ def requests() -> list[dict[str, Any]]:
     ]
 
 
-def bodies() -> list[bytes]:
-    """The mix serialised once; every target gets these exact bytes (with `{n}` filled)."""
-    return [orjson.dumps(request) for request in requests()]
+def bodies(kind: str = "all") -> list[bytes]:
+    """The mix serialised once; every target gets these exact bytes (with `{n}` filled).
+
+    `kind` keeps all of it, or only the non-streaming (`whole`) or streaming requests.
+    """
+    chosen = [r for r in requests()
+              if kind == "all" or (kind == "stream") == bool(r.get("stream"))]
+    return [orjson.dumps(request) for request in chosen]

@@ -210,6 +210,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "that other work on a shared machine perturbs the runs less)")
     parser.add_argument("--loadgen", choices=("wrk", "python"), default="wrk",
                         help="wrk (installed with apt-get if missing) or the Python fallback")
+    parser.add_argument("--mix", choices=("all", "whole", "stream"), default="all",
+                        help="the whole mix, or only its non-streaming or streaming requests")
     parser.add_argument("--litellm-spec", default=servers.LITELLM_SPEC)
     parser.add_argument("--no-readme", action="store_true",
                         help="do not rewrite the results in bench/README.md")
@@ -286,7 +288,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.nice:  # inherited by every process started below
         os.setpriority(os.PRIO_PROCESS, 0, args.nice)
     wrk = pick_loadgen(args.loadgen)
-    bodies = mix.bodies()
+    bodies = mix.bodies(args.mix)
     log_dir = Path(tempfile.mkdtemp(prefix="ctxgate-bench-"))
     started = datetime.datetime.now(datetime.UTC)
     with contextlib.ExitStack() as stack:
@@ -321,8 +323,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                      "loadgen_core": sorted(gen) if gen else None,
                      "loadgen": "wrk " + _wrk_version(wrk) if wrk else "python (aiohttp)",
                      "litellm": args.litellm_spec if "litellm" in names else None,
-                     "mix": len(bodies), "command": " ".join(["python -m bench.overhead",
-                                                              *sys.argv[1:]])},
+                     "mix": f"{args.mix} ({len(bodies)} requests)",
+                     "command": " ".join(["python -m bench.overhead", *sys.argv[1:]])},
         "targets": {t.name: {str(c): runs for c, runs in t.runs.items()} for t in targets},
         "rows": [row.as_dict() for row in summarise(targets, levels)],
     }
