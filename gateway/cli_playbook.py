@@ -1,4 +1,5 @@
-"""`ctxgate playbook list | show NS | export NS | import NS FILE | delete NS ID`, and the
+"""`ctxgate playbook list | show NS | add NS SECTION CONTENT | edit NS ID | delete NS ID |
+export NS | import NS FILE`, and the
 offline warm-up `ctxgate learn FILE --epochs N`. NS is `TENANT/TASK_CLASS`.
 
 `learn` reads recorded sessions with outcomes, a JSON list (or JSON lines) of
@@ -99,6 +100,61 @@ def import_playbook(ns: str, file: Path, config: ConfigOption = None) -> None:
     bullets = [Bullet.from_dict(r) for r in records]
     _run(load_settings(config=config), lambda s: s.replace(tenant, task_class, bullets))
     typer.echo(f"imported {len(bullets)} bullets into {tenant}/{task_class}")
+
+
+def _edit(settings: Settings, tenant: str, task_class: str, ops: list[Operation]) -> str:
+    """Apply hand-made operations through the guards (no embedder: no near-duplicate fold)."""
+    from gateway.playbook.config import playbook_settings
+    from gateway.playbook.refine import PlaybookEditor
+
+    cls = class_playbook(settings, task_class).model_copy(update={"review": "auto"})
+
+    async def work(store: PlaybookStore) -> str:
+        editor = PlaybookEditor(store, None, playbook_settings(settings))
+        report = await editor.apply(tenant, task_class, ops, cls)
+        if report.refused:
+            return f"refused: {report.refused[0][1]}"
+        missing = [r.bullet_id for r in report.results if r.outcome == "missing"]
+        return f"missing: {missing[0]}" if missing else report.results[0].bullet_id
+
+    return _run(settings, work)
+
+
+@app.command()
+def add(ns: str, section: str, content: str, config: ConfigOption = None) -> None:
+    """Add a bullet by hand (active at once: the administrator is the reviewer)."""
+    tenant, task_class = _ns(ns)
+    op = Operation("ADD", f"cli:{uuid.uuid4().hex}", section=section, content=content,
+                   sources=("cli",))
+    outcome = _edit(load_settings(config=config), tenant, task_class, [op])
+    typer.echo(outcome, err=outcome.startswith(("refused", "missing")))
+    if outcome.startswith(("refused", "missing")):
+        raise typer.Exit(1)
+
+
+@app.command()
+def edit(
+    ns: str, bullet_id: str,
+    content: Annotated[str | None, typer.Option(help="new content")] = None,
+    status: Annotated[str | None, typer.Option(help="active | pending")] = None,
+    config: ConfigOption = None,
+) -> None:
+    """Change a bullet's content or approve it (`--status active`)."""
+    tenant, task_class = _ns(ns)
+    ops = []
+    if content is not None:
+        ops.append(Operation("UPDATE", f"cli:{uuid.uuid4().hex}", id=bullet_id, content=content))
+    if status is not None:
+        if status not in ("active", "pending"):
+            raise typer.BadParameter("--status must be active or pending")
+        ops.append(Operation("STATUS", f"cli:{uuid.uuid4().hex}", id=bullet_id,
+                             status="active" if status == "active" else "pending"))
+    if not ops:
+        raise typer.BadParameter("give --content and/or --status")
+    outcome = _edit(load_settings(config=config), tenant, task_class, ops)
+    typer.echo(outcome, err=outcome.startswith(("refused", "missing")))
+    if outcome.startswith(("refused", "missing")):
+        raise typer.Exit(1)
 
 
 @app.command()

@@ -13,6 +13,7 @@ Folding after the merge, not before, also catches two workers adding the same le
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from gateway.observability.droplog import DropLog
     from gateway.observability.metrics import Metrics
 
+log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class Origin:
@@ -93,6 +95,7 @@ class PlaybookEditor:
             if op.type in ("ADD", "UPDATE"):
                 verdict = check_content(op.content, self._settings.max_bullet_chars)
                 if not verdict.ok:
+                    log.warning("bullet refused (%s): %.120r", verdict.reason, op.content)
                     refused.append((op, verdict.reason))
                     continue
                 op = replace(op, content=" ".join(op.content.split()))

@@ -129,3 +129,35 @@ async def test_sigkilled_worker_entry_is_reclaimed_once(
     assert [b.content for b in bullets] == ["Check imports before running."]
     assert (await lredis.xpending(keys.TRACE_STREAM, keys.TRACE_GROUP))["pending"] == 0
     assert await lredis.xlen(keys.TRACE_DEAD_LETTER) == 0
+
+
+class SlowLearner:
+    """Takes longer than the reclaim idle time, as a real LLM call may."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def handle(self, fields: dict[str, str]) -> list[Operation]:
+        self.calls += 1
+        await asyncio.sleep(1.0)
+        return []
+
+
+async def test_entry_in_progress_is_not_reclaimed(lredis: aioredis.Redis) -> None:
+    from gateway.playbook.config import LearnerSettings
+
+    settings = LearnerSettings(reclaim_idle_s=0.3)
+    await ensure_group(lredis)
+    await publish(lredis, [failed_step_event("slow", "tr-slow")])
+    slow, other = SlowLearner(), SlowLearner()
+    busy = StreamConsumer(lredis, slow, settings, "busy")  # type: ignore[arg-type]
+    idle = StreamConsumer(lredis, other, settings, "idle")  # type: ignore[arg-type]
+    [(entry_id, fields)] = await busy.read_new(None)
+    work = asyncio.create_task(busy.process(entry_id, fields))
+    stolen = []
+    for _ in range(8):
+        await asyncio.sleep(0.12)
+        stolen += await idle.reclaim()
+    await work
+    assert stolen == [] and slow.calls == 1 and other.calls == 0
+    assert (await lredis.xpending(keys.TRACE_STREAM, keys.TRACE_GROUP))["pending"] == 0
