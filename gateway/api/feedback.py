@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.auth import authenticate
 from gateway.errors import TraceNotFound
-from gateway.learner.traces import record_feedback
+from gateway.learner.traces import TraceSink, record_feedback
 from gateway.playbook.config import learner_settings
 from gateway.services import Services
 
@@ -33,8 +33,16 @@ def build_router(services: Services) -> APIRouter:
         headers = {k.lower(): v for k, v in request.headers.items()}
         principal = authenticate(headers, services.settings)
         feedback = body.model_dump(exclude_none=True)
-        if not await record_feedback(services.redis, principal.tenant, body.trace_id,
-                                     feedback, stream_maxlen=maxlen):
+
+        async def record() -> bool:
+            return await record_feedback(services.redis, principal.tenant, body.trace_id,
+                                         feedback, stream_maxlen=maxlen)
+
+        found = await record()
+        if not found and isinstance(services.traces, TraceSink) and services.traces.pending:
+            await services.traces.flush()  # the trace may still be on its way to Redis
+            found = await record()
+        if not found:
             raise TraceNotFound(f"No trace {body.trace_id!r} for this API key.",
                                 param="trace_id")
         services.metrics.feedback_events.labels("explicit", body.outcome).inc()

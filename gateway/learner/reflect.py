@@ -119,8 +119,11 @@ class ReflectorCurator:
         for round_no in range(1, self._rounds + 1):
             previous = "" if round_no == 1 else prompts.REFLECTOR_AGAIN.format(
                 round=round_no - 1, reflection=orjson.dumps(reflection).decode())
+            detail = signal.detail or "-"
+            if signal.score is not None:
+                detail += f"\nSCORE: {signal.score}"
             user = prompts.REFLECTOR_USER.format(
-                source=signal.source, outcome=signal.outcome, detail=signal.detail or "-",
+                source=signal.source, outcome=signal.outcome, detail=detail,
                 ground_truth=f"GROUND TRUTH: {signal.ground_truth}\n" if signal.ground_truth
                 else "",
                 shown=render_sections(shown) or "(none)",

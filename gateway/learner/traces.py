@@ -113,9 +113,13 @@ class TraceSink:
     def pending(self) -> int:
         return len(self._pending)
 
+    async def flush(self) -> None:
+        """Wait for the traces published so far (not for later ones) to be written."""
+        await asyncio.gather(*list(self._pending), return_exceptions=True)
+
     async def aclose(self) -> None:
         while self._pending:
-            await asyncio.gather(*list(self._pending), return_exceptions=True)
+            await self.flush()
 
 
 async def load_trace(
