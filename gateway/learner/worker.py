@@ -17,8 +17,7 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ResponseError
+from redis.exceptions import RedisError, ResponseError
 
 from gateway.learner.build import build_learner, build_llm
 from gateway.learner.episodes import TraceLearner
@@ -34,6 +33,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 Entry = tuple[str, dict[str, str]]
+DEAD_LETTER_MAXLEN = 10_000
 
 
 def _text(value: Any) -> str:
@@ -124,7 +124,8 @@ class StreamConsumer:
     async def dead_letter(self, entry_id: str, fields: dict[str, str], reason: str) -> None:
         parked = {**fields, "entry_id": entry_id, "reason": reason[:500],
                   "consumer": self.name, "ts": repr(time.time())}
-        await self._redis.xadd(keys.TRACE_DEAD_LETTER, parked)  # type: ignore[arg-type]
+        await self._redis.xadd(keys.TRACE_DEAD_LETTER, parked,  # type: ignore[arg-type]
+                               maxlen=DEAD_LETTER_MAXLEN, approximate=True)
         await self._redis.xack(keys.TRACE_STREAM, keys.TRACE_GROUP, entry_id)
         self._fail(reason.split(":", 1)[0])
 
@@ -175,10 +176,10 @@ async def run_worker(
             try:
                 await worker.run(stop, burst)
                 return
-            except RedisConnectionError:  # Redis restarting: wait, resume
+            except (RedisError, OSError):  # Redis restarting or unreachable: wait, resume
                 if stop.is_set() or burst:
                     raise
-                log.warning("worker lost Redis; retrying in 1 s")
+                log.warning("worker lost Redis; retrying in 1 s", exc_info=True)
                 await asyncio.sleep(1)
     finally:
         await llm.aclose()
