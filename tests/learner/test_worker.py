@@ -232,3 +232,24 @@ async def test_sink_sheds_instead_of_blocking(lredis: aioredis.Redis) -> None:
     await sink.aclose()
     assert metrics.worker_failures.labels("trace_shed")._value.get() == 3
     assert await lredis.xlen(keys.TRACE_STREAM) == 2
+
+
+async def test_unreachable_learner_retries_then_dead_letters(
+    lredis: aioredis.Redis, upstream: Upstream, models: tuple[str, str], tmp_path: Path
+) -> None:
+    from tests.harness import free_port
+
+    tenant = "t" + uuid.uuid4().hex[:8]
+    settings = make_settings(upstream, models, tmp_path,
+                             learner={"retries": 1, "max_deliveries": 2})
+    settings = settings.model_copy(update={"learner_url": f"http://127.0.0.1:{free_port()}/v1"})
+    services = make_services(settings, lredis, tmp_path)
+    await publish(lredis, failed_step_event(tenant, "tr-down"))
+    for attempt in range(3):
+        await burst(services)
+        assert await lredis.xlen(keys.TRACE_DEAD_LETTER) == (1 if attempt == 2 else 0)
+        assert await pending(lredis) == (0 if attempt == 2 else 1)
+        await asyncio.sleep(0.35)  # past reclaim_idle_s
+    [(_, parked)] = await lredis.xrange(keys.TRACE_DEAD_LETTER)
+    assert parked[b"reason"] == b"max_deliveries"
+    assert services.metrics.worker_failures.labels("learner_unavailable")._value.get() == 2
