@@ -80,7 +80,9 @@ def mask(messages: list[dict[str, Any]], keep: int) -> list[dict[str, Any]]:
     return out
 
 
-def sessions_from_corpus(corpus: Path) -> list[tuple[str, list[dict[str, Any]], list[dict[str, Any]]]]:
+def sessions_from_corpus(
+    corpus: Path,
+) -> list[tuple[str, list[dict[str, Any]], list[dict[str, Any]]]]:
     out = []
     for path in sorted(corpus.glob("*.traj")):
         raw = orjson.loads(path.read_bytes())["history"]
@@ -88,15 +90,23 @@ def sessions_from_corpus(corpus: Path) -> list[tuple[str, list[dict[str, Any]], 
     return out
 
 
-def synthetic_session(seed: int, turns: int = 100) -> tuple[str, list[dict[str, Any]], list[dict[str, Any]]]:
+def synthetic_session(
+    seed: int, turns: int = 100
+) -> tuple[str, list[dict[str, Any]], list[dict[str, Any]]]:
     """A long tool-using coding session: file views, test logs, greps, JSON; ~1.2k tokens a turn."""
     rng = random.Random(seed)
     files = [f"src/pkg_{seed}/module_{k}.py" for k in range(12)]
     messages: list[dict[str, Any]] = [
-        {"role": "system", "content": "You are an autonomous programmer working in a repository "
-         "through tools. Use the tools to read, edit and test code. " * 8},
-        {"role": "user", "content": f"Fix issue #{4000 + seed}: `compute_total` in {files[0]} "
-         f"returns wrong totals when `discount_rate` is negative. Reproduce, fix, test."},
+        {
+            "role": "system",
+            "content": "You are an autonomous programmer working in a repository "
+            "through tools. Use the tools to read, edit and test code. " * 8,
+        },
+        {
+            "role": "user",
+            "content": f"Fix issue #{4000 + seed}: `compute_total` in {files[0]} "
+            f"returns wrong totals when `discount_rate` is negative. Reproduce, fix, test.",
+        },
     ]
     raw: list[dict[str, Any]] = list(messages)
     seen_funcs: list[str] = []
@@ -116,8 +126,10 @@ def synthetic_session(seed: int, turns: int = 100) -> tuple[str, list[dict[str, 
                     seen_funcs.append(fn)
                     lines.append(f"{n}:def {fn}(value, rate={rng.random():.3f}):")
                 else:
-                    lines.append(f"{n}:    result_{n % 7} = value * {rng.randint(2, 999)} + "
-                                 f"offset_{rng.randint(0, 50)}  # adjust {rng.choice('abc')}")
+                    lines.append(
+                        f"{n}:    result_{n % 7} = value * {rng.randint(2, 999)} + "
+                        f"offset_{rng.randint(0, 50)}  # adjust {rng.choice('abc')}"
+                    )
             out = f"[File: /repo/{f} ({start + 200} lines total)]\n" + "\n".join(lines)
         elif kind == 1:
             # A function seen a few views ago: the value comes from older context.
@@ -125,30 +137,57 @@ def synthetic_session(seed: int, turns: int = 100) -> tuple[str, list[dict[str, 
             name, args = "bash", {"command": f"grep -n {target_fn} -r src/"}
             hits = [(rng.choice(files), rng.randint(1, 600)) for _ in range(8)]
             lead = hits[0]
-            out = "\n".join([f"{hf}:{hl}:    {target_fn}(x, rate)" for hf, hl in hits]
-                            + [f"src/noise_{k}.py:{rng.randint(1, 900)}: unrelated_call_{k}()"
-                               for k in range(30)])
+            out = "\n".join(
+                [f"{hf}:{hl}:    {target_fn}(x, rate)" for hf, hl in hits]
+                + [
+                    f"src/noise_{k}.py:{rng.randint(1, 900)}: unrelated_call_{k}()"
+                    for k in range(30)
+                ]
+            )
         elif kind == 2:
             name, args = "bash", {"command": f"python -m pytest tests/test_{t}.py -x -q"}
-            log = [f"2024-05-0{1 + t % 9} 10:{t % 60:02d}:{k % 60:02d} INFO collected case_{k}"
-                   for k in range(50)]
+            log = [
+                f"2024-05-0{1 + t % 9} 10:{t % 60:02d}:{k % 60:02d} INFO collected case_{k}"
+                for k in range(50)
+            ]
             err_at = rng.randint(10, 40)
             err_line = rng.randint(1, 500)
-            log[err_at] = (f"2024-05-01 10:00:{err_at:02d} ERROR test_case_{t}_{err_at} failed: "
-                           f"AssertionError: expected {rng.randint(100, 999)} got "
-                           f"{rng.randint(100, 999)} at {f}:{err_line}")
+            log[err_at] = (
+                f"2024-05-01 10:00:{err_at:02d} ERROR test_case_{t}_{err_at} failed: "
+                f"AssertionError: expected {rng.randint(100, 999)} got "
+                f"{rng.randint(100, 999)} at {f}:{err_line}"
+            )
             if rng.random() < 0.5:
                 lead = (f, err_line)
             out = "\n".join(log) + f"\n=== 1 failed, {rng.randint(20, 90)} passed in 1.2s ==="
         else:
             name, args = "bash", {"command": f"cat build/report_{t}.json"}
-            out = orjson.dumps({"run": t, "status": "ok", "items": [
-                {"id": f"item-{t}-{k}", "score": rng.randint(0, 1000),
-                 "path": rng.choice(files)} for k in range(25)]}).decode()
+            out = orjson.dumps(
+                {
+                    "run": t,
+                    "status": "ok",
+                    "items": [
+                        {
+                            "id": f"item-{t}-{k}",
+                            "score": rng.randint(0, 1000),
+                            "path": rng.choice(files),
+                        }
+                        for k in range(25)
+                    ],
+                }
+            ).decode()
         call_id = f"call_{seed}_{t}"
-        assistant = {"role": "assistant", "content": f"Step {t}: next I will run {name} on {f}.",
-                     "tool_calls": [{"id": call_id, "type": "function", "function": {
-                         "name": name, "arguments": orjson.dumps(args).decode()}}]}
+        assistant = {
+            "role": "assistant",
+            "content": f"Step {t}: next I will run {name} on {f}.",
+            "tool_calls": [
+                {
+                    "id": call_id,
+                    "type": "function",
+                    "function": {"name": name, "arguments": orjson.dumps(args).decode()},
+                }
+            ],
+        }
         tool = {"role": "tool", "tool_call_id": call_id, "content": out}
         messages += [assistant, tool]
         raw += [assistant, tool]
@@ -176,15 +215,19 @@ class Tally:
     def row(self, name: str) -> dict[str, Any]:
         def pct(a: int, b: int) -> float:
             return round(100 * a / b, 1) if b else 0.0
-        return {"method": name,
-                "saved_all_%": pct(self.before - self.after, self.before),
-                "recall_all_%": pct(self.kept, self.used),
-                "saved_late_%": pct(self.late_before - self.late_after, self.late_before),
-                "recall_late_%": pct(self.late_kept, self.late_used)}
+
+        return {
+            "method": name,
+            "saved_all_%": pct(self.before - self.after, self.before),
+            "recall_all_%": pct(self.kept, self.used),
+            "saved_late_%": pct(self.late_before - self.late_after, self.late_before),
+            "recall_late_%": pct(self.late_kept, self.late_used),
+        }
 
 
-async def run(sessions: list[tuple[str, list[dict[str, Any]], list[dict[str, Any]]]],
-              settings: Settings) -> dict[str, Any]:
+async def run(
+    sessions: list[tuple[str, list[dict[str, Any]], list[dict[str, Any]]]], settings: Settings
+) -> dict[str, Any]:
     engine = build_engine(settings)
     assert engine.embedder is not None
     await engine.embedder.embed(["warm up"])
@@ -210,8 +253,12 @@ async def run(sessions: list[tuple[str, list[dict[str, Any]], list[dict[str, Any
                 kept = len(used & forwarded_values(masked))
                 tallies[f"mask-{keep}"].add(before, after, len(used), kept, late)
             start = time.perf_counter()
-            fitted = await engine.fit(body, CallContext(
-                tenant="bench", trace_id=f"{n}-{k}", headers={"x-ctxgate-session-id": f"s{n}"}))
+            fitted = await engine.fit(
+                body,
+                CallContext(
+                    tenant="bench", trace_id=f"{n}-{k}", headers={"x-ctxgate-session-id": f"s{n}"}
+                ),
+            )
             spent = time.perf_counter() - start
             times.append(spent)
             session_times.append(spent)
@@ -219,30 +266,48 @@ async def run(sessions: list[tuple[str, list[dict[str, Any]], list[dict[str, Any
                 stable[0] += int(fitted.prefix_stable)
                 stable[1] += 1
             out = fitted.body["messages"]
-            tallies["ctxgate"].add(fitted.tokens_before, fitted.tokens_after, len(used),
-                                   len(used & forwarded_values(out)), late)
+            tallies["ctxgate"].add(
+                fitted.tokens_before,
+                fitted.tokens_after,
+                len(used),
+                len(used & forwarded_values(out)),
+                late,
+            )
         third = max(len(session_times) // 3, 1)
-        per_session.append({"session": name, "calls": len(turns),
-                            "ms_first_third": round(1000 * statistics.median(session_times[:third]), 2),
-                            "ms_last_third": round(1000 * statistics.median(session_times[-third:]), 2)})
+        per_session.append(
+            {
+                "session": name,
+                "calls": len(turns),
+                "ms_first_third": round(1000 * statistics.median(session_times[:third]), 2),
+                "ms_last_third": round(1000 * statistics.median(session_times[-third:]), 2),
+            }
+        )
     engine.embedder.close()
     return {
         "methods": [t.row(name) for name, t in tallies.items()],
         "median_ms": round(1000 * statistics.median(times), 2),
         "p90_ms": round(1000 * sorted(times)[int(0.9 * (len(times) - 1))], 2),
         "prefix_stable_%": round(100 * stable[0] / max(stable[1], 1), 1),
-        "calls": len(times), "sessions": per_session,
+        "calls": len(times),
+        "sessions": per_session,
     }
 
 
 def print_report(title: str, result: dict[str, Any]) -> None:
     print(f"\n## {title}: {result['calls']} calls")
-    print(f"{'method':<10} {'saved all':>10} {'recall all':>11} {'saved late':>11} {'recall late':>12}")
+    print(
+        f"{'method':<10} {'saved all':>10} {'recall all':>11} {'saved late':>11} "
+        f"{'recall late':>12}"
+    )
     for r in result["methods"]:
-        print(f"{r['method']:<10} {r['saved_all_%']:>9}% {r['recall_all_%']:>10}% "
-              f"{r['saved_late_%']:>10}% {r['recall_late_%']:>11}%")
-    print(f"pipeline time per call: median {result['median_ms']} ms, p90 {result['p90_ms']} ms; "
-          f"prefix stable {result['prefix_stable_%']}% of consecutive calls")
+        print(
+            f"{r['method']:<10} {r['saved_all_%']:>9}% {r['recall_all_%']:>10}% "
+            f"{r['saved_late_%']:>10}% {r['recall_late_%']:>11}%"
+        )
+    print(
+        f"pipeline time per call: median {result['median_ms']} ms, p90 {result['p90_ms']} ms; "
+        f"prefix stable {result['prefix_stable_%']}% of consecutive calls"
+    )
 
 
 def main() -> int:
@@ -263,8 +328,10 @@ def main() -> int:
         report["synthetic"] = asyncio.run(run(long, settings))
         print_report("Long synthetic sessions (100 calls each)", report["synthetic"])
         for s in report["synthetic"]["sessions"]:
-            print(f"  {s['session']}: median ms first third {s['ms_first_third']}, "
-                  f"last third {s['ms_last_third']}")
+            print(
+                f"  {s['session']}: median ms first third {s['ms_first_third']}, "
+                f"last third {s['ms_last_third']}"
+            )
     if args.json:
         args.json.write_text(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode())
     return 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
+from typing import Any
 
 from gateway.context.items import Item
 from gateway.context.session import Decision
@@ -17,9 +18,12 @@ def placeholder(item: Item) -> str:
     return f"[ctxgate: {item.kind} {item.id} omitted ({item.tokens} tokens); began: {first[:100]}]"
 
 
-def rewritten_text(item: Item, decision: Decision,
-                   known: frozenset[str] = frozenset()) -> str | None:
+def rewritten_text(
+    item: Item, decision: Decision, known: frozenset[str] = frozenset()
+) -> str | None:
     method = decision.method
+    if decision.text is not None:
+        return decision.text
     if method == "drop":
         return None
     if method == "mask":
@@ -33,9 +37,14 @@ def rewritten_text(item: Item, decision: Decision,
     raise ValueError(f"unknown decision method {method!r}")
 
 
-def apply_decision(item: Item, decision: Decision, counter: TokenCounter, encoding: str,
-                   known: frozenset[str] = frozenset(),
-                   memo: dict[tuple[str, Decision], str | None] | None = None) -> Item | None:
+def apply_decision(
+    item: Item,
+    decision: Decision,
+    counter: TokenCounter,
+    encoding: str,
+    known: frozenset[str] = frozenset(),
+    memo: dict[Any, Any] | None = None,
+) -> Item | None:
     """The item as it will be sent, or None when dropped. Never makes an item longer.
 
     `known`: values the model sees anyway (the session's system prompt and task), which a

@@ -35,14 +35,16 @@ def tool_names(body: Mapping[str, Any]) -> set[str]:
 
 
 def system_text(messages: Sequence[Mapping[str, Any]]) -> str:
-    return "\n".join(content_text(m.get("content")) for m in messages
-                     if m.get("role") in ("system", "developer"))
+    return "\n".join(
+        content_text(m.get("content")) for m in messages if m.get("role") in ("system", "developer")
+    )
 
 
 def request_text(messages: Sequence[Mapping[str, Any]]) -> str:
     """What a request is about: the start of its system prompt and its first user message."""
-    first_user = next((content_text(m.get("content")) for m in messages
-                       if m.get("role") == "user"), "")
+    first_user = next(
+        (content_text(m.get("content")) for m in messages if m.get("role") == "user"), ""
+    )
     return (system_text(messages)[:300] + "\n" + first_user[:1500]).strip()
 
 

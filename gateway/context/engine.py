@@ -14,7 +14,7 @@ import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from gateway.context.apply import apply_decision
 from gateway.context.classify import Classifier, request_text, system_text
@@ -29,7 +29,7 @@ from gateway.context.summarize import values as summarize_values
 from gateway.context.taskclass import STAGE_ORDER, TaskClass, load_task_classes
 from gateway.context.tokens import TokenCounter
 from gateway.errors import ContextBudgetExceeded, InvalidRequest
-from gateway.observability.droplog import DropEvent, DropLog
+from gateway.observability.droplog import Action, DropEvent, DropLog, Stage
 from gateway.observability.metrics import Metrics
 from gateway.settings import Settings
 
@@ -49,7 +49,7 @@ HEADER_BUDGET = "x-ctxgate-budget-tokens"
 class CallContext:
     tenant: str
     trace_id: str
-    headers: Mapping[str, str]   # lower-cased request headers
+    headers: Mapping[str, str]  # lower-cased request headers
 
 
 @dataclass
@@ -70,8 +70,9 @@ class FittedCall:
 
 
 def derive_session_id(tenant: str, messages: list[Mapping[str, Any]]) -> str:
-    first_user = next((content_text(m.get("content")) for m in messages
-                       if m.get("role") == "user"), "")
+    first_user = next(
+        (content_text(m.get("content")) for m in messages if m.get("role") == "user"), ""
+    )
     h = hashlib.blake2b(digest_size=8)
     for part in (tenant, system_text(messages), first_user):
         h.update(part.encode())
@@ -88,13 +89,15 @@ def _budget_header(headers: Mapping[str, str]) -> int | None:
     except ValueError:
         value = 0
     if value <= 0 or raw.strip() != str(value):
-        raise InvalidRequest(f"{HEADER_BUDGET} must be a positive integer, got {raw!r}",
-                             param=HEADER_BUDGET)
+        raise InvalidRequest(
+            f"{HEADER_BUDGET} must be a positive integer, got {raw!r}", param=HEADER_BUDGET
+        )
     return value
 
 
-def _step_horizon(messages: list[Mapping[str, Any]], items: list[Item], state: SessionState,
-                  cls: TaskClass) -> int:
+def _step_horizon(
+    messages: list[Mapping[str, Any]], items: list[Item], state: SessionState, cls: TaskClass
+) -> int:
     """Where age-based compaction reaches after this call (unchanged when no step is due).
 
     Verbatim = turns at or after the horizon. A step is due when they pass a high-water mark
@@ -110,15 +113,20 @@ def _step_horizon(messages: list[Mapping[str, Any]], items: list[Item], state: S
             tokens_from[item.message_index] = tokens_from.get(item.message_index, 0) + item.tokens
 
     def verbatim(start: int) -> tuple[int, int]:
-        return (sum(1 for i in turns if i >= start),
-                sum(t for i, t in tokens_from.items() if i >= start))
+        return (
+            sum(1 for i in turns if i >= start),
+            sum(t for i, t in tokens_from.items() if i >= start),
+        )
 
     n_turns, n_tokens = verbatim(state.horizon)
     over_turns = c.verbatim_turns_high is not None and n_turns > c.verbatim_turns_high
     over_tokens = c.verbatim_tokens_high is not None and n_tokens > c.verbatim_tokens_high
     # Turns completed since the last step (the open one does not count): steps are spaced.
     since = sum(1 for i in turns if i > state.horizon)
-    due = since >= c.min_step_turns and (over_turns or over_tokens)
+    # An instability budget: a step changes the prefix, so a session may take one on at
+    # most `max_step_share` of its calls (counted over the session so far).
+    affordable = state.steps + 1 <= c.max_step_share * (state.calls + 1)
+    due = since >= c.min_step_turns and affordable and (over_turns or over_tokens)
     if not due:
         return state.horizon
     for start in [*turns, len(messages)]:
@@ -126,7 +134,8 @@ def _step_horizon(messages: list[Mapping[str, Any]], items: list[Item], state: S
             continue
         n_turns, n_tokens = verbatim(start)
         if (c.verbatim_turns_high is None or n_turns <= c.verbatim_turns_low) and (
-                c.verbatim_tokens_high is None or n_tokens <= c.verbatim_tokens_low):
+            c.verbatim_tokens_high is None or n_tokens <= c.verbatim_tokens_low
+        ):
             return start
     return len(messages)
 
@@ -139,22 +148,38 @@ def _events(original: list[Item], final: list[Item], ctx: StageContext) -> list[
         if after is not None and after.text == item.text:
             continue
         decision = ctx.decisions[item.id]
-        events.append(DropEvent(
-            stage=decision.stage, action=decision.action, reason=decision.reason,  # type: ignore[arg-type]
-            item_id=item.id, kind=item.kind, message_index=item.message_index,
-            tokens_before=item.tokens, tokens_after=after.tokens if after else 0,
-            kept_as=decision.arg if decision.method == "dedup" else None, text=item.text,
-        ))
+        events.append(
+            DropEvent(
+                stage=cast(Stage, decision.stage),
+                action=cast(Action, decision.action),
+                reason=decision.reason,
+                item_id=item.id,
+                kind=item.kind,
+                message_index=item.message_index,
+                tokens_before=item.tokens,
+                tokens_after=after.tokens if after else 0,
+                kept_as=decision.arg if decision.method == "dedup" else None,
+                text=item.text,
+            )
+        )
     return events
 
 
 class ContextEngine:
-    def __init__(self, settings: Settings, redis: aioredis.Redis | None, metrics: Metrics,
-                 drop_log: DropLog, embedder: Embedder | None,
-                 playbook: PlaybookSource | None = None, *,
-                 sessions: SessionStore | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        redis: aioredis.Redis | None,
+        metrics: Metrics,
+        drop_log: DropLog,
+        embedder: Embedder | None,
+        playbook: PlaybookSource | None = None,
+        *,
+        sessions: SessionStore | None = None,
+    ) -> None:
         self.classes: dict[str, TaskClass] = load_task_classes(
-            settings.task_classes, frozenset(STAGES))
+            settings.task_classes, frozenset(STAGES)
+        )
         self.models = ModelTable.load(settings.models_file)
         self.counter = TokenCounter()
         self.metrics = metrics
@@ -170,13 +195,15 @@ class ContextEngine:
         self.forecasts = ForecastStore(redis)
         self._caches: dict[str, dict[str, Any]] = {}
 
-    async def _task_class(self, body: dict[str, Any], call: CallContext,
-                          state: SessionState) -> TaskClass:
+    async def _task_class(
+        self, body: dict[str, Any], call: CallContext, state: SessionState
+    ) -> TaskClass:
         named = call.headers.get(HEADER_CLASS)
         if named is not None:
             if named not in self.classes:
-                raise InvalidRequest(f"unknown task class {named!r} in {HEADER_CLASS}",
-                                     param=HEADER_CLASS)
+                raise InvalidRequest(
+                    f"unknown task class {named!r} in {HEADER_CLASS}", param=HEADER_CLASS
+                )
         elif state.task_class in self.classes:
             named = state.task_class
         else:
@@ -186,13 +213,18 @@ class ContextEngine:
             state.dirty.add("class")
         return self.classes[named]
 
-    async def _playbook(self, cls: TaskClass, call: CallContext, session_id: str,
-                        body: dict[str, Any]) -> InjectedBlock | None:
+    async def _playbook(
+        self, cls: TaskClass, call: CallContext, session_id: str, body: dict[str, Any]
+    ) -> InjectedBlock | None:
         if self.playbook is None or not cls.playbook.get("enabled", False):
             return None
         return await self.playbook.block_for_session(
-            call.tenant, cls.name, session_id, request_text(body["messages"]),
-            int(cls.playbook.get("cap_tokens", 800)))
+            call.tenant,
+            cls.name,
+            session_id,
+            request_text(body["messages"]),
+            int(cls.playbook.get("cap_tokens", 800)),
+        )
 
     async def fit(self, body: dict[str, Any], call: CallContext) -> FittedCall:
         timer = time.perf_counter()
@@ -222,8 +254,13 @@ class ContextEngine:
         events = _events(parsed.items, final, ctx)
         stable = self._track_prefix(state, rendered.digests, cls)
         await self.sessions.save(call.tenant, session_id, state)
-        self.drop_log.write(events, trace_id=call.trace_id, session_id=session_id,
-                            tenant=call.tenant, task_class=cls.name)
+        self.drop_log.write(
+            events,
+            trace_id=call.trace_id,
+            session_id=session_id,
+            tenant=call.tenant,
+            task_class=cls.name,
+        )
         changed = rendered.changed or block is not None
         self.metrics.context_tokens.labels(cls.name, "before").inc(parsed.tokens)
         self.metrics.context_tokens.labels(cls.name, "after").inc(tokens_after)
@@ -231,17 +268,31 @@ class ContextEngine:
         for stage, spent in seconds.items():
             self.metrics.stage_seconds.labels(stage).observe(spent)
         return FittedCall(
-            body={**body, "messages": out_messages} if changed else body, changed=changed,
-            task_class=cls.name, session_id=session_id, tokens_before=parsed.tokens,
-            tokens_after=tokens_after, drops=events,
-            injected_bullet_ids=list(block.bullet_ids) if block else [], budget=budget.input,
-            tenant=call.tenant, trace_id=call.trace_id, prefix_stable=stable,
+            body={**body, "messages": out_messages} if changed else body,
+            changed=changed,
+            task_class=cls.name,
+            session_id=session_id,
+            tokens_before=parsed.tokens,
+            tokens_after=tokens_after,
+            drops=events,
+            injected_bullet_ids=list(block.bullet_ids) if block else [],
+            budget=budget.input,
+            tenant=call.tenant,
+            trace_id=call.trace_id,
+            prefix_stable=stable,
             stage_seconds=seconds,
         )
 
-    async def _fit_items(self, messages: list[Mapping[str, Any]], parsed: ParsedRequest,
-                         cls: TaskClass, budget: Budget, state: SessionState, fixed: int,
-                         seconds: dict[str, float]) -> tuple[list[Item], StageContext]:
+    async def _fit_items(
+        self,
+        messages: list[Mapping[str, Any]],
+        parsed: ParsedRequest,
+        cls: TaskClass,
+        budget: Budget,
+        state: SessionState,
+        fixed: int,
+        seconds: dict[str, float],
+    ) -> tuple[list[Item], StageContext]:
         remembered = dict(state.decisions)
         known = self._known_values(parsed.items, cls)
         memo = self._caches.setdefault("rewritten", {})
@@ -260,12 +311,19 @@ class ContextEngine:
         turns_step = horizon != state.horizon
         select_always = not cls.compaction.ages and bool(cls.options("select"))
         ctx = StageContext(
-            task_class=cls, counter=self.counter, encoding=parsed.encoding,
-            embedder=self.embedder, fixed_tokens=fixed,
+            task_class=cls,
+            counter=self.counter,
+            encoding=parsed.encoding,
+            embedder=self.embedder,
+            fixed_tokens=fixed,
             horizon=horizon if cls.compaction.ages else len(messages),
-            query=_current_step(messages), originals={i.id: i for i in parsed.items},
-            decisions=remembered, caches=self._caches, known=known,
-            target=int(cls.compaction.low_water * budget.input) if over else None)
+            query=_current_step(messages),
+            originals={i.id: i for i in parsed.items},
+            decisions=remembered,
+            caches=self._caches,
+            known=known,
+            target=int(cls.compaction.low_water * budget.input) if over else None,
+        )
         if over or turns_step or select_always:
             names = STAGE_ORDER if (over or turns_step) else ("select",)
             for name in names:
@@ -279,7 +337,9 @@ class ContextEngine:
                 seconds[name] = time.perf_counter() - start
         if horizon != state.horizon:
             state.horizon = horizon
-            state.dirty.add("horizon")
+            state.steps += 1
+        state.calls += 1
+        state.dirty.add("horizon")
         if ctx.decisions != state.decisions:
             state.decisions = ctx.decisions
             state.dirty.add("decisions")
@@ -299,8 +359,11 @@ class ContextEngine:
                 text = item.text
                 for rule in stale:
                     if re.search(rule["pattern"], text):
-                        text = "" if rule.get("action", "drop") != "strip" else re.sub(
-                            rule["pattern"], "", text)
+                        text = (
+                            ""
+                            if rule.get("action", "drop") != "strip"
+                            else re.sub(rule["pattern"], "", text)
+                        )
                 texts.append(text)
             found = frozenset(v for text in texts for v in summarize_values(text))
             memo[key] = found
@@ -321,33 +384,59 @@ class ContextEngine:
             state.dirty.add("prefix")
         return stable
 
-    async def _overflow(self, body: dict[str, Any], call: CallContext, cls: TaskClass,
-                        session_id: str, parsed: ParsedRequest, budget: Budget, pinned: int,
-                        state: SessionState) -> FittedCall:
+    async def _overflow(
+        self,
+        body: dict[str, Any],
+        call: CallContext,
+        cls: TaskClass,
+        session_id: str,
+        parsed: ParsedRequest,
+        budget: Budget,
+        pinned: int,
+        state: SessionState,
+    ) -> FittedCall:
         self.metrics.budget_exceeded.labels(cls.name).inc()
         await self.sessions.save(call.tenant, session_id, state)
         if cls.on_overflow != "passthrough":
             raise ContextBudgetExceeded(
-                pinned, budget.input,
+                pinned,
+                budget.input,
                 detail="Pinned content (system prompt, latest user message, open tool calls) "
-                       "alone is over the budget.")
+                "alone is over the budget.",
+            )
         import logging
 
         logging.getLogger("ctxgate.context").warning(
             "pinned content needs %d tokens over the budget of %d; forwarded unchanged "
-            "(task class %s: on_overflow passthrough)", pinned, budget.input, cls.name)
-        return FittedCall(body=body, changed=False, task_class=cls.name, session_id=session_id,
-                          tokens_before=parsed.tokens, tokens_after=parsed.tokens, drops=[],
-                          injected_bullet_ids=[], budget=budget.input, tenant=call.tenant,
-                          trace_id=call.trace_id)
+            "(task class %s: on_overflow passthrough)",
+            pinned,
+            budget.input,
+            cls.name,
+        )
+        return FittedCall(
+            body=body,
+            changed=False,
+            task_class=cls.name,
+            session_id=session_id,
+            tokens_before=parsed.tokens,
+            tokens_after=parsed.tokens,
+            drops=[],
+            injected_bullet_ids=[],
+            budget=budget.input,
+            tenant=call.tenant,
+            trace_id=call.trace_id,
+        )
 
-    async def observe(self, fitted: FittedCall, usage: Mapping[str, Any] | None,
-                      finish_reason: str | None) -> None:
+    async def observe(
+        self, fitted: FittedCall, usage: Mapping[str, Any] | None, finish_reason: str | None
+    ) -> None:
         completion = usage.get("completion_tokens") if usage else None
         await self.forecasts.observe(
-            fitted.tenant, fitted.task_class,
+            fitted.tenant,
+            fitted.task_class,
             int(completion) if isinstance(completion, int) else None,
-            overflow=finish_reason == "length")
+            overflow=finish_reason == "length",
+        )
 
 
 def _current_step(messages: list[Mapping[str, Any]]) -> str:

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     import redis.asyncio as aioredis
 
 MIN_SAMPLES = 5
-STATS_TTL_S = 10.0        # how long a replica trusts its copy of a class's stats
+STATS_TTL_S = 10.0  # how long a replica trusts its copy of a class's stats
 FORECAST_TTL_S = 30 * 86400
 
 
@@ -42,16 +42,20 @@ class UsageStats:
 
     @classmethod
     def decode(cls, raw: dict[bytes, bytes]) -> UsageStats:
-        return cls(int(raw.get(b"calls", 0)), float(raw.get(b"sum", 0)),
-                   float(raw.get(b"sumsq", 0)), int(raw.get(b"overflows", 0)))
+        return cls(
+            int(raw.get(b"calls", 0)),
+            float(raw.get(b"sum", 0)),
+            float(raw.get(b"sumsq", 0)),
+            int(raw.get(b"overflows", 0)),
+        )
 
 
 @dataclass(frozen=True, slots=True)
 class Budget:
-    input: int            # the most input tokens this call may send
+    input: int  # the most input tokens this call may send
     output_reserve: int
     split: BudgetSplit
-    source: str           # forecast | header
+    source: str  # forecast | header
 
 
 def requested_output(body: dict[str, Any]) -> int | None:
@@ -62,8 +66,13 @@ def requested_output(body: dict[str, Any]) -> int | None:
     return None
 
 
-def forecast_budget(cls: TaskClass, model: ModelInfo, body: dict[str, Any], stats: UsageStats,
-                    header_budget: int | None) -> Budget:
+def forecast_budget(
+    cls: TaskClass,
+    model: ModelInfo,
+    body: dict[str, Any],
+    stats: UsageStats,
+    header_budget: int | None,
+) -> Budget:
     requested = requested_output(body)
     if requested is not None:
         reserve = requested
@@ -98,8 +107,9 @@ class ForecastStore:
         self._local[(tenant, task_class)] = (now, stats)
         return stats
 
-    async def observe(self, tenant: str, task_class: str, completion_tokens: int | None,
-                      overflow: bool) -> None:
+    async def observe(
+        self, tenant: str, task_class: str, completion_tokens: int | None, overflow: bool
+    ) -> None:
         if self._redis is None or (completion_tokens is None and not overflow):
             return
         key = keys.forecast(tenant, task_class)

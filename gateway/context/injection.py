@@ -10,17 +10,20 @@ from typing import Any, Protocol
 
 @dataclass(frozen=True)
 class InjectedBlock:
-    text: str            # the whole delimited block, same bytes for every call of the session
+    text: str  # the whole delimited block, same bytes for every call of the session
     bullet_ids: list[str]
     tokens: int
 
 
 class PlaybookSource(Protocol):
-    async def block_for_session(self, tenant: str, task_class: str, session_id: str,
-                                query: str, cap_tokens: int) -> InjectedBlock | None: ...
+    async def block_for_session(
+        self, tenant: str, task_class: str, session_id: str, query: str, cap_tokens: int
+    ) -> InjectedBlock | None: ...
 
 
-def inject_block(messages: list[Mapping[str, Any]], block: InjectedBlock) -> list[Mapping[str, Any]]:
+def inject_block(
+    messages: list[Mapping[str, Any]], block: InjectedBlock
+) -> list[Mapping[str, Any]]:
     """A new message list with the block in the system prompt; `messages` is not modified."""
     for i, msg in enumerate(messages):
         if msg.get("role") not in ("system", "developer"):
@@ -32,5 +35,5 @@ def inject_block(messages: list[Mapping[str, Any]], block: InjectedBlock) -> lis
             new_content = [*content, {"type": "text", "text": block.text}]
         else:
             new_content = block.text
-        return [*messages[:i], {**msg, "content": new_content}, *messages[i + 1:]]
+        return [*messages[:i], {**msg, "content": new_content}, *messages[i + 1 :]]
     return [{"role": "system", "content": block.text}, *messages]

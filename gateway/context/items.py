@@ -22,8 +22,12 @@ from gateway.context.tokens import REPLY_PRIMING, TOKENS_PER_MESSAGE, TOKENS_PER
 from gateway.observability.droplog import Kind
 
 _ROLE_KIND: dict[str, Kind] = {
-    "system": "system", "developer": "system", "user": "user",
-    "assistant": "assistant", "tool": "tool_result", "function": "tool_result",
+    "system": "system",
+    "developer": "system",
+    "user": "user",
+    "assistant": "assistant",
+    "tool": "tool_result",
+    "function": "tool_result",
 }
 
 
@@ -33,23 +37,23 @@ class Item:
 
     id: str
     kind: Kind
-    unit: str            # items of one unit are dropped together
+    unit: str  # items of one unit are dropped together
     message_index: int
-    segment: int         # 0: the message head (carries the fixed cost); 1..: later segments
-    text: str            # the rewritable text (a slice of string content, or joined text parts)
-    tokens: int          # tokens of text + fixed_tokens
-    fixed_tokens: int    # cost that stays while the message stays (overhead, tool calls)
-    age: int             # assistant turns after this message
+    segment: int  # 0: the message head (carries the fixed cost); 1..: later segments
+    text: str  # the rewritable text (a slice of string content, or joined text parts)
+    tokens: int  # tokens of text + fixed_tokens
+    fixed_tokens: int  # cost that stays while the message stays (overhead, tool calls)
+    age: int  # assistant turns after this message
     pinned: bool
-    rewritable: bool     # string content: may be replaced by a shorter text
-    goal: bool = False   # part of the task statement (user words before the first answer)
-    score: float = 0.0   # importance set by rerank; higher is kept longer
+    rewritable: bool  # string content: may be replaced by a shorter text
+    goal: bool = False  # part of the task statement (user words before the first answer)
+    score: float = 0.0  # importance set by rerank; higher is kept longer
 
 
 @dataclass(frozen=True, slots=True)
 class ParsedRequest:
     items: list[Item]
-    base_tokens: int     # reply priming + tool definitions: always sent
+    base_tokens: int  # reply priming + tool definitions: always sent
     tool_tokens: int
     encoding: str
 
@@ -63,7 +67,8 @@ def content_text(content: Any) -> str:
         return content
     if isinstance(content, list):
         return "\n".join(
-            str(part.get("text", "")) for part in content
+            str(part.get("text", ""))
+            for part in content
             if isinstance(part, Mapping) and part.get("type") in ("text", "input_text")
         )
     return "" if content is None else str(content)
@@ -124,7 +129,8 @@ def parse_request(body: Mapping[str, Any], counter: TokenCounter, encoding: str)
     latest_user, open_exchange = _pinned_messages(messages)
     units = _units(messages)
     first_answer = next(
-        (i for i, m in enumerate(messages) if m.get("role") == "assistant"), len(messages))
+        (i for i, m in enumerate(messages) if m.get("role") == "assistant"), len(messages)
+    )
     assistants_after = [0] * len(messages)
     seen = 0
     for i in range(len(messages) - 1, -1, -1):
@@ -143,31 +149,52 @@ def parse_request(body: Mapping[str, Any], counter: TokenCounter, encoding: str)
         fixed = _fixed_tokens(msg, counter, encoding)
         if not rewritable and content is not None:
             fixed += counter.count(orjson.dumps(content).decode(), encoding) - counter.count(
-                text, encoding)  # non-text parts: counted as sent, never rewritten
+                text, encoding
+            )  # non-text parts: counted as sent, never rewritten
             fixed = max(fixed, TOKENS_PER_MESSAGE)
         pinned_msg = kind == "system" or i in open_exchange
-        spans = (find_documents(text, sections=role == "user")
-                 if rewritable and role in ("user", "tool") else None)
+        spans = (
+            find_documents(text, sections=role == "user")
+            if rewritable and role in ("user", "tool")
+            else None
+        )
         if not spans or len(spans) == 1:
-            items.append(Item(
-                id=_digest(str(i), role, text, orjson.dumps(msg.get("tool_calls")).decode()),
-                kind=kind, unit=units[i], message_index=i, segment=0, text=text,
-                tokens=counter.count(text, encoding) + fixed, fixed_tokens=fixed,
-                age=assistants_after[i], pinned=pinned_msg or i == latest_user,
-                rewritable=rewritable, goal=role == "user" and i < first_answer,
-            ))
+            items.append(
+                Item(
+                    id=_digest(str(i), role, text, orjson.dumps(msg.get("tool_calls")).decode()),
+                    kind=kind,
+                    unit=units[i],
+                    message_index=i,
+                    segment=0,
+                    text=text,
+                    tokens=counter.count(text, encoding) + fixed,
+                    fixed_tokens=fixed,
+                    age=assistants_after[i],
+                    pinned=pinned_msg or i == latest_user,
+                    rewritable=rewritable,
+                    goal=role == "user" and i < first_answer,
+                )
+            )
             continue
         for k, span in enumerate(spans):
-            piece = text[span.start:span.end]
+            piece = text[span.start : span.end]
             seg_fixed = fixed if k == 0 else 0
-            items.append(Item(
-                id=_digest(str(i), role, str(k), piece),
-                kind="knowledge" if span.knowledge else kind, unit=units[i], message_index=i,
-                segment=k, text=piece, tokens=counter.count(piece, encoding) + seg_fixed,
-                fixed_tokens=seg_fixed, age=assistants_after[i],
-                pinned=pinned_msg or (i == latest_user and not span.knowledge),
-                rewritable=True, goal=role == "user" and i < first_answer and not span.knowledge,
-            ))
+            items.append(
+                Item(
+                    id=_digest(str(i), role, str(k), piece),
+                    kind="knowledge" if span.knowledge else kind,
+                    unit=units[i],
+                    message_index=i,
+                    segment=k,
+                    text=piece,
+                    tokens=counter.count(piece, encoding) + seg_fixed,
+                    fixed_tokens=seg_fixed,
+                    age=assistants_after[i],
+                    pinned=pinned_msg or (i == latest_user and not span.knowledge),
+                    rewritable=True,
+                    goal=role == "user" and i < first_answer and not span.knowledge,
+                )
+            )
     tools = body.get("tools")
     tool_tokens = counter.count(orjson.dumps(tools).decode(), encoding) if tools else 0
     return ParsedRequest(items, REPLY_PRIMING + tool_tokens, tool_tokens, encoding)

@@ -30,7 +30,9 @@ def _model_info(name: str, raw: Any) -> ModelInfo:
     try:
         window, max_output = int(raw["context_window"]), int(raw["max_output"])
     except (KeyError, TypeError, ValueError) as exc:
-        raise SettingsError(f"models.{name}: context_window and max_output must be integers") from exc
+        raise SettingsError(
+            f"models.{name}: context_window and max_output must be integers"
+        ) from exc
     if window <= 0 or max_output <= 0:
         raise SettingsError(f"models.{name}: context_window and max_output must be positive")
     return ModelInfo(encoding, window, max_output)

@@ -19,11 +19,12 @@ from gateway.context.items import Item
 class Rendered:
     messages: list[Mapping[str, Any]]
     changed: bool
-    digests: list[str]   # rolling digest after each rendered message (prefix identity)
+    digests: list[str]  # rolling digest after each rendered message (prefix identity)
 
 
-def render_messages(messages: Sequence[Mapping[str, Any]], original: Sequence[Item],
-                    final: Sequence[Item]) -> Rendered:
+def render_messages(
+    messages: Sequence[Mapping[str, Any]], original: Sequence[Item], final: Sequence[Item]
+) -> Rendered:
     by_message: dict[int, list[Item]] = {}
     for item in final:
         by_message.setdefault(item.message_index, []).append(item)
@@ -42,7 +43,8 @@ def render_messages(messages: Sequence[Mapping[str, Any]], original: Sequence[It
             continue
         same = len(kept) == segments_of.get(i, 0) and all(
             originals[item.id].text is item.text or originals[item.id].text == item.text
-            for item in kept)
+            for item in kept
+        )
         if same:
             out.append(msg)
         else:

@@ -69,13 +69,24 @@ def build_engine(settings: Settings, *, with_embedder: bool = True) -> ContextEn
         from gateway.embeddings import Embedder
 
         embedder = Embedder(settings.embed_model)
-    return ContextEngine(settings, None, Metrics(), DropLog("/dev/null", "none", None), embedder,
-                         sessions=MemorySessionStore())
+    return ContextEngine(
+        settings,
+        None,
+        Metrics(),
+        DropLog("/dev/null", "none", None),
+        embedder,
+        sessions=MemorySessionStore(),
+    )
 
 
-async def replay_calls(engine: ContextEngine, calls: list[dict[str, Any]], *,
-                       budget_tokens: int | None, task_class: str | None,
-                       session_id: str = "replay") -> list[tuple[FittedCall | str, float]]:
+async def replay_calls(
+    engine: ContextEngine,
+    calls: list[dict[str, Any]],
+    *,
+    budget_tokens: int | None,
+    task_class: str | None,
+    session_id: str = "replay",
+) -> list[tuple[FittedCall | str, float]]:
     headers = {"x-ctxgate-session-id": session_id}
     if budget_tokens is not None:
         headers["x-ctxgate-budget-tokens"] = str(budget_tokens)
@@ -86,7 +97,8 @@ async def replay_calls(engine: ContextEngine, calls: list[dict[str, Any]], *,
         start = time.perf_counter()
         try:
             fitted: FittedCall | str = await engine.fit(
-                body, CallContext(tenant="replay", trace_id=f"replay-{n}", headers=headers))
+                body, CallContext(tenant="replay", trace_id=f"replay-{n}", headers=headers)
+            )
         except ContextBudgetExceeded as exc:
             fitted = exc.message
         results.append((fitted, time.perf_counter() - start))
@@ -97,13 +109,27 @@ def _record(n: int, fitted: FittedCall | str, seconds: float) -> dict[str, Any]:
     if isinstance(fitted, str):
         return {"call": n, "error": fitted, "ms": round(seconds * 1000, 3)}
     return {
-        "call": n, "task_class": fitted.task_class, "tokens_before": fitted.tokens_before,
-        "tokens_after": fitted.tokens_after, "budget": fitted.budget,
-        "prefix_stable": fitted.prefix_stable, "ms": round(seconds * 1000, 3),
-        "drops": [{"stage": d.stage, "action": d.action, "reason": d.reason, "item_id": d.item_id,
-                   "kind": d.kind, "message_index": d.message_index,
-                   "tokens_before": d.tokens_before, "tokens_after": d.tokens_after,
-                   "kept_as": d.kept_as} for d in fitted.drops],
+        "call": n,
+        "task_class": fitted.task_class,
+        "tokens_before": fitted.tokens_before,
+        "tokens_after": fitted.tokens_after,
+        "budget": fitted.budget,
+        "prefix_stable": fitted.prefix_stable,
+        "ms": round(seconds * 1000, 3),
+        "drops": [
+            {
+                "stage": d.stage,
+                "action": d.action,
+                "reason": d.reason,
+                "item_id": d.item_id,
+                "kind": d.kind,
+                "message_index": d.message_index,
+                "tokens_before": d.tokens_before,
+                "tokens_after": d.tokens_after,
+                "kept_as": d.kept_as,
+            }
+            for d in fitted.drops
+        ],
     }
 
 
@@ -114,18 +140,28 @@ def _print_text(records: list[dict[str, Any]]) -> None:
             continue
         saved = r["tokens_before"] - r["tokens_after"]
         share = 100 * saved / max(r["tokens_before"], 1)
-        print(f"call {r['call']:>3}: {r['tokens_before']:>7} -> {r['tokens_after']:>7} tokens "
-              f"(-{share:4.1f}%), {len(r['drops'])} drops, {r['ms']:.1f} ms, "
-              f"class {r['task_class']}, prefix stable: {r['prefix_stable']}")
+        print(
+            f"call {r['call']:>3}: {r['tokens_before']:>7} -> {r['tokens_after']:>7} tokens "
+            f"(-{share:4.1f}%), {len(r['drops'])} drops, {r['ms']:.1f} ms, "
+            f"class {r['task_class']}, prefix stable: {r['prefix_stable']}"
+        )
         for d in r["drops"]:
             kept = f" kept_as={d['kept_as']}" if d["kept_as"] else ""
-            print(f"      {d['stage']:<8} {d['action']:<8} {d['reason']:<18} {d['kind']:<11} "
-                  f"msg {d['message_index']:>3} {d['tokens_before']:>6} -> {d['tokens_after']:<6}"
-                  f"{kept}")
+            print(
+                f"      {d['stage']:<8} {d['action']:<8} {d['reason']:<18} {d['kind']:<11} "
+                f"msg {d['message_index']:>3} {d['tokens_before']:>6} -> {d['tokens_after']:<6}"
+                f"{kept}"
+            )
 
 
-def replay(path: Path, *, budget_tokens: int | None, task_class: str | None, as_json: bool,
-           settings: Settings) -> int:
+def replay(
+    path: Path,
+    *,
+    budget_tokens: int | None,
+    task_class: str | None,
+    as_json: bool,
+    settings: Settings,
+) -> int:
     try:
         calls = load_calls(path)
     except (OSError, ValueError, orjson.JSONDecodeError) as exc:
@@ -133,8 +169,9 @@ def replay(path: Path, *, budget_tokens: int | None, task_class: str | None, as_
         return 2
     engine = build_engine(settings)
     try:
-        results = asyncio.run(replay_calls(engine, calls, budget_tokens=budget_tokens,
-                                           task_class=task_class))
+        results = asyncio.run(
+            replay_calls(engine, calls, budget_tokens=budget_tokens, task_class=task_class)
+        )
     finally:
         if engine.embedder is not None:
             engine.embedder.close()

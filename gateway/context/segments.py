@@ -40,7 +40,9 @@ def _cover(text: str, docs: list[tuple[int, int]]) -> list[Span]:
 
 
 def _tagged(text: str) -> list[tuple[int, int]]:
-    return [(m.start(), m.end()) for m in _TAGGED.finditer(text) if m.end() - m.start() >= MIN_DOC_CHARS]
+    return [
+        (m.start(), m.end()) for m in _TAGGED.finditer(text) if m.end() - m.start() >= MIN_DOC_CHARS
+    ]
 
 
 def _paragraphs(text: str) -> list[tuple[int, int]]:
@@ -50,6 +52,7 @@ def _paragraphs(text: str) -> list[tuple[int, int]]:
         pos = m.end()
     bounds.append((pos, len(text)))
     return [b for b in bounds if b[1] > b[0]]
+
 
 def _numbered(text: str) -> list[tuple[int, int]]:
     paras = _paragraphs(text)

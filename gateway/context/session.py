@@ -26,26 +26,39 @@ class Decision:
     """How one item is rendered from now on; re-applied verbatim on every later call."""
 
     stage: str
-    action: str       # drop | mask | compress | dedup
+    action: str  # drop | mask | compress | dedup
     reason: str
-    method: str       # drop | mask | summary | dedup | strip
+    method: str  # drop | mask | summary | dedup | strip
     level: int = 1
-    arg: str | None = None   # dedup: the representative's id; strip: the pattern
+    arg: str | None = None  # dedup: the representative's id; strip: the pattern
+    # summary: the rendered text, fixed when decided (it depends on what the model saw
+    # before the item at that time), so every later call and every replica sends it as is.
+    text: str | None = None
 
     def dump(self) -> list[Any]:
-        return [self.stage, self.action, self.reason, self.method, self.level, self.arg]
+        return [self.stage, self.action, self.reason, self.method, self.level, self.arg, self.text]
 
     @classmethod
     def load(cls, raw: list[Any]) -> Decision:
-        return cls(str(raw[0]), str(raw[1]), str(raw[2]), str(raw[3]), int(raw[4]), raw[5])
+        return cls(
+            str(raw[0]),
+            str(raw[1]),
+            str(raw[2]),
+            str(raw[3]),
+            int(raw[4]),
+            raw[5],
+            raw[6] if len(raw) > 6 else None,
+        )
 
 
 @dataclass
 class SessionState:
     task_class: str | None = None
     decisions: dict[str, Decision] = field(default_factory=dict)
-    horizon: int = 0          # messages before this index went through an age-based step
-    prefix: str = ""          # "<messages>:<rolling hash>" of the last rendered request
+    horizon: int = 0  # messages before this index went through an age-based step
+    calls: int = 0  # calls seen, and aging steps taken (they change the prefix)
+    steps: int = 0
+    prefix: str = ""  # "<messages>:<rolling hash>" of the last rendered request
     dirty: set[str] = field(default_factory=set)
 
     def encode(self, name: str) -> bytes:
@@ -54,7 +67,7 @@ class SessionState:
         if name == "class":
             return (self.task_class or "").encode()
         if name == "horizon":
-            return str(self.horizon).encode()
+            return f"{self.horizon}:{self.calls}:{self.steps}".encode()
         return self.prefix.encode()
 
     @classmethod
@@ -64,8 +77,14 @@ class SessionState:
             return state
         state.task_class = raw.get(b"class", b"").decode() or None
         if b"decisions" in raw:
-            state.decisions = {k: Decision.load(v) for k, v in orjson.loads(raw[b"decisions"]).items()}
-        state.horizon = int(raw.get(b"horizon", b"0"))
+            state.decisions = {
+                k: Decision.load(v) for k, v in orjson.loads(raw[b"decisions"]).items()
+            }
+        horizon, _, counts = raw.get(b"horizon", b"0").decode().partition(":")
+        state.horizon = int(horizon)
+        if counts:
+            calls, _, steps = counts.partition(":")
+            state.calls, state.steps = int(calls), int(steps or 0)
         state.prefix = raw.get(b"prefix", b"").decode()
         return state
 

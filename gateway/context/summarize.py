@@ -19,28 +19,36 @@ import orjson
 
 _ERROR = re.compile(
     r"(?i)\b(error|exception|traceback|failed|failure|fatal|panic|denied|not found|"
-    r"no such|cannot|can't|undefined|segfault|assert\w*)\b|\bE\d{3}\b|exit (code|status) [1-9]")
-_PATH = re.compile(r"(?:[\w.-]+/)+[\w.-]+|\b[\w-]+\.(?:py|js|ts|tsx|go|rs|java|c|h|cc|cpp|rb|php"
-                   r"|json|ya?ml|toml|md|txt|cfg|ini|sh|sql|html|css|lock|xml|csv)\b")
+    r"no such|cannot|can't|undefined|segfault|assert\w*)\b|\bE\d{3}\b|exit (code|status) [1-9]"
+)
+_PATH = re.compile(
+    r"(?:[\w.-]+/)+[\w.-]+|\b[\w-]+\.(?:py|js|ts|tsx|go|rs|java|c|h|cc|cpp|rb|php"
+    r"|json|ya?ml|toml|md|txt|cfg|ini|sh|sql|html|css|lock|xml|csv)\b"
+)
 _LINE_REF = re.compile(r"(?i)\bline \d+|:\d+:|\(\d+ lines total\)|\d+ (more )?lines? (above|below)")
-_DEFINITION = re.compile(r"^\s*(?:\d+:)?\s*(?:async\s+)?(def|class|function|fn|func|interface|"
-                         r"struct|impl|public|private|protected|export)\b")
-_TIMESTAMP = re.compile(r"^\s*\[?\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}|^\s*\d{2}:\d{2}:\d{2}|"
-                        r"^\s*(DEBUG|INFO|WARN|WARNING|ERROR|TRACE)\b")
+_DEFINITION = re.compile(
+    r"^\s*(?:\d+:)?\s*(?:async\s+)?(def|class|function|fn|func|interface|"
+    r"struct|impl|public|private|protected|export)\b"
+)
+_TIMESTAMP = re.compile(
+    r"^\s*\[?\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}|^\s*\d{2}:\d{2}:\d{2}|"
+    r"^\s*(DEBUG|INFO|WARN|WARNING|ERROR|TRACE)\b"
+)
 _FENCE = re.compile(r"```.*?```", re.DOTALL)
 _VALUE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-/]*[A-Za-z0-9_]")
 # Shell prompts and status lines repeat in every observation: the latest one carries them.
-_PROMPT = re.compile(r"^\((?:Open file|Current directory)[^)]*\)\s*$|^\S{0,40}[$#>]\s*$",
-                     re.MULTILINE)
+_PROMPT = re.compile(
+    r"^\((?:Open file|Current directory)[^)]*\)\s*$|^\S{0,40}[$#>]\s*$", re.MULTILINE
+)
 _LINE_NO = re.compile(r"^\s*\d+[:|]", re.MULTILINE)  # file-view line numbers: kept as a range
 _HASH = re.compile(r"[0-9a-f]{20,}|[0-9A-Za-z+/]{40,}")  # digests and blobs: no one retypes them
 _NOTABLE = re.compile(r"[\d_./]|[a-z][A-Z]")
 _CODEY = re.compile(r"`[^`]+`|\b\d{2,}\b|[\w-]+\.\w{1,4}\b|\w+_\w+|\w+\(\)")
 MAX_LINE_CHARS = 240
-MENTION_CAP = {1: 25, 2: 12}
+MENTION_CAP = {1: 12, 2: 6}
 SALIENT_LINES = {1: 3, 2: 1}
 DEFINITION_LINES = {1: 8, 2: 3}  # `def`/`class` lines: what an agent greps for and calls later
-SHORT_LINES = {1: 6, 2: 3}   # shorter texts are only trimmed of prompts and long lines
+SHORT_LINES = {1: 6, 2: 3}  # shorter texts are only trimmed of prompts and long lines
 
 
 def values(text: str) -> list[str]:
@@ -56,12 +64,19 @@ def _priority(value: str) -> int:
     return 3
 
 
-def _mentions(original: str, compact: str, known: frozenset[str], level: int,
-              notable_only: bool) -> str:
+def _mentions(
+    original: str, compact: str, known: frozenset[str], level: int, notable_only: bool
+) -> str:
     """The values of the omitted text that appear nowhere else the model will see."""
     seen = set(_VALUE.findall(compact)) | known
-    lost = [v for v in values(_LINE_NO.sub(" ", original)) if v not in seen
-            and (not notable_only or _NOTABLE.search(v)) and len(v) <= 80 and not _HASH.search(v)]
+    lost = [
+        v
+        for v in values(_LINE_NO.sub(" ", original))
+        if v not in seen
+        and (not notable_only or _NOTABLE.search(v))
+        and len(v) <= 80
+        and not _HASH.search(v)
+    ]
     if not lost:
         return compact
     lost.sort(key=_priority)  # stable: names first, then words, then bare numbers
@@ -95,6 +110,7 @@ def _keep_lines(lines: list[str], keep: set[int]) -> str:
 
 # --- JSON ---------------------------------------------------------------------------------
 
+
 def _shrink(value: Any, level: int, depth: int = 0) -> Any:
     keep_items = 3 if level == 1 else 1
     max_str = 200 if level == 1 else 80
@@ -122,6 +138,7 @@ def _json(text: str, level: int) -> str | None:
 
 
 # --- logs and tables ----------------------------------------------------------------------
+
 
 def _is_log(lines: list[str]) -> bool:
     if len(lines) < 20:
@@ -160,6 +177,7 @@ def _table(lines: list[str], level: int) -> str:
 
 # --- text ---------------------------------------------------------------------------------
 
+
 def _salient(lines: list[str], level: int) -> str:
     """First line, errors with a line either side, definitions (their own allowance), then
     lines naming paths or line numbers, then the last line, within the level's budget."""
@@ -171,7 +189,7 @@ def _salient(lines: list[str], level: int) -> str:
     keep.append(len(lines) - 1)
     chosen = list(dict.fromkeys(keep))[:budget]
     definitions = [i for i, line in enumerate(lines) if _DEFINITION.search(line)]
-    return _keep_lines(lines, set(chosen) | set(definitions[:DEFINITION_LINES.get(level, 2)]))
+    return _keep_lines(lines, set(chosen) | set(definitions[: DEFINITION_LINES.get(level, 2)]))
 
 
 def _assistant(text: str, level: int) -> str:
@@ -181,7 +199,7 @@ def _assistant(text: str, level: int) -> str:
     parts: list[str] = []
     if level == 1 and sentences:
         # the first sentence, and those naming code, paths or numbers
-        parts = [sentences[0][:300]] + [x[:300] for x in sentences[1:] if _CODEY.search(x)][:3]
+        parts = [sentences[0][:300], *[x[:300] for x in sentences[1:] if _CODEY.search(x)][:3]]
     parts.extend(fences)
     return "\n".join(parts) if parts else (sentences[0][:300] if sentences else "")
 

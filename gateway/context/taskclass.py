@@ -53,7 +53,8 @@ class Compaction:
     verbatim_turns_low: int = 2
     verbatim_tokens_high: int | None = None
     verbatim_tokens_low: int = 0
-    min_step_turns: int = 0   # an aging step waits until this many turns are verbatim
+    min_step_turns: int = 0  # an aging step waits until this many turns are verbatim
+    max_step_share: float = 1.0  # aging steps may start on at most this share of calls
 
     @property
     def ages(self) -> bool:
@@ -136,8 +137,16 @@ def _budget(raw: Any, where: str) -> BudgetSplit:
 
 def _compaction(raw: Any, where: str) -> Compaction:
     raw = _mapping(raw, where)
-    fields = {"high_water", "low_water", "verbatim_turns_high", "verbatim_turns_low",
-              "verbatim_tokens_high", "verbatim_tokens_low", "min_step_turns"}
+    fields = {
+        "high_water",
+        "low_water",
+        "verbatim_turns_high",
+        "verbatim_turns_low",
+        "verbatim_tokens_high",
+        "verbatim_tokens_low",
+        "min_step_turns",
+        "max_step_share",
+    }
     c = Compaction(**{k: v for k, v in raw.items() if k in fields})
     unknown = set(raw) - fields
     if unknown:
@@ -146,7 +155,10 @@ def _compaction(raw: Any, where: str) -> Compaction:
         raise SettingsError(f"{where}: need 0 < low_water <= high_water <= 1")
     if c.verbatim_turns_high is not None and not 0 <= c.verbatim_turns_low < c.verbatim_turns_high:
         raise SettingsError(f"{where}: need 0 <= verbatim_turns_low < verbatim_turns_high")
-    if c.verbatim_tokens_high is not None and not 0 <= c.verbatim_tokens_low < c.verbatim_tokens_high:
+    if (
+        c.verbatim_tokens_high is not None
+        and not 0 <= c.verbatim_tokens_low < c.verbatim_tokens_high
+    ):
         raise SettingsError(f"{where}: need 0 <= verbatim_tokens_low < verbatim_tokens_high")
     return c
 
@@ -167,8 +179,7 @@ def _stages(raw: Any, where: str, known: frozenset[str]) -> dict[str, Mapping[st
 def task_class(name: str, raw: Any, known_stages: frozenset[str]) -> TaskClass:
     where = f"task_classes.{name}"
     raw = _mapping(raw, where)
-    allowed = {"description", "match", "budget", "compaction", "stages", "on_overflow",
-               "playbook"}
+    allowed = {"description", "match", "budget", "compaction", "stages", "on_overflow", "playbook"}
     unknown = set(raw) - allowed
     if unknown:
         raise SettingsError(f"{where}.{sorted(unknown)[0]}: unknown key")

@@ -43,8 +43,9 @@ def drop_log_path(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-async def engine(settings: Settings, redis_client: aioredis.Redis, embedder: Embedder,
-                 drop_log_path: Path) -> AsyncIterator[ContextEngine]:
+async def engine(
+    settings: Settings, redis_client: aioredis.Redis, embedder: Embedder, drop_log_path: Path
+) -> AsyncIterator[ContextEngine]:
     metrics = Metrics()
     log = DropLog(str(drop_log_path), "hash", metrics)
     yield ContextEngine(settings, redis_client, metrics, log, embedder)

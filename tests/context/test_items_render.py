@@ -26,8 +26,14 @@ MESSAGES = [
 
 def test_kinds_units_pins_and_ages() -> None:
     items = parse_request({"messages": MESSAGES}, COUNTER, "o200k_base").items
-    assert [i.kind for i in items] == ["system", "user", "tool_call", "tool_result", "tool_call",
-                                       "tool_result"]
+    assert [i.kind for i in items] == [
+        "system",
+        "user",
+        "tool_call",
+        "tool_result",
+        "tool_call",
+        "tool_result",
+    ]
     assert items[2].unit == items[3].unit != items[4].unit == items[5].unit
     assert [i.pinned for i in items] == [True, True, False, False, True, True]
     assert [i.age for i in items] == [2, 2, 1, 1, 0, 0]
@@ -45,8 +51,9 @@ def test_token_counts_add_up() -> None:
 
 
 def test_knowledge_segments_cover_the_message_exactly() -> None:
-    docs = "".join(f"<document id={k}>Paragraph {k} about refunds. " * 3 + "</document>\n"
-                   for k in range(3))
+    docs = "".join(
+        f"<document id={k}>Paragraph {k} about refunds. " * 3 + "</document>\n" for k in range(3)
+    )
     text = "Answer from these sources.\n" + docs + "What is the refund window?"
     parsed = parse_request({"messages": [{"role": "user", "content": text}]}, COUNTER, "o200k_base")
     kinds = [i.kind for i in parsed.items]
@@ -67,7 +74,9 @@ def test_render_drops_whole_units_and_keeps_order() -> None:
 
 
 def test_summaries_keep_structure() -> None:
-    data = '{"rows": [' + ",".join(f'{{"id": {k}, "name": "n{k}"}}' for k in range(50)) + '], "n": 50}'
+    data = (
+        '{"rows": [' + ",".join(f'{{"id": {k}, "name": "n{k}"}}' for k in range(50)) + '], "n": 50}'
+    )
     out = summarize(data, "tool_result", 1)
     assert out.startswith('{"rows":[') and '"n":50' in out and "47 more" in out
     log = "\n".join([f"2024-01-01 10:00:{k:02d} INFO step {k}" for k in range(40)])
@@ -95,4 +104,4 @@ def test_summaries_list_values_they_leave_out() -> None:
     out = summarize("\n".join(lines), "tool_result", 1, known=frozenset({"rate"}))
     assert "total_101" in out and "omitted text mentions" in out and "(+" in out
     assert " rate " not in out.split("mentions:")[1]  # the model sees it elsewhere
-    assert "150:" not in out.split("mentions:")[1]   # line numbers are not repeated
+    assert "150:" not in out.split("mentions:")[1]  # line numbers are not repeated

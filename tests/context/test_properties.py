@@ -24,9 +24,20 @@ def conversations(draw: Any) -> list[dict[str, Any]]:
     for t in range(draw(st.integers(0, 8))):
         if draw(st.booleans()):
             ids = [f"c{t}_{k}" for k in range(draw(st.integers(1, 2)))]
-            msgs.append({"role": "assistant", "content": draw(WORDS), "tool_calls": [
-                {"id": i, "type": "function", "function": {"name": "bash", "arguments": "{}"}}
-                for i in ids]})
+            msgs.append(
+                {
+                    "role": "assistant",
+                    "content": draw(WORDS),
+                    "tool_calls": [
+                        {
+                            "id": i,
+                            "type": "function",
+                            "function": {"name": "bash", "arguments": "{}"},
+                        }
+                        for i in ids
+                    ],
+                }
+            )
             msgs.extend({"role": "tool", "tool_call_id": i, "content": draw(WORDS)} for i in ids)
         else:
             msgs.append({"role": "assistant", "content": draw(WORDS)})
@@ -49,14 +60,26 @@ def _check_valid(messages: list[dict[str, Any]]) -> None:
             answered.add(msg["tool_call_id"])
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(msgs=conversations(), budget=st.integers(20, 3000), cls=st.sampled_from(
-    ["coding_agent", "plain_chat", "default", "retrieval_qa"]))
-async def test_fit_is_valid_bounded_and_accounted(engine: ContextEngine, msgs: list[dict[str, Any]],
-                                                  budget: int, cls: str) -> None:
-    call = CallContext(tenant="prop", trace_id="t", headers={
-        "x-ctxgate-budget-tokens": str(budget), "x-ctxgate-task-class": cls,
-        "x-ctxgate-session-id": f"p{id(msgs)}"})
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    msgs=conversations(),
+    budget=st.integers(20, 3000),
+    cls=st.sampled_from(["coding_agent", "plain_chat", "default", "retrieval_qa"]),
+)
+async def test_fit_is_valid_bounded_and_accounted(
+    engine: ContextEngine, msgs: list[dict[str, Any]], budget: int, cls: str
+) -> None:
+    call = CallContext(
+        tenant="prop",
+        trace_id="t",
+        headers={
+            "x-ctxgate-budget-tokens": str(budget),
+            "x-ctxgate-task-class": cls,
+            "x-ctxgate-session-id": f"p{id(msgs)}",
+        },
+    )
     parsed = parse_request({"messages": msgs}, engine.counter, "o200k_base")
     pinned = parsed.base_tokens + sum(i.tokens for i in parsed.items if i.pinned)
     try:
@@ -72,11 +95,17 @@ async def test_fit_is_valid_bounded_and_accounted(engine: ContextEngine, msgs: l
     # order kept: the output is a subsequence of the input by (role, tool ids)
     pos = 0
     for msg in out:
-        while (msgs[pos]["role"], msgs[pos].get("tool_call_id")) != (msg["role"], msg.get("tool_call_id")):
+        while (msgs[pos]["role"], msgs[pos].get("tool_call_id")) != (
+            msg["role"],
+            msg.get("tool_call_id"),
+        ):
             pos += 1
         pos += 1
     # pinned messages byte-identical
     for item in parsed.items:
-        if item.pinned and item.segment == 0 and len([i for i in parsed.items
-                                                      if i.message_index == item.message_index]) == 1:
+        if (
+            item.pinned
+            and item.segment == 0
+            and len([i for i in parsed.items if i.message_index == item.message_index]) == 1
+        ):
             assert msgs[item.message_index] in out

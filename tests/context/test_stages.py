@@ -15,12 +15,25 @@ COUNTER = TokenCounter()
 BUDGET = Budget(100_000, 1000, BudgetSplit(), "forecast")
 
 
-def _ctx(cls: TaskClass, items: list[Item], horizon: int, embedder: Embedder | None = None,
-         target: int | None = None) -> StageContext:
-    return StageContext(task_class=cls, counter=COUNTER, encoding="o200k_base",
-                        embedder=embedder, fixed_tokens=3, horizon=horizon,
-                        query="fix the crash in parser.py", originals={i.id: i for i in items},
-                        decisions={}, target=target)
+def _ctx(
+    cls: TaskClass,
+    items: list[Item],
+    horizon: int,
+    embedder: Embedder | None = None,
+    target: int | None = None,
+) -> StageContext:
+    return StageContext(
+        task_class=cls,
+        counter=COUNTER,
+        encoding="o200k_base",
+        embedder=embedder,
+        fixed_tokens=3,
+        horizon=horizon,
+        query="fix the crash in parser.py",
+        originals={i.id: i for i in items},
+        decisions={},
+        target=target,
+    )
 
 
 def _items(msgs: list[dict[str, Any]]) -> list[Item]:
@@ -28,15 +41,18 @@ def _items(msgs: list[dict[str, Any]]) -> list[Item]:
 
 
 def _cls(stages: dict[str, Any]) -> TaskClass:
-    return task_class("t", {"stages": stages, "compaction": {"verbatim_turns_high": 3}},
-                      frozenset(STAGES))
+    return task_class(
+        "t", {"stages": stages, "compaction": {"verbatim_turns_high": 3}}, frozenset(STAGES)
+    )
 
 
 def _turns(n: int, text: str) -> list[dict[str, Any]]:
     msgs: list[dict[str, Any]] = [{"role": "user", "content": "goal: fix parser.py"}]
     for t in range(n):
-        msgs += [{"role": "assistant", "content": f"step {t}"},
-                 {"role": "user", "content": text.format(t=t)}]
+        msgs += [
+            {"role": "assistant", "content": f"step {t}"},
+            {"role": "user", "content": text.format(t=t)},
+        ]
     return msgs
 
 
@@ -44,9 +60,14 @@ async def test_select_drops_stale_instructions_and_strips_reminders() -> None:
     msgs = _turns(4, "output {t}\n<system-reminder>use tools</system-reminder>")
     msgs[2]["content"] = "Here is a demonstration: do X"
     items = _items(msgs)
-    cls = _cls({"select": {"stale_patterns": [{"pattern": "^Here is a demonstration",
-                                               "after_turns": 2}],
-                           "reminder_patterns": ["<system-reminder>[\\s\\S]*?</system-reminder>"]}})
+    cls = _cls(
+        {
+            "select": {
+                "stale_patterns": [{"pattern": "^Here is a demonstration", "after_turns": 2}],
+                "reminder_patterns": ["<system-reminder>[\\s\\S]*?</system-reminder>"],
+            }
+        }
+    )
     result = await STAGES["select"](items, BUDGET, _ctx(cls, items, horizon=len(msgs)))
     reasons = {d.reason for d in result.decisions.values()}
     assert reasons == {"stale_instruction", "repeated_reminder"}
@@ -57,11 +78,15 @@ async def test_select_drops_stale_instructions_and_strips_reminders() -> None:
 
 
 async def test_cluster_dedups_exact_and_near_keeping_earliest() -> None:
-    body = "\n".join(f"line {k} of the same long build output with path src/a.py" for k in range(30))
+    body = "\n".join(
+        f"line {k} of the same long build output with path src/a.py" for k in range(30)
+    )
     msgs = _turns(3, body)
     msgs[4]["content"] = body.replace("line 7", "line seven")  # near duplicate
     items = _items(msgs)
-    result = await STAGES["cluster"](items, BUDGET, _ctx(_cls({"cluster": {"near_threshold": 0.7}}), items, len(msgs)))
+    result = await STAGES["cluster"](
+        items, BUDGET, _ctx(_cls({"cluster": {"near_threshold": 0.7}}), items, len(msgs))
+    )
     pinned_copy = next(i for i in items if i.message_index == 6)  # the latest user message
     assert pinned_copy.pinned
     assert {d.arg for d in result.decisions.values()} == {pinned_copy.id}
@@ -76,8 +101,9 @@ async def test_compress_ages_then_cuts_to_target() -> None:
     cls = _cls({"compress": {}})
     aged = await STAGES["compress"](items, BUDGET, _ctx(cls, items, horizon=6))
     assert {d.reason for d in aged.decisions.values()} == {"aged"}
-    assert all(i.message_index >= 6 or i.goal or i.id in aged.decisions or i.tokens < 40
-               for i in items)
+    assert all(
+        i.message_index >= 6 or i.goal or i.id in aged.decisions or i.tokens < 40 for i in items
+    )
     target = 3 + sum(i.tokens for i in items if i.pinned) + 150
     ctx = _ctx(cls, items, horizon=0, target=target)
     cut = await STAGES["compress"](items, BUDGET, ctx)

@@ -12,11 +12,13 @@ from gateway.context.stages.compress import compress_items
 from gateway.context.stages.rerank import rerank_items
 from gateway.context.stages.select import select_items
 
-STAGES: Mapping[str, Stage] = MappingProxyType({
-    "select": select_items,
-    "rerank": rerank_items,
-    "cluster": cluster_items,
-    "compress": compress_items,
-})
+STAGES: Mapping[str, Stage] = MappingProxyType(
+    {
+        "select": select_items,
+        "rerank": rerank_items,
+        "cluster": cluster_items,
+        "compress": compress_items,
+    }
+)
 
 __all__ = ["STAGES", "Stage", "StageContext", "StageResult"]

@@ -15,6 +15,7 @@ from gateway.context.apply import apply_decision
 from gateway.context.forecast import Budget
 from gateway.context.items import Item
 from gateway.context.session import Decision
+from gateway.context.summarize import summarize, values
 from gateway.context.taskclass import TaskClass
 from gateway.context.tokens import TokenCounter
 
@@ -28,12 +29,12 @@ class StageContext:
     counter: TokenCounter
     encoding: str
     embedder: Embedder | None
-    fixed_tokens: int           # tokens outside the items (priming, tools, playbook block)
-    horizon: int                # age-based rules apply to messages before this index
-    query: str                  # the current step: latest result and latest request
-    originals: Mapping[str, Item]   # items as the client sent them, by id
+    fixed_tokens: int  # tokens outside the items (priming, tools, playbook block)
+    horizon: int  # age-based rules apply to messages before this index
+    query: str  # the current step: latest result and latest request
+    originals: Mapping[str, Item]  # items as the client sent them, by id
     decisions: dict[str, Decision]  # remembered and made so far; stages add to it
-    target: int | None = None   # over the high-water mark: cut down to this many tokens
+    target: int | None = None  # over the high-water mark: cut down to this many tokens
     known: frozenset[str] = frozenset()  # values of the session's system prompt and task
     caches: dict[str, dict[str, Any]] = field(default_factory=dict)  # engine-lifetime memo
 
@@ -54,7 +55,9 @@ class StageResult:
 
 
 class Stage(Protocol):
-    async def __call__(self, items: list[Item], budget: Budget, ctx: StageContext) -> StageResult: ...
+    async def __call__(
+        self, items: list[Item], budget: Budget, ctx: StageContext
+    ) -> StageResult: ...
 
 
 def decide(items: list[Item], chosen: Mapping[str, Decision], ctx: StageContext) -> StageResult:
@@ -64,36 +67,69 @@ def decide(items: list[Item], chosen: Mapping[str, Decision], ctx: StageContext)
     chosen = dict(chosen)
     for item in items:
         decision = chosen.get(item.id)
-        if decision is not None and decision.method == "drop" and item.kind == "knowledge" \
-                and item.segment == 0:  # the message's head: keep the message, mask the text
+        if (
+            decision is not None
+            and decision.method == "drop"
+            and item.kind == "knowledge"
+            and item.segment == 0
+        ):  # the message's head: keep the message, mask the text
             chosen[item.id] = replace(decision, action="mask", method="mask")
     # A retrieved document is dropped alone; anything else takes its whole unit with it,
     # unless part of the unit is pinned: then it is masked instead.
     pinned_units = unit_pinned(items)
     for item in items:
         decision = chosen.get(item.id)
-        if decision is not None and decision.method == "drop" and item.unit in pinned_units \
-                and item.kind != "knowledge":
+        if (
+            decision is not None
+            and decision.method == "drop"
+            and item.unit in pinned_units
+            and item.kind != "knowledge"
+        ):
             chosen[item.id] = replace(decision, action="mask", method="mask")
-    unit_drops = {item.unit: chosen[item.id] for item in items if item.id in chosen
-                  and chosen[item.id].method == "drop" and item.kind != "knowledge"}
+    unit_drops = {
+        item.unit: chosen[item.id]
+        for item in items
+        if item.id in chosen and chosen[item.id].method == "drop" and item.kind != "knowledge"
+    }
     decisions = dict(chosen)
     for item in items:
         if item.unit in unit_drops:
             decisions[item.id] = unit_drops[item.unit]
     kept: list[Item] = []
+    seen: set[str] = set(ctx.known)  # values the model reads before the current item
     for item in items:
         decision = decisions.get(item.id)
         if decision is None:
             kept.append(item)
+            seen |= item_values(item.text, ctx)
             continue
-        ctx.decisions[item.id] = decision
         original = ctx.originals.get(item.id, item)
-        new = apply_decision(original, decision, ctx.counter, ctx.encoding, ctx.known,
-                             ctx.cache("rewritten"))
+        if decision.method == "summary" and decision.text is None and original.rewritable:
+            # A summary need not repeat what the model has already read above it.
+            decision = replace(
+                decision,
+                text=summarize(original.text, original.kind, decision.level, frozenset(seen)),
+            )
+            decisions[item.id] = decision
+        ctx.decisions[item.id] = decision
+        new = apply_decision(
+            original, decision, ctx.counter, ctx.encoding, ctx.known, ctx.cache("rewritten")
+        )
         if new is not None:
             kept.append(new if new.score == item.score else replace(new, score=item.score))
+            seen |= item_values(new.text, ctx)
     return StageResult(kept, decisions)
+
+
+def item_values(text: str, ctx: StageContext) -> frozenset[str]:
+    memo = ctx.cache("values")
+    found: frozenset[str] | None = memo.get(text)
+    if found is None:
+        found = frozenset(values(text))
+        memo[text] = found
+        if len(memo) > 100_000:
+            memo.pop(next(iter(memo)))
+    return found
 
 
 def unit_pinned(items: list[Item]) -> set[str]:

@@ -32,7 +32,7 @@ def _minhash(text: str, memo: dict[str, MinHash]) -> MinHash:
     found = memo.get(key)
     if found is None:
         words = _WORD.findall(text)
-        shingles = {" ".join(words[i:i + 5]).encode() for i in range(max(len(words) - 4, 1))}
+        shingles = {" ".join(words[i : i + 5]).encode() for i in range(max(len(words) - 4, 1))}
         found = MinHash(num_perm=NUM_PERM, seed=7)
         found.update_batch(list(shingles))
         memo[key] = found
@@ -62,8 +62,9 @@ async def cluster_items(items: list[Item], budget: Budget, ctx: StageContext) ->
             reason = "near_duplicate"
         else:
             reason = "duplicate"
-        may_change = (not item.pinned and item.id not in ctx.decisions
-                      and item.message_index < ctx.horizon)
+        may_change = (
+            not item.pinned and item.id not in ctx.decisions and item.message_index < ctx.horizon
+        )
         if rep is not None and may_change:
             chosen[item.id] = Decision("cluster", "dedup", reason, "dedup", arg=rep.split("|")[1])
             continue

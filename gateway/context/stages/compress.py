@@ -37,13 +37,20 @@ def _rung(decision: Decision | None) -> int:
     return 2 if decision.method in ("strip", "dedup") else 3
 
 
-def _cut(items: list[Item], ctx: StageContext, reason: str,
-         select: Callable[[Item], bool], total: Callable[[list[Item]], int],
-         target: int) -> tuple[list[Item], dict[str, Decision]]:
+def _cut(
+    items: list[Item],
+    ctx: StageContext,
+    reason: str,
+    select: Callable[[Item], bool],
+    total: Callable[[list[Item]], int],
+    target: int,
+) -> tuple[list[Item], dict[str, Decision]]:
     made: dict[str, Decision] = {}
     for _ in range(len(LADDER)):
-        order = sorted((i for i in items if not i.pinned and select(i)),
-                       key=lambda i: (i.score, -i.age, i.message_index))
+        order = sorted(
+            (i for i in items if not i.pinned and select(i)),
+            key=lambda i: (i.score, -i.age, i.message_index),
+        )
         if not order:
             break
         for victim in order:
@@ -53,8 +60,9 @@ def _cut(items: list[Item], ctx: StageContext, reason: str,
             if rung >= len(LADDER) or not any(i.id == victim.id for i in items):
                 continue
             action, method, level = LADDER[rung]
-            result = decide(items, {victim.id: Decision("compress", action, reason, method, level)},
-                            ctx)
+            result = decide(
+                items, {victim.id: Decision("compress", action, reason, method, level)}, ctx
+            )
             items = result.items
             made.update(result.decisions)
     return items, made
@@ -68,9 +76,13 @@ async def compress_items(items: list[Item], budget: Budget, ctx: StageContext) -
         item.id: Decision("compress", "compress", "aged", "summary", int(opts.get("level", 1)))
         for item in items
         if ctx.task_class.compaction.ages
-        and not item.pinned and not item.goal and item.id not in ctx.decisions
-        and item.message_index < ctx.horizon and item.kind in kinds
-        and item.tokens >= min_tokens and item.rewritable
+        and not item.pinned
+        and not item.goal
+        and item.id not in ctx.decisions
+        and item.message_index < ctx.horizon
+        and item.kind in kinds
+        and item.tokens >= min_tokens
+        and item.rewritable
     }
     result = decide(items, aged, ctx)
     items, decisions = result.items, dict(result.decisions)
@@ -80,8 +92,10 @@ async def compress_items(items: list[Item], budget: Budget, ctx: StageContext) -
         ("history_cap", lambda i: i.kind not in ("system", "knowledge"), budget.split.history),
     ]
     for reason, part, cap in caps:
+
         def part_total(current: list[Item], part: Callable[[Item], bool] = part) -> int:
             return sum(i.tokens for i in current if part(i))
+
         if part_total(items) > cap:
             items, made = _cut(items, ctx, reason, part, part_total, int(cap * low))
             decisions.update(made)

@@ -60,7 +60,10 @@ async def rerank_items(items: list[Item], budget: Budget, ctx: StageContext) -> 
     min_relevance = opts.get("min_relevance")
     if min_relevance is not None:
         for item in free:
-            if (item.kind == "knowledge" and item.id not in ctx.decisions
-                    and relevance[item.id] < float(min_relevance)):
+            if (
+                item.kind == "knowledge"
+                and item.id not in ctx.decisions
+                and relevance[item.id] < float(min_relevance)
+            ):
                 chosen[item.id] = Decision("rerank", "drop", "irrelevant", "drop")
     return decide(scored, chosen, ctx)

@@ -23,8 +23,9 @@ def _stale(item: Item, rules: list[dict[str, Any]]) -> Decision | None:
         if item.age >= int(rule.get("after_turns", 0)) and re.search(rule["pattern"], item.text):
             action = str(rule.get("action", "drop"))
             if action == "strip":  # cut the matching block out, keep the rest of the message
-                return Decision("select", "compress", "stale_instruction", "strip",
-                                arg=rule["pattern"])
+                return Decision(
+                    "select", "compress", "stale_instruction", "strip", arg=rule["pattern"]
+                )
             return Decision("select", action, "stale_instruction", action)
     return None
 
@@ -52,14 +53,16 @@ async def select_items(items: list[Item], budget: Budget, ctx: StageContext) -> 
         decision = None
         if max_turns is not None and item.age > int(max_turns) and droppable and not item.goal:
             decision = Decision("select", "drop", "recency", "drop")
-        elif knowledge_max is not None and item.kind == "knowledge" and item.age > int(knowledge_max):
+        elif (
+            knowledge_max is not None and item.kind == "knowledge" and item.age > int(knowledge_max)
+        ):
             decision = Decision("select", "drop", "out_of_scope", "drop")
         elif stale_rules:
             decision = _stale(item, stale_rules)
             if decision is not None and decision.method == "drop" and not droppable:
                 decision = Decision("select", "mask", "stale_instruction", "mask")
         if decision is None and reminders:
-            later = "\n".join(other.text for other in items[pos + 1:])
+            later = "\n".join(other.text for other in items[pos + 1 :])
             decision = _reminder(item, later, reminders)
         if decision is not None:
             chosen[item.id] = decision
