@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -58,6 +58,23 @@ class TraceEvent:
         )
 
 
+def keep_recent(messages: list[dict[str, Any]], max_chars: int) -> list[dict[str, Any]]:
+    """The first message and the newest ones within `max_chars` of JSON: the learner never
+    shows more than that, so a long session's traces need not keep its whole history."""
+    sizes = [len(orjson.dumps(m)) for m in messages]
+    if sum(sizes) <= max_chars or len(messages) < 3:
+        return messages
+    budget, start = max_chars - sizes[0], len(messages)
+    while start > 1 and sizes[start - 1] <= budget:
+        start -= 1
+        budget -= sizes[start]
+    start = min(start, len(messages) - 1)  # the newest message is always kept
+    while start > 1 and messages[start].get("role") == "tool":
+        start -= 1  # never cut a tool exchange from the call that asked for it
+    note = {"role": "system", "content": f"[{start - 1} earlier messages not kept]"}
+    return [messages[0], note, *messages[start:]]
+
+
 class TraceSink:
     """Writes trace events to Redis in the background; `aclose` flushes what is in flight."""
 
@@ -69,18 +86,21 @@ class TraceSink:
         ttl_s: int = 86400,
         stream_maxlen: int = 100_000,
         max_pending: int = 1000,
+        keep_chars: int = 48_000,
     ) -> None:
         if isinstance(redis, Services):  # the app's form: limits from the `learner:` settings
             services = redis
             learner = learner_settings(services.settings)
             ttl_s, stream_maxlen = learner.trace_ttl_s, learner.stream_maxlen
             max_pending = learner.pending_tasks
+            keep_chars = 2 * learner.max_trace_chars
             redis, metrics = services.redis, services.metrics
         self._redis = redis
         self._metrics = metrics
         self._ttl_s = ttl_s
         self._maxlen = stream_maxlen
         self._max_pending = max_pending
+        self._keep_chars = keep_chars
         self._pending: set[asyncio.Task[None]] = set()
 
     def publish(self, event: TraceEvent) -> None:
@@ -96,7 +116,8 @@ class TraceSink:
         trace_key = keys.trace(event.tenant, event.trace_id)
         try:
             async with self._redis.pipeline(transaction=False) as pipe:
-                pipe.hset(trace_key, EVENT_FIELD, event.to_json())
+                kept = replace(event, messages=keep_recent(event.messages, self._keep_chars))
+                pipe.hset(trace_key, EVENT_FIELD, kept.to_json())
                 pipe.expire(trace_key, self._ttl_s)
                 pipe.xadd(
                     keys.TRACE_STREAM,

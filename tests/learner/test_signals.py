@@ -63,3 +63,21 @@ def test_no_trailing_tool_exchange_is_no_signal() -> None:
 def test_citations_only_count_injected_ids() -> None:
     text = "Following [err-00001] and [str-00002], not [zzz-00009] or [err-1]."
     assert cited_ids(text, ["err-00001", "str-00002", "ver-00001"]) == ["err-00001", "str-00002"]
+
+
+def test_traces_keep_the_newest_messages_and_whole_tool_exchanges() -> None:
+    from gateway.learner.traces import keep_recent
+
+    history: list[dict[str, Any]] = [{"role": "system", "content": "S"}]
+    for i in range(50):
+        history += [{"role": "user", "content": f"turn {i} " + "x" * 500},
+                    {"role": "assistant", "content": "ok " * 100}]
+    history += step("boom " * 300, "Traceback (most recent call last)")[1:]
+    kept = keep_recent(history, 5000)
+    assert kept[0] == history[0] and "earlier messages not kept" in kept[1]["content"]
+    assert kept[-4:] == history[-4:] and len(kept) < 20
+    signal = implicit_signal(kept, FeedbackRules())
+    assert signal is not None and signal.outcome == "failure"
+    assert keep_recent(history[:5], 10**6) == history[:5]
+    tiny = keep_recent(history, 10)  # even a tiny budget keeps the last call's tool exchange
+    assert tiny[-3]["role"] == "assistant" and tiny[-3].get("tool_calls")
