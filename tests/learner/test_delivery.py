@@ -161,3 +161,38 @@ async def test_entry_in_progress_is_not_reclaimed(lredis: aioredis.Redis) -> Non
     await work
     assert stolen == [] and slow.calls == 1 and other.calls == 0
     assert (await lredis.xpending(keys.TRACE_STREAM, keys.TRACE_GROUP))["pending"] == 0
+
+
+async def test_ctxgate_worker_process_learns_and_stops_on_sigterm(
+    lredis: aioredis.Redis, learner_redis_url: str, upstream: Upstream,
+    models: tuple[str, str], tmp_path: Path
+) -> None:
+    """`ctxgate worker` as its own process: learns from the stream, exits on SIGTERM."""
+    import os
+
+    tenant = "t" + uuid.uuid4().hex[:8]
+    config = tmp_path / "gateway.yaml"
+    config.write_text("task_classes:\n  code:\n    playbook: {enabled: true}\n")
+    upstream.script(models[0], [reflection()])
+    upstream.script(models[1], [curation([{"type": "ADD", "section": "tool_usage",
+                                           "content": "Pass -q to pytest."}])])
+    env = {**os.environ, "CTXGATE_REDIS_URL": learner_redis_url, "CTXGATE_CONFIG": str(config),
+           "CTXGATE_LEARNER_URL": f"{upstream.url}/v1", "CTXGATE_REFLECTOR_MODEL": models[0],
+           "CTXGATE_CURATOR_MODEL": models[1], "CTXGATE_DROP_LOG": str(tmp_path / "d.jsonl"),
+           "HF_HUB_OFFLINE": "1"}
+    log = (tmp_path / "worker.log").open("wb")
+    process = subprocess.Popen([sys.executable, "-m", "gateway", "worker"], cwd=ROOT, env=env,
+                               stdout=log, stderr=subprocess.STDOUT)
+    try:
+        await publish(lredis, [failed_step_event(tenant, "tr-proc")])
+        store = PlaybookStore(lredis)
+        deadline = time.monotonic() + 60
+        while not await store.bullets(tenant, "code") and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        assert [b.content for b in await store.bullets(tenant, "code")] == ["Pass -q to pytest."]
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=15) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
