@@ -104,6 +104,10 @@ class PlaybookInjector:
         active = [b for b in await self._store.bullets(tenant, task_class) if b.status == "active"]
         if not active or cap_tokens <= 0:
             return None
+        everything = render_block(active)
+        if count_tokens(everything) <= cap_tokens:  # all of it fits: no ranking to do
+            return InjectedBlock(everything, sorted(b.id for b in active),
+                                 count_tokens(everything))
         query_vec, vecs = None, None
         if self._embedder is not None and query.strip():
             # The model reads 256 tokens at most: embed the request's latest words only.

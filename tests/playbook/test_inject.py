@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 
 import redis.asyncio as aioredis
 
+from gateway.embeddings import Vectors
 from gateway.playbook.bullet import Bullet, Operation
 from gateway.playbook.inject import PlaybookInjector
 from gateway.playbook.render import CLOSE, OPEN, fit_to_cap, render_block
@@ -106,3 +108,19 @@ async def test_existing_session_costs_one_round_trip(redis: aioredis.Redis, tena
     finally:
         redis.execute_command = original  # type: ignore[method-assign]
     assert calls == ["HGET"]
+
+
+async def test_small_playbook_needs_no_embedding(redis: aioredis.Redis, tenant: str) -> None:
+    class Counting(WordEmbedder):
+        calls = 0
+
+        async def embed(self, texts: Sequence[str]) -> Vectors:
+            Counting.calls += 1
+            return await super().embed(texts)
+
+    await seed(redis, tenant, "One lesson.", "Another lesson.")
+    injector = PlaybookInjector(redis, Counting())
+    block = await injector.block_for_session(tenant, "code", "s1", "q", 800)
+    assert block is not None and len(block.bullet_ids) == 2 and Counting.calls == 0
+    await injector.block_for_session(tenant, "code", "s2", "q", block.tokens - 1)
+    assert Counting.calls == 1  # over the cap: ranked by relevance
