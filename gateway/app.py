@@ -145,12 +145,26 @@ class Gateway:
         }
         self._passthrough = Passthrough(services, self._upstream, tracer)
         self._api = build_api(services)
+        self._background.append(asyncio.create_task(self._warm(), name="ctxgate-warm-up"))
         if settings.worker == "inprocess":
             self._background.append(asyncio.create_task(
                 run_worker(services, stop=self._stop), name="ctxgate-worker"))
         log.info("ctxgate ready", extra={"upstream": settings.upstream_url,
                                          "auth_mode": settings.auth_mode,
                                          "worker": settings.worker})
+
+    async def _warm(self) -> None:
+        """Load the embedding model and embed the classes' examples before traffic needs
+        them, so the first classified request does not pay seconds for it."""
+        services = self.services
+        examples = [text for cls in services.engine.classes.values()
+                    for text in cls.match.examples]
+        try:
+            await services.embedder.embed(examples or ["warm-up"])
+        except Exception:
+            log.exception("embedding model warm-up failed; it loads on first use instead")
+        services.warm.set()
+        log.info("embedding model warm", extra={"examples": len(examples)})
 
     async def shutdown(self) -> None:
         self._stop.set()

@@ -5,6 +5,7 @@ No module-level state: routes, the worker and the CLI receive this object.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -32,6 +33,8 @@ class Services:
     playbooks: Any = None
     traces: Any = None
     extras: dict[str, Any] = field(default_factory=dict)
+    # Set once the embedding model is loaded and the classes' examples embedded.
+    warm: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 @contextlib.asynccontextmanager

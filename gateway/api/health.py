@@ -27,6 +27,10 @@ class Readyz:
             body = orjson.dumps({"status": "unavailable", "reason": reason})
             await send_response(send, 503, body, [])
             return
+        if not self._services.warm.is_set():
+            body = orjson.dumps({"status": "unavailable", "reason": "loading the embedding model"})
+            await send_response(send, 503, body, [])
+            return
         await send_response(send, 200, b'{"status":"ready"}', [])
 
 
