@@ -232,7 +232,9 @@ class ContextEngine:
         budget_header = _budget_header(call.headers)
         messages: list[Mapping[str, Any]] = body["messages"]
         model = self.models.lookup(body.get("model"))
-        parsed = parse_request(body, self.counter, model.encoding)
+        parsed = parse_request(
+            body, self.counter, model.encoding, self._caches.setdefault("parts", {})
+        )
         session_id = call.headers.get(HEADER_SESSION) or derive_session_id(call.tenant, messages)
         state = await self.sessions.load(call.tenant, session_id)
         cls = await self._task_class(body, call, state)

@@ -124,7 +124,73 @@ def _fixed_tokens(msg: Mapping[str, Any], counter: TokenCounter, encoding: str) 
     return fixed
 
 
-def parse_request(body: Mapping[str, Any], counter: TokenCounter, encoding: str) -> ParsedRequest:
+Part = tuple[str, bool, int, str, int, int, bool]  # id, knowledge, segment, text, tokens, fixed, rw
+
+
+def _message_parts(
+    i: int, msg: Mapping[str, Any], counter: TokenCounter, encoding: str
+) -> list[Part]:
+    """The segments of one message with their ids and counts (what does not depend on age)."""
+    role = str(msg.get("role", "user"))
+    content = msg.get("content")
+    rewritable = isinstance(content, str)
+    text = content_text(content)
+    fixed = _fixed_tokens(msg, counter, encoding)
+    if not rewritable and content is not None:
+        fixed += counter.count(orjson.dumps(content).decode(), encoding) - counter.count(
+            text, encoding
+        )  # non-text parts: counted as sent, never rewritten
+        fixed = max(fixed, TOKENS_PER_MESSAGE)
+    spans = (
+        find_documents(text, sections=role == "user")
+        if rewritable and role in ("user", "tool")
+        else None
+    )
+    if not spans or len(spans) == 1:
+        calls = orjson.dumps(msg.get("tool_calls")).decode()
+        item_id = _digest(str(i), role, text, calls)
+        return [(item_id, False, 0, text, counter.count(text, encoding) + fixed, fixed, rewritable)]
+    parts: list[Part] = []
+    for k, span in enumerate(spans):
+        piece = text[span.start : span.end]
+        seg_fixed = fixed if k == 0 else 0
+        parts.append(
+            (
+                _digest(str(i), role, str(k), piece),
+                span.knowledge,
+                k,
+                piece,
+                counter.count(piece, encoding) + seg_fixed,
+                seg_fixed,
+                True,
+            )
+        )
+    return parts
+
+
+def _parts_key(i: int, msg: Mapping[str, Any], encoding: str) -> tuple[Any, ...] | None:
+    content = msg.get("content")
+    if not isinstance(content, str | None):
+        return None
+    calls = msg.get("tool_calls")
+    return (
+        i,
+        msg.get("role"),
+        content,
+        orjson.dumps(calls) if calls else None,
+        msg.get("name"),
+        encoding,
+    )
+
+
+def parse_request(
+    body: Mapping[str, Any],
+    counter: TokenCounter,
+    encoding: str,
+    memo: dict[Any, list[Part]] | None = None,
+) -> ParsedRequest:
+    """Items of a request. `memo` (kept by the caller across calls) makes a message already
+    seen cost a dictionary lookup: a call then costs what its new messages cost."""
     messages: Sequence[Mapping[str, Any]] = body["messages"]
     latest_user, open_exchange = _pinned_messages(messages)
     units = _units(messages)
@@ -143,56 +209,30 @@ def parse_request(body: Mapping[str, Any], counter: TokenCounter, encoding: str)
         kind: Kind = _ROLE_KIND.get(role, "user")
         if role == "assistant" and msg.get("tool_calls"):
             kind = "tool_call"
-        content = msg.get("content")
-        rewritable = isinstance(content, str)
-        text = content_text(content)
-        fixed = _fixed_tokens(msg, counter, encoding)
-        if not rewritable and content is not None:
-            fixed += counter.count(orjson.dumps(content).decode(), encoding) - counter.count(
-                text, encoding
-            )  # non-text parts: counted as sent, never rewritten
-            fixed = max(fixed, TOKENS_PER_MESSAGE)
+        key = _parts_key(i, msg, encoding) if memo is not None else None
+        parts = memo.get(key) if memo is not None and key is not None else None
+        if parts is None:
+            parts = _message_parts(i, msg, counter, encoding)
+            if memo is not None and key is not None:
+                memo[key] = parts
+                if len(memo) > 100_000:
+                    memo.pop(next(iter(memo)))
         pinned_msg = kind == "system" or i in open_exchange
-        spans = (
-            find_documents(text, sections=role == "user")
-            if rewritable and role in ("user", "tool")
-            else None
-        )
-        if not spans or len(spans) == 1:
+        for item_id, knowledge, segment, text, tokens, fixed, rewritable in parts:
             items.append(
                 Item(
-                    id=_digest(str(i), role, text, orjson.dumps(msg.get("tool_calls")).decode()),
-                    kind=kind,
+                    id=item_id,
+                    kind="knowledge" if knowledge else kind,
                     unit=units[i],
                     message_index=i,
-                    segment=0,
+                    segment=segment,
                     text=text,
-                    tokens=counter.count(text, encoding) + fixed,
+                    tokens=tokens,
                     fixed_tokens=fixed,
                     age=assistants_after[i],
-                    pinned=pinned_msg or i == latest_user,
+                    pinned=pinned_msg or (i == latest_user and not knowledge),
                     rewritable=rewritable,
-                    goal=role == "user" and i < first_answer,
-                )
-            )
-            continue
-        for k, span in enumerate(spans):
-            piece = text[span.start : span.end]
-            seg_fixed = fixed if k == 0 else 0
-            items.append(
-                Item(
-                    id=_digest(str(i), role, str(k), piece),
-                    kind="knowledge" if span.knowledge else kind,
-                    unit=units[i],
-                    message_index=i,
-                    segment=k,
-                    text=piece,
-                    tokens=counter.count(piece, encoding) + seg_fixed,
-                    fixed_tokens=seg_fixed,
-                    age=assistants_after[i],
-                    pinned=pinned_msg or (i == latest_user and not span.knowledge),
-                    rewritable=True,
-                    goal=role == "user" and i < first_answer and not span.knowledge,
+                    goal=role == "user" and i < first_answer and not knowledge,
                 )
             )
     tools = body.get("tools")

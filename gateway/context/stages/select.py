@@ -61,7 +61,7 @@ async def select_items(items: list[Item], budget: Budget, ctx: StageContext) -> 
             decision = _stale(item, stale_rules)
             if decision is not None and decision.method == "drop" and not droppable:
                 decision = Decision("select", "mask", "stale_instruction", "mask")
-        if decision is None and reminders:
+        if decision is None and any(re.search(p, item.text) for p in reminders):
             later = "\n".join(other.text for other in items[pos + 1 :])
             decision = _reminder(item, later, reminders)
         if decision is not None:
