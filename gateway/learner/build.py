@@ -1,6 +1,7 @@
-"""Building the ACE loop's parts from the gateway's Services (the app, the worker, the CLI).
+"""Building the learner's parts from the gateway's Services (the worker, the CLI, admin).
 
-    attach(services)   # validates the settings, sets services.playbooks and services.traces
+The hot-path parts take Services directly: `PlaybookInjector(services)` (which validates the
+playbook/learner settings at start-up) and `TraceSink(services)`.
 """
 
 from __future__ import annotations
@@ -10,9 +11,7 @@ from typing import TYPE_CHECKING
 from gateway.learner.episodes import TraceLearner
 from gateway.learner.llm import LearnerLLM
 from gateway.learner.reflect import ReflectorCurator
-from gateway.learner.traces import TraceSink
 from gateway.playbook import config
-from gateway.playbook.inject import PlaybookInjector
 from gateway.playbook.refine import PlaybookEditor
 from gateway.playbook.store import PlaybookStore
 
@@ -48,8 +47,3 @@ def build_learner(services: Services, llm: LearnerLLM) -> TraceLearner:
     return TraceLearner(services.redis, build_editor(services), brain, settings,
                         services.metrics, delta_ttl_s=learner.trace_ttl_s)
 
-
-def attach(services: Services) -> None:
-    """Validate the playbook/learner settings (SettingsError) and wire the hot-path parts."""
-    services.playbooks = PlaybookInjector(services)
-    services.traces = TraceSink(services)

@@ -123,15 +123,15 @@ class TraceLearner:
         return ops
 
     async def _delta(self, episode: Episode, cls: ClassPlaybook) -> list[Operation]:
+        signal = episode.signal
+        if signal.source == "implicit" and signal.outcome not in cls.feedback.learn_on:
+            # Deterministic, so a redelivery recomputes the same delta: nothing to keep.
+            return credit_citations(episode) if signal.outcome == "success" else []
         delta_key = keys.playbook_delta(episode.tenant, episode.key)
         cached = await self._redis.get(delta_key)
         if cached is not None:
             return _decode_ops(cached)
-        signal = episode.signal
-        if signal.source == "implicit" and signal.outcome not in cls.feedback.learn_on:
-            ops = credit_citations(episode) if signal.outcome == "success" else []
-        else:
-            ops = await self._reflect(episode)
+        ops = await self._reflect(episode)
         if await self._redis.set(delta_key, _encode_ops(ops), nx=True, ex=self._delta_ttl_s):
             return ops
         return _decode_ops(await self._redis.get(delta_key) or b"[]")  # another worker won

@@ -9,10 +9,10 @@ from pathlib import Path
 import orjson
 import redis.asyncio as aioredis
 
-from gateway.learner.build import attach
 from gateway.learner.traces import TraceEvent, TraceSink, record_feedback
 from gateway.learner.worker import run_worker
 from gateway.playbook.bullet import Operation
+from gateway.playbook.inject import PlaybookInjector
 from gateway.playbook.store import PlaybookStore
 from gateway.store import keys
 from tests.harness import Upstream
@@ -184,12 +184,11 @@ async def test_manual_review_keeps_new_bullets_pending(
     settings = make_settings(upstream, models, tmp_path, task_classes={
         "code": {"playbook": {"enabled": True, "review": "manual"}}})
     services = make_services(settings, lredis, tmp_path)
-    attach(services)
     await publish(lredis, failed_step_event(tenant, "tr-8"))
     await burst(services)
     [bullet] = await PlaybookStore(lredis).bullets(tenant, "code")
     assert bullet.status == "pending"
-    block = await services.playbooks.block_for_session(tenant, "code", "new", "q", 500)
+    block = await PlaybookInjector(services).block_for_session(tenant, "code", "new", "q", 500)
     assert block is None  # pending bullets are not injected
 
 
