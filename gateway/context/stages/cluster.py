@@ -50,9 +50,9 @@ async def cluster_items(items: list[Item], budget: Budget, ctx: StageContext) ->
     candidates.sort(key=lambda item: (not item.pinned, item.message_index, item.segment))
     memo = ctx.cache("minhash")
     # Finding the band layout for a threshold integrates numerically: do it once.
-    params = ctx.cache("lsh_params").get(threshold)
-    lsh = MinHashLSH(threshold=threshold, num_perm=NUM_PERM, params=params)
-    ctx.cache("lsh_params")[threshold] = (lsh.b, lsh.r)
+    layouts = ctx.cache("lsh_params")
+    lsh = MinHashLSH(threshold=threshold, num_perm=NUM_PERM, params=layouts.get(str(threshold)))
+    layouts[str(threshold)] = (lsh.b, lsh.r)
     exact: dict[str, str] = {}
     chosen: dict[str, Decision] = {}
     for item in candidates:
