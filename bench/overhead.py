@@ -22,6 +22,7 @@ import argparse
 import contextlib
 import datetime
 import http.client
+import math
 import os
 import platform
 import resource
@@ -213,6 +214,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--mix", choices=("all", "whole", "stream"), default="all",
                         help="the whole mix, or only its non-streaming or streaming requests")
     parser.add_argument("--litellm-spec", default=servers.LITELLM_SPEC)
+    parser.add_argument("--from-json", metavar="FILE",
+                        help="render the table of a saved results file instead of measuring")
     parser.add_argument("--no-readme", action="store_true",
                         help="do not rewrite the results in bench/README.md")
     args = parser.parse_args(argv)
@@ -352,6 +355,9 @@ def summarise(targets: list[Target], levels: list[int]) -> list[Row]:
                 p50_ms=median(runs, "latency_ms", "p50"), p99_ms=median(runs, "latency_ms", "p99"),
                 errors=sum(sum(r["errors"].values()) for r in runs),
                 cpu_cores=median(runs, "target_cpu_cores"),
+                rps_per_core=statistics.median(
+                    [r["rps"] / r["target_cpu_cores"] for r in runs if r["target_cpu_cores"]]
+                    or [math.nan]),
                 other_load=max((r["other_load_cores"] for r in runs), default=0.0),
                 overhead_mean_ms=median(runs, "gateway_overhead", "mean_ms"),
                 overhead_p50_ms=median(runs, "gateway_overhead", "p50_ms"),
@@ -383,11 +389,19 @@ def _wrk_version(wrk: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    results = run(args)
-    RESULTS_DIR.mkdir(exist_ok=True)
-    stamp = results["date"].replace(":", "").replace("-", "")
-    path = RESULTS_DIR / f"overhead-{stamp}.json"
-    path.write_bytes(orjson.dumps(results, option=orjson.OPT_INDENT_2))
+    if args.from_json:  # re-summarise and re-render a saved run, measuring nothing
+        path = Path(args.from_json)
+        results = orjson.loads(path.read_bytes())
+        targets = [Target(name, "", {}, {}, runs={int(c): r for c, r in by_c.items()})
+                   for name, by_c in results["targets"].items()]
+        results["rows"] = [row.as_dict() for row in
+                           summarise(targets, results["settings"]["connections"])]
+    else:
+        results = run(args)
+        RESULTS_DIR.mkdir(exist_ok=True)
+        stamp = results["date"].replace(":", "").replace("-", "")
+        path = RESULTS_DIR / f"overhead-{stamp}.json"
+        path.write_bytes(orjson.dumps(results, option=orjson.OPT_INDENT_2))
     table = render_markdown(results)
     print(table)
     print(f"\nresults: {path}", file=sys.stderr)

@@ -47,6 +47,7 @@ class Row:
     p99_ms: float
     errors: int
     cpu_cores: float
+    rps_per_core: float
     other_load: float
     overhead_mean_ms: float = math.nan
     overhead_p50_ms: float = math.nan
@@ -93,8 +94,9 @@ def render_markdown(results: dict[str, Any]) -> str:
         f"Command: `{settings['command']}`",
         "",
         "| target | conns | req/s | × LiteLLM | p50 ms | p99 ms | added p50 ms vs direct "
-        "| ctxgate_overhead_seconds mean / p50 ms | proxy CPU (cores) | errors |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| ctxgate_overhead_seconds mean / p50 ms | proxy CPU (cores) | req/s per proxy core "
+        "| errors |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         overhead = ("–" if math.isnan(r.overhead_mean_ms)
@@ -102,7 +104,8 @@ def render_markdown(results: dict[str, Any]) -> str:
         lines.append(
             f"| {LABELS.get(r.target, r.target)} | {r.connections} | {_num(r.rps, 0)} "
             f"| {_num(r.vs_litellm, 1, '×')} | {_num(r.p50_ms)} | {_num(r.p99_ms)} "
-            f"| {_num(r.added_p50_ms, 3)} | {overhead} | {_num(r.cpu_cores)} | {r.errors} |")
+            f"| {_num(r.added_p50_ms, 3)} | {overhead} | {_num(r.cpu_cores)} "
+            f"| {_num(r.rps_per_core, 0)} | {r.errors} |")
     lines += ["", *goal_lines(rows), *transport_lines(rows)]
     return "\n".join(lines)
 
