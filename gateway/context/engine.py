@@ -26,7 +26,7 @@ from gateway.context.render import render_messages
 from gateway.context.session import RedisSessionStore, SessionState, SessionStore
 from gateway.context.stages import STAGES, StageContext
 from gateway.context.summarize import values as summarize_values
-from gateway.context.taskclass import STAGE_ORDER, TaskClass, load_task_classes
+from gateway.context.taskclass import DEFAULT_CLASS, STAGE_ORDER, TaskClass, load_task_classes
 from gateway.context.tokens import TokenCounter
 from gateway.errors import ContextBudgetExceeded, InvalidRequest
 from gateway.observability.droplog import Action, DropEvent, DropLog, Stage
@@ -78,6 +78,15 @@ def derive_session_id(tenant: str, messages: list[Mapping[str, Any]]) -> str:
         h.update(part.encode())
         h.update(b"\x00")
     return h.hexdigest()
+
+
+EMBED_MIN_TOKENS = 400
+
+
+def _worth_embedding(body: dict[str, Any], tokens: int) -> bool:
+    """Classify by embedding once a session has history or size: a short single question
+    costs more to embed (milliseconds of CPU) than its class could save."""
+    return tokens >= EMBED_MIN_TOKENS or any(m.get("role") == "assistant" for m in body["messages"])
 
 
 def _budget_header(headers: Mapping[str, str]) -> int | None:
@@ -196,8 +205,9 @@ class ContextEngine:
         self._caches: dict[str, dict[str, Any]] = {}
 
     async def _task_class(
-        self, body: dict[str, Any], call: CallContext, state: SessionState
+        self, body: dict[str, Any], call: CallContext, state: SessionState, tokens: int
     ) -> TaskClass:
+        """Header, else the session's remembered class, else rules, else nearest example."""
         named = call.headers.get(HEADER_CLASS)
         if named is not None:
             if named not in self.classes:
@@ -207,7 +217,13 @@ class ContextEngine:
         elif state.task_class in self.classes:
             named = state.task_class
         else:
-            named, _ = await self.classifier.classify(body)
+            named = self.classifier.by_rules(body)
+            if named is None:
+                if not _worth_embedding(body, tokens):
+                    # A one-shot short request: no embedding on the hot path, and nothing
+                    # remembered, so the session's first longer call decides its class.
+                    return self.classes[DEFAULT_CLASS]
+                named, _ = await self.classifier.classify(body)
         if state.task_class != named:
             state.task_class = named
             state.dirty.add("class")
@@ -237,7 +253,7 @@ class ContextEngine:
         )
         session_id = call.headers.get(HEADER_SESSION) or derive_session_id(call.tenant, messages)
         state = await self.sessions.load(call.tenant, session_id)
-        cls = await self._task_class(body, call, state)
+        cls = await self._task_class(body, call, state, parsed.tokens)
         stats = await self.forecasts.stats(call.tenant, cls.name)
         budget = forecast_budget(cls, model, body, stats, budget_header)
         block = await self._playbook(cls, call, session_id, body)
@@ -337,11 +353,12 @@ class ContextEngine:
                 result = await STAGES[name](final, budget, ctx)
                 final = result.items
                 seconds[name] = time.perf_counter() - start
-        if horizon != state.horizon:
-            state.horizon = horizon
-            state.steps += 1
-        state.calls += 1
-        state.dirty.add("horizon")
+        if cls.compaction.ages:  # the instability budget counts this session's calls
+            if horizon != state.horizon:
+                state.horizon = horizon
+                state.steps += 1
+            state.calls += 1
+            state.dirty.add("horizon")
         if ctx.decisions != state.decisions:
             state.decisions = ctx.decisions
             state.dirty.add("decisions")

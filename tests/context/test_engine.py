@@ -183,3 +183,22 @@ async def test_corpus_trajectory_replays_valid(engine: ContextEngine) -> None:
             sum(d.tokens_saved for d in fitted.drops) == fitted.tokens_before - fitted.tokens_after
         )
     assert fitted.tokens_after < fitted.tokens_before
+
+
+async def test_short_one_shot_is_not_embedded_but_a_conversation_is(engine: ContextEngine) -> None:
+    first = [{"role": "user", "content": "Which customers had the highest revenue last quarter?"}]
+    fitted = await engine.fit({"messages": first}, _call("oneshot"))
+    assert fitted.task_class == "default"
+    assert (await engine.sessions.load("t1", "oneshot")).task_class is None  # nothing decided
+    assert (
+        engine.embedder is not None
+        and engine.embedder.cached("Which customers had the highest revenue last quarter?") is None
+    )
+    later = [
+        *first,
+        {"role": "assistant", "content": "Let me write a query."},
+        {"role": "user", "content": "Group it by region too."},
+    ]
+    fitted = await engine.fit({"messages": later}, _call("oneshot"))
+    assert fitted.task_class == "data_sql"  # nearest examples, decided once the session grew
+    assert (await engine.sessions.load("t1", "oneshot")).task_class == "data_sql"
