@@ -163,13 +163,55 @@ def _compaction(raw: Any, where: str) -> Compaction:
     return c
 
 
+_STAGE_KEYS: dict[str, frozenset[str]] = {
+    "select": frozenset(
+        {"max_turns", "knowledge_max_turns", "stale_patterns", "reminder_patterns"}
+    ),
+    "rerank": frozenset({"min_relevance", "weights"}),
+    "cluster": frozenset({"near_threshold", "min_chars"}),
+    "compress": frozenset({"kinds", "min_tokens", "level"}),
+}
+_KINDS = frozenset({"system", "user", "assistant", "tool_call", "tool_result", "knowledge"})
+
+
+def _check_options(name: str, options: dict[str, Any], where: str) -> None:
+    """Stage options are read on the hot path: check them once, here."""
+    allowed = _STAGE_KEYS.get(name)
+    if allowed is not None:
+        unknown = set(options) - allowed
+        if unknown:
+            raise SettingsError(f"{where}.{sorted(unknown)[0]}: unknown option of {name}")
+    for key in ("max_turns", "knowledge_max_turns", "min_tokens", "min_chars", "level"):
+        value = options.get(key)
+        if value is not None and (
+            not isinstance(value, int) or isinstance(value, bool) or value < 0
+        ):
+            raise SettingsError(f"{where}.{key}: must be a non-negative integer, got {value!r}")
+    for key in ("near_threshold", "min_relevance"):
+        value = options.get(key)
+        if value is not None and not (isinstance(value, int | float) and 0 <= value <= 1):
+            raise SettingsError(f"{where}.{key}: must be a number in [0, 1], got {value!r}")
+    _patterns(options.get("reminder_patterns"), f"{where}.reminder_patterns")
+    for i, rule in enumerate(options.get("stale_patterns") or []):
+        at = f"{where}.stale_patterns[{i}]"
+        if not isinstance(rule, dict) or "pattern" not in rule:
+            raise SettingsError(f"{at}: expected {{pattern, after_turns, action}}")
+        _patterns([rule["pattern"]], f"{at}.pattern")
+        if rule.get("action", "drop") not in ("drop", "mask", "strip"):
+            raise SettingsError(f"{at}.action: must be drop, mask or strip")
+    kinds = options.get("kinds")
+    if kinds is not None and (not isinstance(kinds, list) or set(kinds) - _KINDS):
+        raise SettingsError(f"{where}.kinds: must be a list of {sorted(_KINDS)}")
+
+
 def _stages(raw: Any, where: str, known: frozenset[str]) -> dict[str, Mapping[str, Any]]:
     raw = _mapping(raw, where)
     stages: dict[str, Mapping[str, Any]] = {}
     for name in STAGE_ORDER:
         if name in raw and raw[name] is not False:
-            options = {} if raw[name] is True else raw[name]
-            stages[name] = _mapping(options, f"{where}.{name}")
+            options = _mapping({} if raw[name] is True else raw[name], f"{where}.{name}")
+            _check_options(name, options, f"{where}.{name}")
+            stages[name] = options
     for name in raw:
         if name not in known:
             raise SettingsError(f"{where}.{name}: unknown stage (known: {sorted(known)})")
