@@ -196,33 +196,74 @@ def synthetic_session(
     return f"synthetic-{seed}", messages, raw
 
 
+CACHE_RATES = (0.1, 0.5)  # price of a cached input token relative to a fresh one
+
+
 class Tally:
+    """Tokens, recall, prefix reuse and cache-aware cost of one method over many calls."""
+
     def __init__(self) -> None:
-        self.before = self.after = self.used = self.kept = 0
-        self.late_before = self.late_after = self.late_used = self.late_kept = 0
+        self.sums: dict[str, float] = {}
+        self.prev: list[dict[str, Any]] | None = None
 
-    def add(self, before: int, after: int, used: int, kept: int, late: bool) -> None:
-        self.before += before
-        self.after += after
-        self.used += used
-        self.kept += kept
-        if late:
-            self.late_before += before
-            self.late_after += after
-            self.late_used += used
-            self.late_kept += kept
+    def _add(self, key: str, value: float) -> None:
+        self.sums[key] = self.sums.get(key, 0.0) + value
 
-    def row(self, name: str) -> dict[str, Any]:
-        def pct(a: int, b: int) -> float:
+    def add(
+        self,
+        before: int,
+        sent: list[dict[str, Any]],
+        per_message: list[int],
+        used: int,
+        kept: int,
+        late: bool,
+    ) -> None:
+        after = sum(per_message) + 3
+        shared = 0
+        if self.prev is not None:
+            while shared < min(len(self.prev), len(sent)) and self.prev[shared] == sent[shared]:
+                shared += 1
+            self._add("calls_after_first", 1)
+            self._add("stable", int(shared == len(self.prev)))
+        self.prev = sent
+        cached = sum(per_message[:shared])
+        for scope in ("all", "late") if late else ("all",):
+            self._add(f"before_{scope}", before)
+            self._add(f"after_{scope}", after)
+            self._add(f"used_{scope}", used)
+            self._add(f"kept_{scope}", kept)
+            for rate in CACHE_RATES:
+                self._add(f"billed{rate}_{scope}", after - cached + rate * cached)
+
+    def end_session(self) -> None:
+        self.prev = None
+
+    def row(self, name: str, baseline: Tally) -> dict[str, Any]:
+        def pct(a: float, b: float) -> float:
             return round(100 * a / b, 1) if b else 0.0
 
-        return {
-            "method": name,
-            "saved_all_%": pct(self.before - self.after, self.before),
-            "recall_all_%": pct(self.kept, self.used),
-            "saved_late_%": pct(self.late_before - self.late_after, self.late_before),
-            "recall_late_%": pct(self.late_kept, self.late_used),
-        }
+        s, base = self.sums, baseline.sums
+        row: dict[str, Any] = {"method": name}
+        for scope in ("all", "late"):
+            row[f"saved_{scope}_%"] = pct(
+                s[f"before_{scope}"] - s[f"after_{scope}"], s[f"before_{scope}"]
+            )
+            row[f"recall_{scope}_%"] = pct(s[f"kept_{scope}"], s[f"used_{scope}"])
+        for rate in CACHE_RATES:
+            key = f"billed{rate}_all"
+            row[f"cost_saved_cache{rate}_%"] = pct(base[key] - s[key], base[key])
+        row["prefix_stable_%"] = pct(s.get("stable", 0), s.get("calls_after_first", 0))
+        return row
+
+
+def per_message_tokens(
+    messages: list[dict[str, Any]], engine: Any, memo: dict[Any, Any]
+) -> list[int]:
+    items = parse_request({"messages": messages}, engine.counter, "o200k_base", memo).items
+    out = [0] * len(messages)
+    for item in items:
+        out[item.message_index] += item.tokens
+    return out
 
 
 async def run(
@@ -232,8 +273,8 @@ async def run(
     assert engine.embedder is not None
     await engine.embedder.embed(["warm up"])
     tallies = {"none": Tally(), **{f"mask-{k}": Tally() for k in MASK_KEEPS}, "ctxgate": Tally()}
+    memo: dict[Any, Any] = {}
     times: list[float] = []
-    stable = [0, 0]
     per_session = []
     for n, (name, messages, raw) in enumerate(sessions):
         turns = [i for i, m in enumerate(messages) if m["role"] == "assistant" and i > 0]
@@ -242,16 +283,18 @@ async def run(
         for k, i in enumerate(turns):
             prefix = messages[:i]
             body = {"messages": prefix}
-            earlier = forwarded_values(prefix)
-            used = action_values(raw[i]) & earlier
+            used = action_values(raw[i]) & forwarded_values(prefix)
             late = k >= late_from
-            before = parse_request(body, engine.counter, "o200k_base").tokens
-            tallies["none"].add(before, before, len(used), len(used), late)
+            before = parse_request(body, engine.counter, "o200k_base", memo).tokens
+            tallies["none"].add(
+                before, prefix, per_message_tokens(prefix, engine, memo), len(used), len(used), late
+            )
             for keep in MASK_KEEPS:
                 masked = mask(prefix, keep)
-                after = parse_request({"messages": masked}, engine.counter, "o200k_base").tokens
                 kept = len(used & forwarded_values(masked))
-                tallies[f"mask-{keep}"].add(before, after, len(used), kept, late)
+                tallies[f"mask-{keep}"].add(
+                    before, masked, per_message_tokens(masked, engine, memo), len(used), kept, late
+                )
             start = time.perf_counter()
             fitted = await engine.fit(
                 body,
@@ -262,17 +305,17 @@ async def run(
             spent = time.perf_counter() - start
             times.append(spent)
             session_times.append(spent)
-            if fitted.prefix_stable is not None:
-                stable[0] += int(fitted.prefix_stable)
-                stable[1] += 1
             out = fitted.body["messages"]
             tallies["ctxgate"].add(
-                fitted.tokens_before,
-                fitted.tokens_after,
+                before,
+                out,
+                per_message_tokens(out, engine, memo),
                 len(used),
                 len(used & forwarded_values(out)),
                 late,
             )
+        for tally in tallies.values():
+            tally.end_session()
         third = max(len(session_times) // 3, 1)
         per_session.append(
             {
@@ -284,10 +327,9 @@ async def run(
         )
     engine.embedder.close()
     return {
-        "methods": [t.row(name) for name, t in tallies.items()],
+        "methods": [t.row(name, tallies["none"]) for name, t in tallies.items()],
         "median_ms": round(1000 * statistics.median(times), 2),
         "p90_ms": round(1000 * sorted(times)[int(0.9 * (len(times) - 1))], 2),
-        "prefix_stable_%": round(100 * stable[0] / max(stable[1], 1), 1),
         "calls": len(times),
         "sessions": per_session,
     }
@@ -295,19 +337,31 @@ async def run(
 
 def print_report(title: str, result: dict[str, Any]) -> None:
     print(f"\n## {title}: {result['calls']} calls")
-    print(
-        f"{'method':<10} {'saved all':>10} {'recall all':>11} {'saved late':>11} "
-        f"{'recall late':>12}"
+    head = (
+        "method",
+        "saved all",
+        "recall all",
+        "saved late",
+        "recall late",
+        "prefix stable",
+        "cost saved (cache 0.1)",
+        "cost saved (cache 0.5)",
     )
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
     for r in result["methods"]:
-        print(
-            f"{r['method']:<10} {r['saved_all_%']:>9}% {r['recall_all_%']:>10}% "
-            f"{r['saved_late_%']:>10}% {r['recall_late_%']:>11}%"
-        )
-    print(
-        f"pipeline time per call: median {result['median_ms']} ms, p90 {result['p90_ms']} ms; "
-        f"prefix stable {result['prefix_stable_%']}% of consecutive calls"
-    )
+        cells = [
+            r["method"],
+            r["saved_all_%"],
+            r["recall_all_%"],
+            r["saved_late_%"],
+            r["recall_late_%"],
+            r["prefix_stable_%"],
+            r["cost_saved_cache0.1_%"],
+            r["cost_saved_cache0.5_%"],
+        ]
+        print("| " + " | ".join(str(c) if i == 0 else f"{c}%" for i, c in enumerate(cells)) + " |")
+    print(f"pipeline time per call: median {result['median_ms']} ms, p90 {result['p90_ms']} ms")
 
 
 def main() -> int:
