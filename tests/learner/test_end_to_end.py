@@ -133,6 +133,15 @@ def test_failure_and_feedback_teach_one_bullet(
     assert "<ctxgate-playbook>" not in other_prompt
     assert loop_gateway.metric("ctxgate_feedback_events_total", source="implicit",
                                outcome="failure") >= 1
+    # The agent cites the bullet and its step succeeds: the bullet is credited, no LLM call.
+    install = {"name": "bash", "arguments": '{"command": "pip install pyyaml"}'}
+    cited_step = [*opening, {"role": "assistant", "content": "Per [err-00001], installing.",
+                             "tool_calls": [{"id": "call_9", "type": "function",
+                                             "function": install}]},
+                  {"role": "tool", "tool_call_id": "call_9",
+                   "content": "Successfully installed PyYAML-6.0.1"}]
+    call(loop_gateway, upstream, key_a, "fresh", cited_step)
+    wait_for(lambda: bullets(loop_gateway, tenant_a)[0]["helpful"] == 1)
     folds = [d for d in loop_gateway.drops() if d["stage"] == "playbook"]
     assert [d["action"] for d in folds] == ["dedup"] and folds[0]["kept_as"] == "err-00001"
 
