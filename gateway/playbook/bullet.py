@@ -34,7 +34,7 @@ _LINE = re.compile(r"^\[([^\]]+)\]\s*helpful=(\d+)\s*harmful=(\d+)\s*::\s*(.*)$"
 def normalise_section(section: str) -> str:
     """`Common Mistakes` -> `common_mistakes`; empty -> `others`."""
     clean = section.strip().lower().replace("&", "and")
-    clean = re.sub(r"[^a-z0-9]+", "_", clean).strip("_")
+    clean = re.sub(r"[^a-z0-9]+", "_", clean).strip("_")[:40].rstrip("_")
     return clean or "others"
 
 

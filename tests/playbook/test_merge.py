@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import redis.asyncio as aioredis
 
-from gateway.playbook.bullet import Bullet, Operation, parse_line, section_slug
+from gateway.playbook.bullet import (
+    Bullet,
+    Operation,
+    normalise_section,
+    parse_line,
+    section_slug,
+)
 from gateway.playbook.store import PlaybookStore
 
 
@@ -111,3 +117,5 @@ def test_line_format_round_trips() -> None:
     assert parse_line(bullet.line()) == ("err-00001", 3, 1, "Check exit codes.")
     assert section_slug("Strategies and Hard Rules") == "str"
     assert section_slug("Database Migrations") == "dm"
+    assert normalise_section("!!!") == "others" and section_slug("!!!") == "misc"
+    assert len(normalise_section("very long section name " * 10)) <= 40
