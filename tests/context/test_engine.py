@@ -202,3 +202,46 @@ async def test_short_one_shot_is_not_embedded_but_a_conversation_is(engine: Cont
     fitted = await engine.fit({"messages": later}, _call("oneshot"))
     assert fitted.task_class == "data_sql"  # nearest examples, decided once the session grew
     assert (await engine.sessions.load("t1", "oneshot")).task_class == "data_sql"
+
+
+async def test_retrieved_documents_are_cut_before_the_question(engine: ContextEngine) -> None:
+    docs = "".join(
+        f"<document id={k}>Section {k}: "
+        + f"policy detail {k} about refunds and returns. " * 30
+        + "</document>\n"
+        for k in range(8)
+    )
+    question = "Using the documents, what is the refund window for annual plans?"
+    msgs = [
+        {"role": "system", "content": "Answer only using the provided context."},
+        {"role": "user", "content": "Context:\n" + docs + question},
+    ]
+    fitted = await engine.fit(
+        {"messages": msgs}, _call("rag", **{"x-ctxgate-budget-tokens": "900"})
+    )
+    assert fitted.task_class == "retrieval_qa"
+    assert fitted.tokens_after <= 900
+    assert {d.kind for d in fitted.drops} == {"knowledge"}
+    sent = fitted.body["messages"][1]["content"]
+    assert sent.startswith("Context:\n") and sent.endswith(question)  # own words untouched
+    assert sum(d.tokens_saved for d in fitted.drops) == fitted.tokens_before - fitted.tokens_after
+
+
+async def test_passthrough_class_forwards_unchanged_when_pinned_overflows(
+    settings: Any, redis_client: Any, embedder: Any
+) -> None:
+    raw = dict(settings.task_classes)
+    raw["lenient"] = {"on_overflow": "passthrough"}
+    lenient = ContextEngine(
+        settings.model_copy(update={"task_classes": raw}),
+        redis_client,
+        Metrics(),
+        DropLog("/dev/null", "none", None),
+        embedder,
+    )
+    body = {"messages": [{"role": "user", "content": "word " * 500}]}
+    fitted = await lenient.fit(
+        body, _call("pass", **{"x-ctxgate-budget-tokens": "100", "x-ctxgate-task-class": "lenient"})
+    )
+    assert not fitted.changed and fitted.body is body
+    assert lenient.metrics.budget_exceeded.labels("lenient")._value.get() == 1
