@@ -9,6 +9,7 @@ use with pip from PyPI; nothing else is downloaded at run time.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import secrets
 import shutil
@@ -19,6 +20,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,11 +55,16 @@ class Server:
         return self.process.pid
 
 
-def _pinned(cpus: set[int] | None):  # type: ignore[no-untyped-def]
-    """The child's set-up: its cores (the niceness it inherits from this process)."""
-    if not cpus:
-        return None
-    return lambda: os.sched_setaffinity(0, cpus)
+def _child_setup(cpus: set[int] | None) -> Callable[[], None]:
+    """In the child: its cores, and SIGTERM when this process dies without stopping it."""
+
+    def setup() -> None:
+        if cpus:
+            os.sched_setaffinity(0, cpus)
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PDEATHSIG
+
+    return setup
 
 
 def start(stack: contextlib.ExitStack, name: str, command: list[str], *, port: int,
@@ -68,7 +75,7 @@ def start(stack: contextlib.ExitStack, name: str, command: list[str], *, port: i
     with log.open("wb") as out:
         process = subprocess.Popen(
             command, cwd=cwd, env={**os.environ, **env}, stdin=subprocess.DEVNULL,
-            stdout=out, stderr=subprocess.STDOUT, preexec_fn=_pinned(cpus),
+            stdout=out, stderr=subprocess.STDOUT, preexec_fn=_child_setup(cpus),
             start_new_session=True)
     server = Server(name, process, f"http://127.0.0.1:{port}", log)
     stack.callback(stop, server)
