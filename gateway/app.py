@@ -127,10 +127,10 @@ class Gateway:
         embedder = Embedder(settings.embed_model, redis)
         drop_log = DropLog(settings.drop_log, settings.drop_log_preview, metrics)
         services = Services(settings, metrics, redis, drop_log, embedder)
-        services.playbooks = PlaybookInjector(services)
+        services.playbooks = PlaybookInjector.from_services(services)
         services.engine = ContextEngine(settings, redis, metrics, drop_log, embedder,
                                         services.playbooks)
-        services.traces = TraceSink(services)
+        services.traces = TraceSink.from_services(services)
         self.services = services
         self._upstream = Upstream(settings.upstream_url, timeout_s=settings.upstream_timeout_s,
                                   transport=self._transport,

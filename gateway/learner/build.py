@@ -1,7 +1,7 @@
 """Building the learner's parts from the gateway's Services (the worker, the CLI, admin).
 
-The hot-path parts take Services directly: `PlaybookInjector(services)` (which validates the
-playbook/learner settings at start-up) and `TraceSink(services)`.
+The hot-path parts have their own `from_services` constructors: `PlaybookInjector.from_services`
+(which validates the playbook/learner settings at start-up) and `TraceSink.from_services`.
 """
 
 from __future__ import annotations

@@ -80,7 +80,7 @@ class TraceSink:
 
     def __init__(
         self,
-        redis: aioredis.Redis | Services,
+        redis: aioredis.Redis,
         metrics: Metrics | None = None,
         *,
         ttl_s: int = 86400,
@@ -88,13 +88,6 @@ class TraceSink:
         max_pending: int = 1000,
         keep_chars: int = 48_000,
     ) -> None:
-        if isinstance(redis, Services):  # the app's form: limits from the `learner:` settings
-            services = redis
-            learner = learner_settings(services.settings)
-            ttl_s, stream_maxlen = learner.trace_ttl_s, learner.stream_maxlen
-            max_pending = learner.pending_tasks
-            keep_chars = 2 * learner.max_trace_chars
-            redis, metrics = services.redis, services.metrics
         self._redis = redis
         self._metrics = metrics
         self._ttl_s = ttl_s
@@ -102,6 +95,14 @@ class TraceSink:
         self._max_pending = max_pending
         self._keep_chars = keep_chars
         self._pending: set[asyncio.Task[None]] = set()
+
+    @classmethod
+    def from_services(cls, services: Services) -> TraceSink:
+        """The app's sink, with its limits from the `learner:` settings."""
+        learner = learner_settings(services.settings)
+        return cls(services.redis, services.metrics, ttl_s=learner.trace_ttl_s,
+                   stream_maxlen=learner.stream_maxlen, max_pending=learner.pending_tasks,
+                   keep_chars=2 * learner.max_trace_chars)
 
     def publish(self, event: TraceEvent) -> None:
         if len(self._pending) >= self._max_pending:

@@ -68,19 +68,21 @@ class PlaybookInjector:
 
     def __init__(
         self,
-        redis: aioredis.Redis | Services,
+        redis: aioredis.Redis,
         embedder: TextEmbedder | None = None,
         metrics: Metrics | None = None,
         store: PlaybookStore | None = None,
     ) -> None:
-        if isinstance(redis, Services):  # the app's form: validate the settings at start-up
-            services = redis
-            validate(services.settings)
-            redis, embedder, metrics = services.redis, services.embedder, services.metrics
         self._redis = redis
         self._embedder = embedder
         self._metrics = metrics
         self._store = store or PlaybookStore(redis)
+
+    @classmethod
+    def from_services(cls, services: Services) -> PlaybookInjector:
+        """The app's injector; validates the playbook settings (start-up fails if bad)."""
+        validate(services.settings)
+        return cls(services.redis, services.embedder, services.metrics)
 
     async def block_for_session(
         self, tenant: str, task_class: str, session_id: str, query: str, cap_tokens: int

@@ -188,7 +188,7 @@ async def test_manual_review_keeps_new_bullets_pending(
     await burst(services)
     [bullet] = await PlaybookStore(lredis).bullets(tenant, "code")
     assert bullet.status == "pending"
-    block = await PlaybookInjector(services).block_for_session(tenant, "code", "new", "q", 500)
+    block = await PlaybookInjector.from_services(services).block_for_session(tenant, "code", "new", "q", 500)
     assert block is None  # pending bullets are not injected
 
 
