@@ -25,7 +25,8 @@ from gateway.learner.llm import LearnerError
 from gateway.learner.reflect import Episode
 from gateway.learner.signals import cited_ids, explicit_signal, text_of
 from gateway.playbook.bullet import Bullet, Operation
-from gateway.playbook.config import class_playbook
+from gateway.playbook.config import class_playbook, playbook_settings
+from gateway.playbook.guards import refused_bullets
 from gateway.playbook.render import render_sections
 from gateway.playbook.store import PlaybookStore, split_namespace
 from gateway.settings import Settings, load_settings
@@ -98,7 +99,13 @@ def import_playbook(ns: str, file: Path, config: ConfigOption = None) -> None:
     document = orjson.loads(file.read_bytes())
     records = document["bullets"] if isinstance(document, dict) else document
     bullets = [Bullet.from_dict(r) for r in records]
-    _run(load_settings(config=config), lambda s: s.replace(tenant, task_class, bullets))
+    settings = load_settings(config=config)
+    refused = refused_bullets(bullets, playbook_settings(settings).max_bullet_chars)
+    if refused:
+        for bullet_id, reason in refused:
+            typer.echo(f"refused {bullet_id}: {reason}", err=True)
+        raise typer.Exit(2)
+    _run(settings, lambda s: s.replace(tenant, task_class, bullets))
     typer.echo(f"imported {len(bullets)} bullets into {tenant}/{task_class}")
 
 

@@ -16,7 +16,8 @@ from gateway.auth import require_admin
 from gateway.errors import GatewayError, InvalidRequest
 from gateway.learner.build import build_editor
 from gateway.playbook.bullet import Bullet, Operation
-from gateway.playbook.config import class_playbook
+from gateway.playbook.config import class_playbook, playbook_settings
+from gateway.playbook.guards import refused_bullets
 from gateway.playbook.refine import ApplyReport, PlaybookEditor
 from gateway.playbook.render import render_sections
 from gateway.playbook.tokens import count_tokens
@@ -159,6 +160,12 @@ def build_router(services: Services) -> APIRouter:
                       request: Request) -> dict[str, Any]:
         admin(request)
         bullets = [Bullet.from_dict(b.model_dump()) for b in body.bullets]
+        limit = playbook_settings(services.settings).max_bullet_chars
+        refused = refused_bullets(bullets, limit)
+        if refused:
+            listed = ", ".join(f"{bullet_id} ({reason})" for bullet_id, reason in refused[:10])
+            raise InvalidRequest(f"Import refused by the pollution guards: {listed}.",
+                                 param="bullets")
         await store.replace(tenant, task_class, bullets)
         return {"tenant": tenant, "task_class": task_class, "imported": len(bullets)}
 

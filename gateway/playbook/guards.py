@@ -8,7 +8,10 @@ refused (and drop-logged by the caller) before it reaches the merge.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
+
+from gateway.playbook.bullet import Bullet
 
 _INSTRUCTION_ATTACKS = tuple(
     re.compile(p, re.IGNORECASE)
@@ -45,3 +48,10 @@ def check_content(content: str, max_chars: int) -> Verdict:
         if pattern.search(text):
             return Verdict(False, "instruction_injection")
     return Verdict(True)
+
+
+def refused_bullets(bullets: Iterable[Bullet], max_chars: int) -> list[tuple[str, str]]:
+    """(id, reason) for every bullet a guard refuses: imports pass the same guards as the
+    Curator's operations, and an import with any refusal is rejected whole, never trimmed."""
+    verdicts = ((b.id, check_content(b.content, max_chars)) for b in bullets)
+    return [(bullet_id, v.reason) for bullet_id, v in verdicts if not v.ok]

@@ -188,7 +188,8 @@ async def test_manual_review_keeps_new_bullets_pending(
     await burst(services)
     [bullet] = await PlaybookStore(lredis).bullets(tenant, "code")
     assert bullet.status == "pending"
-    block = await PlaybookInjector.from_services(services).block_for_session(tenant, "code", "new", "q", 500)
+    injector = PlaybookInjector.from_services(services)
+    block = await injector.block_for_session(tenant, "code", "new", "q", 500)
     assert block is None  # pending bullets are not injected
 
 
