@@ -10,7 +10,7 @@ import hashlib
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Literal
 
@@ -82,13 +82,16 @@ class DropLog:
         ts = time.time()
         lines = []
         for event in events:
-            record = asdict(event)
-            text = record.pop("text")
-            record.update(
-                ts=ts, event="context.drop", trace_id=trace_id, session_id=session_id,
-                tenant=tenant, task_class=task_class,
-                preview=preview(text, self._preview_mode),
-            )
+            # A plain dict, not dataclasses.asdict (which deep-copies: ~100 µs an event).
+            record = {
+                "ts": ts, "event": "context.drop", "trace_id": trace_id,
+                "session_id": session_id, "tenant": tenant, "task_class": task_class,
+                "stage": event.stage, "action": event.action, "reason": event.reason,
+                "item_id": event.item_id, "kind": event.kind,
+                "message_index": event.message_index, "tokens_before": event.tokens_before,
+                "tokens_after": event.tokens_after, "kept_as": event.kept_as,
+                "preview": preview(event.text, self._preview_mode),
+            }
             lines.append(orjson.dumps(record) + b"\n")
             if self._metrics is not None:
                 labels = (task_class, event.stage, event.reason)
