@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -64,6 +64,16 @@ class Settings(BaseSettings):
         if value is not None and not value.startswith(("http://", "https://")):
             raise ValueError("must be an http:// or https:// URL")
         return value.rstrip("/") if value else value
+
+    @model_validator(mode="after")
+    def _models_beside_config(self) -> Settings:
+        # The model table lives beside the YAML file (config/models.yaml), wherever the
+        # package is installed; an explicit CTXGATE_MODELS_FILE wins.
+        if self.models_file is None:
+            beside = self.config.parent / "models.yaml"
+            if beside.exists():
+                self.models_file = beside
+        return self
 
     @classmethod
     def settings_customise_sources(
