@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import orjson
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from gateway.api.asgi import Receive, Scope, Send, send_response
+from gateway.observability.gauges import refresh_gauges
 from gateway.services import Services
+
+log = logging.getLogger("ctxgate.metrics")
 
 
 async def healthz(scope: Scope, receive: Receive, send: Send) -> None:
@@ -39,8 +43,10 @@ class MetricsEndpoint:
         self._services = services
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        depth = self._services.extras.get("queue_depth")
-        if depth is not None:  # refreshed on scrape, not on every request
-            await depth()
+        try:
+            await asyncio.wait_for(
+                refresh_gauges(self._services.redis, self._services.metrics), timeout=2.0)
+        except Exception:  # a scrape still answers when Redis does not
+            log.warning("could not refresh the Redis-backed gauges", exc_info=True)
         body = self._services.metrics.exposition()
         await send_response(send, 200, body, [], CONTENT_TYPE_LATEST.encode())

@@ -22,6 +22,7 @@ from redis.exceptions import RedisError, ResponseError
 from gateway.learner.build import build_learner, build_llm
 from gateway.learner.episodes import TraceLearner
 from gateway.learner.llm import LearnerUnavailable, MalformedOutput
+from gateway.observability.gauges import trace_queue_depth
 from gateway.playbook.config import LearnerSettings, learner_settings
 from gateway.store import keys
 
@@ -134,13 +135,8 @@ class StreamConsumer:
             self._metrics.worker_failures.labels(reason).inc()
 
     async def report_depth(self) -> None:
-        if self._metrics is None:
-            return
-        for group in await self._redis.xinfo_groups(keys.TRACE_STREAM):
-            if _text(group.get("name")) == keys.TRACE_GROUP:
-                lag = group.get("lag")
-                depth = int(lag or 0) + int(group.get("pending") or 0)
-                self._metrics.trace_queue_depth.set(depth)
+        if self._metrics is not None:
+            self._metrics.trace_queue_depth.set(await trace_queue_depth(self._redis))
 
     async def run(self, stop: asyncio.Event, burst: bool) -> None:
         await ensure_group(self._redis)

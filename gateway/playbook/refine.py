@@ -195,5 +195,3 @@ class PlaybookEditor:
             self._metrics.curator_operations.labels("FOLD").inc(folded)
         if pruned:
             self._metrics.curator_operations.labels("PRUNE").inc(pruned)
-        active = [b for b in await self.store.bullets(tenant, task_class) if b.status == "active"]
-        self._metrics.playbook_bullets.labels(task_class).set(len(active))
