@@ -82,7 +82,12 @@ def _check_config(settings: Settings) -> None:
 
 
 @app.command()
-def worker(config: ConfigOption = None) -> None:
+def worker(
+    config: ConfigOption = None,
+    metrics_port: Annotated[int | None, typer.Option(
+        envvar="CTXGATE_WORKER_METRICS_PORT",
+        help="serve this worker's Prometheus metrics on 127.0.0.1:PORT")] = None,
+) -> None:
     """Run a Reflector/Curator worker on the trace stream (run as many as you like)."""
     from gateway.learner.worker import run_worker
     from gateway.observability.logging import configure_logging
@@ -97,6 +102,11 @@ def worker(config: ConfigOption = None) -> None:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         async with open_services(settings) as services:
+            if metrics_port is not None:
+                from prometheus_client import start_http_server
+
+                start_http_server(metrics_port, addr=settings.host,
+                                  registry=services.metrics.registry)
             await run_worker(services, stop=stop)
 
     with contextlib.suppress(KeyboardInterrupt):

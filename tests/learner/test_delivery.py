@@ -11,6 +11,7 @@ import time
 import uuid
 from pathlib import Path
 
+import httpx
 import redis.asyncio as aioredis
 
 from gateway.learner.traces import TraceEvent, TraceSink
@@ -18,7 +19,7 @@ from gateway.learner.worker import StreamConsumer, ensure_group, run_worker
 from gateway.playbook.bullet import Operation
 from gateway.playbook.store import PlaybookStore
 from gateway.store import keys
-from tests.harness import ROOT, Upstream
+from tests.harness import ROOT, Upstream, free_port
 from tests.learner.conftest import (
     curation,
     failed_step_event,
@@ -171,6 +172,7 @@ async def test_ctxgate_worker_process_learns_and_stops_on_sigterm(
     import os
 
     tenant = "t" + uuid.uuid4().hex[:8]
+    metrics_port = free_port()
     config = tmp_path / "gateway.yaml"
     config.write_text("task_classes:\n  code:\n    playbook: {enabled: true}\n")
     upstream.script(models[0], [reflection()])
@@ -179,7 +181,7 @@ async def test_ctxgate_worker_process_learns_and_stops_on_sigterm(
     env = {**os.environ, "CTXGATE_REDIS_URL": learner_redis_url, "CTXGATE_CONFIG": str(config),
            "CTXGATE_LEARNER_URL": f"{upstream.url}/v1", "CTXGATE_REFLECTOR_MODEL": models[0],
            "CTXGATE_CURATOR_MODEL": models[1], "CTXGATE_DROP_LOG": str(tmp_path / "d.jsonl"),
-           "HF_HUB_OFFLINE": "1"}
+           "HF_HUB_OFFLINE": "1", "CTXGATE_WORKER_METRICS_PORT": str(metrics_port)}
     log = (tmp_path / "worker.log").open("wb")
     process = subprocess.Popen([sys.executable, "-m", "gateway", "worker"], cwd=ROOT, env=env,
                                stdout=log, stderr=subprocess.STDOUT)
@@ -190,6 +192,8 @@ async def test_ctxgate_worker_process_learns_and_stops_on_sigterm(
         while not await store.bullets(tenant, "code") and time.monotonic() < deadline:
             await asyncio.sleep(0.1)
         assert [b.content for b in await store.bullets(tenant, "code")] == ["Pass -q to pytest."]
+        exposed = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics").text
+        assert 'ctxgate_curator_operations_total{op="ADD"} 1.0' in exposed
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=15) == 0
     finally:
