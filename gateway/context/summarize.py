@@ -7,7 +7,10 @@
 - Other text (tool output, files, prose) keeps its salient lines: the first line, lines
   that name paths, errors, line numbers and definitions, plus a window around errors;
   assistant turns keep their commands (fenced blocks) and their first sentence.
-Level 2 is stricter than level 1.
+Level 2 is stricter than level 1. Level 3 is a digest for aged output the agent has acted on
+already: the first line (the command's header: `[File: ...]`, the first output line), up to two
+error lines and the last line, and then the values of the rest, never the rest's lines; an
+assistant turn keeps its commands.
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ _HASH = re.compile(r"[0-9a-f]{20,}|[0-9A-Za-z+/]{40,}")  # digests and blobs: no
 _NOTABLE = re.compile(r"[\d_./]|[a-z][A-Z]")
 _CODEY = re.compile(r"`[^`]+`|\b\d{2,}\b|[\w-]+\.\w{1,4}\b|\w+_\w+|\w+\(\)")
 MAX_LINE_CHARS = 240
-MENTION_CAP = {1: 12, 2: 6}
+MENTION_CAP = {1: 12, 2: 6, 3: 16}
 SALIENT_LINES = {1: 3, 2: 1}
 DEFINITION_LINES = {1: 8, 2: 3}  # `def`/`class` lines: what an agent greps for and calls later
 SHORT_LINES = {1: 6, 2: 3}  # shorter texts are only trimmed of prompts and long lines
@@ -64,6 +67,17 @@ def _priority(value: str) -> int:
     return 3
 
 
+def _defined(text: str) -> set[str]:
+    """Names that definition lines introduce (`def name`, `class Name`): what is called later."""
+    out: set[str] = set()
+    for line in text.splitlines():
+        m = _DEFINITION.search(line)
+        if m:
+            rest = line[m.end() :].split("(", 1)[0].split(":", 1)[0]
+            out.update(v for v in _VALUE.findall(rest) if len(v) >= 2)
+    return out
+
+
 def _mentions(
     original: str, compact: str, known: frozenset[str], level: int, notable_only: bool
 ) -> str:
@@ -79,7 +93,9 @@ def _mentions(
     ]
     if not lost:
         return compact
-    lost.sort(key=_priority)  # stable: names first, then words, then bare numbers
+    first = _defined(original) if level >= 3 else set()
+    # stable: defined names first (level 3), then names, then words, then bare numbers
+    lost.sort(key=lambda v: (v not in first, _priority(v)))
     cap = MENTION_CAP.get(level, 30)
     more = f" (+{len(lost) - cap} more)" if len(lost) > cap else ""
     return f"{compact}\n[omitted text mentions: {' '.join(lost[:cap])}{more}]"
@@ -204,9 +220,16 @@ def _assistant(text: str, level: int) -> str:
     return "\n".join(parts) if parts else (sentences[0][:300] if sentences else "")
 
 
+def _digest(lines: list[str]) -> str:
+    """First line, up to two error lines and the last line; the rest is left to the values."""
+    keep = {0, len(lines) - 1}
+    keep.update([i for i, line in enumerate(lines) if _ERROR.search(line)][:2])
+    return _keep_lines(lines, keep)
+
+
 def _structured(text: str, kind: str, level: int) -> str:
     if kind in ("assistant", "tool_call"):
-        return _assistant(text, level)
+        return _assistant(text, min(level, 2))
     compact = _json(text, level)
     if compact is not None:
         return compact
@@ -215,6 +238,8 @@ def _structured(text: str, kind: str, level: int) -> str:
         return "\n".join(_cut(line) for line in lines)
     if len(lines) <= 3:
         return "\n".join(_cut(line) for line in lines) if level == 1 else _cut(text[:200])
+    if level >= 3:
+        return _digest([line for line in lines if line.strip()] or lines)
     if _is_log(lines):
         return _log(lines, level)
     if _is_table(lines):
@@ -226,4 +251,6 @@ def summarize(text: str, kind: str, level: int = 1, known: frozenset[str] = froz
     """A shorter rendering of `text`; values it leaves out are listed unless `known`."""
     prose = kind in ("assistant", "tool_call")
     source = text if prose else _PROMPT.sub("", text)
-    return _mentions(source, _structured(text, kind, level), known, level, notable_only=prose)
+    # A digest drops a turn's prose: its words are listed (those not read above), not only names.
+    notable_only = prose and level < 3
+    return _mentions(source, _structured(text, kind, level), known, level, notable_only)

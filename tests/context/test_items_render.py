@@ -105,3 +105,23 @@ def test_summaries_list_values_they_leave_out() -> None:
     assert "total_101" in out and "omitted text mentions" in out and "(+" in out
     assert " rate " not in out.split("mentions:")[1]  # the model sees it elsewhere
     assert "150:" not in out.split("mentions:")[1]  # line numbers are not repeated
+
+
+def test_digest_keeps_header_errors_and_values_not_lines() -> None:
+    view = ["[File: /repo/src/calc.py (400 lines total)]"]
+    view += [f"{k}:    total_{k} = rate * {k}" for k in range(100, 160)]
+    view[30] = "129:def compute_total(value, rate):"
+    out = summarize("\n".join(view) + "\n(Open file: /repo/src/calc.py)\nbash-$", "user", 3)
+    assert out.startswith("[File: /repo/src/calc.py (400 lines total)]\n[…")
+    assert "129:def" not in out and "total_101 =" not in out  # lines go, their values stay
+    mentions = out.split("mentions: ")[1]
+    assert mentions.startswith("compute_total ")  # a defined name is listed first
+    assert len(out) < len("\n".join(view)) / 4
+    log = "\n".join([f"2024-01-01 10:00:{k:02d} INFO step_{k}" for k in range(40)])
+    log = log.replace("INFO step_20", "ERROR disk full at /var/lib/x")
+    out = summarize(log, "tool_result", 3)
+    assert "disk full at /var/lib/x" in out and "step_39" in out and "INFO step_5\n" not in out
+    turn = "This will decrypt it based on the key.\n```\npython solve.py --key k1\n```"
+    out = summarize(turn, "assistant", 3, known=frozenset({"This", "will", "it", "the", "key"}))
+    assert out.startswith("```\npython solve.py --key k1\n```")
+    assert "decrypt" in out and "based" in out and " key" not in out.split("```")[-1]

@@ -23,6 +23,7 @@ DEFAULT_KINDS = ("tool_result", "user", "assistant", "tool_call", "knowledge")
 LADDER = (
     ("compress", "summary", 1),
     ("compress", "summary", 2),
+    ("compress", "summary", 3),
     ("mask", "mask", 1),
     ("drop", "drop", 1),
 )
@@ -34,7 +35,7 @@ def _rung(decision: Decision | None) -> int:
     for i, (_, method, level) in enumerate(LADDER):
         if decision.method == method and decision.level == level:
             return i
-    return 2 if decision.method in ("strip", "dedup") else 3
+    return 3 if decision.method in ("strip", "dedup") else 4
 
 
 def _cut(
