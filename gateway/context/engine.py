@@ -104,14 +104,42 @@ def _budget_header(headers: Mapping[str, str]) -> int | None:
     return value
 
 
+def _stale_tokens(
+    items: list[Item], state: SessionState, cls: TaskClass, memo: dict[Any, Any]
+) -> int:
+    """Tokens of task-statement blocks (a demonstration, generic instructions) that the class's
+    stale rules would now cut: reclaimable like aged turns, so they count toward a step."""
+    rules = cls.options("select").get("stale_patterns") or ()
+    total = 0
+    for item in items:
+        if not item.goal or item.pinned or item.id in state.decisions:
+            continue
+        for rule in rules:
+            if item.age < int(rule.get("after_turns", 0)):
+                continue
+            key = (item.id, rule["pattern"])
+            found = memo.get(key)
+            if found is None:
+                found = memo[key] = re.search(rule["pattern"], item.text) is not None
+            if found:
+                total += item.tokens
+                break
+    return total
+
+
 def _step_horizon(
-    messages: list[Mapping[str, Any]], items: list[Item], state: SessionState, cls: TaskClass
+    messages: list[Mapping[str, Any]],
+    items: list[Item],
+    state: SessionState,
+    cls: TaskClass,
+    stale: int = 0,
 ) -> int:
     """Where age-based compaction reaches after this call (unchanged when no step is due).
 
     Verbatim = turns at or after the horizon. A step is due when they pass a high-water mark
-    (in turns or in tokens of compactable items); it moves the horizon forward as far as
-    needed to bring them to the low-water marks."""
+    (in turns or in tokens of compactable items, `stale` tokens of the task statement
+    included); it moves the horizon forward as far as needed to bring them to the low-water
+    marks."""
     c = cls.compaction
     if not c.ages:
         return state.horizon
@@ -128,6 +156,7 @@ def _step_horizon(
         )
 
     n_turns, n_tokens = verbatim(state.horizon)
+    n_tokens += stale
     over_turns = c.verbatim_turns_high is not None and n_turns > c.verbatim_turns_high
     over_tokens = c.verbatim_tokens_high is not None and n_tokens > c.verbatim_tokens_high
     # Turns completed since the last step (the open one does not count): steps are spaced.
@@ -323,7 +352,8 @@ class ContextEngine:
             new = apply_decision(item, decision, self.counter, parsed.encoding, known, memo)
             if new is not None:
                 final.append(new)
-        horizon = _step_horizon(messages, parsed.items, state, cls)
+        stale = _stale_tokens(parsed.items, state, cls, self._caches.setdefault("stale", {}))
+        horizon = _step_horizon(messages, parsed.items, state, cls, stale)
         total = fixed + sum(item.tokens for item in final)
         over = total > cls.compaction.high_water * budget.input
         turns_step = horizon != state.horizon

@@ -44,10 +44,12 @@ _PROMPT = re.compile(
     r"^\((?:Open file|Current directory)[^)]*\)\s*$|^\S{0,40}[$#>]\s*$", re.MULTILINE
 )
 _LINE_NO = re.compile(r"^\s*\d+[:|]", re.MULTILINE)  # file-view line numbers: kept as a range
+_BLOB = re.compile(r"[0-9A-Za-z+/=]{120,}")  # encoded payloads pasted into a command
 _HASH = re.compile(r"[0-9a-f]{20,}|[0-9A-Za-z+/]{40,}")  # digests and blobs: no one retypes them
 _NOTABLE = re.compile(r"[\d_./]|[a-z][A-Z]")
 _CODEY = re.compile(r"`[^`]+`|\b\d{2,}\b|[\w-]+\.\w{1,4}\b|\w+_\w+|\w+\(\)")
 MAX_LINE_CHARS = 240
+DIGEST_LINE_CHARS = 160
 MENTION_CAP = {1: 12, 2: 6, 3: 16}
 SALIENT_LINES = {1: 3, 2: 1}
 DEFINITION_LINES = {1: 8, 2: 3}  # `def`/`class` lines: what an agent greps for and calls later
@@ -101,22 +103,22 @@ def _mentions(
     return f"{compact}\n[omitted text mentions: {' '.join(lost[:cap])}{more}]"
 
 
-def _cut(line: str) -> str:
-    return line if len(line) <= MAX_LINE_CHARS else line[:MAX_LINE_CHARS] + " …"
+def _cut(line: str, limit: int = MAX_LINE_CHARS) -> str:
+    return line if len(line) <= limit else line[:limit] + " …"
 
 
 def _omitted(n: int) -> str:
     return f"[…{n} lines]"
 
 
-def _keep_lines(lines: list[str], keep: set[int]) -> str:
+def _keep_lines(lines: list[str], keep: set[int], limit: int = MAX_LINE_CHARS) -> str:
     out, gap = [], 0
     for i, line in enumerate(lines):
         if i in keep:
             if gap:
                 out.append(_omitted(gap))
                 gap = 0
-            out.append(_cut(line))
+            out.append(_cut(line, limit))
         else:
             gap += 1
     if gap:
@@ -216,6 +218,8 @@ def _assistant(text: str, level: int) -> str:
     if level == 1 and sentences:
         # the first sentence, and those naming code, paths or numbers
         parts = [sentences[0][:300], *[x[:300] for x in sentences[1:] if _CODEY.search(x)][:3]]
+    if level >= 3:  # an old command keeps its shape, not the payload it pasted
+        fences = [_BLOB.sub(lambda m: f"{m[0][:40]}…({len(m[0])} chars)", f) for f in fences]
     parts.extend(fences)
     return "\n".join(parts) if parts else (sentences[0][:300] if sentences else "")
 
@@ -224,18 +228,19 @@ def _digest(lines: list[str]) -> str:
     """First line, up to two error lines and the last line; the rest is left to the values."""
     keep = {0, len(lines) - 1}
     keep.update([i for i, line in enumerate(lines) if _ERROR.search(line)][:2])
-    return _keep_lines(lines, keep)
+    return _keep_lines(lines, keep, DIGEST_LINE_CHARS)
 
 
 def _structured(text: str, kind: str, level: int) -> str:
     if kind in ("assistant", "tool_call"):
-        return _assistant(text, min(level, 2))
+        return _assistant(text, level)
     compact = _json(text, level)
     if compact is not None:
         return compact
     lines = [line for line in text.splitlines() if not _PROMPT.match(line)]
     if len(lines) <= SHORT_LINES.get(level, 3):
-        return "\n".join(_cut(line) for line in lines)
+        limit = DIGEST_LINE_CHARS if level >= 3 else MAX_LINE_CHARS
+        return "\n".join(_cut(line, limit) for line in lines)
     if len(lines) <= 3:
         return "\n".join(_cut(line) for line in lines) if level == 1 else _cut(text[:200])
     if level >= 3:

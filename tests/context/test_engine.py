@@ -245,3 +245,28 @@ async def test_passthrough_class_forwards_unchanged_when_pinned_overflows(
     )
     assert not fitted.changed and fitted.body is body
     assert lenient.metrics.budget_exceeded.labels("lenient")._value.get() == 1
+
+
+async def test_a_stale_demonstration_triggers_a_step_on_its_own(engine: ContextEngine) -> None:
+    demo = "Here is a demonstration of how to correctly accomplish this task.\n" + "\n".join(
+        f"demo step {k}: open src/demo_{k}.py and edit line {k}" for k in range(200)
+    )
+    msgs: list[dict] = [
+        {"role": "system", "content": "You are an autonomous programmer."},
+        {"role": "user", "content": demo},
+        {"role": "user", "content": "Fix bug 77 in src/calc.py: totals are wrong."},
+    ]
+    for t in range(6):  # short turns: far under the verbatim high-water mark by themselves
+        msgs += [
+            {"role": "assistant", "content": f"```\nls src/d{t}\n```"},
+            {"role": "user", "content": f"f{t}.py"},
+        ]
+    headers = {"x-ctxgate-task-class": "coding_agent"}
+    first_drop = None
+    for end in range(4, len(msgs) + 1, 2):
+        fitted = await engine.fit({"messages": msgs[:end]}, _call("stale-demo", **headers))
+        if any(d.reason == "stale_instruction" for d in fitted.drops) and first_drop is None:
+            first_drop = end
+            assert "demonstration" not in json.dumps(fitted.body["messages"])
+    # Dropped as soon as it is stale (2 turns) and the session may change its prefix.
+    assert first_drop is not None and first_drop <= 14

@@ -125,3 +125,11 @@ def test_digest_keeps_header_errors_and_values_not_lines() -> None:
     out = summarize(turn, "assistant", 3, known=frozenset({"This", "will", "it", "the", "key"}))
     assert out.startswith("```\npython solve.py --key k1\n```")
     assert "decrypt" in out and "based" in out and " key" not in out.split("```")[-1]
+
+
+def test_digest_of_a_command_cuts_the_payload_it_pasted() -> None:
+    blob = "QUJD" * 100
+    turn = f"Decode it.\n```\necho '{blob}' | base64 -d > out.bin\n```"
+    out = summarize(turn, "assistant", 3)
+    assert "base64 -d > out.bin" in out and "(400 chars)" in out and blob not in out
+    assert summarize(turn, "assistant", 2).count(blob) == 1  # lower levels keep commands whole
