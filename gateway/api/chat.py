@@ -35,7 +35,7 @@ from gateway.context.engine import CallContext, FittedCall
 from gateway.errors import GatewayError, UpstreamTimeout, UpstreamUnreachable
 from gateway.observability.tracing import parent_context, trace_id_of
 from gateway.services import Services
-from gateway.upstream.client import Upstream
+from gateway.upstream.client import Upstream, UpstreamWait, timed_chunks
 from gateway.upstream.sse import ChatStreamCollector, SSEDecoder, response_of_completion
 
 log = logging.getLogger("ctxgate.chat")
@@ -56,7 +56,7 @@ class Call:
     task_class: str = "none"
     upstream_s: float = 0.0
     ttfb_s: float | None = None
-    waited_s: float = 0.0  # upstream wait so far (first byte, then reading a whole body)
+    wait: UpstreamWait = field(default_factory=UpstreamWait)  # upstream wait, not our time
     fitted: FittedCall | None = None
     principal: Principal | None = None
     stream: bool = False
@@ -122,7 +122,8 @@ class ChatCompletions:
             sent = time.perf_counter()
             response = await self._upstream.open("POST", "chat/completions",
                                                  headers=outgoing, content=forward)
-            call.ttfb_s = call.waited_s = time.perf_counter() - sent
+            call.ttfb_s = time.perf_counter() - sent
+            call.wait.seconds += call.ttfb_s
             try:
                 streaming = response.headers.get("content-type", "").startswith(
                     "text/event-stream")
@@ -136,7 +137,7 @@ class ChatCompletions:
 
     def _our_headers(self, call: Call) -> list[tuple[bytes, bytes]]:
         fitted = call.fitted
-        overhead_ms = (time.perf_counter() - call.started - call.waited_s) * 1000
+        overhead_ms = (time.perf_counter() - call.started - call.wait.seconds) * 1000
         before = fitted.tokens_before if fitted else 0
         after = fitted.tokens_after if fitted else 0
         dropped = len(fitted.drops) if fitted else 0
@@ -153,7 +154,7 @@ class ChatCompletions:
         reading = time.perf_counter()
         try:
             data = await response.aread()
-            call.waited_s += time.perf_counter() - reading
+            call.wait.seconds += time.perf_counter() - reading
         except httpx.TimeoutException:
             raise UpstreamTimeout("The upstream API stalled while answering.") from None
         except httpx.HTTPError:
@@ -176,7 +177,7 @@ class ChatCompletions:
         watch = call.fitted is not None
         decoder, collector = SSEDecoder(), ChatStreamCollector()
         try:
-            async for chunk in response.aiter_raw():
+            async for chunk in timed_chunks(response, call.wait):
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
                 if watch:
                     for data in decoder.feed(chunk):
@@ -198,7 +199,7 @@ class ChatCompletions:
         total = time.perf_counter() - call.started
         metrics.requests.labels(ENDPOINT, str(call.status), call.task_class).inc()
         metrics.request_duration.labels(ENDPOINT).observe(total)
-        metrics.overhead.labels(ENDPOINT).observe(max(total - call.upstream_s, 0.0))
+        metrics.overhead.labels(ENDPOINT).observe(max(total - call.wait.seconds, 0.0))
         if call.ttfb_s is not None:
             metrics.upstream_ttfb.labels(ENDPOINT).observe(call.ttfb_s)
             metrics.upstream_duration.labels(ENDPOINT).observe(call.upstream_s)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -43,7 +43,7 @@ class TraceEvent:
     ts: float = 0.0
 
     def to_json(self) -> bytes:
-        return orjson.dumps(asdict(self))
+        return orjson.dumps(self)  # orjson serialises dataclasses natively, without a copy
 
     @classmethod
     def from_json(cls, raw: bytes | str) -> TraceEvent:

@@ -54,3 +54,19 @@ async def test_refused_connection_through_aiohttp_is_unreachable_not_timeout() -
     with pytest.raises(UpstreamUnreachable):
         await upstream.open("GET", "models", headers=[], content=None)
     await upstream.aclose()
+
+
+async def test_no_cookie_crosses_from_one_request_to_the_next() -> None:
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, headers={"set-cookie": "__cf_bm=tenant-a; Path=/"})
+
+    upstream = Upstream("http://up.test/v1", timeout_s=1, transport=httpx.MockTransport(handler))
+    for key in ("Bearer sk-tenant-a", "Bearer sk-tenant-b"):
+        response = await upstream.open("GET", "models", headers=[("authorization", key)],
+                                       content=None)
+        await response.aread()
+    assert "cookie" not in seen[1].headers
+    assert set(seen[1].headers) == {"host", "authorization"}  # nothing added of its own
