@@ -38,6 +38,7 @@ test: $(VENV)/.installed-test lint
 bench: $(VENV)/.installed-test
 	$(PY) -m bench.overhead
 	$(PY) -m bench.replay
+	$(PY) -m bench.playbook
 
 clean:
 	rm -rf $(VENV) .ctxgate .pytest_cache .mypy_cache .ruff_cache
