@@ -9,7 +9,8 @@
     ├── TraceNotFound                 404     trace_not_found
     ├── RequestTooLarge               413     request_too_large
     ├── UpstreamUnreachable           502     upstream_unreachable
-    └── UpstreamTimeout               504     upstream_timeout
+    ├── UpstreamTimeout               504     upstream_timeout
+    └── InternalError                 500     internal_error  (a bug: logged with its trace)
     SettingsError                     (start-up only: names the bad setting)
 
 Library errors (httpx, orjson, redis) are mapped to these at the boundary where they occur.
@@ -91,6 +92,10 @@ class UpstreamUnreachable(GatewayError):
 
 class UpstreamTimeout(GatewayError):
     status, code, type = 504, "upstream_timeout", "server_error"
+
+
+class InternalError(GatewayError):
+    status, code, type = 500, "internal_error", "server_error"
 
 
 class SettingsError(Exception):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,7 +33,7 @@ from gateway.api.forwarding import is_bypass, relayed_headers, upstream_headers
 from gateway.api.validation import validate_chat_request
 from gateway.auth import Principal, authenticate
 from gateway.context.engine import CallContext, FittedCall
-from gateway.errors import GatewayError, UpstreamTimeout, UpstreamUnreachable
+from gateway.errors import GatewayError, InternalError, UpstreamTimeout, UpstreamUnreachable
 from gateway.observability.tracing import parent_context, trace_id_of
 from gateway.services import Services
 from gateway.upstream.client import Upstream, UpstreamWait, timed_chunks
@@ -63,6 +64,19 @@ class Call:
     response: dict[str, Any] = field(default_factory=dict)
 
 
+class _TrackedSend:
+    """An ASGI `send` that remembers whether the response has started."""
+
+    def __init__(self, send: Send) -> None:
+        self._send = send
+        self.started = False
+
+    async def __call__(self, message: MutableMapping[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            self.started = True
+        await self._send(message)
+
+
 class ChatCompletions:
     """The chat completions route, as a pure ASGI app."""
 
@@ -78,13 +92,21 @@ class ChatCompletions:
             f"POST {ENDPOINT}", context=parent_context(headers), kind=SpanKind.SERVER
         ) as span:
             call = Call(started=time.perf_counter(), trace_id=trace_id_of(span))
+            tracked = _TrackedSend(send)
             try:
-                await self._serve(receive, send, headers, call)
+                await self._serve(receive, tracked, headers, call)
             except GatewayError as error:
                 call.status = error.status
                 await send_error(send, error, [(b"x-ctxgate-trace-id", call.trace_id.encode())])
             except ClientGone:
                 call.status = 499  # client closed request
+            except Exception:
+                log.exception("chat completion failed", extra={"trace_id": call.trace_id})
+                call.status = 500
+                if not tracked.started:
+                    await send_error(send, InternalError(
+                        f"The gateway failed on this request; trace id {call.trace_id}."),
+                        [(b"x-ctxgate-trace-id", call.trace_id.encode())])
             finally:
                 span.set_attribute("http.status_code", call.status)
                 span.set_attribute("ctxgate.task_class", call.task_class)
@@ -103,17 +125,28 @@ class ChatCompletions:
         if is_bypass(headers) or self._services.engine is None:
             call.task_class = "bypass"
         else:
-            context = CallContext(call.principal.tenant, call.trace_id, headers)
-            try:
-                call.fitted = await self._services.engine.fit(body, context)
-            except GatewayError:
-                call.task_class = headers.get("x-ctxgate-task-class", "default")
-                raise
-            call.task_class = call.fitted.task_class
-            if call.fitted.changed:
+            await self._fit(body, headers, call)
+            if call.fitted is not None and call.fitted.changed:
                 forward = orjson.dumps(call.fitted.body)
         outgoing = upstream_headers(headers, call.principal, identity=True)
         await cancel_on_disconnect(receive, self._relay(send, forward, outgoing, call))
+
+    async def _fit(self, body: dict[str, Any], headers: dict[str, str], call: Call) -> None:
+        """Fit the context; if the engine itself fails (Redis down, a bug), fail open: the
+        call goes out as the client sent it, task class `unmanaged`, with the error logged."""
+        assert call.principal is not None
+        context = CallContext(call.principal.tenant, call.trace_id, headers)
+        try:
+            call.fitted = await self._services.engine.fit(body, context)
+        except GatewayError:
+            call.task_class = headers.get("x-ctxgate-task-class", "default")
+            raise
+        except Exception:
+            log.exception("context engine failed: forwarding unmanaged",
+                          extra={"trace_id": call.trace_id})
+            call.task_class = "unmanaged"
+            return
+        call.task_class = call.fitted.task_class
 
     async def _relay(self, send: Send, forward: bytes, outgoing: list[tuple[str, str]],
                      call: Call) -> None:
