@@ -21,13 +21,13 @@ from fastapi.responses import Response
 from prometheus_client import CollectorRegistry
 
 from gateway.api import admin, feedback
-from gateway.api.asgi import Receive, Scope, Send, send_error
+from gateway.api.asgi import Receive, Scope, Send, TrackedSend, send_error
 from gateway.api.chat import ChatCompletions
 from gateway.api.health import MetricsEndpoint, Readyz, healthz
 from gateway.api.passthrough import Passthrough
 from gateway.context.engine import ContextEngine
 from gateway.embeddings import Embedder
-from gateway.errors import GatewayError, InvalidRequest
+from gateway.errors import GatewayError, InternalError, InvalidRequest
 from gateway.learner.traces import TraceSink
 from gateway.learner.worker import run_worker
 from gateway.observability.droplog import DropLog
@@ -88,7 +88,13 @@ class Gateway:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            await self._route(scope, receive, send)
+            tracked = TrackedSend(send)
+            try:
+                await self._route(scope, receive, tracked)
+            except Exception:  # the safety net: a bug is an enveloped 500, never a bare one
+                log.exception("unhandled error", extra={"path": scope["path"]})
+                if not tracked.started:
+                    await send_error(send, InternalError("The gateway failed on this request."))
         elif scope["type"] == "lifespan":
             await self._lifespan(receive, send)
 

@@ -26,6 +26,19 @@ HOP_BY_HOP = frozenset({
 JSON = b"application/json"
 
 
+class TrackedSend:
+    """An ASGI `send` that remembers whether the response has started."""
+
+    def __init__(self, send: Send) -> None:
+        self._send = send
+        self.started = False
+
+    async def __call__(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.started = True
+        await self._send(message)
+
+
 class ClientGone(Exception):
     """The client hung up before the response was complete."""
 

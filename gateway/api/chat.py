@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +22,7 @@ from gateway.api.asgi import (
     Receive,
     Scope,
     Send,
+    TrackedSend,
     cancel_on_disconnect,
     parse_json_object,
     read_body,
@@ -64,19 +64,6 @@ class Call:
     response: dict[str, Any] = field(default_factory=dict)
 
 
-class _TrackedSend:
-    """An ASGI `send` that remembers whether the response has started."""
-
-    def __init__(self, send: Send) -> None:
-        self._send = send
-        self.started = False
-
-    async def __call__(self, message: MutableMapping[str, Any]) -> None:
-        if message["type"] == "http.response.start":
-            self.started = True
-        await self._send(message)
-
-
 class ChatCompletions:
     """The chat completions route, as a pure ASGI app."""
 
@@ -92,7 +79,7 @@ class ChatCompletions:
             f"POST {ENDPOINT}", context=parent_context(headers), kind=SpanKind.SERVER
         ) as span:
             call = Call(started=time.perf_counter(), trace_id=trace_id_of(span))
-            tracked = _TrackedSend(send)
+            tracked = TrackedSend(send)
             try:
                 await self._serve(receive, tracked, headers, call)
             except GatewayError as error:
