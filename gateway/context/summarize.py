@@ -210,6 +210,16 @@ def _salient(lines: list[str], level: int) -> str:
     return _keep_lines(lines, set(chosen) | set(definitions[: DEFINITION_LINES.get(level, 2)]))
 
 
+FENCE_LINES = 8
+
+
+def _short_fence(fence: str) -> str:
+    lines = fence.splitlines()
+    if len(lines) <= FENCE_LINES + 2:
+        return fence
+    return _keep_lines(lines, {0, 1, 2, len(lines) - 2, len(lines) - 1})
+
+
 def _assistant(text: str, level: int) -> str:
     fences = _FENCE.findall(text)
     prose = _FENCE.sub(" ", text).strip()
@@ -220,18 +230,24 @@ def _assistant(text: str, level: int) -> str:
         parts = [sentences[0][:300], *[x[:300] for x in sentences[1:] if _CODEY.search(x)][:3]]
     if level >= 3:  # an old command keeps its shape, not the payload it pasted
         fences = [_BLOB.sub(lambda m: f"{m[0][:40]}…({len(m[0])} chars)", f) for f in fences]
+        fences = [_short_fence(f) for f in fences]
     parts.extend(fences)
     return "\n".join(parts) if parts else (sentences[0][:300] if sentences else "")
 
 
-def _digest(lines: list[str]) -> str:
-    """First line, up to two error lines and the last line; the rest is left to the values."""
-    keep = {0, len(lines) - 1}
-    keep.update([i for i, line in enumerate(lines) if _ERROR.search(line)][:2])
+def _digest(lines: list[str], known: frozenset[str]) -> str:
+    """First line, up to two error lines and the last line; the rest is left to the values.
+    A numbered line is a file's source, not an error the command met; a line all of whose
+    values the model has read above (a status line every edit prints) is left out."""
+    errors = [i for i, line in enumerate(lines) if _ERROR.search(line) and not _LINE_NO.match(line)]
+    keep = {0}
+    for i in [*errors[:2], len(lines) - 1]:
+        if not set(_VALUE.findall(lines[i])) <= known:
+            keep.add(i)
     return _keep_lines(lines, keep, DIGEST_LINE_CHARS)
 
 
-def _structured(text: str, kind: str, level: int) -> str:
+def _structured(text: str, kind: str, level: int, known: frozenset[str]) -> str:
     if kind in ("assistant", "tool_call"):
         return _assistant(text, level)
     compact = _json(text, level)
@@ -239,12 +255,13 @@ def _structured(text: str, kind: str, level: int) -> str:
         return compact
     lines = [line for line in text.splitlines() if not _PROMPT.match(line)]
     if len(lines) <= SHORT_LINES.get(level, 3):
-        limit = DIGEST_LINE_CHARS if level >= 3 else MAX_LINE_CHARS
-        return "\n".join(_cut(line, limit) for line in lines)
+        if level >= 3:
+            return _digest([line for line in lines if line.strip()] or lines, known)
+        return "\n".join(_cut(line) for line in lines)
     if len(lines) <= 3:
         return "\n".join(_cut(line) for line in lines) if level == 1 else _cut(text[:200])
     if level >= 3:
-        return _digest([line for line in lines if line.strip()] or lines)
+        return _digest([line for line in lines if line.strip()] or lines, known)
     if _is_log(lines):
         return _log(lines, level)
     if _is_table(lines):
@@ -258,4 +275,4 @@ def summarize(text: str, kind: str, level: int = 1, known: frozenset[str] = froz
     source = text if prose else _PROMPT.sub("", text)
     # A digest drops a turn's prose: its words are listed (those not read above), not only names.
     notable_only = prose and level < 3
-    return _mentions(source, _structured(text, kind, level), known, level, notable_only)
+    return _mentions(source, _structured(text, kind, level, known), known, level, notable_only)

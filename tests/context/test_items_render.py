@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gateway.context.items import parse_request
 from gateway.context.render import render_messages
-from gateway.context.summarize import summarize
+from gateway.context.summarize import summarize, values
 from gateway.context.tokens import TokenCounter
 
 COUNTER = TokenCounter()
@@ -133,3 +133,20 @@ def test_digest_of_a_command_cuts_the_payload_it_pasted() -> None:
     out = summarize(turn, "assistant", 3)
     assert "base64 -d > out.bin" in out and "(400 chars)" in out and blob not in out
     assert summarize(turn, "assistant", 2).count(blob) == 1  # lower levels keep commands whole
+
+
+def test_digest_leaves_out_what_was_read_above_and_long_edits() -> None:
+    status = "File updated. Please review the changes and make sure they are correct."
+    view = "\n".join(
+        ["[File: /repo/a.py (90 lines total)]", *[f"{k}:x_{k} = {k}" for k in range(30)]]
+    )
+    known = frozenset(values(status))
+    out = summarize(f"{view}\n{status}", "user", 3, known=known)
+    assert "File updated" not in out and "29:x_29" not in out  # status seen above: only values
+    assert "File updated" in summarize(f"{view}\n{status}", "user", 3)  # first time: kept
+    script = "\n".join(f"    step_{k}()" for k in range(30))
+    edit = f"Rewrite it.\n```\nedit 1:1\ndef main():\n{script}\nend_of_edit\n```"
+    out = summarize(edit, "assistant", 3)
+    assert out.startswith("```\nedit 1:1\ndef main():\n[…30 lines]\nend_of_edit\n```")
+    assert out.split("[omitted")[0].rstrip().endswith("end_of_edit\n```")
+    assert "step_15 (+16 more)" in out  # the cut lines' names are listed, up to a cap
