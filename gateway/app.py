@@ -26,6 +26,7 @@ from gateway.api.chat import ChatCompletions
 from gateway.api.health import MetricsEndpoint, Readyz, healthz
 from gateway.api.passthrough import Passthrough
 from gateway.context.engine import ContextEngine
+from gateway.context.models import ENCODINGS
 from gateway.embeddings import Embedder
 from gateway.errors import GatewayError, InternalError, InvalidRequest
 from gateway.learner.traces import TraceSink
@@ -161,15 +162,17 @@ class Gateway:
                                          "worker": settings.worker})
 
     async def _warm(self) -> None:
-        """Load the embedding model and embed the classes' examples before traffic needs
-        them, so the first classified request does not pay seconds for it."""
+        """Load the embedding model, embed the classes' examples and build the token
+        encodings before traffic needs them: the first request must not pay seconds."""
         services = self.services
         examples = [text for cls in services.engine.classes.values()
                     for text in cls.match.examples]
         try:
             await services.embedder.embed(examples or ["warm-up"])
+            for encoding in ENCODINGS:  # building a BPE table takes ~0.5 s: not on a request
+                await asyncio.to_thread(services.engine.counter.encoding, encoding)
         except Exception:
-            log.exception("embedding model warm-up failed; it loads on first use instead")
+            log.exception("warm-up failed; models and encodings load on first use instead")
         # The model leaves ~500k long-lived objects; every full collection would walk them
         # (0.3-0.6 s pauses under load, measured). Move them out of the collector's sight.
         gc.collect()

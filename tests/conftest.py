@@ -48,6 +48,7 @@ def gateway_env(upstream: Upstream, redis_url: str) -> dict[str, str]:
 def gateway(tmp_path_factory: pytest.TempPathFactory, upstream: Upstream,
             redis_url: str) -> Iterator[Gateway]:
     """The gateway in passthrough auth mode, shared by the whole session."""
-    server = Gateway.start(tmp_path_factory.mktemp("gateway"), gateway_env(upstream, redis_url))
+    server = Gateway.start(tmp_path_factory.mktemp("gateway"), gateway_env(upstream, redis_url),
+                           wait_path="/readyz")  # warm: no test measures the model loading
     yield server
     stop(server.process)

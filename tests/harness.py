@@ -34,7 +34,7 @@ def wait_until_up(url: str, process: subprocess.Popen[bytes], log: Path,
         if process.poll() is not None:
             raise RuntimeError(f"process exited {process.returncode}: {log.read_text()[-3000:]}")
         try:
-            if httpx.get(url, timeout=1.0).status_code < 500:
+            if httpx.get(url, timeout=1.0).status_code < 500:  # /readyz: 503 until warm
                 return
         except httpx.HTTPError:
             pass

@@ -5,7 +5,7 @@ chat completions by model name:
 
 - any model: a completion whose content echoes the last message's text;
 - `stub-tools`: two parallel tool calls;
-- `stub-slow`: a stream of 5 chunks 0.3 s apart;
+- `stub-slow`: a stream of 5 chunks 0.3 s apart; `stub-delay`: answers after 1 s;
 - `stub-cut`: two chunks, then the connection is dropped;
 - `stub-429` / `stub-500`: OpenAI-shaped errors with that status;
 - `stub-stall`: nothing for 30 s (streams: one chunk, then nothing); cancellations of
@@ -97,6 +97,8 @@ class Stub:
         if model == "stub-stall" and not stream:
             await self._stall(receive)
             return
+        if model == "stub-delay":
+            await asyncio.sleep(1.0)
         message = self._answer(model, body)
         if stream:
             await self._stream(model, body, message, receive, send)

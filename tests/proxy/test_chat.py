@@ -186,3 +186,20 @@ def test_upstream_stall_is_a_504(client: openai.OpenAI) -> None:
                                        messages=[{"role": "user", "content": "s"}])
     assert caught.value.status_code == 504
     assert caught.value.code == "upstream_timeout"
+
+
+def test_overhead_excludes_the_upstream_wait(client: openai.OpenAI, gateway: Gateway) -> None:
+    before = gateway.metric("ctxgate_overhead_seconds_sum", endpoint="/v1/chat/completions")
+    count = gateway.metric("ctxgate_overhead_seconds_count", endpoint="/v1/chat/completions")
+    started = time.monotonic()
+    raw = client.chat.completions.with_raw_response.create(
+        model="stub-delay", messages=[{"role": "user", "content": "take your time"}])
+    assert time.monotonic() - started >= 1.0
+    assert 0 < float(raw.headers["x-ctxgate-overhead-ms"]) < 250
+    added = gateway.metric("ctxgate_overhead_seconds_sum", endpoint="/v1/chat/completions")
+    assert gateway.metric("ctxgate_overhead_seconds_count",
+                          endpoint="/v1/chat/completions") == count + 1
+    assert 0 < added - before < 0.25
+    slow = gateway.metric("ctxgate_upstream_duration_seconds_sum",
+                          endpoint="/v1/chat/completions")
+    assert slow >= 1.0
