@@ -192,8 +192,13 @@ async def test_ctxgate_worker_process_learns_and_stops_on_sigterm(
         while not await store.bullets(tenant, "code") and time.monotonic() < deadline:
             await asyncio.sleep(0.1)
         assert [b.content for b in await store.bullets(tenant, "code")] == ["Pass -q to pytest."]
-        exposed = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics").text
-        assert 'ctxgate_curator_operations_total{op="ADD"} 1.0' in exposed
+        added = 'ctxgate_curator_operations_total{op="ADD"} 1.0'
+        while time.monotonic() < deadline:  # counted just after the merge it follows
+            exposed = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics").text
+            if added in exposed:
+                break
+            await asyncio.sleep(0.05)
+        assert added in exposed
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=15) == 0
     finally:
