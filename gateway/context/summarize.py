@@ -96,6 +96,8 @@ def _mentions(
     if not lost:
         return compact
     first = _defined(original) if level >= 3 else set()
+    if level >= 3:  # nearest the end first: a turn's closing words state its plan, an
+        lost.reverse()  # output's last lines its result (a traceback's innermost frame)
     # stable: defined names first (level 3), then names, then words, then bare numbers
     lost.sort(key=lambda v: (v not in first, _priority(v)))
     cap = MENTION_CAP.get(level, 30)

@@ -149,4 +149,5 @@ def test_digest_leaves_out_what_was_read_above_and_long_edits() -> None:
     out = summarize(edit, "assistant", 3)
     assert out.startswith("```\nedit 1:1\ndef main():\n[…30 lines]\nend_of_edit\n```")
     assert out.split("[omitted")[0].rstrip().endswith("end_of_edit\n```")
-    assert "step_15 (+16 more)" in out  # the cut lines' names are listed, up to a cap
+    # the cut lines' names are listed, up to a cap, the last first (nearest the next step)
+    assert "mentions: step_29 step_28 " in out and "(+16 more)" in out
