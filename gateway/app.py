@@ -188,6 +188,7 @@ class Gateway:
                 await asyncio.wait_for(task, timeout=5)
         services = self.services
         await services.traces.aclose()
+        await services.engine.forecasts.flush()
         await self._upstream.aclose()
         await services.redis.aclose()
         services.embedder.close()

@@ -259,10 +259,13 @@ class ContextEngine:
         return self.classes[named]
 
     async def _playbook(
-        self, cls: TaskClass, call: CallContext, session_id: str, body: dict[str, Any]
+        self, cls: TaskClass, call: CallContext, session_id: str, body: dict[str, Any],
+        state: SessionState,
     ) -> InjectedBlock | None:
         if self.playbook is None or not cls.playbook.get("enabled", False):
             return None
+        if state.playbook_pin is not None:  # an open session: its block came with its state
+            return self.playbook.pinned_block(state.playbook_pin)
         return await self.playbook.block_for_session(
             call.tenant,
             cls.name,
@@ -285,7 +288,7 @@ class ContextEngine:
         cls = await self._task_class(body, call, state, parsed.tokens)
         stats = await self.forecasts.stats(call.tenant, cls.name)
         budget = forecast_budget(cls, model, body, stats, budget_header)
-        block = await self._playbook(cls, call, session_id, body)
+        block = await self._playbook(cls, call, session_id, body, state)
         seconds["parse"] = time.perf_counter() - timer
         fixed = parsed.base_tokens + (block.tokens if block else 0)
         pinned = fixed + sum(item.tokens for item in parsed.items if item.pinned)

@@ -7,6 +7,7 @@ is the request's own `max_tokens` when given, else what the class's completions 
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
 
 MIN_SAMPLES = 5
 STATS_TTL_S = 10.0  # how long a replica trusts its copy of a class's stats
+FLUSH_EVERY_S = 1.0  # observed completions reach Redis batched, one write a second at most
 FORECAST_TTL_S = 30 * 86400
 
 
@@ -91,6 +93,9 @@ class ForecastStore:
     def __init__(self, redis: aioredis.Redis | None) -> None:
         self._redis = redis
         self._local: dict[tuple[str, str], tuple[float, UsageStats]] = {}
+        # calls, sum, sum of squares, overflows observed here and not yet in Redis
+        self._unsent: dict[tuple[str, str], list[float]] = {}
+        self._flusher: asyncio.Task[None] | None = None
 
     async def stats(self, tenant: str, task_class: str) -> UsageStats:
         hit = self._local.get((tenant, task_class))
@@ -110,15 +115,39 @@ class ForecastStore:
     async def observe(
         self, tenant: str, task_class: str, completion_tokens: int | None, overflow: bool
     ) -> None:
+        """Count one completion; counts reach Redis in one batched write per FLUSH_EVERY_S."""
         if self._redis is None or (completion_tokens is None and not overflow):
             return
-        key = keys.forecast(tenant, task_class)
-        async with self._redis.pipeline(transaction=False) as pipe:
-            if completion_tokens is not None:
-                pipe.hincrby(key, "calls", 1)
-                pipe.hincrbyfloat(key, "sum", completion_tokens)
-                pipe.hincrbyfloat(key, "sumsq", float(completion_tokens) ** 2)
-            if overflow:
-                pipe.hincrby(key, "overflows", 1)
-            pipe.expire(key, FORECAST_TTL_S)
-            await pipe.execute()
+        counts = self._unsent.setdefault((tenant, task_class), [0, 0.0, 0.0, 0])
+        if completion_tokens is not None:
+            counts[0] += 1
+            counts[1] += completion_tokens
+            counts[2] += float(completion_tokens) ** 2
+        if overflow:
+            counts[3] += 1
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.get_running_loop().create_task(self._flush_soon())
+
+    async def _flush_soon(self) -> None:
+        await asyncio.sleep(FLUSH_EVERY_S)
+        await self.flush()
+
+    async def flush(self) -> None:
+        """Write the counts observed so far (at shutdown, and in tests)."""
+        unsent, self._unsent = self._unsent, {}
+        if self._redis is None or not unsent:
+            return
+        try:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for (tenant, task_class), (calls, total, squares, overflows) in unsent.items():
+                    key = keys.forecast(tenant, task_class)
+                    if calls:
+                        pipe.hincrby(key, "calls", int(calls))
+                        pipe.hincrbyfloat(key, "sum", total)
+                        pipe.hincrbyfloat(key, "sumsq", squares)
+                    if overflows:
+                        pipe.hincrby(key, "overflows", int(overflows))
+                    pipe.expire(key, FORECAST_TTL_S)
+                await pipe.execute()
+        except Exception:  # advisory numbers: a lost batch only slows the forecast's learning
+            return

@@ -20,6 +20,10 @@ class PlaybookSource(Protocol):
         self, tenant: str, task_class: str, session_id: str, query: str, cap_tokens: int
     ) -> InjectedBlock | None: ...
 
+    def pinned_block(self, pin: bytes) -> InjectedBlock | None:
+        """The block a session was pinned to, from the pin loaded with the session."""
+        ...
+
 
 def inject_block(
     messages: list[Mapping[str, Any]], block: InjectedBlock

@@ -51,6 +51,9 @@ class Decision:
         )
 
 
+PLAYBOOK_PIN_FIELD = b"playbook"  # the field gateway/playbook/inject.py pins a block in
+
+
 @dataclass
 class SessionState:
     task_class: str | None = None
@@ -59,6 +62,9 @@ class SessionState:
     calls: int = 0  # calls seen, and aging steps taken (they change the prefix)
     steps: int = 0
     prefix: str = ""  # "<messages>:<rolling hash>" of the last rendered request
+    # The playbook block pinned for this session (written by the playbook, read-only here):
+    # loaded with the rest of the session, so an open session's block costs no round trip.
+    playbook_pin: bytes | None = None
     dirty: set[str] = field(default_factory=set)
 
     def encode(self, name: str) -> bytes:
@@ -86,6 +92,7 @@ class SessionState:
             calls, _, steps = counts.partition(":")
             state.calls, state.steps = int(calls), int(steps or 0)
         state.prefix = raw.get(b"prefix", b"").decode()
+        state.playbook_pin = raw.get(PLAYBOOK_PIN_FIELD)
         return state
 
 

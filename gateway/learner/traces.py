@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+BATCH = 64  # traces per pipeline: one round trip carries many under load
 EVENT_FIELD = "event"
 FEEDBACK_FIELD = "feedback"
 
@@ -76,7 +78,7 @@ def keep_recent(messages: list[dict[str, Any]], max_chars: int) -> list[dict[str
 
 
 class TraceSink:
-    """Writes trace events to Redis in the background; `aclose` flushes what is in flight."""
+    """Writes trace events to Redis in the background, batched; `aclose` flushes them."""
 
     def __init__(
         self,
@@ -94,7 +96,9 @@ class TraceSink:
         self._maxlen = stream_maxlen
         self._max_pending = max_pending
         self._keep_chars = keep_chars
-        self._pending: set[asyncio.Task[None]] = set()
+        self._queue: deque[TraceEvent] = deque()
+        self._in_flight = 0
+        self._writer: asyncio.Task[None] | None = None
 
     @classmethod
     def from_services(cls, services: Services) -> TraceSink:
@@ -105,43 +109,55 @@ class TraceSink:
                    keep_chars=2 * learner.max_trace_chars)
 
     def publish(self, event: TraceEvent) -> None:
-        if len(self._pending) >= self._max_pending:
+        """Queue `event`; one writer task sends queued events in batched pipelines."""
+        if self.pending >= self._max_pending:
             if self._metrics is not None:  # Redis is slower than traffic: shed, never block
                 self._metrics.worker_failures.labels("trace_shed").inc()
             return
-        task = asyncio.get_running_loop().create_task(self._write(event))
-        self._pending.add(task)
-        task.add_done_callback(self._pending.discard)
+        self._queue.append(event)
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.get_running_loop().create_task(self._drain())
 
-    async def _write(self, event: TraceEvent) -> None:
-        trace_key = keys.trace(event.tenant, event.trace_id)
+    async def _drain(self) -> None:
+        """Write until the queue is empty: under load, many traces share one round trip."""
+        while self._queue:
+            batch = [self._queue.popleft() for _ in range(min(BATCH, len(self._queue)))]
+            self._in_flight = len(batch)
+            try:
+                await self._write(batch)
+            finally:
+                self._in_flight = 0
+
+    async def _write(self, batch: list[TraceEvent]) -> None:
         try:
             async with self._redis.pipeline(transaction=False) as pipe:
-                kept = replace(event, messages=keep_recent(event.messages, self._keep_chars))
-                pipe.hset(trace_key, EVENT_FIELD, kept.to_json())
-                pipe.expire(trace_key, self._ttl_s)
-                pipe.xadd(
-                    keys.TRACE_STREAM,
-                    {"kind": "trace", "tenant": event.tenant, "trace_id": event.trace_id},
-                    maxlen=self._maxlen, approximate=True,
-                )
+                for event in batch:
+                    trace_key = keys.trace(event.tenant, event.trace_id)
+                    kept = replace(event, messages=keep_recent(event.messages, self._keep_chars))
+                    pipe.hset(trace_key, EVENT_FIELD, kept.to_json())
+                    pipe.expire(trace_key, self._ttl_s)
+                    pipe.xadd(
+                        keys.TRACE_STREAM,
+                        {"kind": "trace", "tenant": event.tenant, "trace_id": event.trace_id},
+                        maxlen=self._maxlen, approximate=True,
+                    )
                 await pipe.execute()
         except Exception:  # a lost trace costs a lesson, never a response
-            log.warning("trace %s not recorded", event.trace_id, exc_info=True)
+            log.warning("%d traces not recorded", len(batch), exc_info=True)
             if self._metrics is not None:
-                self._metrics.worker_failures.labels("trace_write").inc()
+                self._metrics.worker_failures.labels("trace_write").inc(len(batch))
 
     @property
     def pending(self) -> int:
-        return len(self._pending)
+        return len(self._queue) + self._in_flight
 
     async def flush(self) -> None:
-        """Wait for the traces published so far (not for later ones) to be written."""
-        await asyncio.gather(*list(self._pending), return_exceptions=True)
+        """Wait until every trace published so far has been written (or given up on)."""
+        while self._writer is not None and not self._writer.done():
+            await asyncio.shield(self._writer)
 
     async def aclose(self) -> None:
-        while self._pending:
-            await self.flush()
+        await self.flush()
 
 
 async def load_trace(

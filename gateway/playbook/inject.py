@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 import orjson
 
+from gateway.context.injection import InjectedBlock
+from gateway.context.session import PLAYBOOK_PIN_FIELD
 from gateway.playbook.bullet import Bullet
 from gateway.playbook.config import validate
 from gateway.playbook.render import fit_to_cap, render_block
@@ -29,17 +30,10 @@ if TYPE_CHECKING:
     from gateway.embeddings import Vectors
     from gateway.observability.metrics import Metrics
 
-PIN_FIELD = "playbook"
+PIN_FIELD = PLAYBOOK_PIN_FIELD.decode()  # in the session hash, beside the engine's state
 _NONE = b"{}"  # pinned "no playbook" (the session started with an empty one)
 TRACK_RECORD_WEIGHT = 0.15
 QUERY_CHARS = 1500
-
-
-@dataclass(frozen=True)
-class InjectedBlock:
-    text: str
-    bullet_ids: list[str]
-    tokens: int
 
 
 class TextEmbedder(Protocol):
@@ -99,6 +93,9 @@ class PlaybookInjector:
         if block is not None and self._metrics is not None:
             self._metrics.playbook_injected_tokens.labels(task_class).observe(block.tokens)
         return block
+
+    def pinned_block(self, pin: bytes) -> InjectedBlock | None:
+        return _decode(pin)
 
     async def _choose(
         self, tenant: str, task_class: str, query: str, cap_tokens: int

@@ -164,6 +164,7 @@ async def test_observe_moves_the_forecast(engine: ContextEngine) -> None:
     fitted = await engine.fit(body, _call("fc", **{"x-ctxgate-task-class": "plain_chat"}))
     for _ in range(6):
         await engine.observe(fitted, {"completion_tokens": 3000}, "length")
+    await engine.forecasts.flush()
     engine.forecasts._local.clear()
     stats = await engine.forecasts.stats("t1", "plain_chat")
     assert stats.calls == 6 and stats.overflows == 6

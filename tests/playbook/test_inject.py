@@ -124,3 +124,19 @@ async def test_small_playbook_needs_no_embedding(redis: aioredis.Redis, tenant: 
     assert block is not None and len(block.bullet_ids) == 2 and Counting.calls == 0
     await injector.block_for_session(tenant, "code", "s2", "q", block.tokens - 1)
     assert Counting.calls == 1  # over the cap: ranked by relevance
+
+
+async def test_pin_loaded_with_the_session_gives_the_same_block(
+        redis: aioredis.Redis, tenant: str) -> None:
+    from gateway.context.session import RedisSessionStore
+
+    await seed(redis, tenant, "Pin me.")
+    injector = PlaybookInjector(redis, WordEmbedder())
+    first = await injector.block_for_session(tenant, "code", "s1", "q", 500)
+    state = await RedisSessionStore(redis).load(tenant, "s1")  # what the engine loads anyway
+    assert state.playbook_pin is not None
+    assert injector.pinned_block(state.playbook_pin) == first
+    empty = await injector.block_for_session(tenant + "e", "code", "s1", "q", 500)
+    pinned_empty = (await RedisSessionStore(redis).load(tenant + "e", "s1")).playbook_pin
+    assert empty is None and pinned_empty is not None  # "nothing" is pinned too
+    assert injector.pinned_block(pinned_empty) is None
