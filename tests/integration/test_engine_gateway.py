@@ -134,5 +134,5 @@ def test_recorded_swe_agent_session_through_the_gateway(gateway: Gateway,
     assert all(after <= before for before, after in results)
     late = results[len(results) * 2 // 3:]
     saved = 1 - sum(a for _, a in late) / sum(b for b, _ in late)
-    assert saved > 0, results
+    assert saved > 0.3, results  # replay of the same file: 40% (bench/README.md)
     assert gateway.metric("ctxgate_prefix_stable_total") >= stable_before + len(calls) - 1
