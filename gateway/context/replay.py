@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import typer
 
 from gateway.context.engine import CallContext, ContextEngine, FittedCall
 from gateway.context.session import MemorySessionStore
@@ -136,18 +137,18 @@ def _record(n: int, fitted: FittedCall | str, seconds: float) -> dict[str, Any]:
 def _print_text(records: list[dict[str, Any]]) -> None:
     for r in records:
         if "error" in r:
-            print(f"call {r['call']:>3}: REFUSED {r['error']} ({r['ms']:.1f} ms)")
+            typer.echo(f"call {r['call']:>3}: REFUSED {r['error']} ({r['ms']:.1f} ms)")
             continue
         saved = r["tokens_before"] - r["tokens_after"]
         share = 100 * saved / max(r["tokens_before"], 1)
-        print(
+        typer.echo(
             f"call {r['call']:>3}: {r['tokens_before']:>7} -> {r['tokens_after']:>7} tokens "
             f"(-{share:4.1f}%), {len(r['drops'])} drops, {r['ms']:.1f} ms, "
             f"class {r['task_class']}, prefix stable: {r['prefix_stable']}"
         )
         for d in r["drops"]:
             kept = f" kept_as={d['kept_as']}" if d["kept_as"] else ""
-            print(
+            typer.echo(
                 f"      {d['stage']:<8} {d['action']:<8} {d['reason']:<18} {d['kind']:<11} "
                 f"msg {d['message_index']:>3} {d['tokens_before']:>6} -> {d['tokens_after']:<6}"
                 f"{kept}"
@@ -165,7 +166,7 @@ def replay(
     try:
         calls = load_calls(path)
     except (OSError, ValueError, orjson.JSONDecodeError) as exc:
-        print(f"ctxgate replay: {exc}", file=sys.stderr)
+        typer.echo(f"ctxgate replay: {exc}", err=True)
         return 2
     engine = build_engine(settings)
     try:
