@@ -24,7 +24,7 @@ from gateway.learner.episodes import TraceLearner
 from gateway.learner.llm import LearnerUnavailable, MalformedOutput
 from gateway.observability.gauges import trace_queue_depth
 from gateway.playbook.config import LearnerSettings, learner_settings
-from gateway.store import keys
+from gateway.store import as_text, keys
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
@@ -37,12 +37,9 @@ Entry = tuple[str, dict[str, str]]
 DEAD_LETTER_MAXLEN = 10_000
 
 
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
 
 def _entry(raw_id: Any, raw_fields: dict[Any, Any]) -> Entry:
-    return _text(raw_id), {_text(k): _text(v) for k, v in raw_fields.items()}
+    return as_text(raw_id), {as_text(k): as_text(v) for k, v in raw_fields.items()}
 
 
 async def ensure_group(redis: aioredis.Redis) -> None:
@@ -87,7 +84,7 @@ class StreamConsumer:
             keys.TRACE_STREAM, keys.TRACE_GROUP, min=entry_id, max=entry_id, count=1)
         if not info:
             return None
-        return _text(info[0]["consumer"]), int(info[0]["times_delivered"])
+        return as_text(info[0]["consumer"]), int(info[0]["times_delivered"])
 
     async def _keep_claimed(self, entry_id: str) -> None:
         """Reset the entry's idle time while it is worked on, so no one reclaims it."""

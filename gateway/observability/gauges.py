@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from redis.exceptions import ResponseError
 
-from gateway.store import keys
+from gateway.store import as_text, keys
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
@@ -22,9 +22,6 @@ if TYPE_CHECKING:
 _LAG_SCAN_LIMIT = 10_000  # Redis 6.2 reports no lag: count undelivered entries up to this
 
 
-def _text(value: object) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
 
 async def trace_queue_depth(redis: aioredis.Redis) -> int:
     """Trace events not yet acknowledged by the learners (pending + not yet delivered)."""
@@ -33,12 +30,12 @@ async def trace_queue_depth(redis: aioredis.Redis) -> int:
     except ResponseError:  # no stream yet
         return 0
     for group in groups:
-        if _text(group.get("name")) != keys.TRACE_GROUP:
+        if as_text(group.get("name")) != keys.TRACE_GROUP:
             continue
         pending = int(group.get("pending") or 0)
         if group.get("lag") is not None:  # Redis 7+
             return pending + int(group["lag"])
-        last = _text(group.get("last-delivered-id") or "0-0")
+        last = as_text(group.get("last-delivered-id") or "0-0")
         undelivered = await redis.xrange(keys.TRACE_STREAM, min=f"({last}", max="+",
                                          count=_LAG_SCAN_LIMIT)
         return pending + len(undelivered or [])
@@ -47,7 +44,7 @@ async def trace_queue_depth(redis: aioredis.Redis) -> int:
 
 async def playbook_sizes(redis: aioredis.Redis) -> Counter[str]:
     """Bullets stored per task class, summed over tenants."""
-    namespaces = [_text(m) for m in await redis.smembers(keys.PLAYBOOK_INDEX)]
+    namespaces = [as_text(m) for m in await redis.smembers(keys.PLAYBOOK_INDEX)]
     if not namespaces:
         return Counter()
     async with redis.pipeline(transaction=False) as pipe:

@@ -10,19 +10,16 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from importlib import resources
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import orjson
 
 from gateway.playbook.bullet import Bullet, MergeResult, Operation
-from gateway.store import keys
+from gateway.store import as_text, keys
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
 
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def namespace(tenant: str, task_class: str) -> str:
@@ -62,7 +59,7 @@ class PlaybookStore:
         )
         pairs = zip(flat[0::2], flat[1::2], strict=True)
         return [
-            MergeResult(op, _text(outcome), _text(bullet_id))  # type: ignore[arg-type]
+            MergeResult(op, as_text(outcome), as_text(bullet_id))  # type: ignore[arg-type]
             for op, (outcome, bullet_id) in zip(ops, pairs, strict=True)
         ]
 
@@ -81,7 +78,7 @@ class PlaybookStore:
 
     async def namespaces(self) -> list[tuple[str, str]]:
         members = await self._redis.smembers(keys.PLAYBOOK_INDEX)
-        return sorted(split_namespace(_text(m)) for m in members)
+        return sorted(split_namespace(as_text(m)) for m in members)
 
     async def replace(self, tenant: str, task_class: str, bullets: Sequence[Bullet]) -> None:
         """Import: the playbook becomes exactly `bullets`; id counters move past their ids."""
