@@ -79,7 +79,10 @@ class PlaybookEditor:
         results = await self.store.merge(tenant, task_class, accepted)
         added = [r.bullet_id for r in results if r.op.type == "ADD" and r.outcome == "applied"]
         folded = await self._fold(tenant, task_class, added) if added else []
-        pruned = await self._prune(tenant, task_class, cls) if added else []
+        # Anything that can grow the playbook (a new bullet, a longer rewrite) may push it
+        # past its cap.
+        grew = any(r.outcome == "applied" and r.op.type in ("ADD", "UPDATE") for r in results)
+        pruned = await self._prune(tenant, task_class, cls) if grew else []
         self._log(tenant, task_class, origin, refused, folded, pruned)
         await self._count(tenant, task_class, results, len(folded), len(pruned))
         return ApplyReport(

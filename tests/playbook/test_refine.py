@@ -139,3 +139,19 @@ def test_guards_accept_task_advice(content: str) -> None:
 def test_guards_cap_length() -> None:
     assert check_content("a" * 401, 400).reason == "too_long"
     assert check_content("   ", 400).reason == "empty"
+
+
+async def test_an_update_that_grows_the_playbook_past_its_cap_prunes(
+    redis: aioredis.Redis, tenant: str, tmp_path: Path
+) -> None:
+    ed = editor(redis, tmp_path)
+    words = ["alpha", "bravo", "charlie"]
+    await ed.apply(tenant, "c", [add(str(i), f"Lesson {w} number {i}.")
+                                 for i, w in enumerate(words)], ClassPlaybook())
+    await ed.store.merge(tenant, "c", [Operation("TAG", "t1", id="err-00003", harmful=2)])
+    longer = " ".join(f"detail{i}" for i in range(40))
+    report = await ed.apply(tenant, "c", [Operation("UPDATE", "u1", id="err-00001",
+                                                    content=f"Lesson alpha: {longer}.")],
+                            ClassPlaybook(max_tokens=60))
+    assert report.pruned and report.pruned[0] == "err-00003"
+    assert "err-00003" not in {b.id for b in await ed.store.bullets(tenant, "c")}
