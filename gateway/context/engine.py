@@ -25,6 +25,7 @@ from gateway.context.models import ModelTable
 from gateway.context.render import render_messages
 from gateway.context.session import RedisSessionStore, SessionState, SessionStore
 from gateway.context.stages import STAGES, StageContext
+from gateway.context.steps import stale_tokens, step_horizon
 from gateway.context.summarize import values as summarize_values
 from gateway.context.taskclass import DEFAULT_CLASS, STAGE_ORDER, TaskClass, load_task_classes
 from gateway.context.tokens import TokenCounter
@@ -102,80 +103,6 @@ def _budget_header(headers: Mapping[str, str]) -> int | None:
             f"{HEADER_BUDGET} must be a positive integer, got {raw!r}", param=HEADER_BUDGET
         )
     return value
-
-
-def _stale_tokens(
-    items: list[Item], state: SessionState, cls: TaskClass, memo: dict[Any, Any]
-) -> int:
-    """Tokens of task-statement blocks (a demonstration, generic instructions) that the class's
-    stale rules would now cut: reclaimable like aged turns, so they count toward a step."""
-    rules = cls.options("select").get("stale_patterns") or ()
-    total = 0
-    for item in items:
-        if not item.goal or item.pinned or item.id in state.decisions:
-            continue
-        for rule in rules:
-            if item.age < int(rule.get("after_turns", 0)):
-                continue
-            key = (item.id, rule["pattern"])
-            found = memo.get(key)
-            if found is None:
-                found = memo[key] = re.search(rule["pattern"], item.text) is not None
-            if found:
-                total += item.tokens
-                break
-    return total
-
-
-def _step_horizon(
-    messages: list[Mapping[str, Any]],
-    items: list[Item],
-    state: SessionState,
-    cls: TaskClass,
-    stale: int = 0,
-) -> int:
-    """Where age-based compaction reaches after this call (unchanged when no step is due).
-
-    Verbatim = turns at or after the horizon. A step is due when they pass a high-water mark
-    (in turns or in tokens of compactable items, `stale` tokens of the task statement
-    included); it moves the horizon forward as far as needed to bring them to the low-water
-    marks."""
-    c = cls.compaction
-    if not c.ages:
-        return state.horizon
-    turns = [i for i, m in enumerate(messages) if m.get("role") == "assistant"]
-    tokens_from: dict[int, int] = {}
-    for item in items:
-        if not (item.pinned or item.goal or item.kind == "system"):
-            tokens_from[item.message_index] = tokens_from.get(item.message_index, 0) + item.tokens
-
-    def verbatim(start: int) -> tuple[int, int]:
-        return (
-            sum(1 for i in turns if i >= start),
-            sum(t for i, t in tokens_from.items() if i >= start),
-        )
-
-    n_turns, n_tokens = verbatim(state.horizon)
-    n_tokens += stale
-    over_turns = c.verbatim_turns_high is not None and n_turns > c.verbatim_turns_high
-    over_tokens = c.verbatim_tokens_high is not None and n_tokens > c.verbatim_tokens_high
-    # Turns completed since the last step (the open one does not count): steps are spaced.
-    since = sum(1 for i in turns if i > state.horizon)
-    # An instability budget: a step changes the prefix, so a session may take one on at
-    # most `max_step_share` of its calls (counted over the session so far).
-    affordable = state.steps + 1 <= c.max_step_share * (state.calls + 1)
-    due = since >= c.min_step_turns and affordable and (over_turns or over_tokens)
-    if not due:
-        return state.horizon
-    for start in [*turns, len(messages)]:
-        if start <= state.horizon:
-            continue
-        n_turns, n_tokens = verbatim(start)
-        if (c.verbatim_turns_high is None or n_turns <= c.verbatim_turns_low) and (
-            c.verbatim_tokens_high is None or n_tokens <= c.verbatim_tokens_low
-        ):
-            return start
-    return len(messages)
 
 
 def _events(original: list[Item], final: list[Item], ctx: StageContext) -> list[DropEvent]:
@@ -355,8 +282,8 @@ class ContextEngine:
             new = apply_decision(item, decision, self.counter, parsed.encoding, known, memo)
             if new is not None:
                 final.append(new)
-        stale = _stale_tokens(parsed.items, state, cls, self._caches.setdefault("stale", {}))
-        horizon = _step_horizon(messages, parsed.items, state, cls, stale)
+        stale = stale_tokens(parsed.items, state, cls, self._caches.setdefault("stale", {}))
+        horizon = step_horizon(messages, parsed.items, state, cls, stale)
         total = fixed + sum(item.tokens for item in final)
         over = total > cls.compaction.high_water * budget.input
         turns_step = horizon != state.horizon

@@ -1,0 +1,90 @@
+"""When a session takes a compaction step: hysteresis between high- and low-water marks.
+
+Between steps a session's calls only re-apply remembered decisions, so consecutive calls
+share their rendered prefix (the provider's prompt cache keeps hitting); a step moves the
+horizon of age-based compaction forward far enough to last a while.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from gateway.context.items import Item
+from gateway.context.session import SessionState
+from gateway.context.taskclass import TaskClass
+
+
+def stale_tokens(
+    items: list[Item], state: SessionState, cls: TaskClass, memo: dict[Any, Any]
+) -> int:
+    """Tokens of task-statement blocks (a demonstration, generic instructions) that the class's
+    stale rules would now cut: reclaimable like aged turns, so they count toward a step."""
+    rules = cls.options("select").get("stale_patterns") or ()
+    total = 0
+    for item in items:
+        if not item.goal or item.pinned or item.id in state.decisions:
+            continue
+        for rule in rules:
+            if item.age < int(rule.get("after_turns", 0)):
+                continue
+            key = (item.id, rule["pattern"])
+            found = memo.get(key)
+            if found is None:
+                found = memo[key] = re.search(rule["pattern"], item.text) is not None
+            if found:
+                total += item.tokens
+                break
+    return total
+
+
+def step_horizon(
+    messages: list[Mapping[str, Any]],
+    items: list[Item],
+    state: SessionState,
+    cls: TaskClass,
+    stale: int = 0,
+) -> int:
+    """Where age-based compaction reaches after this call (unchanged when no step is due).
+
+    Verbatim = turns at or after the horizon. A step is due when they pass a high-water mark
+    (in turns or in tokens of compactable items, `stale` tokens of the task statement
+    included); it moves the horizon forward as far as needed to bring them to the low-water
+    marks."""
+    c = cls.compaction
+    if not c.ages:
+        return state.horizon
+    turns = [i for i, m in enumerate(messages) if m.get("role") == "assistant"]
+    tokens_from: dict[int, int] = {}
+    for item in items:
+        if not (item.pinned or item.goal or item.kind == "system"):
+            tokens_from[item.message_index] = tokens_from.get(item.message_index, 0) + item.tokens
+
+    def verbatim(start: int) -> tuple[int, int]:
+        return (
+            sum(1 for i in turns if i >= start),
+            sum(t for i, t in tokens_from.items() if i >= start),
+        )
+
+    n_turns, n_tokens = verbatim(state.horizon)
+    n_tokens += stale
+    over_turns = c.verbatim_turns_high is not None and n_turns > c.verbatim_turns_high
+    over_tokens = c.verbatim_tokens_high is not None and n_tokens > c.verbatim_tokens_high
+    # Turns completed since the last step (the open one does not count): steps are spaced.
+    since = sum(1 for i in turns if i > state.horizon)
+    # An instability budget: a step changes the prefix, so a session may take one on at
+    # most `max_step_share` of its calls (counted over the session so far).
+    affordable = state.steps + 1 <= c.max_step_share * (state.calls + 1)
+    due = since >= c.min_step_turns and affordable and (over_turns or over_tokens)
+    if not due:
+        return state.horizon
+    for start in [*turns, len(messages)]:
+        if start <= state.horizon:
+            continue
+        n_turns, n_tokens = verbatim(start)
+        if (c.verbatim_turns_high is None or n_turns <= c.verbatim_turns_low) and (
+            c.verbatim_tokens_high is None or n_tokens <= c.verbatim_tokens_low
+        ):
+            return start
+    return len(messages)
