@@ -203,3 +203,16 @@ def test_overhead_excludes_the_upstream_wait(client: openai.OpenAI, gateway: Gat
     slow = gateway.metric("ctxgate_upstream_duration_seconds_sum",
                           endpoint="/v1/chat/completions")
     assert slow >= 1.0
+
+
+def test_client_hang_up_before_any_answer_cancels_upstream(gateway: Gateway,
+                                                           upstream: Upstream) -> None:
+    before = upstream.events()["cancelled"]
+    body = {"model": "stub-stall", "messages": [{"role": "user", "content": "never mind"}]}
+    with pytest.raises(httpx.ReadTimeout):  # the client gives up and closes its connection
+        httpx.post(f"{gateway.base_url}/chat/completions", json=body, timeout=0.5,
+                   headers={"authorization": f"Bearer {KEY}"})
+    deadline = time.monotonic() + 5
+    while upstream.events()["cancelled"] == before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert upstream.events()["cancelled"] == before + 1
