@@ -4,13 +4,15 @@ or strip repeated blocks. Deterministic, so a remembered decision renders identi
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
 from gateway.context.items import Item
 from gateway.context.session import Decision
 from gateway.context.summarize import summarize
 from gateway.context.tokens import TokenCounter
+from gateway.observability.droplog import Action, DropEvent, Stage
 
 
 def placeholder(item: Item) -> str:
@@ -67,3 +69,31 @@ def apply_decision(
     if tokens >= item.tokens:
         return item
     return replace(item, text=text, tokens=tokens)
+
+
+def drop_events(
+    original: list[Item], final: list[Item], decisions: Mapping[str, Decision]
+) -> list[DropEvent]:
+    """One event per item not sent as the client sent it, in the items' order."""
+    kept = {item.id: item for item in final}
+    events = []
+    for item in original:
+        after = kept.get(item.id)
+        if after is not None and after.text == item.text:
+            continue
+        decision = decisions[item.id]
+        events.append(
+            DropEvent(
+                stage=cast(Stage, decision.stage),
+                action=cast(Action, decision.action),
+                reason=decision.reason,
+                item_id=item.id,
+                kind=item.kind,
+                message_index=item.message_index,
+                tokens_before=item.tokens,
+                tokens_after=after.tokens if after else 0,
+                kept_as=decision.arg if decision.method == "dedup" else None,
+                text=item.text,
+            )
+        )
+    return events

@@ -3,7 +3,8 @@
 parse → classify (once per session) → forecast → [remembered decisions] → a compaction step
 when a high-water mark is crossed (select → rerank → cluster → compress, each only if the
 class enables it) → inject playbook → render. Between steps a call only re-applies the
-session's remembered decisions, so consecutive calls share their rendered prefix and a call
+session's remembered decisions, so consecutive calls share their rendered prefix; and it
+reuses its previous call's work on the messages it already had (`prefix.py`), so a call
 costs what its new content costs.
 """
 
@@ -14,23 +15,24 @@ import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
-from gateway.context.apply import apply_decision
+from gateway.context.apply import apply_decision, drop_events
 from gateway.context.classify import Classifier, request_text, system_text
 from gateway.context.forecast import Budget, ForecastStore, forecast_budget
 from gateway.context.injection import InjectedBlock, PlaybookSource, inject_block
-from gateway.context.items import Item, ParsedRequest, content_text, parse_request
+from gateway.context.items import Item, ParsedRequest, base_tokens, content_text, parse_request
 from gateway.context.models import ModelTable
-from gateway.context.render import render_messages
-from gateway.context.session import RedisSessionStore, SessionState, SessionStore
+from gateway.context.prefix import Prefix, PrefixCache, Reuse
+from gateway.context.render import Rendered, materialize, render_messages
+from gateway.context.session import Decision, RedisSessionStore, SessionState, SessionStore
 from gateway.context.stages import STAGES, StageContext
 from gateway.context.steps import stale_tokens, step_horizon
 from gateway.context.summarize import values as summarize_values
 from gateway.context.taskclass import DEFAULT_CLASS, STAGE_ORDER, TaskClass, load_task_classes
 from gateway.context.tokens import TokenCounter
 from gateway.errors import ContextBudgetExceeded, InvalidRequest
-from gateway.observability.droplog import Action, DropEvent, DropLog, Stage
+from gateway.observability.droplog import DropEvent, DropLog
 from gateway.observability.metrics import Metrics
 from gateway.settings import Settings
 
@@ -105,31 +107,6 @@ def _budget_header(headers: Mapping[str, str]) -> int | None:
     return value
 
 
-def _events(original: list[Item], final: list[Item], ctx: StageContext) -> list[DropEvent]:
-    kept = {item.id: item for item in final}
-    events = []
-    for item in original:
-        after = kept.get(item.id)
-        if after is not None and after.text == item.text:
-            continue
-        decision = ctx.decisions[item.id]
-        events.append(
-            DropEvent(
-                stage=cast(Stage, decision.stage),
-                action=cast(Action, decision.action),
-                reason=decision.reason,
-                item_id=item.id,
-                kind=item.kind,
-                message_index=item.message_index,
-                tokens_before=item.tokens,
-                tokens_after=after.tokens if after else 0,
-                kept_as=decision.arg if decision.method == "dedup" else None,
-                text=item.text,
-            )
-        )
-    return events
-
-
 class ContextEngine:
     def __init__(
         self,
@@ -141,6 +118,7 @@ class ContextEngine:
         playbook: PlaybookSource | None = None,
         *,
         sessions: SessionStore | None = None,
+        prefix_cache_size: int = 256,
     ) -> None:
         self.classes: dict[str, TaskClass] = load_task_classes(
             settings.task_classes, frozenset(STAGES)
@@ -159,6 +137,8 @@ class ContextEngine:
         self.sessions = sessions
         self.forecasts = ForecastStore(redis)
         self._caches: dict[str, dict[str, Any]] = {}
+        # The previous call's work per session, reused by a call that only appends messages.
+        self.prefixes = PrefixCache(prefix_cache_size)
 
     async def _task_class(
         self, body: dict[str, Any], call: CallContext, state: SessionState, tokens: int
@@ -207,29 +187,59 @@ class ContextEngine:
         budget_header = _budget_header(call.headers)
         messages: list[Mapping[str, Any]] = body["messages"]
         model = self.models.lookup(body.get("model"))
-        parsed = parse_request(
-            body, self.counter, model.encoding, self._caches.setdefault("parts", {})
-        )
+        parts = self._caches.setdefault("parts", {})
         session_id = call.headers.get(HEADER_SESSION) or derive_session_id(call.tenant, messages)
+        prefix = self.prefixes.take(call.tenant, session_id)
+        parsed: ParsedRequest | None = None
+        if prefix is not None and prefix.extend(messages, model.encoding, self.counter, parts):
+            base, _ = base_tokens(body, self.counter, model.encoding)
+            tokens_before = base + prefix.item_tokens
+        else:
+            prefix = None
+            parsed = parse_request(body, self.counter, model.encoding, parts)
+            base, tokens_before = parsed.base_tokens, parsed.tokens
         state = await self.sessions.load(call.tenant, session_id)
-        cls = await self._task_class(body, call, state, parsed.tokens)
+        cls = await self._task_class(body, call, state, tokens_before)
         stats = await self.forecasts.stats(call.tenant, cls.name)
         budget = forecast_budget(cls, model, body, stats, budget_header)
         block = await self._playbook(cls, call, session_id, body, state)
         seconds["parse"] = time.perf_counter() - timer
-        fixed = parsed.base_tokens + (block.tokens if block else 0)
-        pinned = fixed + sum(item.tokens for item in parsed.items if item.pinned)
-        if pinned > budget.input:
-            return await self._overflow(body, call, cls, session_id, parsed, budget, pinned, state)
-        final, ctx = await self._fit_items(messages, parsed, cls, budget, state, fixed, seconds)
-        tokens_after = fixed + sum(item.tokens for item in final)
-        if tokens_after > budget.input:  # the ladder ends in drops, so only pinned content remains
-            self.metrics.budget_exceeded.labels(cls.name).inc()
-            raise ContextBudgetExceeded(tokens_after, budget.input)
-        rendered = render_messages(messages, parsed.items, final)
-        out_messages = inject_block(rendered.messages, block) if block else rendered.messages
-        events = _events(parsed.items, final, ctx)
-        stable = self._track_prefix(state, rendered.digests, cls)
+        fixed = base + (block.tokens if block else 0)
+        reuse: Reuse | None = None
+        if prefix is not None:
+            reuse = prefix.reuse(
+                messages, state, cls, budget.input, fixed, self.counter, self._caches
+            )
+        if reuse is not None:
+            if cls.compaction.ages:  # as _fit_items does on a call without a step
+                state.calls += 1
+                state.dirty.add("horizon")
+            tokens_after, events, digests = reuse.tokens_after, reuse.events, reuse.digests
+            rendered_changed = reuse.changed
+            rendered_messages = materialize(messages, reuse.plan) if reuse.changed else messages
+        else:
+            prefix = None
+            if parsed is None:
+                parsed = parse_request(body, self.counter, model.encoding, parts)
+            pinned = fixed + sum(item.tokens for item in parsed.items if item.pinned)
+            if pinned > budget.input:
+                return await self._overflow(
+                    body, call, cls, session_id, parsed, budget, pinned, state
+                )
+            final, ctx, stepped = await self._fit_items(
+                messages, parsed, cls, budget, state, fixed, seconds
+            )
+            tokens_after = fixed + sum(item.tokens for item in final)
+            if tokens_after > budget.input:  # the ladder ends in drops: only pinned content left
+                self.metrics.budget_exceeded.labels(cls.name).inc()
+                raise ContextBudgetExceeded(tokens_after, budget.input)
+            rendered = render_messages(messages, parsed.items, final)
+            events = drop_events(parsed.items, final, ctx.decisions)
+            digests, rendered_changed = rendered.digests, rendered.changed
+            rendered_messages = rendered.messages
+            prefix = self._prefix(messages, parsed, final, rendered, events, ctx, stepped, cls)
+        out_messages = inject_block(rendered_messages, block) if block else rendered_messages
+        stable = self._track_prefix(state, digests, cls)
         await self.sessions.save(call.tenant, session_id, state)
         self.drop_log.write(
             events,
@@ -238,8 +248,10 @@ class ContextEngine:
             tenant=call.tenant,
             task_class=cls.name,
         )
-        changed = rendered.changed or block is not None
-        self.metrics.context_tokens.labels(cls.name, "before").inc(parsed.tokens)
+        if prefix is not None:
+            self.prefixes.put(call.tenant, session_id, prefix)
+        changed = rendered_changed or block is not None
+        self.metrics.context_tokens.labels(cls.name, "before").inc(tokens_before)
         self.metrics.context_tokens.labels(cls.name, "after").inc(tokens_after)
         seconds["total"] = time.perf_counter() - timer
         for stage, spent in seconds.items():
@@ -249,7 +261,7 @@ class ContextEngine:
             changed=changed,
             task_class=cls.name,
             session_id=session_id,
-            tokens_before=parsed.tokens,
+            tokens_before=tokens_before,
             tokens_after=tokens_after,
             drops=events,
             injected_bullet_ids=list(block.bullet_ids) if block else [],
@@ -269,19 +281,11 @@ class ContextEngine:
         state: SessionState,
         fixed: int,
         seconds: dict[str, float],
-    ) -> tuple[list[Item], StageContext]:
+    ) -> tuple[list[Item], StageContext, bool]:
+        """The items as sent, the stages' context, and whether stages ran (a step)."""
         remembered = dict(state.decisions)
         known = self._known_values(parsed.items, cls)
-        memo = self._caches.setdefault("rewritten", {})
-        final: list[Item] = []
-        for item in parsed.items:
-            decision = None if item.pinned else remembered.get(item.id)
-            if decision is None:
-                final.append(item)
-                continue
-            new = apply_decision(item, decision, self.counter, parsed.encoding, known, memo)
-            if new is not None:
-                final.append(new)
+        final = self._apply_remembered(parsed.items, remembered, parsed.encoding, known)
         stale = stale_tokens(parsed.items, state, cls, self._caches.setdefault("stale", {}))
         horizon = step_horizon(messages, parsed.items, state, cls, stale)
         total = fixed + sum(item.tokens for item in final)
@@ -302,7 +306,8 @@ class ContextEngine:
             known=known,
             target=int(cls.compaction.low_water * budget.input) if over else None,
         )
-        if over or turns_step or select_always:
+        stepped = over or turns_step or select_always
+        if stepped:
             names = STAGE_ORDER if (over or turns_step) else ("select",)
             for name in names:
                 if not cls.enabled(name):
@@ -322,7 +327,52 @@ class ContextEngine:
         if ctx.decisions != state.decisions:
             state.decisions = ctx.decisions
             state.dirty.add("decisions")
-        return final, ctx
+        return final, ctx, stepped
+
+    def _apply_remembered(
+        self,
+        items: list[Item],
+        decisions: Mapping[str, Decision],
+        encoding: str,
+        known: frozenset[str],
+    ) -> list[Item]:
+        """The items as sent under the session's remembered decisions (pinned ones as is)."""
+        memo = self._caches.setdefault("rewritten", {})
+        final: list[Item] = []
+        for item in items:
+            decision = None if item.pinned else decisions.get(item.id)
+            if decision is None:
+                final.append(item)
+                continue
+            new = apply_decision(item, decision, self.counter, encoding, known, memo)
+            if new is not None:
+                final.append(new)
+        return final
+
+    def _prefix(
+        self,
+        messages: list[Mapping[str, Any]],
+        parsed: ParsedRequest,
+        final: list[Item],
+        rendered: Rendered,
+        events: list[DropEvent],
+        ctx: StageContext,
+        stepped: bool,
+        cls: TaskClass,
+    ) -> Prefix | None:
+        """What the session's next call can reuse. After a step, the next call renders the
+        old messages by re-applying the step's decisions, not as the stages returned them,
+        so that is what is kept."""
+        if parsed.layout is None:
+            return None
+        if stepped:
+            final = self._apply_remembered(parsed.items, ctx.decisions, parsed.encoding, ctx.known)
+            rendered = render_messages(messages, parsed.items, final)
+            events = drop_events(parsed.items, final, ctx.decisions)
+        return Prefix.build(
+            messages, parsed.items, final, parsed.layout, rendered, events, ctx.decisions,
+            ctx.known, cls.name, parsed.encoding,
+        )
 
     def _known_values(self, items: list[Item], cls: TaskClass) -> frozenset[str]:
         """Values of the session's constant context (system prompt, task statement), as the

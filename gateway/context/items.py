@@ -11,8 +11,9 @@ request's count.
 from __future__ import annotations
 
 import hashlib
+from bisect import bisect_left, bisect_right
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import orjson
@@ -56,6 +57,7 @@ class ParsedRequest:
     base_tokens: int  # reply priming + tool definitions: always sent
     tool_tokens: int
     encoding: str
+    layout: Layout | None = None  # how the items were laid out: extended by the next call
 
     @property
     def tokens(self) -> int:
@@ -82,35 +84,58 @@ def _digest(*parts: str) -> str:
     return h.hexdigest()
 
 
-def _pinned_messages(messages: Sequence[Mapping[str, Any]]) -> tuple[int, set[int]]:
-    """The latest user message, and the messages of the tool exchange not yet answered."""
-    latest_user = -1
-    for i in range(len(messages) - 1, -1, -1):
-        if messages[i].get("role") == "user":
-            latest_user = i
-            break
-    open_exchange: set[int] = set()
-    for i in range(len(messages) - 1, -1, -1):
-        msg = messages[i]
-        if msg.get("role") == "assistant":
-            if msg.get("tool_calls"):
-                open_exchange = set(range(i, len(messages)))
-            break
-    return latest_user, open_exchange
+@dataclass(slots=True)
+class Layout:
+    """What an item's flags depend on beyond its own message (pins, units, ages, the goal),
+    extended as messages are appended: a session's next call only walks its new messages."""
 
+    count: int = 0  # messages walked
+    latest_user: int = -1
+    open_from: int | None = None  # the last assistant message, when it made tool calls
+    first_answer: int | None = None
+    turns: list[int] = field(default_factory=list)  # indexes of assistant messages
+    call_unit: dict[Any, str] = field(default_factory=dict)
 
-def _units(messages: Sequence[Mapping[str, Any]]) -> list[str]:
-    units, call_unit = [], {}
-    for i, msg in enumerate(messages):
-        unit = f"u{i}"
-        if msg.get("role") == "assistant":
-            for call in msg.get("tool_calls") or ():
-                if isinstance(call, Mapping) and "id" in call:
-                    call_unit[call["id"]] = unit
-        elif msg.get("role") == "tool":
-            unit = call_unit.get(msg.get("tool_call_id"), unit)
-        units.append(unit)
-    return units
+    def extend(self, messages: Sequence[Mapping[str, Any]]) -> list[str]:
+        """Walk messages[count:]; returns their units."""
+        units = []
+        for i in range(self.count, len(messages)):
+            msg = messages[i]
+            role = msg.get("role")
+            unit = f"u{i}"
+            if role == "user":
+                self.latest_user = i
+            elif role == "assistant":
+                self.turns.append(i)
+                self.open_from = i if msg.get("tool_calls") else None
+                if self.first_answer is None:
+                    self.first_answer = i
+                for call in msg.get("tool_calls") or ():
+                    if isinstance(call, Mapping) and "id" in call:
+                        self.call_unit[call["id"]] = unit
+            elif role == "tool":
+                unit = self.call_unit.get(msg.get("tool_call_id"), unit)
+            units.append(unit)
+        self.count = len(messages)
+        return units
+
+    def pinned_message(self, i: int, kind: Kind) -> bool:
+        """System messages and the tool exchange not yet answered."""
+        return kind == "system" or (self.open_from is not None and i >= self.open_from)
+
+    def age(self, i: int) -> int:
+        return len(self.turns) - bisect_right(self.turns, i)
+
+    def restate(self, item: Item) -> Item:
+        """`item` with the pin and age it has now (messages may have been appended since)."""
+        i = item.message_index
+        pinned = self.pinned_message(i, item.kind) or (
+            i == self.latest_user and item.kind != "knowledge"
+        )
+        age = self.age(i)
+        if pinned == item.pinned and age == item.age:
+            return item
+        return replace(item, pinned=pinned, age=age)
 
 
 def _fixed_tokens(msg: Mapping[str, Any], counter: TokenCounter, encoding: str) -> int:
@@ -183,6 +208,13 @@ def _parts_key(i: int, msg: Mapping[str, Any], encoding: str) -> tuple[Any, ...]
     )
 
 
+def base_tokens(body: Mapping[str, Any], counter: TokenCounter, encoding: str) -> tuple[int, int]:
+    """Reply priming + tool definitions (always sent), and the tool definitions alone."""
+    tools = body.get("tools")
+    tool_tokens = counter.count(orjson.dumps(tools).decode(), encoding) if tools else 0
+    return REPLY_PRIMING + tool_tokens, tool_tokens
+
+
 def parse_request(
     body: Mapping[str, Any],
     counter: TokenCounter,
@@ -192,23 +224,35 @@ def parse_request(
     """Items of a request. `memo` (kept by the caller across calls) makes a message already
     seen cost a dictionary lookup: a call then costs what its new messages cost."""
     messages: Sequence[Mapping[str, Any]] = body["messages"]
-    latest_user, open_exchange = _pinned_messages(messages)
-    units = _units(messages)
-    first_answer = next(
-        (i for i, m in enumerate(messages) if m.get("role") == "assistant"), len(messages)
-    )
-    assistants_after = [0] * len(messages)
-    seen = 0
-    for i in range(len(messages) - 1, -1, -1):
-        assistants_after[i] = seen
-        if messages[i].get("role") == "assistant":
-            seen += 1
+    layout = Layout()
+    units = layout.extend(messages)
+    items = message_items(messages, 0, units, layout, counter, encoding, memo)
+    base, tool_tokens = base_tokens(body, counter, encoding)
+    return ParsedRequest(items, base, tool_tokens, encoding, layout)
+
+
+def message_items(
+    messages: Sequence[Mapping[str, Any]],
+    start: int,
+    units: list[str],
+    layout: Layout,
+    counter: TokenCounter,
+    encoding: str,
+    memo: dict[Any, list[Part]] | None = None,
+) -> list[Item]:
+    """Items of messages[start:], given the layout of all of `messages` and their units."""
+    first_answer = len(messages) if layout.first_answer is None else layout.first_answer
+    n_turns = len(layout.turns)
+    seen = n_turns - bisect_left(layout.turns, start)  # assistant messages from start on
     items: list[Item] = []
-    for i, msg in enumerate(messages):
+    for i in range(start, len(messages)):
+        msg = messages[i]
         role = str(msg.get("role", "user"))
         kind: Kind = _ROLE_KIND.get(role, "user")
-        if role == "assistant" and msg.get("tool_calls"):
-            kind = "tool_call"
+        if role == "assistant":
+            seen -= 1
+            if msg.get("tool_calls"):
+                kind = "tool_call"
         key = _parts_key(i, msg, encoding) if memo is not None else None
         parts = memo.get(key) if memo is not None and key is not None else None
         if parts is None:
@@ -217,24 +261,22 @@ def parse_request(
                 memo[key] = parts
                 if len(memo) > 100_000:
                     memo.pop(next(iter(memo)))
-        pinned_msg = kind == "system" or i in open_exchange
+        pinned_msg = layout.pinned_message(i, kind)
         for item_id, knowledge, segment, text, tokens, fixed, rewritable in parts:
             items.append(
                 Item(
                     id=item_id,
                     kind="knowledge" if knowledge else kind,
-                    unit=units[i],
+                    unit=units[i - start],
                     message_index=i,
                     segment=segment,
                     text=text,
                     tokens=tokens,
                     fixed_tokens=fixed,
-                    age=assistants_after[i],
-                    pinned=pinned_msg or (i == latest_user and not knowledge),
+                    age=seen,
+                    pinned=pinned_msg or (i == layout.latest_user and not knowledge),
                     rewritable=rewritable,
                     goal=role == "user" and i < first_answer and not knowledge,
                 )
             )
-    tools = body.get("tools")
-    tool_tokens = counter.count(orjson.dumps(tools).decode(), encoding) if tools else 0
-    return ParsedRequest(items, REPLY_PRIMING + tool_tokens, tool_tokens, encoding)
+    return items

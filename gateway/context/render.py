@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.context.items import Item
+
+Plan = list[tuple[int, str | None]]  # per rendered message: its index, new content or None
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,23 +22,44 @@ class Rendered:
     messages: list[Mapping[str, Any]]
     changed: bool
     digests: list[str]  # rolling digest after each rendered message (prefix identity)
+    plan: Plan = field(default_factory=list)
+    rolling: Any = None  # the rolling hash after the last message: a next call continues it
 
 
 def render_messages(
     messages: Sequence[Mapping[str, Any]], original: Sequence[Item], final: Sequence[Item]
 ) -> Rendered:
+    plan, changed, digests, rolling = render_plan(messages, original, final, 0, None)
+    return Rendered(materialize(messages, plan), changed, digests, plan, rolling)
+
+
+def materialize(messages: Sequence[Mapping[str, Any]], plan: Plan) -> list[Mapping[str, Any]]:
+    """The message list a plan describes, made of `messages`' own objects."""
+    return [messages[i] if text is None else {**messages[i], "content": text} for i, text in plan]
+
+
+def render_plan(
+    messages: Sequence[Mapping[str, Any]],
+    original: Sequence[Item],
+    final: Sequence[Item],
+    start: int,
+    rolling: Any,
+) -> tuple[Plan, bool, list[str], Any]:
+    """How messages[start:] render, given their original and final items; `rolling` is the
+    prefix digest so far (None: start one)."""
     by_message: dict[int, list[Item]] = {}
     for item in final:
         by_message.setdefault(item.message_index, []).append(item)
     originals = {item.id: item for item in original}
-    out: list[Mapping[str, Any]] = []
+    plan: Plan = []
     digests: list[str] = []
-    rolling = hashlib.blake2b(digest_size=12)
+    if rolling is None:
+        rolling = hashlib.blake2b(digest_size=12)
     changed = False
     segments_of: dict[int, int] = {}
     for item in original:
         segments_of[item.message_index] = segments_of.get(item.message_index, 0) + 1
-    for i, msg in enumerate(messages):
+    for i in range(start, len(messages)):
         kept = by_message.get(i)
         if not kept:
             changed = True
@@ -46,13 +69,13 @@ def render_messages(
             for item in kept
         )
         if same:
-            out.append(msg)
+            plan.append((i, None))
         else:
             changed = True
-            out.append({**msg, "content": "".join(item.text for item in kept)})
+            plan.append((i, "".join(item.text for item in kept)))
         for item in kept:
             rolling.update(item.id.encode())
             if not same:
                 rolling.update(hashlib.blake2b(item.text.encode(), digest_size=8).digest())
         digests.append(rolling.hexdigest())
-    return Rendered(out, changed, digests)
+    return plan, changed, digests, rolling

@@ -8,6 +8,7 @@ when something changed. `MemorySessionStore` serves `ctxgate replay` without a s
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
@@ -77,15 +78,17 @@ class SessionState:
         return self.prefix.encode()
 
     @classmethod
-    def decode(cls, raw: dict[bytes, bytes]) -> SessionState:
+    def decode(
+        cls, raw: dict[bytes, bytes], decoded: DecodedDecisions | None = None, key: Any = None
+    ) -> SessionState:
         state = cls()
+        if decoded is not None:
+            state.decisions = decoded.get(key, raw.get(b"decisions"))
         if not raw:
             return state
         state.task_class = raw.get(b"class", b"").decode() or None
-        if b"decisions" in raw:
-            state.decisions = {
-                k: Decision.load(v) for k, v in orjson.loads(raw[b"decisions"]).items()
-            }
+        if decoded is None and b"decisions" in raw:
+            state.decisions = decode_decisions(raw[b"decisions"])
         horizon, _, counts = raw.get(b"horizon", b"0").decode().partition(":")
         state.horizon = int(horizon)
         if counts:
@@ -96,6 +99,38 @@ class SessionState:
         return state
 
 
+def decode_decisions(raw: bytes) -> dict[str, Decision]:
+    return {k: Decision.load(v) for k, v in orjson.loads(raw).items()}
+
+
+class DecodedDecisions:
+    """Decoded decisions per session while their stored bytes stay the same (a bounded LRU
+    on the store): a call does not decode what the session's previous call saved or read.
+    The dicts handed out are shared, so they are never changed in place (the engine
+    replaces a session's decisions, it does not edit them)."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self._size = size
+        self._by_session: OrderedDict[Any, tuple[bytes | None, dict[str, Decision]]] = (
+            OrderedDict()
+        )
+
+    def get(self, key: Any, raw: bytes | None) -> dict[str, Decision]:
+        hit = self._by_session.get(key)
+        if hit is not None and hit[0] == raw:
+            self._by_session.move_to_end(key)
+            return hit[1]
+        decisions = decode_decisions(raw) if raw is not None else {}
+        self.put(key, raw, decisions)
+        return decisions
+
+    def put(self, key: Any, raw: bytes | None, decisions: dict[str, Decision]) -> None:
+        self._by_session[key] = (raw, decisions)
+        self._by_session.move_to_end(key)
+        if len(self._by_session) > self._size:
+            self._by_session.popitem(last=False)
+
+
 class SessionStore(Protocol):
     async def load(self, tenant: str, session_id: str) -> SessionState: ...
     async def save(self, tenant: str, session_id: str, state: SessionState) -> None: ...
@@ -104,10 +139,13 @@ class SessionStore(Protocol):
 class RedisSessionStore:
     def __init__(self, redis: aioredis.Redis) -> None:
         self._redis = redis
+        self._decoded = DecodedDecisions()
 
     async def load(self, tenant: str, session_id: str) -> SessionState:
         raw = await self._redis.hgetall(keys.session(tenant, session_id))
-        return SessionState.decode(cast(dict[bytes, bytes], raw))
+        return SessionState.decode(
+            cast(dict[bytes, bytes], raw), self._decoded, (tenant, session_id)
+        )
 
     async def save(self, tenant: str, session_id: str, state: SessionState) -> None:
         if not state.dirty:
@@ -118,6 +156,8 @@ class RedisSessionStore:
             pipe.hset(key, mapping=mapping)  # type: ignore[arg-type]
             pipe.expire(key, SESSION_TTL_S)
             await pipe.execute()
+        if "decisions" in mapping:
+            self._decoded.put((tenant, session_id), mapping["decisions"], state.decisions)
         state.dirty.clear()
 
 
@@ -126,12 +166,16 @@ class MemorySessionStore:
 
     def __init__(self) -> None:
         self._raw: dict[tuple[str, str], dict[bytes, bytes]] = {}
+        self._decoded = DecodedDecisions()
 
     async def load(self, tenant: str, session_id: str) -> SessionState:
-        return SessionState.decode(dict(self._raw.get((tenant, session_id), {})))
+        raw = dict(self._raw.get((tenant, session_id), {}))
+        return SessionState.decode(raw, self._decoded, (tenant, session_id))
 
     async def save(self, tenant: str, session_id: str, state: SessionState) -> None:
         raw = self._raw.setdefault((tenant, session_id), {})
         for name in state.dirty:
             raw[name.encode()] = state.encode(name)
+        if "decisions" in state.dirty:
+            self._decoded.put((tenant, session_id), raw[b"decisions"], state.decisions)
         state.dirty.clear()

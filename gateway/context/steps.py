@@ -52,14 +52,29 @@ def step_horizon(
     (in turns or in tokens of compactable items, `stale` tokens of the task statement
     included); it moves the horizon forward as far as needed to bring them to the low-water
     marks."""
-    c = cls.compaction
-    if not c.ages:
+    if not cls.compaction.ages:
         return state.horizon
     turns = [i for i, m in enumerate(messages) if m.get("role") == "assistant"]
     tokens_from: dict[int, int] = {}
     for item in items:
         if not (item.pinned or item.goal or item.kind == "system"):
             tokens_from[item.message_index] = tokens_from.get(item.message_index, 0) + item.tokens
+    return horizon_after(turns, tokens_from, len(messages), state, cls, stale)
+
+
+def horizon_after(
+    turns: list[int],
+    tokens_from: dict[int, int],
+    n_messages: int,
+    state: SessionState,
+    cls: TaskClass,
+    stale: int = 0,
+) -> int:
+    """`step_horizon` from the assistant turns and the compactable tokens per message; only
+    those at or after `state.horizon` count, so a caller may pass just those."""
+    c = cls.compaction
+    if not c.ages:
+        return state.horizon
 
     def verbatim(start: int) -> tuple[int, int]:
         return (
@@ -79,7 +94,7 @@ def step_horizon(
     due = since >= c.min_step_turns and affordable and (over_turns or over_tokens)
     if not due:
         return state.horizon
-    for start in [*turns, len(messages)]:
+    for start in [*turns, n_messages]:
         if start <= state.horizon:
             continue
         n_turns, n_tokens = verbatim(start)
@@ -87,4 +102,4 @@ def step_horizon(
             c.verbatim_tokens_high is None or n_tokens <= c.verbatim_tokens_low
         ):
             return start
-    return len(messages)
+    return n_messages

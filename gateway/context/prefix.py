@@ -1,0 +1,277 @@
+"""The previous call's work on a session, reused while the session only appends messages.
+
+Between compaction steps an agent's next call is its previous call's messages plus a few new
+ones, rendered under the same remembered decisions. `Prefix` keeps what the previous call
+computed for its messages (token sums, pins that may lapse, the render plan, the rolling
+prefix digest, the drop events) so that such a call parses, applies and renders only its new
+messages. A call reuses it only when it is safe to: the old messages are byte-for-byte the
+same (a SHA-256 of their JSON, never object identity), and the session's decisions are the
+very ones the prefix was rendered under; anything else (a step, another class, encoding or
+history) takes the engine's full path, which builds a new prefix. The cache is one process's
+shortcut: Redis stays the source of truth, and a replica without it renders the same bytes.
+
+Items kept here carry the age and pin they had when parsed: only pins (of the latest user
+message and the open tool exchange) and the task statement's age matter between steps, and
+`Layout.restate` brings those up to date; stages, which read ages, run on the full path only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from bisect import bisect_left
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from gateway.context.apply import apply_decision, drop_events
+from gateway.context.items import Item, Layout, message_items
+from gateway.context.render import Plan, Rendered, render_plan
+from gateway.context.session import Decision, SessionState
+from gateway.context.steps import horizon_after, stale_tokens
+from gateway.context.taskclass import TaskClass
+from gateway.context.tokens import TokenCounter
+from gateway.observability.droplog import DropEvent
+
+MAX_SEGMENTS = 16  # digest segments (one per reusing call) before the digest is redone whole
+
+
+def _fingerprint(messages: Sequence[Mapping[str, Any]]) -> bytes | None:
+    try:
+        return hashlib.sha256(orjson.dumps(messages)).digest()
+    except TypeError:  # not JSON (a caller's own objects): no reuse
+        return None
+
+
+def _compactable(items: Sequence[Item]) -> int:
+    return sum(i.tokens for i in items if not (i.pinned or i.goal or i.kind == "system"))
+
+
+def _pinned_tokens(items: Sequence[Item]) -> int:
+    return sum(i.tokens for i in items if i.pinned and i.kind != "system")
+
+
+@dataclass
+class Reuse:
+    """What a call that reused its session's prefix sends and logs."""
+
+    tokens_before: int
+    tokens_after: int
+    plan: Plan
+    changed: bool
+    digests: list[str]
+    events: list[DropEvent]
+
+
+@dataclass
+class Prefix:
+    encoding: str
+    task_class: str
+    decisions: dict[str, Decision]  # the session's decisions this was rendered under
+    known: frozenset[str]
+    bounds: list[int]  # message counts at which the digest's segments end
+    digest: bytes
+    layout: Layout
+    item_tokens: int  # all items as parsed
+    final_tokens: int  # all items as sent
+    system_tokens: int  # system items: always pinned
+    watched: dict[int, list[Item]]  # items of pinned non-system messages: their pin may lapse
+    goal_items: list[Item]
+    compactable: list[int]  # per message: tokens of items neither pinned, goal nor system
+    plan: Plan
+    changed: bool
+    digests: list[str]
+    rolling: Any
+    events: list[DropEvent]
+    tail: list[Item] | None = None  # the new messages' items, between `extend` and `reuse`
+    start: int = 0  # where the new messages start
+
+    @classmethod
+    def build(
+        cls,
+        messages: Sequence[Mapping[str, Any]],
+        items: list[Item],
+        final: list[Item],
+        layout: Layout,
+        rendered: Rendered,
+        events: list[DropEvent],
+        decisions: dict[str, Decision],
+        known: frozenset[str],
+        task_class: str,
+        encoding: str,
+    ) -> Prefix | None:
+        digest = _fingerprint(messages)
+        if digest is None:
+            return None
+        by_message: list[list[Item]] = [[] for _ in messages]
+        for item in items:
+            by_message[item.message_index].append(item)
+        return cls(
+            encoding=encoding,
+            task_class=task_class,
+            decisions=decisions,
+            known=known,
+            bounds=[len(messages)],
+            digest=digest,
+            layout=layout,
+            item_tokens=sum(i.tokens for i in items),
+            final_tokens=sum(i.tokens for i in final),
+            system_tokens=sum(i.tokens for i in items if i.kind == "system"),
+            watched={
+                i: group
+                for i, group in enumerate(by_message)
+                if any(x.pinned and x.kind != "system" for x in group)
+            },
+            goal_items=[i for i in items if i.goal],
+            compactable=[_compactable(group) for group in by_message],
+            plan=list(rendered.plan),
+            changed=rendered.changed,
+            digests=list(rendered.digests),
+            rolling=rendered.rolling,
+            events=list(events),
+        )
+
+    def extend(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        encoding: str,
+        counter: TokenCounter,
+        memo: dict[Any, Any],
+    ) -> bool:
+        """Whether `messages` continue this prefix; if so, parse the new ones."""
+        start = self.layout.count
+        if encoding != self.encoding or len(messages) < start:
+            return False
+        h = hashlib.sha256()
+        lo = 0
+        try:
+            for hi in self.bounds:
+                h.update(orjson.dumps(messages[lo:hi]))
+                lo = hi
+            if h.digest() != self.digest:
+                return False
+            if len(self.bounds) >= MAX_SEGMENTS:
+                digest = _fingerprint(messages)
+                if digest is None:
+                    return False
+                self.digest, self.bounds = digest, [len(messages)]
+            else:
+                h.update(orjson.dumps(messages[start:]))
+                self.digest = h.digest()
+                self.bounds.append(len(messages))
+        except TypeError:
+            return False
+        units = self.layout.extend(messages)
+        self.tail = message_items(messages, start, units, self.layout, counter, encoding, memo)
+        self.start = start
+        self.item_tokens += sum(i.tokens for i in self.tail)
+        return True
+
+    def reuse(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        state: SessionState,
+        cls: TaskClass,
+        budget_input: int,
+        fixed: int,
+        counter: TokenCounter,
+        caches: dict[str, dict[str, Any]],
+    ) -> Reuse | None:
+        """The call rendered from this prefix, or None when it needs the full path (its
+        decisions or class differ, a compaction step is due, or it is over a mark)."""
+        tail, decisions, state_horizon = self.tail, state.decisions, state.horizon
+        if tail is None or decisions is not self.decisions or cls.name != self.task_class:
+            return None
+        if not cls.compaction.ages and cls.options("select"):
+            return None  # select runs on every call of such a class
+        if any(i.kind == "system" or i.goal for i in tail):
+            return None  # the session's constant context changed
+        layout = self.layout
+        for i in list(self.watched):  # pins that lapse with the new messages
+            old = self.watched[i]
+            now = [layout.restate(x) for x in old]
+            lapsed = (x for x, y in zip(old, now, strict=True) if x.pinned and not y.pinned)
+            if any(x.id in decisions for x in lapsed):
+                return None  # a remembered decision applies to it from now on
+            self.compactable[i] = _compactable(now)
+            if any(y.pinned and y.kind != "system" for y in now):
+                self.watched[i] = now
+            else:
+                del self.watched[i]
+        by_message: dict[int, list[Item]] = {}
+        for item in tail:
+            by_message.setdefault(item.message_index, []).append(item)
+        for i in range(self.start, len(messages)):
+            group = by_message.get(i, [])
+            self.compactable.append(_compactable(group))
+            if any(x.pinned and x.kind != "system" for x in group):
+                self.watched[i] = group
+        self.system_tokens += sum(i.tokens for i in tail if i.kind == "system")
+        pinned = fixed + self.system_tokens
+        pinned += sum(_pinned_tokens(group) for group in self.watched.values())
+        if pinned > budget_input:
+            return None
+        memo = caches.setdefault("rewritten", {})
+        final: list[Item] = []
+        for item in tail:
+            decision = None if item.pinned else decisions.get(item.id)
+            if decision is None:
+                final.append(item)
+                continue
+            new = apply_decision(item, decision, counter, self.encoding, self.known, memo)
+            if new is not None:
+                final.append(new)
+        self.final_tokens += sum(i.tokens for i in final)
+        total = fixed + self.final_tokens
+        if total > cls.compaction.high_water * budget_input or total > budget_input:
+            return None
+        if cls.compaction.ages:
+            goal = [layout.restate(i) for i in self.goal_items]
+            stale = stale_tokens(goal, state, cls, caches.setdefault("stale", {}))
+            turns = layout.turns[bisect_left(layout.turns, state_horizon) :]
+            tokens_from = {
+                i: self.compactable[i]
+                for i in range(state_horizon, len(messages))
+                if self.compactable[i]
+            }
+            if horizon_after(turns, tokens_from, len(messages), state, cls, stale) != state_horizon:
+                return None  # a step is due
+        plan, changed, digests, self.rolling = render_plan(
+            messages, tail, final, self.start, self.rolling
+        )
+        self.plan += plan
+        self.changed = self.changed or changed
+        self.digests += digests
+        self.events += drop_events(tail, final, decisions)
+        self.tail = None
+        return Reuse(
+            tokens_before=self.item_tokens,
+            tokens_after=total,
+            plan=self.plan,
+            changed=self.changed,
+            digests=self.digests,
+            events=list(self.events),
+        )
+
+
+class PrefixCache:
+    """Per (tenant, session): the last call's prefix; a bounded LRU on the engine. A call
+    takes its session's entry out and puts back the one it leaves, so concurrent calls of a
+    session never share one."""
+
+    def __init__(self, size: int = 256) -> None:
+        self._size = size
+        self._entries: OrderedDict[tuple[str, str], Prefix] = OrderedDict()
+
+    def take(self, tenant: str, session_id: str) -> Prefix | None:
+        return self._entries.pop((tenant, session_id), None)
+
+    def put(self, tenant: str, session_id: str, prefix: Prefix) -> None:
+        self._entries[(tenant, session_id)] = prefix
+        if len(self._entries) > self._size:
+            self._entries.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._entries)
