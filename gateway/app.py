@@ -1,8 +1,9 @@
-"""The ASGI application: a thin router over pure-ASGI routes, and its lifespan.
+"""The ASGI application: the route table (`gateway/api/routes.py`) and its lifespan.
 
 The hot paths (chat completions, the /v1 proxy, health) are plain ASGI callables with no
 framework in between; the admin and feedback routes, where pydantic validation at the
-edge pays for itself, live in a FastAPI app mounted behind the router.
+edge pays for itself, are FastAPI routers served as plain ASGI apps. Every API route runs
+inside the one route skeleton (`gateway/api/route.py`).
 """
 
 from __future__ import annotations
@@ -11,24 +12,16 @@ import asyncio
 import contextlib
 import gc
 import logging
-from typing import Any
 
 import httpx
 import redis.asyncio as aioredis
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import Response
 from prometheus_client import CollectorRegistry
 
-from gateway.api import admin, feedback
-from gateway.api.asgi import Receive, Scope, Send, TrackedSend, send_error
-from gateway.api.chat import ChatCompletions
-from gateway.api.health import MetricsEndpoint, Readyz, healthz
-from gateway.api.passthrough import Passthrough
+from gateway.api.asgi import Receive, Scope, Send
+from gateway.api.routes import build_routes
 from gateway.context.engine import ContextEngine
 from gateway.context.models import ENCODINGS
 from gateway.embeddings import Embedder
-from gateway.errors import GatewayError, InternalError, InvalidRequest
 from gateway.learner.traces import TraceSink
 from gateway.learner.worker import run_worker
 from gateway.observability.droplog import DropLog
@@ -43,38 +36,6 @@ from gateway.upstream.client import Upstream
 log = logging.getLogger("ctxgate")
 
 
-class NotFound(GatewayError):
-    status, code, type = 404, "not_found", "invalid_request_error"
-
-
-def _error_response(error: GatewayError) -> Response:
-    return Response(error.body(), status_code=error.status, media_type="application/json")
-
-
-def build_api(services: Services) -> FastAPI:
-    """The non-hot routes: feedback and admin, errors in OpenAI's envelope."""
-    api = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
-    api.include_router(feedback.build_router(services))
-    api.include_router(admin.build_router(services))
-
-    @api.exception_handler(GatewayError)
-    async def gateway_error(_: Request, error: GatewayError) -> Response:
-        return _error_response(error)
-
-    @api.exception_handler(RequestValidationError)
-    async def invalid(_: Request, error: RequestValidationError) -> Response:
-        first = error.errors()[0] if error.errors() else {}
-        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body") or None
-        return _error_response(InvalidRequest(f"{where}: {first.get('msg', 'invalid')}",
-                                              param=where))
-
-    @api.exception_handler(404)
-    async def not_found(request: Request, _: Exception) -> Response:
-        return _error_response(NotFound(f"No route for {request.method} {request.url.path}."))
-
-    return api
-
-
 class Gateway:
     """The whole gateway as one ASGI app. Build services in the lifespan, route by path."""
 
@@ -83,33 +44,14 @@ class Gateway:
         self.settings = settings
         self._transport = transport
         self._registry = registry
-        self._routes: dict[tuple[str, str], Any] = {}
         self._stop = asyncio.Event()
         self._background: list[asyncio.Task[None]] = []
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            tracked = TrackedSend(send)
-            try:
-                await self._route(scope, receive, tracked)
-            except Exception:  # the safety net: a bug is an enveloped 500, never a bare one
-                log.exception("unhandled error", extra={"path": scope["path"]})
-                if not tracked.started:
-                    await send_error(send, InternalError("The gateway failed on this request."))
+            await self._routes(scope, receive, send)
         elif scope["type"] == "lifespan":
             await self._lifespan(receive, send)
-
-    async def _route(self, scope: Scope, receive: Receive, send: Send) -> None:
-        path, method = scope["path"], scope["method"]
-        route = self._routes.get((method, path))
-        if route is not None:
-            await route(scope, receive, send)
-        elif path.startswith("/admin/") or path == "/v1/feedback":
-            await self._api(scope, receive, send)
-        elif path.startswith("/v1/"):
-            await self._passthrough(scope, receive, send)
-        else:
-            await send_error(send, NotFound(f"No route for {method} {path}."))
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
@@ -135,24 +77,16 @@ class Gateway:
         embedder = Embedder(settings.embed_model, redis)
         drop_log = DropLog(settings.drop_log, settings.drop_log_preview, metrics)
         services = Services(settings, metrics, redis, drop_log, embedder)
-        services.playbooks = PlaybookInjector.from_services(services)
-        services.engine = ContextEngine(settings, redis, metrics, drop_log, embedder,
-                                        services.playbooks)
-        services.traces = TraceSink.from_services(services)
+        self._engine = services.engine = ContextEngine(
+            settings, redis, metrics, drop_log, embedder,
+            PlaybookInjector.from_services(services))
+        self._traces = services.traces = TraceSink.from_services(services)
         self.services = services
         self._upstream = Upstream(settings.upstream_url, timeout_s=settings.upstream_timeout_s,
                                   transport=self._transport,
                                   transport_kind=settings.upstream_transport)
         tracer, self._tracer_provider = build_tracer(settings.otel_endpoint)
-        chat = ChatCompletions(services, self._upstream, tracer)
-        self._routes = {
-            ("POST", "/v1/chat/completions"): chat,
-            ("GET", "/healthz"): healthz,
-            ("GET", "/readyz"): Readyz(services),
-            ("GET", "/metrics"): MetricsEndpoint(services),
-        }
-        self._passthrough = Passthrough(services, self._upstream, tracer)
-        self._api = build_api(services)
+        self._routes = build_routes(services, self._upstream, tracer)
         self._background.append(asyncio.create_task(self._warm(), name="ctxgate-warm-up"))
         if settings.worker == "inprocess":
             self._background.append(asyncio.create_task(
@@ -165,12 +99,12 @@ class Gateway:
         """Load the embedding model, embed the classes' examples and build the token
         encodings before traffic needs them: the first request must not pay seconds."""
         services = self.services
-        examples = [text for cls in services.engine.classes.values()
+        examples = [text for cls in self._engine.classes.values()
                     for text in cls.match.examples]
         try:
             await services.embedder.embed(examples or ["warm-up"])
             for encoding in ENCODINGS:  # building a BPE table takes ~0.5 s: not on a request
-                await asyncio.to_thread(services.engine.counter.encoding, encoding)
+                await asyncio.to_thread(self._engine.counter.encoding, encoding)
         except Exception:
             log.exception("warm-up failed; models and encodings load on first use instead")
         # The model leaves ~500k long-lived objects; every full collection would walk them
@@ -187,8 +121,8 @@ class Gateway:
             with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError):
                 await asyncio.wait_for(task, timeout=5)
         services = self.services
-        await services.traces.aclose()
-        await services.engine.forecasts.flush()
+        await self._traces.aclose()
+        await self._engine.forecasts.flush()
         await self._upstream.aclose()
         await services.redis.aclose()
         services.embedder.close()

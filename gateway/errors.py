@@ -1,4 +1,5 @@
-"""The gateway's one exception tree, rendered to OpenAI's error envelope in one place.
+"""The gateway's one exception tree. Gateway errors are rendered to the caller's API envelope
+in one place: the route skeleton (`gateway/api/route.py`), with the envelope its route names.
 
     GatewayError                      status  code
     ├── InvalidJSON                   400     invalid_json
@@ -6,25 +7,33 @@
     ├── ContextBudgetExceeded         400     context_budget_exceeded
     ├── InvalidAPIKey                 401     invalid_api_key
     ├── AdminForbidden                403     invalid_api_key
+    ├── NotFound                      404     not_found
     ├── TraceNotFound                 404     trace_not_found
+    ├── MethodNotAllowed              405     method_not_allowed
     ├── RequestTooLarge               413     request_too_large
     ├── UpstreamUnreachable           502     upstream_unreachable
     ├── UpstreamTimeout               504     upstream_timeout
     └── InternalError                 500     internal_error  (a bug: logged with its trace)
-    SettingsError                     (start-up only: names the bad setting)
+    ClientGone                        the client hung up: nothing to render, counted as 499
+    SettingsError                     start-up only: names the bad setting
+    LearnerError                      the worker's LLM calls (never reach a client)
+    ├── MalformedOutput               not JSON in the requested schema: dead-lettered
+    └── LearnerUnavailable            network or status failure: retried later
 
-Library errors (httpx, orjson, redis) are mapped to these at the boundary where they occur.
+Library errors (httpx, orjson, redis, pydantic) are mapped to these at the boundary where
+they occur.
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from collections.abc import Callable
+from typing import ClassVar
 
 import orjson
 
 
 class GatewayError(Exception):
-    """An error the gateway raises itself; rendered as OpenAI's error envelope."""
+    """An error the gateway raises itself; its route renders it in the caller's envelope."""
 
     status: ClassVar[int] = 500
     code: ClassVar[str] = "internal_error"
@@ -35,18 +44,15 @@ class GatewayError(Exception):
         self.message = message
         self.param = param
 
-    def envelope(self) -> dict[str, Any]:
-        return {
-            "error": {
-                "message": self.message,
-                "type": self.type,
-                "param": self.param,
-                "code": self.code,
-            }
-        }
 
-    def body(self) -> bytes:
-        return orjson.dumps(self.envelope())
+Envelope = Callable[[GatewayError], bytes]
+"""Renders a gateway error as one API's error body (OpenAI's, Anthropic's, ...)."""
+
+
+def openai_envelope(error: GatewayError) -> bytes:
+    """`{"error": {"message", "type", "param", "code"}}`."""
+    return orjson.dumps({"error": {"message": error.message, "type": error.type,
+                                   "param": error.param, "code": error.code}})
 
 
 class InvalidJSON(GatewayError):
@@ -78,8 +84,16 @@ class AdminForbidden(GatewayError):
     status, code, type = 403, "invalid_api_key", "invalid_request_error"
 
 
+class NotFound(GatewayError):
+    status, code, type = 404, "not_found", "invalid_request_error"
+
+
 class TraceNotFound(GatewayError):
     status, code, type = 404, "trace_not_found", "invalid_request_error"
+
+
+class MethodNotAllowed(GatewayError):
+    status, code, type = 405, "method_not_allowed", "invalid_request_error"
 
 
 class RequestTooLarge(GatewayError):
@@ -98,5 +112,21 @@ class InternalError(GatewayError):
     status, code, type = 500, "internal_error", "server_error"
 
 
+class ClientGone(Exception):
+    """The client hung up before the response was complete."""
+
+
 class SettingsError(Exception):
     """Invalid settings: raised at start-up, the message names the setting."""
+
+
+class LearnerError(Exception):
+    """The learner LLM could not produce a usable answer."""
+
+
+class MalformedOutput(LearnerError):
+    """The answer is not JSON in the requested schema."""
+
+
+class LearnerUnavailable(LearnerError):
+    """The learner endpoint failed (network, status): worth another try later."""

@@ -9,16 +9,18 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from gateway.observability.droplog import DropLog
 from gateway.observability.metrics import Metrics
 from gateway.settings import Settings
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the engine and the sink import this module: types only, no cycle
     import redis.asyncio as aioredis
 
+    from gateway.context.engine import ContextEngine
     from gateway.embeddings import Embedder
+    from gateway.learner.traces import TraceSink
 
 
 @dataclass
@@ -28,11 +30,9 @@ class Services:
     redis: aioredis.Redis
     drop_log: DropLog
     embedder: Embedder
-    # Filled in by the context engine and the ACE loop when they are built.
-    engine: Any = None
-    playbooks: Any = None
-    traces: Any = None
-    extras: dict[str, Any] = field(default_factory=dict)
+    # Built by the gateway's lifespan; None in commands that run without the HTTP app.
+    engine: ContextEngine | None = None
+    traces: TraceSink | None = None
     # Set once the embedding model is loaded and the classes' examples embedded.
     warm: asyncio.Event = field(default_factory=asyncio.Event)
 

@@ -1,7 +1,8 @@
 """`/admin/playbooks...`: list, show, add, edit, delete (selective unlearning), export, import.
 
-Every route requires the admin key. Hand edits go through the same guards and merge as the
-Curator's (`PlaybookEditor`), with fresh operation ids; imports replace a playbook whole.
+Every route requires the admin key, checked once as a router dependency. Hand edits go
+through the same guards and merge as the Curator's (`PlaybookEditor`), with fresh operation
+ids; imports replace a playbook whole.
 """
 
 from __future__ import annotations
@@ -9,11 +10,11 @@ from __future__ import annotations
 import uuid
 from typing import Any, Literal
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Depends, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.auth import require_admin
-from gateway.errors import GatewayError, InvalidRequest
+from gateway.errors import InvalidRequest, NotFound
 from gateway.learner.build import build_editor
 from gateway.playbook.bullet import Bullet, Operation
 from gateway.playbook.config import class_playbook, playbook_settings
@@ -23,11 +24,8 @@ from gateway.playbook.render import render_sections
 from gateway.playbook.tokens import count_tokens
 from gateway.services import Services
 
-BULLETS = "/admin/playbooks/{tenant}/{task_class}/bullets"
-
-
-class BulletNotFound(GatewayError):
-    status, code, type = 404, "not_found", "invalid_request_error"
+PLAYBOOK = "/admin/playbooks/{tenant}/{task_class}"
+BULLETS = PLAYBOOK + "/bullets"
 
 
 class NewBullet(BaseModel):
@@ -74,56 +72,50 @@ def _check(report: ApplyReport) -> None:
                              param="content")
 
 
-def build_router(services: Services) -> APIRouter:
-    router = APIRouter()
-    editor: PlaybookEditor = build_editor(services)
-    store = editor.store
+class PlaybookAdmin:
+    """The admin playbook endpoints; the admin key is checked by the router, not here."""
 
-    def admin(request: Request) -> None:
-        require_admin({k.lower(): v for k, v in request.headers.items()}, services.settings)
+    def __init__(self, services: Services) -> None:
+        self._settings = services.settings
+        self._editor: PlaybookEditor = build_editor(services)
+        self._store = self._editor.store
 
-    async def existing(tenant: str, task_class: str, bullet_id: str) -> Bullet:
-        bullet = await store.get(tenant, task_class, bullet_id)
+    async def _existing(self, tenant: str, task_class: str, bullet_id: str) -> Bullet:
+        bullet = await self._store.get(tenant, task_class, bullet_id)
         if bullet is None:
-            raise BulletNotFound(f"No bullet {bullet_id!r} in {tenant}/{task_class}.")
+            raise NotFound(f"No bullet {bullet_id!r} in {tenant}/{task_class}.")
         return bullet
 
-    def cls_for(task_class: str) -> Any:
+    async def _apply(self, tenant: str, task_class: str, ops: list[Operation]) -> ApplyReport:
         # The administrator is the reviewer: hand-added bullets need no approval.
-        return class_playbook(services.settings, task_class).model_copy(update={"review": "auto"})
+        settings = class_playbook(self._settings, task_class).model_copy(
+            update={"review": "auto"})
+        report = await self._editor.apply(tenant, task_class, ops, settings)
+        _check(report)
+        return report
 
-    @router.get("/admin/playbooks")
-    async def list_playbooks(request: Request) -> list[dict[str, Any]]:
-        admin(request)
+    async def list_playbooks(self) -> list[dict[str, Any]]:
         out = []
-        for tenant, task_class in await store.namespaces():
-            bullets = await store.bullets(tenant, task_class)
+        for tenant, task_class in await self._store.namespaces():
+            bullets = await self._store.bullets(tenant, task_class)
             out.append({"tenant": tenant, "task_class": task_class, "bullets": len(bullets),
                         "tokens": count_tokens(render_sections(bullets)) if bullets else 0})
         return out
 
-    @router.get(BULLETS)
-    async def show(tenant: str, task_class: str, request: Request) -> dict[str, Any]:
-        admin(request)
-        return {"bullets": [b.to_dict() for b in await store.bullets(tenant, task_class)]}
+    async def show(self, tenant: str, task_class: str) -> dict[str, Any]:
+        return {"bullets": [b.to_dict() for b in await self._store.bullets(tenant, task_class)]}
 
-    @router.post(BULLETS, status_code=201)
-    async def add(tenant: str, task_class: str, body: NewBullet,
-                  request: Request) -> dict[str, Any]:
-        admin(request)
+    async def add(self, tenant: str, task_class: str, body: NewBullet) -> dict[str, Any]:
         op = Operation("ADD", _op_id(), section=body.section, content=body.content,
                        status=body.status, sources=("admin",))
-        report = await editor.apply(tenant, task_class, [op], cls_for(task_class))
-        _check(report)
+        report = await self._apply(tenant, task_class, [op])
         bullet_id = report.results[0].bullet_id
         kept = dict(report.folded).get(bullet_id, bullet_id)  # folded into a near-duplicate
-        return (await existing(tenant, task_class, kept)).to_dict()
+        return (await self._existing(tenant, task_class, kept)).to_dict()
 
-    @router.patch(BULLETS + "/{bullet_id}")
-    async def edit(tenant: str, task_class: str, bullet_id: str, body: BulletEdit,
-                   request: Request) -> dict[str, Any]:
-        admin(request)
-        current = await existing(tenant, task_class, bullet_id)
+    async def edit(self, tenant: str, task_class: str, bullet_id: str,
+                   body: BulletEdit) -> dict[str, Any]:
+        current = await self._existing(tenant, task_class, bullet_id)
         ops = []
         if body.content is not None:
             ops.append(Operation("UPDATE", _op_id(), id=bullet_id, content=body.content))
@@ -136,37 +128,48 @@ def build_router(services: Services) -> APIRouter:
                 - current.helpful,
                 harmful=(body.harmful if body.harmful is not None else current.harmful)
                 - current.harmful))
-        _check(await editor.apply(tenant, task_class, ops, cls_for(task_class)))
-        return (await existing(tenant, task_class, bullet_id)).to_dict()
+        await self._apply(tenant, task_class, ops)
+        return (await self._existing(tenant, task_class, bullet_id)).to_dict()
 
-    @router.delete(BULLETS + "/{bullet_id}", status_code=204)
-    async def delete(tenant: str, task_class: str, bullet_id: str,
-                     request: Request) -> Response:
-        admin(request)
-        await existing(tenant, task_class, bullet_id)
-        await store.merge(tenant, task_class, [Operation("REMOVE", _op_id(), id=bullet_id)])
+    async def delete(self, tenant: str, task_class: str, bullet_id: str) -> Response:
+        await self._existing(tenant, task_class, bullet_id)
+        await self._store.merge(tenant, task_class,
+                                [Operation("REMOVE", _op_id(), id=bullet_id)])
         return Response(status_code=204)
 
-    @router.get("/admin/playbooks/{tenant}/{task_class}/export")
-    async def export(tenant: str, task_class: str, request: Request) -> dict[str, Any]:
-        admin(request)
-        bullets = await store.bullets(tenant, task_class)
+    async def export(self, tenant: str, task_class: str) -> dict[str, Any]:
+        bullets = await self._store.bullets(tenant, task_class)
         return {"tenant": tenant, "task_class": task_class,
-                "version": await store.version(tenant, task_class),
+                "version": await self._store.version(tenant, task_class),
                 "bullets": [b.to_dict() for b in bullets]}
 
-    @router.post("/admin/playbooks/{tenant}/{task_class}/import")
-    async def import_(tenant: str, task_class: str, body: PlaybookImport,
-                      request: Request) -> dict[str, Any]:
-        admin(request)
+    async def import_(self, tenant: str, task_class: str,
+                      body: PlaybookImport) -> dict[str, Any]:
         bullets = [Bullet.from_dict(b.model_dump()) for b in body.bullets]
-        limit = playbook_settings(services.settings).max_bullet_chars
+        limit = playbook_settings(self._settings).max_bullet_chars
         refused = refused_bullets(bullets, limit)
         if refused:
             listed = ", ".join(f"{bullet_id} ({reason})" for bullet_id, reason in refused[:10])
             raise InvalidRequest(f"Import refused by the pollution guards: {listed}.",
                                  param="bullets")
-        await store.replace(tenant, task_class, bullets)
+        await self._store.replace(tenant, task_class, bullets)
         return {"tenant": tenant, "task_class": task_class, "imported": len(bullets)}
 
+
+def build_router(services: Services) -> APIRouter:
+    """The admin routes, every one behind the admin key."""
+
+    def admin_key(request: Request) -> None:
+        require_admin(request.headers, services.settings)  # Starlette's headers: any case
+
+    admin = PlaybookAdmin(services)
+    router = APIRouter(dependencies=[Depends(admin_key)])
+    router.add_api_route("/admin/playbooks", admin.list_playbooks, methods=["GET"])
+    router.add_api_route(BULLETS, admin.show, methods=["GET"])
+    router.add_api_route(BULLETS, admin.add, methods=["POST"], status_code=201)
+    router.add_api_route(BULLETS + "/{bullet_id}", admin.edit, methods=["PATCH"])
+    router.add_api_route(BULLETS + "/{bullet_id}", admin.delete, methods=["DELETE"],
+                         status_code=204)
+    router.add_api_route(PLAYBOOK + "/export", admin.export, methods=["GET"])
+    router.add_api_route(PLAYBOOK + "/import", admin.import_, methods=["POST"])
     return router

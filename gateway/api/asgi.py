@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any, TypeVar
 
 import orjson
 
-from gateway.errors import GatewayError, InvalidJSON, RequestTooLarge
+from gateway.errors import ClientGone, InvalidJSON, RequestTooLarge
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -17,6 +17,7 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 RawHeaders = list[tuple[bytes, bytes]]
 T = TypeVar("T")
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 # Headers that describe one hop, not the message (RFC 9110 §7.6.1), plus those we recompute.
 HOP_BY_HOP = frozenset({
@@ -24,23 +25,6 @@ HOP_BY_HOP = frozenset({
     "transfer-encoding", "upgrade", "host", "content-length",
 })
 JSON = b"application/json"
-
-
-class TrackedSend:
-    """An ASGI `send` that remembers whether the response has started."""
-
-    def __init__(self, send: Send) -> None:
-        self._send = send
-        self.started = False
-
-    async def __call__(self, message: Message) -> None:
-        if message["type"] == "http.response.start":
-            self.started = True
-        await self._send(message)
-
-
-class ClientGone(Exception):
-    """The client hung up before the response was complete."""
 
 
 def request_headers(scope: Scope) -> dict[str, str]:
@@ -81,20 +65,12 @@ def parse_json_object(body: bytes) -> dict[str, Any]:
     return value
 
 
-def encode_headers(pairs: Iterable[tuple[str, str]]) -> RawHeaders:
-    return [(k.encode("latin-1"), v.encode("latin-1")) for k, v in pairs]
-
-
 async def send_response(
     send: Send, status: int, body: bytes, headers: RawHeaders, content_type: bytes = JSON
 ) -> None:
     raw = [*headers, (b"content-type", content_type), (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": status, "headers": raw})
     await send({"type": "http.response.body", "body": body, "more_body": False})
-
-
-async def send_error(send: Send, error: GatewayError, headers: RawHeaders | None = None) -> None:
-    await send_response(send, error.status, error.body(), headers or [])
 
 
 async def _wait_for_disconnect(receive: Receive) -> None:

@@ -7,11 +7,13 @@ from typing import Literal
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from gateway.auth import authenticate
+from gateway.api.route import call_of
 from gateway.errors import TraceNotFound
-from gateway.learner.traces import TraceSink, record_feedback
+from gateway.learner.traces import record_feedback
 from gateway.playbook.config import learner_settings
 from gateway.services import Services
+
+PATH = "/v1/feedback"
 
 
 class FeedbackBody(BaseModel):
@@ -25,22 +27,23 @@ class FeedbackBody(BaseModel):
 
 
 def build_router(services: Services) -> APIRouter:
+    """The feedback route; the skeleton has authenticated the caller (their tenant)."""
     router = APIRouter()
     maxlen = learner_settings(services.settings).stream_maxlen
 
-    @router.post("/v1/feedback", status_code=202)
+    @router.post(PATH, status_code=202)
     async def post_feedback(body: FeedbackBody, request: Request) -> dict[str, str]:
-        headers = {k.lower(): v for k, v in request.headers.items()}
-        principal = authenticate(headers, services.settings)
+        tenant = call_of(request.scope).caller.tenant
         feedback = body.model_dump(exclude_none=True)
 
         async def record() -> bool:
-            return await record_feedback(services.redis, principal.tenant, body.trace_id,
+            return await record_feedback(services.redis, tenant, body.trace_id,
                                          feedback, stream_maxlen=maxlen)
 
         found = await record()
-        if not found and isinstance(services.traces, TraceSink) and services.traces.pending:
-            await services.traces.flush()  # the trace may still be on its way to Redis
+        traces = services.traces
+        if not found and traces is not None and traces.pending:
+            await traces.flush()  # the trace may still be on its way to Redis
             found = await record()
         if not found:
             raise TraceNotFound(f"No trace {body.trace_id!r} for this API key.",

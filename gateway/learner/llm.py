@@ -20,17 +20,9 @@ from tenacity import (
     wait_exponential,
 )
 
-
-class LearnerError(Exception):
-    """The learner LLM could not produce a usable answer."""
-
-
-class MalformedOutput(LearnerError):
-    """The answer is not JSON in the requested schema."""
-
-
-class LearnerUnavailable(LearnerError):
-    """The learner endpoint failed (network, status): worth another try later."""
+from gateway.errors import LearnerError as LearnerError
+from gateway.errors import LearnerUnavailable as LearnerUnavailable
+from gateway.errors import MalformedOutput as MalformedOutput
 
 
 class LearnerLLM:
