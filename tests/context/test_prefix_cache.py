@@ -9,13 +9,13 @@ from typing import Any
 import orjson
 import pytest
 
-from bench.replay import synthetic_session
 from gateway.context.engine import CallContext, ContextEngine, FittedCall, InjectedBlock
 from gateway.context.replay import load_calls
 from gateway.context.session import MemorySessionStore
 from gateway.errors import ContextBudgetExceeded
 from gateway.observability.droplog import DropLog
 from gateway.observability.metrics import Metrics
+from tests.sessions import synthetic_session
 
 from .conftest import CORPUS
 from .test_engine import _agent_session

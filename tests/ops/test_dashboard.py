@@ -68,6 +68,7 @@ def prometheus(gateway: Gateway, tmp_path_factory: pytest.TempPathFactory) -> It
         stdout=(workdir / "log").open("wb"), stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
+        _wait_ready(url, process)
         client = openai.OpenAI(base_url=gateway.base_url, api_key="sk-dash-000000",
                                max_retries=0)
         deadline = time.monotonic() + 60
@@ -82,11 +83,25 @@ def prometheus(gateway: Gateway, tmp_path_factory: pytest.TempPathFactory) -> It
         stop(process)
 
 
+def _wait_ready(url: str, process: subprocess.Popen[bytes]) -> None:
+    """Prometheus answers /-/ready once it can serve queries; only until then may a
+    connection fail."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        assert process.poll() is None, "prometheus exited"
+        try:
+            if httpx.get(f"{url}/-/ready", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise AssertionError("prometheus did not become ready")
+
+
 def _query(url: str, expr: str) -> list[dict[str, object]]:
-    try:
-        response = httpx.get(f"{url}/api/v1/query", params={"query": expr}, timeout=5)
-    except httpx.HTTPError:
-        return []
+    """The query's result; a refused connection, an HTTP error or a failed query fails."""
+    response = httpx.get(f"{url}/api/v1/query", params={"query": expr}, timeout=5)
+    assert response.status_code == 200, (expr, response.status_code, response.text)
     body = response.json()
     assert body["status"] == "success", (expr, body)
     return list(body["data"]["result"])
