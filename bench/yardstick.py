@@ -3,7 +3,8 @@ survived. Pure functions over OpenAI chat messages; independent of the engine on
 judges the engine), so it does not import from `gateway/`.
 
 - A *call* is each prefix of a session that ends right before an assistant message
-  (`call_ends`); *late* calls are the last third of a session's calls (`late_calls`).
+  (`call_ends`); *late* calls are the last third of a session's calls, rounded up
+  (`late_calls`).
 - *Size* of a message: the characters of its text content plus those of the JSON of its
   `tool_calls` (`message_chars`); *reduction* of a call = 1 − forwarded / sent.
 - *Needed values* of a call (`needed_values`): from the assistant message that followed it,
@@ -67,8 +68,10 @@ def call_ends(messages: Sequence[Message]) -> list[int]:
 
 
 def late_calls(n_calls: int) -> list[bool]:
-    """Per call of a session with n_calls calls: whether it is in the last third."""
-    first_late = n_calls - n_calls // 3
+    """Per call of a session with n_calls calls: whether it is in the last third, rounded
+    up (calls k ≥ ⌊2n/3⌋; 10 calls: the last 4). Rounding down instead (the last 3 of 10)
+    reproduces none of the issue's figures; rounding up reproduces them all."""
+    first_late = (2 * n_calls) // 3
     return [k >= first_late for k in range(n_calls)]
 
 
