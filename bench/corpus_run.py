@@ -126,6 +126,8 @@ def sample_calls(sessions: Sequence[Session], per_split: int) -> list[tuple[Sess
     all calls ordered by relative position in their session (ties by a hash), then evenly
     spaced picks."""
     out: list[tuple[Session, int]] = []
+    if per_split <= 0:
+        return out
     for split in ("tune", "holdout"):
         calls = []
         for s in sessions:
