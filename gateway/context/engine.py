@@ -34,6 +34,7 @@ from gateway.context.tokens import TokenCounter
 from gateway.errors import ContextBudgetExceeded, InvalidRequest
 from gateway.observability.droplog import DropEvent, DropLog
 from gateway.observability.metrics import Metrics
+from gateway.playbook.config import class_playbook
 from gateway.settings import Settings
 
 if TYPE_CHECKING:
@@ -129,6 +130,8 @@ class ContextEngine:
         self.drop_log = drop_log
         self.embedder = embedder
         self.playbook = playbook
+        # The learner's view of each class's playbook settings (defaults merged in).
+        self._playbooks = {name: class_playbook(settings, name) for name in self.classes}
         self.classifier = Classifier(self.classes, embedder)
         if sessions is None:
             if redis is None:
@@ -169,7 +172,8 @@ class ContextEngine:
         self, cls: TaskClass, call: CallContext, session_id: str, body: dict[str, Any],
         state: SessionState,
     ) -> InjectedBlock | None:
-        if self.playbook is None or not cls.playbook.get("enabled", False):
+        settings = self._playbooks[cls.name]
+        if self.playbook is None or not settings.enabled:
             return None
         if state.playbook_pin is not None:  # an open session: its block came with its state
             return self.playbook.pinned_block(state.playbook_pin)
@@ -178,7 +182,7 @@ class ContextEngine:
             cls.name,
             session_id,
             request_text(body["messages"]),
-            int(cls.playbook.get("cap_tokens", 800)),
+            settings.cap_tokens,
         )
 
     async def fit(self, body: dict[str, Any], call: CallContext) -> FittedCall:
