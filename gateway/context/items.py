@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 from bisect import bisect_left, bisect_right
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -219,7 +219,7 @@ def parse_request(
     body: Mapping[str, Any],
     counter: TokenCounter,
     encoding: str,
-    memo: dict[Any, list[Part]] | None = None,
+    memo: MutableMapping[tuple[Any, ...], list[Part]] | None = None,
 ) -> ParsedRequest:
     """Items of a request. `memo` (kept by the caller across calls) makes a message already
     seen cost a dictionary lookup: a call then costs what its new messages cost."""
@@ -238,7 +238,7 @@ def message_items(
     layout: Layout,
     counter: TokenCounter,
     encoding: str,
-    memo: dict[Any, list[Part]] | None = None,
+    memo: MutableMapping[tuple[Any, ...], list[Part]] | None = None,
 ) -> list[Item]:
     """Items of messages[start:], given the layout of all of `messages` and their units."""
     first_answer = len(messages) if layout.first_answer is None else layout.first_answer
@@ -259,8 +259,6 @@ def message_items(
             parts = _message_parts(i, msg, counter, encoding)
             if memo is not None and key is not None:
                 memo[key] = parts
-                if len(memo) > 100_000:
-                    memo.pop(next(iter(memo)))
         pinned_msg = layout.pinned_message(i, kind)
         for item_id, knowledge, segment, text, tokens, fixed, rewritable in parts:
             items.append(

@@ -41,9 +41,7 @@ def _items(msgs: list[dict[str, Any]]) -> list[Item]:
 
 
 def _cls(stages: dict[str, Any]) -> TaskClass:
-    return task_class(
-        "t", {"stages": stages, "compaction": {"verbatim_turns_high": 3}}, frozenset(STAGES)
-    )
+    return task_class("t", {"stages": stages, "compaction": {"verbatim_turns_high": 3}})
 
 
 def _turns(n: int, text: str) -> list[dict[str, Any]]:
