@@ -253,7 +253,7 @@ class ContextEngine:
         if prefix is not None and prefix.extend(
             messages, model.encoding, self.counter, self.caches.parts
         ):
-            base, _ = base_tokens(body, self.counter, model.encoding)
+            base = base_tokens(body, self.counter, model.encoding)
             tokens_before = base + prefix.item_tokens
         else:
             prefix = None

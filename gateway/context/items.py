@@ -55,7 +55,6 @@ class Item:
 class ParsedRequest:
     items: list[Item]
     base_tokens: int  # reply priming + tool definitions: always sent
-    tool_tokens: int
     encoding: str
     layout: Layout | None = None  # how the items were laid out: extended by the next call
 
@@ -208,11 +207,11 @@ def _parts_key(i: int, msg: Mapping[str, Any], encoding: str) -> tuple[Any, ...]
     )
 
 
-def base_tokens(body: Mapping[str, Any], counter: TokenCounter, encoding: str) -> tuple[int, int]:
-    """Reply priming + tool definitions (always sent), and the tool definitions alone."""
+def base_tokens(body: Mapping[str, Any], counter: TokenCounter, encoding: str) -> int:
+    """Reply priming + tool definitions: always sent."""
     tools = body.get("tools")
     tool_tokens = counter.count(orjson.dumps(tools).decode(), encoding) if tools else 0
-    return REPLY_PRIMING + tool_tokens, tool_tokens
+    return REPLY_PRIMING + tool_tokens
 
 
 def parse_request(
@@ -227,8 +226,7 @@ def parse_request(
     layout = Layout()
     units = layout.extend(messages)
     items = message_items(messages, 0, units, layout, counter, encoding, memo)
-    base, tool_tokens = base_tokens(body, counter, encoding)
-    return ParsedRequest(items, base, tool_tokens, encoding, layout)
+    return ParsedRequest(items, base_tokens(body, counter, encoding), encoding, layout)
 
 
 def message_items(

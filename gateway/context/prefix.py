@@ -289,6 +289,3 @@ class PrefixCache:
     def put(self, tenant: str, session_id: str, prefix: Prefix) -> None:
         if self._entries is not None:
             self._entries[(tenant, session_id)] = prefix
-
-    def __len__(self) -> int:
-        return len(self._entries) if self._entries is not None else 0

@@ -12,7 +12,7 @@ from gateway.context.tokens import TokenCounter
 from gateway.embeddings import Embedder
 
 COUNTER = TokenCounter()
-BUDGET = Budget(100_000, 1000, BudgetSplit(), "forecast")
+BUDGET = Budget(100_000, BudgetSplit())
 
 
 def _ctx(
