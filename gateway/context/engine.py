@@ -27,6 +27,7 @@ from gateway.context.classify import (
     request_text,
     system_text,
 )
+from gateway.context.focus import task_focus
 from gateway.context.forecast import Budget, ForecastStore, forecast_budget
 from gateway.context.injection import InjectedBlock, PlaybookSource, inject_block
 from gateway.context.items import Item, ParsedRequest, base_tokens, content_text, parse_request
@@ -413,6 +414,7 @@ class ContextEngine:
             decisions=remembered,
             caches=self.caches,
             known=known,
+            focus=task_focus(messages),
             target=int(cls.compaction.low_water * budget.input) if over else None,
         )
         stepped = over or turns_step or cls.select_every_call
