@@ -24,7 +24,7 @@ from gateway.context.injection import InjectedBlock, PlaybookSource, inject_bloc
 from gateway.context.items import Item, ParsedRequest, base_tokens, content_text, parse_request
 from gateway.context.models import ModelTable
 from gateway.context.prefix import Prefix, PrefixCache, Reuse
-from gateway.context.render import Rendered, materialize, render_messages
+from gateway.context.render import Plan, Rendered, materialize, render_messages
 from gateway.context.session import Decision, RedisSessionStore, SessionState, SessionStore
 from gateway.context.stages import STAGES, StageContext
 from gateway.context.steps import stale_tokens, step_horizon
@@ -70,6 +70,11 @@ class FittedCall:
     trace_id: str = ""
     prefix_stable: bool | None = None
     stage_seconds: dict[str, float] = field(default_factory=dict)
+    # For wire adapters: per message sent, its index and new text or None (None: as sent),
+    # before the playbook block; and the block itself, which the adapter places.
+    plan: Plan | None = None
+    block: InjectedBlock | None = None
+    budget_source: str = "config"
 
 
 def derive_session_id(tenant: str, messages: list[Mapping[str, Any]]) -> str:
@@ -181,7 +186,11 @@ class ContextEngine:
             int(cls.playbook.get("cap_tokens", 800)),
         )
 
-    async def fit(self, body: dict[str, Any], call: CallContext) -> FittedCall:
+    async def fit(
+        self, body: dict[str, Any], call: CallContext, *, compact: bool = True
+    ) -> FittedCall:
+        """`compact=False`: classify, trace and give the playbook, but send every message
+        as is (a request that only carries new items of a conversation held upstream)."""
         timer = time.perf_counter()
         seconds: dict[str, float] = {}
         budget_header = _budget_header(call.headers)
@@ -206,17 +215,23 @@ class ContextEngine:
         seconds["parse"] = time.perf_counter() - timer
         fixed = base + (block.tokens if block else 0)
         reuse: Reuse | None = None
-        if prefix is not None:
+        plan: Plan | None = None
+        if prefix is not None and compact:
             reuse = prefix.reuse(
                 messages, state, cls, budget.input, fixed, self.counter, self._caches
             )
-        if reuse is not None:
+        if not compact:
+            prefix = None
+            tokens_after, events, digests = tokens_before + fixed - base, [], []
+            rendered_changed, rendered_messages = False, messages
+        elif reuse is not None:
             if cls.compaction.ages:  # as _fit_items does on a call without a step
                 state.calls += 1
                 state.dirty.add("horizon")
             tokens_after, events, digests = reuse.tokens_after, reuse.events, reuse.digests
             rendered_changed = reuse.changed
             rendered_messages = materialize(messages, reuse.plan) if reuse.changed else messages
+            plan = reuse.plan if reuse.changed else None
         else:
             prefix = None
             if parsed is None:
@@ -237,9 +252,10 @@ class ContextEngine:
             events = drop_events(parsed.items, final, ctx.decisions)
             digests, rendered_changed = rendered.digests, rendered.changed
             rendered_messages = rendered.messages
+            plan = rendered.plan if rendered.changed else None
             prefix = self._prefix(messages, parsed, final, rendered, events, ctx, stepped, cls)
         out_messages = inject_block(rendered_messages, block) if block else rendered_messages
-        stable = self._track_prefix(state, digests, cls)
+        stable = self._track_prefix(state, digests, cls) if compact else None
         await self.sessions.save(call.tenant, session_id, state)
         self.drop_log.write(
             events,
@@ -270,6 +286,9 @@ class ContextEngine:
             trace_id=call.trace_id,
             prefix_stable=stable,
             stage_seconds=seconds,
+            plan=plan,
+            block=block,
+            budget_source=budget.source,
         )
 
     async def _fit_items(
