@@ -1,20 +1,22 @@
 """Replay benchmark for the context engine (see bench/README.md, "Context engine replay").
 
-Replays every SWE-agent trajectory of the corpus call by call as a live session with the
-shipped configuration, plus long synthetic sessions, and compares in the same run with no
-management and with observation masking (observations older than the last K replaced by a
-one-line placeholder). Per call: tokens saved, and recall — the share of the values the
-agent's next action used (identifiers, paths, numbers in its command / tool-call arguments)
-that appear in an earlier message and are still present in what was forwarded.
+Replays every session of every corpus in `../shared/corpora/` (SWE-agent, web browsing,
+tool-using assistant, SQL/bash) and synthetic long sessions call by call as live sessions
+through the engine (shipped config, no playbook), and measures in the same run no gateway
+and masking keep-K with the yardstick of issue 7 (`bench/yardstick.py`): late-call
+reduction, recall of the values the next action used, cost with prompt-cache pricing; then
+sampled calls under budgets of 80% and 60% of their size against a plain fit; every figure
+for the tune half, the holdout half and both. The earlier figures (token sums, values of the
+next command, SWE-agent and 3 synthetic sessions) follow, unchanged.
 
-    .venv/bin/python bench/replay.py [--corpus DIR] [--synthetic N] [--json OUT]
+    .venv/bin/python bench/replay.py [--corpus NAME ...] [--max-sessions N]
+        [--split all|tune|holdout] [--budget-calls N] [--no-legacy] [--json OUT]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import random
 import re
 import statistics
 import sys
@@ -26,12 +28,16 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench import corpora
+from bench.corpora import CORPORA, CORPUS_NAMES, Session
+from bench.corpus_run import budget_calls, replay_corpus
+from bench.figures import corpus_figures, print_tables
+from bench.yardstick import call_ends
 from gateway.context.engine import CallContext
 from gateway.context.items import content_text, parse_request
-from gateway.context.replay import build_engine, openai_message
+from gateway.context.replay import build_engine
 from gateway.settings import Settings
 
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpora" / "swe-agent"
 _VALUE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-/]*[A-Za-z0-9_]")
 MASK_KEEPS = (10, 3, 2, 1)
 
@@ -78,122 +84,6 @@ def mask(messages: list[dict[str, Any]], keep: int) -> list[dict[str, Any]]:
             msg = {**msg, "content": f"Old environment output: ({lines} lines omitted)"}
         out.append(msg)
     return out
-
-
-def sessions_from_corpus(
-    corpus: Path,
-) -> list[tuple[str, list[dict[str, Any]], list[dict[str, Any]]]]:
-    out = []
-    for path in sorted(corpus.glob("*.traj")):
-        raw = orjson.loads(path.read_bytes())["history"]
-        out.append((path.stem[:60], [openai_message(m) for m in raw], raw))
-    return out
-
-
-def synthetic_session(
-    seed: int, turns: int = 100
-) -> tuple[str, list[dict[str, Any]], list[dict[str, Any]]]:
-    """A long tool-using coding session: file views, test logs, greps, JSON; ~1.2k tokens a turn."""
-    rng = random.Random(seed)
-    files = [f"src/pkg_{seed}/module_{k}.py" for k in range(12)]
-    messages: list[dict[str, Any]] = [
-        {
-            "role": "system",
-            "content": "You are an autonomous programmer working in a repository "
-            "through tools. Use the tools to read, edit and test code. " * 8,
-        },
-        {
-            "role": "user",
-            "content": f"Fix issue #{4000 + seed}: `compute_total` in {files[0]} "
-            f"returns wrong totals when `discount_rate` is negative. Reproduce, fix, test.",
-        },
-    ]
-    raw: list[dict[str, Any]] = list(messages)
-    seen_funcs: list[str] = []
-    lead: tuple[str, int] | None = None  # (file, line) the latest grep hit or error points at
-    for t in range(turns):
-        kind = t % 4
-        f = rng.choice(files)
-        if kind == 0:
-            # Follow the lead of the last grep or failing test, as an agent does.
-            f, target = lead if lead else (f, rng.randint(1, 400))
-            start = max(target - 20, 1)
-            name, args = "open_file", {"path": f, "line": target}
-            lines = []
-            for n in range(start, start + 60):
-                if n % 9 == 0:
-                    fn = f"helper_{seed}_{t}_{n}"
-                    seen_funcs.append(fn)
-                    lines.append(f"{n}:def {fn}(value, rate={rng.random():.3f}):")
-                else:
-                    lines.append(
-                        f"{n}:    result_{n % 7} = value * {rng.randint(2, 999)} + "
-                        f"offset_{rng.randint(0, 50)}  # adjust {rng.choice('abc')}"
-                    )
-            out = f"[File: /repo/{f} ({start + 200} lines total)]\n" + "\n".join(lines)
-        elif kind == 1:
-            # A function seen a few views ago: the value comes from older context.
-            target_fn = seen_funcs[-rng.randint(1, min(len(seen_funcs), 12))] if seen_funcs else "x"
-            name, args = "bash", {"command": f"grep -n {target_fn} -r src/"}
-            hits = [(rng.choice(files), rng.randint(1, 600)) for _ in range(8)]
-            lead = hits[0]
-            out = "\n".join(
-                [f"{hf}:{hl}:    {target_fn}(x, rate)" for hf, hl in hits]
-                + [
-                    f"src/noise_{k}.py:{rng.randint(1, 900)}: unrelated_call_{k}()"
-                    for k in range(30)
-                ]
-            )
-        elif kind == 2:
-            name, args = "bash", {"command": f"python -m pytest tests/test_{t}.py -x -q"}
-            log = [
-                f"2024-05-0{1 + t % 9} 10:{t % 60:02d}:{k % 60:02d} INFO collected case_{k}"
-                for k in range(50)
-            ]
-            err_at = rng.randint(10, 40)
-            err_line = rng.randint(1, 500)
-            log[err_at] = (
-                f"2024-05-01 10:00:{err_at:02d} ERROR test_case_{t}_{err_at} failed: "
-                f"AssertionError: expected {rng.randint(100, 999)} got "
-                f"{rng.randint(100, 999)} at {f}:{err_line}"
-            )
-            if rng.random() < 0.5:
-                lead = (f, err_line)
-            out = "\n".join(log) + f"\n=== 1 failed, {rng.randint(20, 90)} passed in 1.2s ==="
-        else:
-            name, args = "bash", {"command": f"cat build/report_{t}.json"}
-            out = orjson.dumps(
-                {
-                    "run": t,
-                    "status": "ok",
-                    "items": [
-                        {
-                            "id": f"item-{t}-{k}",
-                            "score": rng.randint(0, 1000),
-                            "path": rng.choice(files),
-                        }
-                        for k in range(25)
-                    ],
-                }
-            ).decode()
-        call_id = f"call_{seed}_{t}"
-        assistant = {
-            "role": "assistant",
-            "content": f"Step {t}: next I will run {name} on {f}.",
-            "tool_calls": [
-                {
-                    "id": call_id,
-                    "type": "function",
-                    "function": {"name": name, "arguments": orjson.dumps(args).decode()},
-                }
-            ],
-        }
-        tool = {"role": "tool", "tool_call_id": call_id, "content": out}
-        messages += [assistant, tool]
-        raw += [assistant, tool]
-    messages.append({"role": "assistant", "content": "Done."})
-    raw.append(messages[-1])
-    return f"synthetic-{seed}", messages, raw
 
 
 CACHE_RATES = (0.1, 0.5)  # price of a cached input token relative to a fresh one
@@ -364,28 +254,102 @@ def print_report(title: str, result: dict[str, Any]) -> None:
     print(f"pipeline time per call: median {result['median_ms']} ms, p90 {result['p90_ms']} ms")
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--corpus", type=Path, default=CORPUS)
-    parser.add_argument("--synthetic", type=int, default=3, help="long synthetic sessions")
-    parser.add_argument("--json", type=Path)
-    args = parser.parse_args()
-    settings = Settings()
-    report: dict[str, Any] = {}
-    if args.corpus.exists():
-        report["corpus"] = asyncio.run(run(sessions_from_corpus(args.corpus), settings))
+def legacy_sessions(
+    sessions: list[Session],
+) -> list[tuple[str, list[dict[str, Any]], list[dict[str, Any]]]]:
+    return [(s.id.split("/", 1)[-1][:60], s.messages, s.raw) for s in sessions]
+
+
+def run_legacy(
+    swe: list[Session], long: list[Session], settings: Settings, report: dict[str, Any]
+) -> None:
+    """The figures of the first replay benchmark (token sums, values from commands only),
+    kept so the README's older numbers stay reproducible."""
+    print("\n# Earlier figures (token sums; values of the next command)")
+    if swe:
+        report["corpus"] = asyncio.run(run(legacy_sessions(swe), settings))
         print_report("SWE-agent corpus", report["corpus"])
-    else:
-        print(f"corpus {args.corpus} not found: skipped")
-    if args.synthetic:
-        long = [synthetic_session(seed) for seed in range(args.synthetic)]
-        report["synthetic"] = asyncio.run(run(long, settings))
+    if long:
+        report["synthetic"] = asyncio.run(run(legacy_sessions(long), settings))
         print_report("Long synthetic sessions (100 calls each)", report["synthetic"])
         for s in report["synthetic"]["sessions"]:
             print(
                 f"  {s['session']}: median ms first third {s['ms_first_third']}, "
                 f"last third {s['ms_last_third']}"
             )
+
+
+async def run_corpora(
+    sessions: dict[str, list[Session]], settings: Settings, budget_calls_per_corpus: int
+) -> dict[str, dict[str, Any]]:
+    """Per corpus: the per-call records of the live replay and of budget mode."""
+    engine = build_engine(settings)  # no playbook source: only the engine is measured
+    assert engine.embedder is not None
+    await engine.embedder.embed(["warm up"])
+    out: dict[str, dict[str, Any]] = {}
+    try:
+        for name, group in sessions.items():
+            start = time.perf_counter()
+            records = await replay_corpus(engine, group, corpus=name)
+            mid = time.perf_counter()
+            # Budget mode re-embeds every item of a call (rerank under pressure): on the
+            # synthetic sessions, 10 sampled calls of the 100-call sessions are enough.
+            sampled, per_split = group, budget_calls_per_corpus // 2
+            if name == "synthetic":
+                sampled = [s for s in group if len(call_ends(s.messages)) < 300]
+                per_split = min(per_split, 5)
+            budget = await budget_calls(engine, sampled, corpus=name, per_split=per_split)
+            print(
+                f"{name}: {len(group)} sessions, {len(records)} calls replayed in "
+                f"{mid - start:.1f} s, {len(budget)} budget calls in "
+                f"{time.perf_counter() - mid:.1f} s",
+                file=sys.stderr,
+            )
+            out[name] = {"calls": records, "budget": budget}
+    finally:
+        engine.embedder.close()
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--corpora", type=Path, default=CORPORA, help="root of the corpora")
+    parser.add_argument(
+        "--corpus", action="append", choices=CORPUS_NAMES, help="only this corpus (repeatable)"
+    )
+    parser.add_argument("--max-sessions", type=int, help="first N sessions of each corpus")
+    parser.add_argument("--split", choices=("all", "tune", "holdout"), default="all")
+    parser.add_argument("--synthetic", type=int, default=3, help="synthetic 100-call sessions")
+    parser.add_argument("--long", type=int, default=1, help="synthetic 300-call sessions")
+    parser.add_argument("--budget-calls", type=int, default=40, help="sampled per corpus")
+    parser.add_argument("--no-legacy", action="store_true", help="skip the earlier figures")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    settings = Settings()
+    sessions: dict[str, list[Session]] = {}
+    for name in args.corpus or CORPUS_NAMES:
+        if name == "synthetic":
+            group = [corpora.synthetic_session(seed) for seed in range(args.synthetic)]
+            group += [corpora.synthetic_session(seed, 300) for seed in range(args.long)]
+        elif (args.corpora / name).exists():
+            group = corpora.load(name, args.corpora)
+        else:
+            print(f"corpus {args.corpora / name} not found: skipped", file=sys.stderr)
+            continue
+        sessions[name] = group[: args.max_sessions] if args.max_sessions else group
+    records = asyncio.run(run_corpora(sessions, settings, args.budget_calls))
+    splits = ("all", "tune", "holdout") if args.split == "all" else (args.split,)
+    figures = {
+        name: {split: corpus_figures(r["calls"], r["budget"], split) for split in splits}
+        for name, r in records.items()
+    }
+    print("# Every corpus, the issue-7 yardstick (engine with the shipped config, no playbook)")
+    print_tables(figures, splits)
+    report: dict[str, Any] = {"yardstick": figures}
+    if not args.no_legacy:
+        short = [s for s in sessions.get("synthetic", []) if s.id.endswith(tuple("0123456789"))]
+        short = [s for s in short if len(call_ends(s.messages)) == 101]
+        run_legacy(sessions.get("swe-agent", []), short, settings, report)
     if args.json:
         args.json.write_text(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode())
     return 0

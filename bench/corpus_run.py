@@ -1,0 +1,227 @@
+"""One corpus through the engine and the baselines, measured with the issue-7 yardstick.
+
+`replay_corpus` replays each session call by call as a live session (the engine keeps its
+per-session state between calls) and measures, on the same calls, no gateway and masking
+keep-K. `budget_calls` sends sampled calls as the first call of a new session under a budget
+of 80% and 60% of their own size, against the plain fit. Both return per-call records;
+`bench/figures.py` turns them into the reported figures.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from bench.baselines import mask_keep, plain_fit
+from bench.corpora import Session
+from bench.yardstick import (
+    cached_chars,
+    call_ends,
+    haystack,
+    late_calls,
+    needed_values,
+    recall,
+    reduction,
+    serialized,
+)
+from gateway.context.engine import CallContext, ContextEngine
+from gateway.context.items import parse_request
+from gateway.errors import ContextBudgetExceeded
+
+MASK_KEEPS = (1, 2, 3, 5, 10)
+BUDGET_FRACTIONS = (0.8, 0.6)
+TENANT = "bench"
+
+
+def request(session: Session, end: int) -> dict[str, Any]:
+    body: dict[str, Any] = {"messages": session.messages[:end]}
+    if session.tools:
+        body["tools"] = session.tools
+    return body
+
+
+def _method_figures(
+    prefix: Sequence[Mapping[str, Any]],
+    forwarded: Sequence[Mapping[str, Any]],
+    needed: set[str],
+    previous: list[str] | None,
+) -> tuple[dict[str, Any], list[str]]:
+    ser = serialized(forwarded)
+    figures = {
+        "reduction": reduction(prefix, forwarded),
+        "recall": recall(needed, forwarded),
+        "size": sum(len(s) for s in ser),
+        "cached": cached_chars(previous, ser),
+    }
+    return figures, ser
+
+
+async def replay_session(
+    engine: ContextEngine, session: Session, *, corpus: str
+) -> list[dict[str, Any]]:
+    """Per call: the session's position, the needed values and each method's figures."""
+    ends = call_ends(session.messages)
+    late = late_calls(len(ends))
+    headers = {"x-ctxgate-session-id": f"{corpus}:{session.id}"}
+    previous: dict[str, list[str] | None] = {}
+    last_forwarded: list[Mapping[str, Any]] | None = None
+    records = []
+    for k, end in enumerate(ends):
+        body = request(session, end)
+        prefix = body["messages"]
+        needed = needed_values(session.messages[end], prefix)
+        start = time.perf_counter()
+        fitted = await engine.fit(
+            body, CallContext(tenant=TENANT, trace_id=f"{corpus}-{k}", headers=headers)
+        )
+        seconds = time.perf_counter() - start
+        forwarded = fitted.body["messages"]
+        methods: dict[str, Any] = {}
+        candidates = {"none": prefix, "ctxgate": forwarded}
+        candidates.update({f"keep-{n}": mask_keep(prefix, n) for n in MASK_KEEPS})
+        for name, sent in candidates.items():
+            methods[name], previous[name] = _method_figures(
+                prefix, sent, needed, previous.get(name)
+            )
+        dropped = sum(d.tokens_before - d.tokens_after for d in fitted.drops)
+        records.append(
+            {
+                "session": session.id,
+                "split": session.split,
+                "call": k,
+                "calls": len(ends),
+                "late": late[k],
+                "needed": len(needed),
+                "methods": methods,
+                "engine": {
+                    "class": fitted.task_class,
+                    "ms": 1000 * seconds,
+                    "tokens_before": fitted.tokens_before,
+                    "tokens_after": fitted.tokens_after,
+                    "droplog_ok": dropped == fitted.tokens_before - fitted.tokens_after,
+                    "extends_previous": None
+                    if last_forwarded is None
+                    else list(forwarded[: len(last_forwarded)]) == last_forwarded,
+                    "engine_prefix_stable": fitted.prefix_stable,
+                },
+            }
+        )
+        last_forwarded = list(forwarded)
+    return records
+
+
+async def replay_corpus(
+    engine: ContextEngine, sessions: Sequence[Session], *, corpus: str
+) -> list[dict[str, Any]]:
+    records = []
+    for session in sessions:
+        records += await replay_session(engine, session, corpus=corpus)
+    return records
+
+
+def sample_calls(sessions: Sequence[Session], per_split: int) -> list[tuple[Session, int]]:
+    """Up to `per_split` calls of each half, deterministic and spread over session positions:
+    all calls ordered by relative position in their session (ties by a hash), then evenly
+    spaced picks."""
+    out: list[tuple[Session, int]] = []
+    if per_split <= 0:
+        return out
+    for split in ("tune", "holdout"):
+        calls = []
+        for s in sessions:
+            if s.split != split:
+                continue
+            ends = call_ends(s.messages)
+            for k, end in enumerate(ends):
+                tie = hashlib.blake2b(f"{s.id}:{k}".encode(), digest_size=4).hexdigest()
+                calls.append(((k + 1) / len(ends), tie, s, end))
+        calls.sort(key=lambda c: (c[0], c[1]))
+        if len(calls) > per_split:
+            step = len(calls) / per_split
+            calls = [calls[int(step * j + step / 2)] for j in range(per_split)]
+        out += [(c[2], c[3]) for c in calls]
+    return out
+
+
+def _message_tokens(
+    engine: ContextEngine, body: Mapping[str, Any], encoding: str, memo: dict[Any, Any]
+) -> tuple[int, list[int], int]:
+    """The engine's count of a call: base tokens, tokens per message, pinned tokens."""
+    parsed = parse_request(body, engine.counter, encoding, memo)
+    sizes = [0] * len(body["messages"])
+    pinned = parsed.base_tokens
+    for item in parsed.items:
+        sizes[item.message_index] += item.tokens
+        pinned += item.tokens if item.pinned else 0
+    return parsed.base_tokens, sizes, pinned
+
+
+async def budget_call(
+    engine: ContextEngine, session: Session, end: int, *, corpus: str, memo: dict[Any, Any]
+) -> dict[str, Any]:
+    """One call under budgets of each fraction of its size, as a new session's first call."""
+    body = request(session, end)
+    prefix = body["messages"]
+    needed = needed_values(session.messages[end], prefix)
+    encoding = engine.models.lookup(body.get("model")).encoding
+    base, sizes, pinned = _message_tokens(engine, body, encoding, memo)
+    tokens = base + sum(sizes)
+    masked = {**body, "messages": mask_keep(prefix, 0)}
+    _, placeholder_sizes, _ = _message_tokens(engine, masked, encoding, memo)
+    record: dict[str, Any] = {
+        "session": session.id,
+        "split": session.split,
+        "tokens": tokens,
+        "pinned": pinned,
+        "needed": len(needed),
+    }
+    for fraction in BUDGET_FRACTIONS:
+        budget = int(fraction * tokens)
+        headers = {
+            "x-ctxgate-session-id": f"budget:{corpus}:{session.id}:{end}:{fraction}",
+            "x-ctxgate-budget-tokens": str(max(budget, 1)),
+        }
+        engine_out: dict[str, Any]
+        try:
+            fitted = await engine.fit(
+                body, CallContext(tenant=TENANT, trace_id=f"budget-{end}", headers=headers)
+            )
+            engine_out = {
+                "size": fitted.tokens_after / tokens,
+                "recall": recall(needed, fitted.body["messages"]),
+                "refused": False,
+            }
+        except ContextBudgetExceeded:
+            engine_out = {"size": None, "recall": None, "refused": True}
+        fit = plain_fit(prefix, budget, base, sizes, placeholder_sizes)
+        if fit is None:
+            plain = {"size": None, "recall": None, "refused": True}
+        else:
+            fit_base, fit_sizes, _ = _message_tokens(
+                engine, {**body, "messages": fit}, encoding, memo
+            )
+            plain = {
+                "size": (fit_base + sum(fit_sizes)) / tokens,
+                "recall": recall(needed, haystack(fit)),
+                "refused": False,
+            }
+        record[str(fraction)] = {
+            "budget": budget,
+            "slack": pinned < budget,
+            "slack10": pinned <= budget - 0.1 * tokens,
+            "engine": engine_out,
+            "plain": plain,
+        }
+    return record
+
+
+async def budget_calls(
+    engine: ContextEngine, sessions: Sequence[Session], *, corpus: str, per_split: int
+) -> list[dict[str, Any]]:
+    memo: dict[Any, Any] = {}
+    return [
+        await budget_call(engine, s, end, corpus=corpus, memo=memo)
+        for s, end in sample_calls(sessions, per_split)
+    ]

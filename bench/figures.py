@@ -1,0 +1,169 @@
+"""Figures of the multi-corpus replay, from the per-call records of `bench/corpus_run.py`.
+
+- late reduction: mean over late calls of the per-call reduction (yardstick characters);
+- recall all / late: mean over (late) calls that have needed values;
+- cost saved at a cache rate: 1 − Σ billed(method) / Σ billed(no gateway) over all calls, a
+  call billing its serialized characters with those that repeat the previous call's forwarded
+  serialization from the start at the rate (no gateway enjoys the same rule for its own);
+- budget mode: forwarded tokens / the call's tokens (the engine's count), *in band* = within
+  [budget − 10 points, budget]; recall over calls with needed values, a refusal counting 0.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from bench.corpus_run import BUDGET_FRACTIONS
+from bench.yardstick import billed
+
+CACHE_RATES = (0.1, 0.5)
+LONG_SESSION_CALLS = 300
+
+
+def _mean(values: Iterable[float | None]) -> float | None:
+    kept = [v for v in values if v is not None]
+    return 100 * sum(kept) / len(kept) if kept else None
+
+
+def _pick(records: Sequence[dict[str, Any]], split: str) -> list[dict[str, Any]]:
+    return [r for r in records if split == "all" or r["split"] == split]
+
+
+def method_rows(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    if not records:
+        return []
+    names = list(records[0]["methods"])
+    rows = []
+    for name in names:
+        figs = [r["methods"][name] for r in records]
+        late = [f for r, f in zip(records, figs, strict=True) if r["late"]]
+        row: dict[str, Any] = {
+            "method": name,
+            "late_reduction": _mean(f["reduction"] for f in late),
+            "all_reduction": _mean(f["reduction"] for f in figs),
+            "recall_all": _mean(f["recall"] for f in figs),
+            "recall_late": _mean(f["recall"] for f in late),
+        }
+        for rate in CACHE_RATES:
+            cost = sum(billed(f["size"], f["cached"], rate) for f in figs)
+            base = sum(
+                billed(r["methods"]["none"]["size"], r["methods"]["none"]["cached"], rate)
+                for r in records
+            )
+            row[f"cost_saved_{rate}"] = 100 * (1 - cost / base) if base else None
+        rows.append(row)
+    return rows
+
+
+def engine_row(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    eng = [r["engine"] for r in records]
+    extends = [e["extends_previous"] for e in eng if e["extends_previous"] is not None]
+    flagged = [e["engine_prefix_stable"] for e in eng if e["engine_prefix_stable"] is not None]
+    by_session: dict[str, list[float]] = {}
+    for r in records:
+        by_session.setdefault(r["session"], []).append(r["engine"]["ms"])
+    ratios = {
+        s: statistics.mean(ms[-20:]) / statistics.mean(ms[:20])
+        for s, ms in by_session.items()
+        if len(ms) >= LONG_SESSION_CALLS
+    }
+    return {
+        "calls": len(records),
+        "sessions": len(by_session),
+        "classes": dict(Counter(e["class"] for e in eng).most_common()),
+        "prefix_stable": _mean(extends),
+        "engine_prefix_stable": _mean(flagged),
+        "droplog_violations": sum(not e["droplog_ok"] for e in eng),
+        "median_ms": statistics.median(e["ms"] for e in eng) if eng else None,
+        "long_session_time_ratio": ratios,
+    }
+
+
+def budget_rows(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    rows = []
+    for fraction in BUDGET_FRACTIONS:
+        calls = [r[str(fraction)] for r in records]
+        needy = [(r, r[str(fraction)]) for r in records if r["needed"]]
+        row: dict[str, Any] = {"budget": f"{round(100 * fraction)}%", "calls": len(calls)}
+        for method in ("engine", "plain"):
+            sizes = [c[method]["size"] for c in calls]
+            row[f"{method}_size"] = _mean(sizes)
+            row[f"{method}_in_band"] = _mean(
+                float(s is not None and fraction - 0.1 - 1e-9 <= s <= fraction + 1e-9)
+                for s in sizes
+            )
+            row[f"{method}_recall"] = _mean(c[method]["recall"] or 0.0 for _, c in needy)
+            row[f"{method}_refusals"] = sum(c[method]["refused"] for c in calls)
+        row["engine_refusals_with_slack"] = sum(
+            c["engine"]["refused"] and c["slack10"] for c in calls
+        )
+        row["calls_with_slack"] = sum(c["slack"] for c in calls)
+        rows.append(row)
+    return rows
+
+
+def corpus_figures(
+    records: Sequence[dict[str, Any]], budget: Sequence[dict[str, Any]], split: str
+) -> dict[str, Any]:
+    picked = _pick(records, split)
+    return {
+        "methods": method_rows(picked),
+        "engine": engine_row(picked),
+        "budget": budget_rows(_pick(budget, split)),
+    }
+
+
+def _cell(value: Any, digits: int = 1) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def print_tables(report: dict[str, dict[str, Any]], splits: Sequence[str]) -> None:
+    """Markdown tables: yardstick per corpus and method, engine checks, budget mode."""
+    for split in splits:
+        print(f"\n### Yardstick ({split}): late reduction, recall, cost with prompt caching")
+        head = ("corpus", "method", "late reduction", "recall all", "recall late",
+                "cost saved @0.1", "cost saved @0.5", "reduction all")
+        print("| " + " | ".join(head) + " |\n|" + "---|" * len(head))
+        for corpus, figs in report.items():
+            for row in figs[split]["methods"]:
+                name = f"**{row['method']}**" if row["method"] == "ctxgate" else row["method"]
+                cells = [corpus, name] + [
+                    _cell(row[k]) + "%"
+                    for k in ("late_reduction", "recall_all", "recall_late",
+                              "cost_saved_0.1", "cost_saved_0.5", "all_reduction")
+                ]
+                print("| " + " | ".join(cells) + " |")
+    print("\n### Engine checks")
+    head = ("corpus", "split", "sessions", "calls", "prefix stable", "drop-log violations",
+            "median ms", "last-20/first-20 time (300+ calls)", "classes")
+    print("| " + " | ".join(head) + " |\n|" + "---|" * len(head))
+    for corpus, figs in report.items():
+        for split in splits:
+            e = figs[split]["engine"]
+            ratios = ", ".join(f"{v:.2f}x" for v in e["long_session_time_ratio"].values())
+            classes = ", ".join(f"{k} {v}" for k, v in e["classes"].items())
+            cells = [corpus, split, e["sessions"], e["calls"], _cell(e["prefix_stable"]) + "%",
+                     e["droplog_violations"], _cell(e["median_ms"], 2), ratios or "–", classes]
+            print("| " + " | ".join(str(c) for c in cells) + " |")
+    print("\n### Budget mode: each sampled call as a new session's first call")
+    head = ("corpus", "split", "budget", "calls", "size engine", "in band engine",
+            "size plain", "in band plain", "recall engine", "recall plain",
+            "refusals engine (with 10-pt slack)", "refusals plain", "calls with slack")
+    print("| " + " | ".join(head) + " |\n|" + "---|" * len(head))
+    for corpus, figs in report.items():
+        for split in splits:
+            for b in figs[split]["budget"]:
+                cells = [corpus, split, b["budget"], b["calls"],
+                         _cell(b["engine_size"]) + "%", _cell(b["engine_in_band"]) + "%",
+                         _cell(b["plain_size"]) + "%", _cell(b["plain_in_band"]) + "%",
+                         _cell(b["engine_recall"]) + "%", _cell(b["plain_recall"]) + "%",
+                         f"{b['engine_refusals']} ({b['engine_refusals_with_slack']})",
+                         b["plain_refusals"], b["calls_with_slack"]]
+                print("| " + " | ".join(str(c) for c in cells) + " |")

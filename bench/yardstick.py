@@ -1,0 +1,199 @@
+"""The yardstick of issue 7: how much of a call was cut, and whether what the agent needed next
+survived. Pure functions over OpenAI chat messages; independent of the engine on purpose (it
+judges the engine), so it does not import from `gateway/`.
+
+- A *call* is each prefix of a session that ends right before an assistant message
+  (`call_ends`); *late* calls are the last third of a session's calls, rounded up
+  (`late_calls`).
+- *Size* of a message: the characters of its text content plus those of the JSON of its
+  `tool_calls` (`message_chars`); *reduction* of a call = 1 − forwarded / sent.
+- *Needed values* of a call (`needed_values`): from the assistant message that followed it,
+  every string leaf of ≥ 4 characters of its parsed tool-call arguments and every number
+  ≥ 100; when it made no tool call, every token of its text matching `[A-Za-z0-9_./:-]{4,}`
+  that contains a digit, `/` or `_`. Only values that occur (as substrings) in an earlier
+  non-system message count.
+- *Recall* of a call (`recall`): the share of its needed values present as substrings in the
+  forwarded messages. A call with no needed values has no recall (left out of the mean).
+
+Where the issue leaves a detail open, the choice made here:
+- text content: a string as is; a list of parts joins the `text` of its text parts with "\\n";
+- "the JSON of its tool_calls": `json.dumps(tool_calls)` (Python's default separators);
+- where a value is searched for (earlier messages, forwarded messages), a message reads as its
+  text content, then per tool call its name, its raw `arguments` string and the leaves of the
+  parsed arguments (so a multi-line or escaped argument is found as the agent wrote it);
+- arguments that are not valid JSON yield no values (the call could not have run as written).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+Message = Mapping[str, Any]
+
+TEXT_TOKEN = re.compile(r"[A-Za-z0-9_./:-]{4,}")
+_TEXT_TOKEN_MARK = re.compile(r"[0-9/_]")
+
+
+def text_content(content: Any) -> str:
+    """A message's text content: a string as is, a list of parts as its text parts joined."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(
+            str(part.get("text", ""))
+            for part in content
+            if isinstance(part, Mapping) and part.get("type") in ("text", "input_text", None)
+        )
+    return str(content)
+
+
+def message_chars(msg: Message) -> int:
+    """Size of a message: its text content plus the JSON of its tool calls."""
+    calls = msg.get("tool_calls")
+    return len(text_content(msg.get("content"))) + (len(json.dumps(calls)) if calls else 0)
+
+
+def call_chars(messages: Sequence[Message]) -> int:
+    return sum(message_chars(m) for m in messages)
+
+
+def call_ends(messages: Sequence[Message]) -> list[int]:
+    """Indexes of the assistant messages each call ends before (a call = messages[:i])."""
+    return [i for i, m in enumerate(messages) if m.get("role") == "assistant" and i > 0]
+
+
+def late_calls(n_calls: int) -> list[bool]:
+    """Per call of a session with n_calls calls: whether it is in the last third, rounded
+    up (calls k ≥ ⌊2n/3⌋; 10 calls: the last 4). Rounding down instead (the last 3 of 10)
+    reproduces none of the issue's figures; rounding up reproduces them all."""
+    first_late = (2 * n_calls) // 3
+    return [k >= first_late for k in range(n_calls)]
+
+
+def reduction(sent: Sequence[Message], forwarded: Sequence[Message]) -> float:
+    before = call_chars(sent)
+    return 1.0 - call_chars(forwarded) / before if before else 0.0
+
+
+def _leaves(value: Any) -> Iterator[str]:
+    """String leaves of ≥ 4 characters and numbers ≥ 100 of parsed JSON."""
+    if isinstance(value, str):
+        if len(value) >= 4:
+            yield value
+    elif isinstance(value, bool):
+        return
+    elif isinstance(value, int | float):
+        if value >= 100:
+            yield str(value)
+    elif isinstance(value, Mapping):
+        for v in value.values():
+            yield from _leaves(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _leaves(v)
+
+
+def _arguments(call: Mapping[str, Any]) -> tuple[str, Any]:
+    """A tool call's raw arguments string and its parsed value (None when not JSON)."""
+    raw = call.get("function", {}).get("arguments", "")
+    if not isinstance(raw, str):
+        return json.dumps(raw), raw
+    try:
+        return raw, json.loads(raw)
+    except ValueError:
+        return raw, None
+
+
+def action_values(assistant: Message) -> set[str]:
+    """The values an assistant message used (before the earlier-message filter)."""
+    calls = assistant.get("tool_calls") or ()
+    if calls:
+        out: set[str] = set()
+        for call in calls:
+            out.update(_leaves(_arguments(call)[1]))
+        return out
+    text = text_content(assistant.get("content"))
+    return {t for t in TEXT_TOKEN.findall(text) if _TEXT_TOKEN_MARK.search(t)}
+
+
+def searchable_text(msg: Message) -> str:
+    """What a value is searched in: text content, then each tool call's name, raw arguments
+    and argument leaves."""
+    parts = [text_content(msg.get("content"))]
+    for call in msg.get("tool_calls") or ():
+        raw, parsed = _arguments(call)
+        parts.append(str(call.get("function", {}).get("name", "")))
+        parts.append(raw)
+        parts.extend(_leaves(parsed))
+    return "\n".join(parts)
+
+
+def haystack(messages: Sequence[Message], *, skip_system: bool = False) -> str:
+    return "\n\x00".join(
+        searchable_text(m)
+        for m in messages
+        if not (skip_system and m.get("role") in ("system", "developer"))
+    )
+
+
+def needed_values(assistant: Message, earlier: Sequence[Message]) -> set[str]:
+    """Values the assistant message used that occur in an earlier non-system message."""
+    found = haystack(earlier, skip_system=True)
+    return {v for v in action_values(assistant) if v in found}
+
+
+def recall(needed: set[str], forwarded: Sequence[Message] | str) -> float | None:
+    """Share of the needed values present in the forwarded messages (None: nothing needed)."""
+    if not needed:
+        return None
+    found = forwarded if isinstance(forwarded, str) else haystack(forwarded)
+    return sum(v in found for v in needed) / len(needed)
+
+
+def common_prefix_chars(a: str, b: str) -> int:
+    """Length of the longest common prefix of two strings (binary search over C compares)."""
+    lo, hi = 0, min(len(a), len(b))
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def serialized(messages: Sequence[Message]) -> list[str]:
+    """A call as a prompt cache sees it, one string per message: role, text content and
+    tool-calls JSON, closed by a separator (so a message never runs into the next)."""
+    out = []
+    for m in messages:
+        calls = m.get("tool_calls")
+        out.append(
+            f"{m.get('role')}\x00{text_content(m.get('content'))}"
+            f"\x00{json.dumps(calls) if calls else ''}\x01"
+        )
+    return out
+
+
+def cached_chars(previous: Sequence[str] | None, current: Sequence[str]) -> int:
+    """Characters of the current call's serialization (the concatenation of its messages')
+    that repeat the previous call's from its start: what a provider's prompt cache serves."""
+    if previous is None:
+        return 0
+    shared = 0
+    for a, b in zip(previous, current, strict=False):
+        if a == b:
+            shared += len(b)
+            continue
+        return shared + common_prefix_chars(a, b)
+    return shared
+
+
+def billed(size: int, cached: int, rate: float) -> float:
+    """Input cost of a call of `size` characters, `cached` of them billed at `rate`."""
+    return size - cached + rate * cached
