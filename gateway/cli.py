@@ -68,12 +68,11 @@ def _exit_on_signal(signum: int, frame: object) -> None:
 def _check_config(settings: Settings) -> None:
     """Fail before listening if the task classes, models or playbook settings are invalid."""
     from gateway.context.models import ModelTable
-    from gateway.context.stages import STAGES
     from gateway.context.taskclass import load_task_classes
     from gateway.playbook.config import validate
 
     try:
-        load_task_classes(settings.task_classes, frozenset(STAGES))
+        load_task_classes(settings)
         ModelTable.load(settings.models_file)
         validate(settings)
     except SettingsError as exc:

@@ -12,13 +12,13 @@ import asyncio
 import hashlib
 import os
 import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
+from cachetools import LRUCache
 
 from gateway.store import keys
 
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 Vectors = npt.NDArray[np.float32]
 DIM = 384
+VECTORS_CACHED = 100_000  # distinct texts whose vector is kept in memory (~1.5 KB each)
 
 
 def default_model_path() -> str:
@@ -46,13 +47,12 @@ class Embedder:
         self,
         model: str | None = None,
         redis: aioredis.Redis | None = None,
-        cache_size: int = 100_000,
+        cache_size: int = VECTORS_CACHED,
     ) -> None:
         self.model_name = model or default_model_path()
         self._tag = content_hash(self.model_name)[:8]
         self._redis = redis
-        self._cache: OrderedDict[str, Vectors] = OrderedDict()
-        self._cache_size = cache_size
+        self._cache: LRUCache[str, Vectors] = LRUCache(maxsize=cache_size)
         self._model: Any = None
         self._load_lock = threading.Lock()
         # One thread: torch already uses the cores; more threads only contend.
@@ -80,23 +80,9 @@ class Embedder:
 
     def _remember(self, digest: str, vector: Vectors) -> None:
         self._cache[digest] = vector
-        self._cache.move_to_end(digest)
-        while len(self._cache) > self._cache_size:
-            self._cache.popitem(last=False)
 
     def cached(self, text: str) -> Vectors | None:
         return self._cache.get(content_hash(text))
-
-    def embed_sync(self, texts: Sequence[str]) -> Vectors:
-        """Blocking form, for the CLI and worker threads; uses the in-memory cache only."""
-        digests = [content_hash(t) for t in texts]
-        missing = sorted({d: t for d, t in zip(digests, texts, strict=True)
-                          if d not in self._cache}.items())
-        if missing:
-            fresh = self._encode([t for _, t in missing])
-            for (digest, _), vector in zip(missing, fresh, strict=True):
-                self._remember(digest, vector)
-        return self._stack(digests)
 
     async def embed(self, texts: Sequence[str]) -> Vectors:
         """Embeddings of `texts` (n x 384); only texts never seen before reach the model."""

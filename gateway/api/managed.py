@@ -195,6 +195,5 @@ def managed_headers(call: Call) -> list[tuple[bytes, bytes]]:
         (b"x-ctxgate-overhead-ms", f"{overhead_ms:.3f}".encode()),
     ]
     if fitted is not None:
-        headers += [(b"x-ctxgate-budget-tokens", str(fitted.budget).encode()),
-                    (b"x-ctxgate-budget-source", fitted.budget_source.encode())]
+        headers.append((b"x-ctxgate-budget-tokens", str(fitted.budget).encode()))
     return headers

@@ -4,9 +4,9 @@ or strip repeated blocks. Deterministic, so a remembered decision renders identi
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, MutableMapping
 from dataclasses import replace
-from typing import Any, cast
+from typing import cast
 
 from gateway.context.items import Item
 from gateway.context.session import Decision
@@ -45,7 +45,7 @@ def apply_decision(
     counter: TokenCounter,
     encoding: str,
     known: frozenset[str] = frozenset(),
-    memo: dict[Any, Any] | None = None,
+    memo: MutableMapping[tuple[str, Decision], str | None] | None = None,
 ) -> Item | None:
     """The item as it will be sent, or None when dropped. Never makes an item longer.
 
@@ -61,14 +61,33 @@ def apply_decision(
         text = rewritten_text(item, decision, known)
         if memo is not None:
             memo[key] = text
-            if len(memo) > 200_000:
-                memo.pop(next(iter(memo)))
     if text is None:
         return None
     tokens = counter.count(text, encoding) + item.fixed_tokens
     if tokens >= item.tokens:
         return item
     return replace(item, text=text, tokens=tokens)
+
+
+def apply_decisions(
+    items: Iterable[Item],
+    decisions: Mapping[str, Decision],
+    counter: TokenCounter,
+    encoding: str,
+    known: frozenset[str],
+    memo: MutableMapping[tuple[str, Decision], str | None] | None = None,
+) -> list[Item]:
+    """The items as sent under a session's remembered decisions (pinned ones as they are)."""
+    final: list[Item] = []
+    for item in items:
+        decision = None if item.pinned else decisions.get(item.id)
+        if decision is None:
+            final.append(item)
+            continue
+        new = apply_decision(item, decision, counter, encoding, known, memo)
+        if new is not None:
+            final.append(new)
+    return final
 
 
 def drop_events(

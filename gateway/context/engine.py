@@ -11,22 +11,24 @@ costs what its new content costs.
 from __future__ import annotations
 
 import hashlib
-import re
+import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from gateway.context.apply import apply_decision, drop_events
+from gateway.context.apply import apply_decisions, drop_events
+from gateway.context.caches import ContextCaches
 from gateway.context.classify import Classifier, request_text, system_text
 from gateway.context.forecast import Budget, ForecastStore, forecast_budget
 from gateway.context.injection import InjectedBlock, PlaybookSource, inject_block
 from gateway.context.items import Item, ParsedRequest, base_tokens, content_text, parse_request
 from gateway.context.models import ModelTable
-from gateway.context.prefix import Prefix, PrefixCache, Reuse
+from gateway.context.prefix import Prefix, PrefixCache
 from gateway.context.render import Plan, Rendered, materialize, render_messages
 from gateway.context.session import Decision, RedisSessionStore, SessionState, SessionStore
 from gateway.context.stages import STAGES, StageContext
+from gateway.context.stale import stale_rule, stale_text
 from gateway.context.steps import stale_tokens, step_horizon
 from gateway.context.summarize import values as summarize_values
 from gateway.context.taskclass import DEFAULT_CLASS, STAGE_ORDER, TaskClass, load_task_classes
@@ -42,6 +44,8 @@ if TYPE_CHECKING:
     from gateway.embeddings import Embedder
 
 __all__ = ["CallContext", "ContextEngine", "FittedCall", "InjectedBlock", "PlaybookSource"]
+
+log = logging.getLogger("ctxgate.context")
 
 HEADER_CLASS = "x-ctxgate-task-class"
 HEADER_SESSION = "x-ctxgate-session-id"
@@ -74,7 +78,6 @@ class FittedCall:
     # before the playbook block; and the block itself, which the adapter places.
     plan: Plan | None = None
     block: InjectedBlock | None = None
-    budget_source: str = "config"
 
 
 def derive_session_id(tenant: str, messages: list[Mapping[str, Any]]) -> str:
@@ -112,6 +115,38 @@ def _budget_header(headers: Mapping[str, str]) -> int | None:
     return value
 
 
+@dataclass(frozen=True)
+class _Request:
+    """What `fit` knows of a call before fitting it."""
+
+    body: dict[str, Any]
+    call: CallContext
+    messages: list[Mapping[str, Any]]
+    encoding: str
+    session_id: str
+    prefix: Prefix | None  # the session's previous call, extended by this call's messages
+    parsed: ParsedRequest | None  # parsed in full (None: only the new messages were)
+    tokens_before: int
+    state: SessionState
+    cls: TaskClass
+    budget: Budget
+    block: InjectedBlock | None
+    fixed: int  # tokens outside the items: reply priming, tool definitions, playbook block
+
+
+@dataclass(frozen=True)
+class _Fitted:
+    """The fitted messages (before the playbook block) and what to log and remember."""
+
+    messages: list[Mapping[str, Any]]
+    changed: bool
+    tokens_after: int
+    events: list[DropEvent]
+    digests: list[str]
+    prefix: Prefix | None  # what the session's next call may reuse
+    plan: Plan | None = None  # how the messages rendered (None: all as sent)
+
+
 class ContextEngine:
     def __init__(
         self,
@@ -125,9 +160,7 @@ class ContextEngine:
         sessions: SessionStore | None = None,
         prefix_cache_size: int = 256,
     ) -> None:
-        self.classes: dict[str, TaskClass] = load_task_classes(
-            settings.task_classes, frozenset(STAGES)
-        )
+        self.classes: dict[str, TaskClass] = load_task_classes(settings)
         self.models = ModelTable.load(settings.models_file)
         self.counter = TokenCounter()
         self.metrics = metrics
@@ -141,7 +174,7 @@ class ContextEngine:
             sessions = RedisSessionStore(redis)
         self.sessions = sessions
         self.forecasts = ForecastStore(redis)
-        self._caches: dict[str, dict[str, Any]] = {}
+        self.caches = ContextCaches()
         # The previous call's work per session, reused by a call that only appends messages.
         self.prefixes = PrefixCache(prefix_cache_size)
 
@@ -174,7 +207,7 @@ class ContextEngine:
         self, cls: TaskClass, call: CallContext, session_id: str, body: dict[str, Any],
         state: SessionState,
     ) -> InjectedBlock | None:
-        if self.playbook is None or not cls.playbook.get("enabled", False):
+        if self.playbook is None or not cls.playbook.enabled:
             return None
         if state.playbook_pin is not None:  # an open session: its block came with its state
             return self.playbook.pinned_block(state.playbook_pin)
@@ -183,112 +216,147 @@ class ContextEngine:
             cls.name,
             session_id,
             request_text(body["messages"]),
-            int(cls.playbook.get("cap_tokens", 800)),
+            cls.playbook.cap_tokens,
         )
 
     async def fit(
         self, body: dict[str, Any], call: CallContext, *, compact: bool = True
     ) -> FittedCall:
-        """`compact=False`: classify, trace and give the playbook, but send every message
-        as is (a request that only carries new items of a conversation held upstream)."""
+        """Fit one chat request to its task class's budget and log every drop.
+
+        Returns the body to send upstream (the client's own `body` when nothing changed) with
+        the account of the call: tokens before and after, drops, injected bullets, budget. A
+        call that only appends messages to its session's previous call reuses that call's
+        work (`prefix.py`); any other takes the full path: the session's remembered
+        decisions, a compaction step when one is due, render. Either way the playbook block
+        is injected last. Raises ContextBudgetExceeded when pinned content alone is over the
+        budget (unless the class says `on_overflow: passthrough`), InvalidRequest on a bad
+        ctxgate header. `compact=False`: classified, given the playbook and logged, every
+        message sent as is (a request that only carries new items of a conversation the
+        upstream holds)."""
         timer = time.perf_counter()
         seconds: dict[str, float] = {}
+        request = await self._prepare(body, call)
+        seconds["parse"] = time.perf_counter() - timer
+        block_tokens = request.block.tokens if request.block else 0
+        fitted = self._reused(request) if compact else _Fitted(
+            request.messages, False, request.tokens_before + block_tokens, [], [], None)
+        if fitted is None:
+            full = await self._fit_full(request, seconds)
+            if isinstance(full, FittedCall):  # pinned content over the budget, passed through
+                return full
+            fitted = full
+        result = await self._finish(request, fitted, seconds)
+        seconds["total"] = time.perf_counter() - timer
+        for stage, spent in seconds.items():
+            self.metrics.stage_seconds.labels(stage).observe(spent)
+        return result
+
+    async def _prepare(self, body: dict[str, Any], call: CallContext) -> _Request:
+        """Parse (only the new messages when the session's previous call is cached), load
+        the session, decide its class, forecast the budget, fetch the playbook block."""
         budget_header = _budget_header(call.headers)
         messages: list[Mapping[str, Any]] = body["messages"]
         model = self.models.lookup(body.get("model"))
-        parts = self._caches.setdefault("parts", {})
         session_id = call.headers.get(HEADER_SESSION) or derive_session_id(call.tenant, messages)
         prefix = self.prefixes.take(call.tenant, session_id)
         parsed: ParsedRequest | None = None
-        if prefix is not None and prefix.extend(messages, model.encoding, self.counter, parts):
-            base, _ = base_tokens(body, self.counter, model.encoding)
+        if prefix is not None and prefix.extend(
+            messages, model.encoding, self.counter, self.caches.parts
+        ):
+            base = base_tokens(body, self.counter, model.encoding)
             tokens_before = base + prefix.item_tokens
         else:
             prefix = None
-            parsed = parse_request(body, self.counter, model.encoding, parts)
+            parsed = parse_request(body, self.counter, model.encoding, self.caches.parts)
             base, tokens_before = parsed.base_tokens, parsed.tokens
         state = await self.sessions.load(call.tenant, session_id)
         cls = await self._task_class(body, call, state, tokens_before)
         stats = await self.forecasts.stats(call.tenant, cls.name)
         budget = forecast_budget(cls, model, body, stats, budget_header)
         block = await self._playbook(cls, call, session_id, body, state)
-        seconds["parse"] = time.perf_counter() - timer
-        fixed = base + (block.tokens if block else 0)
-        reuse: Reuse | None = None
-        plan: Plan | None = None
-        if prefix is not None and compact:
-            reuse = prefix.reuse(
-                messages, state, cls, budget.input, fixed, self.counter, self._caches
-            )
-        if not compact:
-            prefix = None
-            tokens_after, events, digests = tokens_before + fixed - base, [], []
-            rendered_changed, rendered_messages = False, messages
-        elif reuse is not None:
-            if cls.compaction.ages:  # as _fit_items does on a call without a step
-                state.calls += 1
-                state.dirty.add("horizon")
-            tokens_after, events, digests = reuse.tokens_after, reuse.events, reuse.digests
-            rendered_changed = reuse.changed
-            rendered_messages = materialize(messages, reuse.plan) if reuse.changed else messages
-            plan = reuse.plan if reuse.changed else None
-        else:
-            prefix = None
-            if parsed is None:
-                parsed = parse_request(body, self.counter, model.encoding, parts)
-            pinned = fixed + sum(item.tokens for item in parsed.items if item.pinned)
-            if pinned > budget.input:
-                return await self._overflow(
-                    body, call, cls, session_id, parsed, budget, pinned, state
-                )
-            final, ctx, stepped = await self._fit_items(
-                messages, parsed, cls, budget, state, fixed, seconds
-            )
-            tokens_after = fixed + sum(item.tokens for item in final)
-            if tokens_after > budget.input:  # the ladder ends in drops: only pinned content left
-                self.metrics.budget_exceeded.labels(cls.name).inc()
-                raise ContextBudgetExceeded(tokens_after, budget.input)
-            rendered = render_messages(messages, parsed.items, final)
-            events = drop_events(parsed.items, final, ctx.decisions)
-            digests, rendered_changed = rendered.digests, rendered.changed
-            rendered_messages = rendered.messages
-            plan = rendered.plan if rendered.changed else None
-            prefix = self._prefix(messages, parsed, final, rendered, events, ctx, stepped, cls)
-        out_messages = inject_block(rendered_messages, block) if block else rendered_messages
-        stable = self._track_prefix(state, digests, cls) if compact else None
-        await self.sessions.save(call.tenant, session_id, state)
+        return _Request(
+            body, call, messages, model.encoding, session_id, prefix, parsed, tokens_before,
+            state, cls, budget, block, fixed=base + (block.tokens if block else 0),
+        )
+
+    def _reused(self, r: _Request) -> _Fitted | None:
+        """The call rendered from its session's previous call, when that is safe."""
+        if r.prefix is None:
+            return None
+        reuse = r.prefix.reuse(
+            r.messages, r.state, r.cls, r.budget.input, r.fixed, self.counter, self.caches
+        )
+        if reuse is None:
+            return None
+        self.prefixes.reused += 1
+        if r.cls.compaction.ages:  # as _fit_items does on a call without a step
+            r.state.calls += 1
+            r.state.dirty.add("horizon")
+        messages = materialize(r.messages, reuse.plan) if reuse.changed else r.messages
+        return _Fitted(
+            messages, reuse.changed, reuse.tokens_after, reuse.events, reuse.digests, r.prefix,
+            reuse.plan if reuse.changed else None,
+        )
+
+    async def _fit_full(self, r: _Request, seconds: dict[str, float]) -> _Fitted | FittedCall:
+        """Every item: remembered decisions, a compaction step when due, render."""
+        parsed = r.parsed or parse_request(r.body, self.counter, r.encoding, self.caches.parts)
+        pinned = r.fixed + sum(item.tokens for item in parsed.items if item.pinned)
+        if pinned > r.budget.input:
+            return await self._overflow(r, parsed, pinned)
+        final, ctx, stepped = await self._fit_items(
+            r.messages, parsed, r.cls, r.budget, r.state, r.fixed, seconds
+        )
+        tokens_after = r.fixed + sum(item.tokens for item in final)
+        if tokens_after > r.budget.input:  # the ladder ends in drops: only pinned content left
+            self.metrics.budget_exceeded.labels(r.cls.name).inc()
+            raise ContextBudgetExceeded(tokens_after, r.budget.input)
+        rendered = render_messages(r.messages, parsed.items, final)
+        events = drop_events(parsed.items, final, ctx.decisions)
+        prefix = self._prefix(r.messages, parsed, final, rendered, events, ctx, stepped, r.cls)
+        return _Fitted(
+            rendered.messages, rendered.changed, tokens_after, events, rendered.digests, prefix,
+            rendered.plan if rendered.changed else None,
+        )
+
+    async def _finish(
+        self, r: _Request, fitted: _Fitted, seconds: dict[str, float]
+    ) -> FittedCall:
+        """Inject the playbook block, remember the session, log the drops, count."""
+        block, cls, call = r.block, r.cls, r.call
+        messages = inject_block(fitted.messages, block) if block else fitted.messages
+        # a request sent as is (compact=False) says nothing of the session's prefix
+        stable = self._track_prefix(r.state, fitted.digests, cls) if fitted.digests else None
+        await self.sessions.save(call.tenant, r.session_id, r.state)
         self.drop_log.write(
-            events,
+            fitted.events,
             trace_id=call.trace_id,
-            session_id=session_id,
+            session_id=r.session_id,
             tenant=call.tenant,
             task_class=cls.name,
         )
-        if prefix is not None:
-            self.prefixes.put(call.tenant, session_id, prefix)
-        changed = rendered_changed or block is not None
-        self.metrics.context_tokens.labels(cls.name, "before").inc(tokens_before)
-        self.metrics.context_tokens.labels(cls.name, "after").inc(tokens_after)
-        seconds["total"] = time.perf_counter() - timer
-        for stage, spent in seconds.items():
-            self.metrics.stage_seconds.labels(stage).observe(spent)
+        if fitted.prefix is not None:
+            self.prefixes.put(call.tenant, r.session_id, fitted.prefix)
+        changed = fitted.changed or block is not None
+        self.metrics.context_tokens.labels(cls.name, "before").inc(r.tokens_before)
+        self.metrics.context_tokens.labels(cls.name, "after").inc(fitted.tokens_after)
         return FittedCall(
-            body={**body, "messages": out_messages} if changed else body,
+            body={**r.body, "messages": messages} if changed else r.body,
             changed=changed,
             task_class=cls.name,
-            session_id=session_id,
-            tokens_before=tokens_before,
-            tokens_after=tokens_after,
-            drops=events,
+            session_id=r.session_id,
+            tokens_before=r.tokens_before,
+            tokens_after=fitted.tokens_after,
+            drops=fitted.events,
             injected_bullet_ids=list(block.bullet_ids) if block else [],
-            budget=budget.input,
+            budget=r.budget.input,
             tenant=call.tenant,
             trace_id=call.trace_id,
             prefix_stable=stable,
             stage_seconds=seconds,
-            plan=plan,
+            plan=fitted.plan,
             block=block,
-            budget_source=budget.source,
         )
 
     async def _fit_items(
@@ -305,12 +373,11 @@ class ContextEngine:
         remembered = dict(state.decisions)
         known = self._known_values(parsed.items, cls)
         final = self._apply_remembered(parsed.items, remembered, parsed.encoding, known)
-        stale = stale_tokens(parsed.items, state, cls, self._caches.setdefault("stale", {}))
+        stale = stale_tokens(parsed.items, state, cls, self.caches.stale)
         horizon = step_horizon(messages, parsed.items, state, cls, stale)
         total = fixed + sum(item.tokens for item in final)
         over = total > cls.compaction.high_water * budget.input
         turns_step = horizon != state.horizon
-        select_always = not cls.compaction.ages and bool(cls.options("select"))
         ctx = StageContext(
             task_class=cls,
             counter=self.counter,
@@ -321,22 +388,14 @@ class ContextEngine:
             query=_current_step(messages),
             originals={i.id: i for i in parsed.items},
             decisions=remembered,
-            caches=self._caches,
+            caches=self.caches,
             known=known,
             target=int(cls.compaction.low_water * budget.input) if over else None,
         )
-        stepped = over or turns_step or select_always
+        stepped = over or turns_step or cls.select_every_call
         if stepped:
             names = STAGE_ORDER if (over or turns_step) else ("select",)
-            for name in names:
-                if not cls.enabled(name):
-                    continue
-                if name == "rerank" and not over and "min_relevance" not in cls.options(name):
-                    continue  # importance only orders budget cuts: a turns-only step skips it
-                start = time.perf_counter()
-                result = await STAGES[name](final, budget, ctx)
-                final = result.items
-                seconds[name] = time.perf_counter() - start
+            final = await self._run_stages(names, final, budget, ctx, over, seconds)
         if cls.compaction.ages:  # the instability budget counts this session's calls
             if horizon != state.horizon:
                 state.horizon = horizon
@@ -348,6 +407,28 @@ class ContextEngine:
             state.dirty.add("decisions")
         return final, ctx, stepped
 
+    async def _run_stages(
+        self,
+        names: tuple[str, ...],
+        items: list[Item],
+        budget: Budget,
+        ctx: StageContext,
+        over: bool,
+        seconds: dict[str, float],
+    ) -> list[Item]:
+        """One compaction step: the class's stages among `names`, in order, timed."""
+        cls = ctx.task_class
+        for name in names:
+            if not cls.enabled(name):
+                continue
+            rerank = cls.stages.rerank
+            if name == "rerank" and not over and rerank and rerank.min_relevance is None:
+                continue  # importance only orders budget cuts: a turns-only step skips it
+            start = time.perf_counter()
+            items = (await STAGES[name](items, budget, ctx)).items
+            seconds[name] = time.perf_counter() - start
+        return items
+
     def _apply_remembered(
         self,
         items: list[Item],
@@ -355,18 +436,9 @@ class ContextEngine:
         encoding: str,
         known: frozenset[str],
     ) -> list[Item]:
-        """The items as sent under the session's remembered decisions (pinned ones as is)."""
-        memo = self._caches.setdefault("rewritten", {})
-        final: list[Item] = []
-        for item in items:
-            decision = None if item.pinned else decisions.get(item.id)
-            if decision is None:
-                final.append(item)
-                continue
-            new = apply_decision(item, decision, self.counter, encoding, known, memo)
-            if new is not None:
-                final.append(new)
-        return final
+        return apply_decisions(
+            items, decisions, self.counter, encoding, known, self.caches.rewritten
+        )
 
     def _prefix(
         self,
@@ -395,28 +467,17 @@ class ContextEngine:
 
     def _known_values(self, items: list[Item], cls: TaskClass) -> frozenset[str]:
         """Values of the session's constant context (system prompt, task statement), as the
-        model will see it however old the session gets (stale blocks already stripped)."""
+        model will see it however old the session gets (stale blocks already cut)."""
         fixed = [item for item in items if item.kind == "system" or item.goal]
         key = cls.name + "|" + "|".join(item.id for item in fixed)
-        memo = self._caches.setdefault("known", {})
-        found: frozenset[str] | None = memo.get(key)
+        found = self.caches.known.get(key)
         if found is None:
-            stale = [rule for rule in cls.options("select").get("stale_patterns") or ()]
             texts = []
             for item in fixed:
-                text = item.text
-                for rule in stale:
-                    if re.search(rule["pattern"], text):
-                        text = (
-                            ""
-                            if rule.get("action", "drop") != "strip"
-                            else re.sub(rule["pattern"], "", text)
-                        )
-                texts.append(text)
+                rule = stale_rule(item, cls.stale_rules, self.caches.stale, any_age=True)
+                texts.append(item.text if rule is None else stale_text(item.text, rule))
             found = frozenset(v for text in texts for v in summarize_values(text))
-            memo[key] = found
-            if len(memo) > 10_000:
-                memo.pop(next(iter(memo)))
+            self.caches.known[key] = found
         return found
 
     def _track_prefix(self, state: SessionState, digests: list[str], cls: TaskClass) -> bool | None:
@@ -432,19 +493,10 @@ class ContextEngine:
             state.dirty.add("prefix")
         return stable
 
-    async def _overflow(
-        self,
-        body: dict[str, Any],
-        call: CallContext,
-        cls: TaskClass,
-        session_id: str,
-        parsed: ParsedRequest,
-        budget: Budget,
-        pinned: int,
-        state: SessionState,
-    ) -> FittedCall:
+    async def _overflow(self, r: _Request, parsed: ParsedRequest, pinned: int) -> FittedCall:
+        cls, call, budget = r.cls, r.call, r.budget
         self.metrics.budget_exceeded.labels(cls.name).inc()
-        await self.sessions.save(call.tenant, session_id, state)
+        await self.sessions.save(call.tenant, r.session_id, r.state)
         if cls.on_overflow != "passthrough":
             raise ContextBudgetExceeded(
                 pinned,
@@ -452,9 +504,7 @@ class ContextEngine:
                 detail="Pinned content (system prompt, latest user message, open tool calls) "
                 "alone is over the budget.",
             )
-        import logging
-
-        logging.getLogger("ctxgate.context").warning(
+        log.warning(
             "pinned content needs %d tokens over the budget of %d; forwarded unchanged "
             "(task class %s: on_overflow passthrough)",
             pinned,
@@ -462,10 +512,10 @@ class ContextEngine:
             cls.name,
         )
         return FittedCall(
-            body=body,
+            body=r.body,
             changed=False,
             task_class=cls.name,
-            session_id=session_id,
+            session_id=r.session_id,
             tokens_before=parsed.tokens,
             tokens_after=parsed.tokens,
             drops=[],

@@ -55,9 +55,7 @@ class UsageStats:
 @dataclass(frozen=True, slots=True)
 class Budget:
     input: int  # the most input tokens this call may send
-    output_reserve: int
     split: BudgetSplit
-    source: str  # forecast | header
 
 
 def requested_output(body: dict[str, Any]) -> int | None:
@@ -75,16 +73,16 @@ def forecast_budget(
     stats: UsageStats,
     header_budget: int | None,
 ) -> Budget:
+    if header_budget is not None:
+        return Budget(header_budget, cls.budget)
     requested = requested_output(body)
     if requested is not None:
         reserve = requested
     else:
         reserve = max(cls.budget.output_reserve, stats.needed_reserve or 0)
         reserve = min(reserve, model.max_output, model.context_window // 2)
-    if header_budget is not None:
-        return Budget(header_budget, reserve, cls.budget, "header")
     window_room = max(model.context_window - reserve, 1)
-    return Budget(min(cls.budget.total, window_room), reserve, cls.budget, "forecast")
+    return Budget(min(cls.budget.total, window_room), cls.budget)
 
 
 class ForecastStore:

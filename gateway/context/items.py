@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 from bisect import bisect_left, bisect_right
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -58,7 +58,6 @@ class Item:
 class ParsedRequest:
     items: list[Item]
     base_tokens: int  # reply priming + tool definitions: always sent
-    tool_tokens: int
     encoding: str
     layout: Layout | None = None  # how the items were laid out: extended by the next call
 
@@ -215,18 +214,18 @@ def _parts_key(i: int, msg: Mapping[str, Any], encoding: str) -> tuple[Any, ...]
     )
 
 
-def base_tokens(body: Mapping[str, Any], counter: TokenCounter, encoding: str) -> tuple[int, int]:
-    """Reply priming + tool definitions (always sent), and the tool definitions alone."""
+def base_tokens(body: Mapping[str, Any], counter: TokenCounter, encoding: str) -> int:
+    """Reply priming + tool definitions: always sent."""
     tools = body.get("tools")
     tool_tokens = counter.count(orjson.dumps(tools).decode(), encoding) if tools else 0
-    return REPLY_PRIMING + tool_tokens, tool_tokens
+    return REPLY_PRIMING + tool_tokens
 
 
 def parse_request(
     body: Mapping[str, Any],
     counter: TokenCounter,
     encoding: str,
-    memo: dict[Any, list[Part]] | None = None,
+    memo: MutableMapping[tuple[Any, ...], list[Part]] | None = None,
 ) -> ParsedRequest:
     """Items of a request. `memo` (kept by the caller across calls) makes a message already
     seen cost a dictionary lookup: a call then costs what its new messages cost."""
@@ -234,8 +233,7 @@ def parse_request(
     layout = Layout()
     units = layout.extend(messages)
     items = message_items(messages, 0, units, layout, counter, encoding, memo)
-    base, tool_tokens = base_tokens(body, counter, encoding)
-    return ParsedRequest(items, base, tool_tokens, encoding, layout)
+    return ParsedRequest(items, base_tokens(body, counter, encoding), encoding, layout)
 
 
 def message_items(
@@ -245,7 +243,7 @@ def message_items(
     layout: Layout,
     counter: TokenCounter,
     encoding: str,
-    memo: dict[Any, list[Part]] | None = None,
+    memo: MutableMapping[tuple[Any, ...], list[Part]] | None = None,
 ) -> list[Item]:
     """Items of messages[start:], given the layout of all of `messages` and their units."""
     first_answer = len(messages) if layout.first_answer is None else layout.first_answer
@@ -266,8 +264,6 @@ def message_items(
             parts = _message_parts(i, msg, counter, encoding)
             if memo is not None and key is not None:
                 memo[key] = parts
-                if len(memo) > 100_000:
-                    memo.pop(next(iter(memo)))
         pinned_msg = layout.pinned_message(i, kind)
         for item_id, knowledge, segment, text, tokens, fixed, rewritable in parts:
             items.append(

@@ -19,15 +19,16 @@ from __future__ import annotations
 
 import hashlib
 from bisect import bisect_left
-from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
+from cachetools import LRUCache
 
-from gateway.context.apply import apply_decision, drop_events
-from gateway.context.items import Item, Layout, message_items
+from gateway.context.apply import apply_decisions, drop_events
+from gateway.context.caches import ContextCaches
+from gateway.context.items import Item, Layout, Part, message_items
 from gateway.context.render import Plan, Rendered, render_plan
 from gateway.context.session import Decision, SessionState
 from gateway.context.steps import horizon_after, stale_tokens
@@ -57,7 +58,6 @@ def _pinned_tokens(items: Sequence[Item]) -> int:
 class Reuse:
     """What a call that reused its session's prefix sends and logs."""
 
-    tokens_before: int
     tokens_after: int
     plan: Plan
     changed: bool
@@ -138,7 +138,7 @@ class Prefix:
         messages: Sequence[Mapping[str, Any]],
         encoding: str,
         counter: TokenCounter,
-        memo: dict[Any, Any],
+        memo: MutableMapping[tuple[Any, ...], list[Part]],
     ) -> bool:
         """Whether `messages` continue this prefix; if so, parse the new ones."""
         start = self.layout.count
@@ -177,29 +177,52 @@ class Prefix:
         budget_input: int,
         fixed: int,
         counter: TokenCounter,
-        caches: dict[str, dict[str, Any]],
+        caches: ContextCaches,
     ) -> Reuse | None:
         """The call rendered from this prefix, or None when it needs the full path (its
         decisions or class differ, a compaction step is due, or it is over a mark)."""
-        tail, decisions, state_horizon = self.tail, state.decisions, state.horizon
+        tail, decisions = self.tail, state.decisions
         if tail is None or decisions is not self.decisions or cls.name != self.task_class:
             return None
-        if not cls.compaction.ages and cls.options("select"):
+        if cls.select_every_call:
             return None  # select runs on every call of such a class
         if any(i.kind == "system" or i.goal for i in tail):
             return None  # the session's constant context changed
-        layout = self.layout
-        for i in list(self.watched):  # pins that lapse with the new messages
+        if not self._restate_pins(decisions):
+            return None  # a remembered decision applies to an item whose pin lapsed
+        self._add_tail(messages, tail)
+        pinned = fixed + self.system_tokens
+        pinned += sum(_pinned_tokens(group) for group in self.watched.values())
+        if pinned > budget_input:
+            return None
+        final = apply_decisions(
+            tail, decisions, counter, self.encoding, self.known, caches.rewritten
+        )
+        self.final_tokens += sum(i.tokens for i in final)
+        total = fixed + self.final_tokens
+        if total > cls.compaction.high_water * budget_input or total > budget_input:
+            return None
+        if cls.compaction.ages and self._step_due(len(messages), state, cls, caches):
+            return None
+        return self._render(messages, tail, final, decisions, total)
+
+    def _restate_pins(self, decisions: Mapping[str, Decision]) -> bool:
+        """Bring the watched pins up to date with the new messages; False when one that
+        lapsed has a remembered decision (it applies from now on: the full path's work)."""
+        for i in list(self.watched):
             old = self.watched[i]
-            now = [layout.restate(x) for x in old]
+            now = [self.layout.restate(x) for x in old]
             lapsed = (x for x, y in zip(old, now, strict=True) if x.pinned and not y.pinned)
             if any(x.id in decisions for x in lapsed):
-                return None  # a remembered decision applies to it from now on
+                return False
             self.compactable[i] = _compactable(now)
             if any(y.pinned and y.kind != "system" for y in now):
                 self.watched[i] = now
             else:
                 del self.watched[i]
+        return True
+
+    def _add_tail(self, messages: Sequence[Mapping[str, Any]], tail: list[Item]) -> None:
         by_message: dict[int, list[Item]] = {}
         for item in tail:
             by_message.setdefault(item.message_index, []).append(item)
@@ -208,36 +231,28 @@ class Prefix:
             self.compactable.append(_compactable(group))
             if any(x.pinned and x.kind != "system" for x in group):
                 self.watched[i] = group
-        self.system_tokens += sum(i.tokens for i in tail if i.kind == "system")
-        pinned = fixed + self.system_tokens
-        pinned += sum(_pinned_tokens(group) for group in self.watched.values())
-        if pinned > budget_input:
-            return None
-        memo = caches.setdefault("rewritten", {})
-        final: list[Item] = []
-        for item in tail:
-            decision = None if item.pinned else decisions.get(item.id)
-            if decision is None:
-                final.append(item)
-                continue
-            new = apply_decision(item, decision, counter, self.encoding, self.known, memo)
-            if new is not None:
-                final.append(new)
-        self.final_tokens += sum(i.tokens for i in final)
-        total = fixed + self.final_tokens
-        if total > cls.compaction.high_water * budget_input or total > budget_input:
-            return None
-        if cls.compaction.ages:
-            goal = [layout.restate(i) for i in self.goal_items]
-            stale = stale_tokens(goal, state, cls, caches.setdefault("stale", {}))
-            turns = layout.turns[bisect_left(layout.turns, state_horizon) :]
-            tokens_from = {
-                i: self.compactable[i]
-                for i in range(state_horizon, len(messages))
-                if self.compactable[i]
-            }
-            if horizon_after(turns, tokens_from, len(messages), state, cls, stale) != state_horizon:
-                return None  # a step is due
+
+    def _step_due(
+        self, n_messages: int, state: SessionState, cls: TaskClass, caches: ContextCaches
+    ) -> bool:
+        """Whether this call's messages take the session past a mark of age-based compaction."""
+        layout, horizon = self.layout, state.horizon
+        goal = [layout.restate(i) for i in self.goal_items]
+        stale = stale_tokens(goal, state, cls, caches.stale)
+        turns = layout.turns[bisect_left(layout.turns, horizon) :]
+        tokens_from = {
+            i: self.compactable[i] for i in range(horizon, n_messages) if self.compactable[i]
+        }
+        return horizon_after(turns, tokens_from, n_messages, state, cls, stale) != horizon
+
+    def _render(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tail: list[Item],
+        final: list[Item],
+        decisions: Mapping[str, Decision],
+        total: int,
+    ) -> Reuse:
         plan, changed, digests, self.rolling = render_plan(
             messages, tail, final, self.start, self.rolling
         )
@@ -247,7 +262,6 @@ class Prefix:
         self.events += drop_events(tail, final, decisions)
         self.tail = None
         return Reuse(
-            tokens_before=self.item_tokens,
             tokens_after=total,
             plan=self.plan,
             changed=self.changed,
@@ -257,21 +271,21 @@ class Prefix:
 
 
 class PrefixCache:
-    """Per (tenant, session): the last call's prefix; a bounded LRU on the engine. A call
-    takes its session's entry out and puts back the one it leaves, so concurrent calls of a
-    session never share one."""
+    """Per (tenant, session): the last call's prefix; a bounded LRU on the engine (size 0:
+    none kept). A call takes its session's entry out and puts back the one it leaves, so
+    concurrent calls of a session never share one."""
 
     def __init__(self, size: int = 256) -> None:
-        self._size = size
-        self._entries: OrderedDict[tuple[str, str], Prefix] = OrderedDict()
+        self._entries: LRUCache[tuple[str, str], Prefix] | None = (
+            LRUCache(maxsize=size) if size > 0 else None
+        )
+        self.reused = 0  # calls rendered from their session's previous call
 
     def take(self, tenant: str, session_id: str) -> Prefix | None:
+        if self._entries is None:
+            return None
         return self._entries.pop((tenant, session_id), None)
 
     def put(self, tenant: str, session_id: str, prefix: Prefix) -> None:
-        self._entries[(tenant, session_id)] = prefix
-        if len(self._entries) > self._size:
-            self._entries.popitem(last=False)
-
-    def __len__(self) -> int:
-        return len(self._entries)
+        if self._entries is not None:
+            self._entries[(tenant, session_id)] = prefix

@@ -7,36 +7,32 @@ horizon of age-based compaction forward far enough to last a while.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from typing import Any
 
 from gateway.context.items import Item
 from gateway.context.session import SessionState
+from gateway.context.stale import stale_rule
 from gateway.context.taskclass import TaskClass
 
 
 def stale_tokens(
-    items: list[Item], state: SessionState, cls: TaskClass, memo: dict[Any, Any]
+    items: list[Item],
+    state: SessionState,
+    cls: TaskClass,
+    memo: MutableMapping[tuple[str, str], bool],
 ) -> int:
     """Tokens of task-statement blocks (a demonstration, generic instructions) that the class's
     stale rules would now cut: reclaimable like aged turns, so they count toward a step."""
-    rules = cls.options("select").get("stale_patterns") or ()
-    total = 0
-    for item in items:
-        if not item.goal or item.pinned or item.id in state.decisions:
-            continue
-        for rule in rules:
-            if item.age < int(rule.get("after_turns", 0)):
-                continue
-            key = (item.id, rule["pattern"])
-            found = memo.get(key)
-            if found is None:
-                found = memo[key] = re.search(rule["pattern"], item.text) is not None
-            if found:
-                total += item.tokens
-                break
-    return total
+    rules = cls.stale_rules
+    return sum(
+        item.tokens
+        for item in items
+        if item.goal
+        and not item.pinned
+        and item.id not in state.decisions
+        and stale_rule(item, rules, memo) is not None
+    )
 
 
 def step_horizon(

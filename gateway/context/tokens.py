@@ -13,10 +13,10 @@ import base64
 import gzip
 import hashlib
 import threading
-from collections import OrderedDict
 from importlib import resources
 
 import tiktoken
+from cachetools import LRUCache
 
 # tiktoken_ext/openai_public.py: the hash of the official o200k_base.tiktoken file.
 O200K_SHA256 = "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d"
@@ -64,12 +64,15 @@ def load_encoding(name: str) -> tiktoken.Encoding:
     raise ValueError(f"unknown encoding {name!r}")
 
 
+COUNTS_CACHED = 200_000  # distinct texts whose count is kept, per encoding
+
+
 class TokenCounter:
     """Counts tokens of texts; each distinct text is encoded once (bounded LRU per encoding)."""
 
-    def __init__(self, cache_size: int = 200_000) -> None:
+    def __init__(self, cache_size: int = COUNTS_CACHED) -> None:
         self._encodings: dict[str, tiktoken.Encoding] = {}
-        self._caches: dict[str, OrderedDict[str, int]] = {}
+        self._caches: dict[str, LRUCache[str, int]] = {}
         self._cache_size = cache_size
         self._lock = threading.Lock()
 
@@ -81,7 +84,7 @@ class TokenCounter:
                 if enc is None:
                     enc = load_encoding(name)
                     self._encodings[name] = enc
-                    self._caches[name] = OrderedDict()
+                    self._caches[name] = LRUCache(maxsize=self._cache_size)
         return enc
 
     def count(self, text: str, encoding: str) -> int:
@@ -92,8 +95,5 @@ class TokenCounter:
         hit = cache.get(text)
         if hit is not None:
             return hit
-        n = len(enc.encode_ordinary(text))
-        cache[text] = n
-        if len(cache) > self._cache_size:
-            cache.popitem(last=False)
+        n = cache[text] = len(enc.encode_ordinary(text))
         return n

@@ -6,9 +6,10 @@ A class's own `playbook:` mapping overrides the global `playbook:` defaults key 
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import re
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from gateway.errors import SettingsError
 from gateway.settings import Settings
@@ -32,11 +33,22 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def _compiles(pattern: str) -> str:
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(f"bad regex {pattern!r}: {exc}") from None
+    return pattern
+
+
+Regex = Annotated[str, AfterValidator(_compiles)]
+
+
 class FeedbackRules(_Strict):
     """How a tool result is judged, and which outcomes reach the Reflector."""
 
-    failure_patterns: tuple[str, ...] = DEFAULT_FAILURE_PATTERNS
-    success_patterns: tuple[str, ...] = ()  # a match overrides the failure patterns
+    failure_patterns: tuple[Regex, ...] = DEFAULT_FAILURE_PATTERNS
+    success_patterns: tuple[Regex, ...] = ()  # a match overrides the failure patterns
     exit_code_field: str = "exit_code"  # JSON tool results: non-zero here means failure
     learn_on: tuple[Literal["failure", "success"], ...] = ("failure",)
 
@@ -75,14 +87,20 @@ class LearnerSettings(_Strict):
     pending_tasks: int = Field(default=1000, gt=0)  # TraceSink: XADDs in flight before shedding
 
 
+def problems(exc: ValidationError, name: str) -> str:
+    """A validation error as the settings it names, e.g. `task_classes.c.match.tools[0]: ...`."""
+    found = []
+    for err in exc.errors():
+        where = name + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"])
+        found.append(f"{where}: {err['msg']}")
+    return "invalid settings: " + "; ".join(found)
+
+
 def _check(model: type[_Strict], raw: Any, name: str) -> Any:
     try:
         return model.model_validate(raw or {})
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{name}.{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
-        )
-        raise SettingsError(f"invalid settings: {problems}") from None
+        raise SettingsError(problems(exc, name)) from None
 
 
 def playbook_settings(settings: Settings) -> PlaybookSettings:
@@ -94,31 +112,34 @@ def learner_settings(settings: Settings) -> LearnerSettings:
     return _check(LearnerSettings, settings.learner, "learner")  # type: ignore[no-any-return]
 
 
+def merged_playbook(defaults: ClassPlaybook, own: Any) -> Any:
+    """A class's own `playbook:` mapping over the global defaults, key by key (`feedback`
+    too), still to be validated. The one place the two are merged: the context engine (which
+    injects) and the learner (which learns) must agree on a class's settings."""
+    if own is None:
+        own = {}
+    if not isinstance(own, dict):
+        return own  # validation names it
+    base = defaults.model_dump()
+    merged = {**base, **own}
+    if isinstance(own.get("feedback"), dict):
+        merged["feedback"] = {**base["feedback"], **own["feedback"]}
+    return merged
+
+
 def class_playbook(settings: Settings, task_class: str) -> ClassPlaybook:
-    """The effective playbook settings of one class (unknown classes get the defaults)."""
-    defaults = playbook_settings(settings).defaults.model_dump()
+    """The effective playbook settings of one class (unknown classes get the defaults); the
+    context engine's parsed `TaskClass.playbook` is the same."""
+    defaults = playbook_settings(settings).defaults
     spec = settings.task_classes.get(task_class) or {}
     own = spec.get("playbook") if isinstance(spec, dict) else None
-    merged = {**defaults, **(own or {})}
-    if isinstance(own, dict) and isinstance(own.get("feedback"), dict):
-        merged["feedback"] = {**defaults["feedback"], **own["feedback"]}
     name = f"task_classes.{task_class}.playbook"
-    return _check(ClassPlaybook, merged, name)  # type: ignore[no-any-return]
+    return _check(ClassPlaybook, merged_playbook(defaults, own), name)  # type: ignore[no-any-return]
 
 
 def validate(settings: Settings) -> None:
     """Raise SettingsError naming the first bad playbook/learner setting."""
-    import re
-
     playbook_settings(settings)
     learner_settings(settings)
     for name in settings.task_classes:
-        rules = class_playbook(settings, name).feedback
-        for pattern in (*rules.failure_patterns, *rules.success_patterns):
-            try:
-                re.compile(pattern)
-            except re.error as exc:
-                raise SettingsError(
-                    f"invalid settings: task_classes.{name}.playbook.feedback: "
-                    f"bad regex {pattern!r}: {exc}"
-                ) from None
+        class_playbook(settings, name)

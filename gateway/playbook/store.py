@@ -99,11 +99,3 @@ class PlaybookStore:
             pipe.hincrby(meta_key, "version", 1)
             await pipe.execute()
 
-    async def drop(self, tenant: str, task_class: str) -> None:
-        """Forget a whole playbook (its applied-op ids too)."""
-        await self._redis.delete(
-            keys.playbook_bullets(tenant, task_class),
-            keys.playbook_meta(tenant, task_class),
-            keys.playbook_applied(tenant, task_class),
-        )
-        await self._redis.srem(keys.PLAYBOOK_INDEX, namespace(tenant, task_class))

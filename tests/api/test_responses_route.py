@@ -72,7 +72,7 @@ def test_agent_loop_is_fitted_and_every_request_is_valid(gateway: Gateway, upstr
     assert len(seen) == 9  # the stub refused nothing: every forwarded request was valid
     for headers in seen:
         for name in ("x-ctxgate-trace-id", "x-ctxgate-task-class", "x-ctxgate-overhead-ms",
-                     "x-ctxgate-dropped-items", "x-ctxgate-budget-source"):
+                     "x-ctxgate-dropped-items"):
             assert name in headers
         assert int(headers["x-ctxgate-tokens-after"]) <= 2500
         assert headers["x-ctxgate-budget-tokens"] == "2500"

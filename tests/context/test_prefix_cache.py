@@ -1,6 +1,8 @@
 """The per-session prefix cache changes the cost of a call, never its output: an engine with
 the cache and one without fit the same sessions call by call to the same bytes, tokens and
-drop events, through steps, lapsing pins, edits of the history, budget and class changes."""
+drop events, through steps, lapsing pins, edits of the history, budget and class changes.
+Each test also counts the calls the cached engine rendered from the cache, so none passes
+with a cache that is never used."""
 
 from __future__ import annotations
 
@@ -51,7 +53,9 @@ async def _same(
     plain: ContextEngine,
     calls: list[tuple[dict[str, Any], dict[str, str]]],
     session: str,
-) -> None:
+) -> int:
+    """Fit `calls` with both engines, comparing each; returns how many the cache served."""
+    before = cached.prefixes.reused
     for n, (body, headers) in enumerate(calls):
         call = CallContext("t1", f"tr{n}", {"x-ctxgate-session-id": session, **headers})
         outcomes = []
@@ -61,6 +65,8 @@ async def _same(
             except ContextBudgetExceeded as exc:
                 outcomes.append(("refused", exc.needed, exc.allowed))
         assert outcomes[0] == outcomes[1], f"call {n} differs"
+    assert plain.prefixes.reused == 0
+    return cached.prefixes.reused - before
 
 
 def _growing(msgs: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, str]]]:
@@ -77,12 +83,8 @@ async def test_long_synthetic_session_is_identical_with_and_without_the_cache(
     _, msgs, _ = synthetic_session(1, turns=60)
     cached, plain = _engine(settings, embedder, True), _engine(settings, embedder, False)
     calls = _growing(msgs)
-    hits = 0
-    for body, headers in calls:
-        before = cached.prefixes._entries.get(("t1", "syn"))
-        await _same(cached, plain, [(body, headers)], "syn")
-        hits += int(before is not None and cached.prefixes._entries.get(("t1", "syn")) is before)
-    assert hits >= len(calls) // 2  # most calls between steps reused the previous call's work
+    reused = await _same(cached, plain, calls, "syn")
+    assert reused >= len(calls) // 2  # most calls between steps reused the previous call's work
 
 
 @pytest.mark.skipif(not CORPUS.exists(), reason="../shared corpus not present")
@@ -90,9 +92,11 @@ async def test_corpus_sessions_are_identical_with_and_without_the_cache(
     settings: Any, embedder: Any
 ) -> None:
     cached, plain = _engine(settings, embedder, True), _engine(settings, embedder, False)
+    reused = 0
     for k, path in enumerate(sorted(CORPUS.glob("*.traj"))[:6]):
         calls = [(body, {}) for body in load_calls(path)]
-        await _same(cached, plain, calls, f"traj{k}")
+        reused += await _same(cached, plain, calls, f"traj{k}")
+    assert reused > 0
 
 
 async def test_edits_budgets_retries_and_new_requests_are_identical(
@@ -118,7 +122,7 @@ async def test_edits_budgets_retries_and_new_requests_are_identical(
     calls.append(({"messages": msgs[:26]}, {"x-ctxgate-task-class": "log_investigation"}))
     calls.append(({"messages": msgs[:28]}, {"x-ctxgate-task-class": "log_investigation"}))
     cached, plain = _engine(settings, embedder, True), _engine(settings, embedder, False)
-    await _same(cached, plain, calls, "edits")
+    assert await _same(cached, plain, calls, "edits") >= 3
 
 
 async def test_playbook_block_is_identical_with_and_without_the_cache(
@@ -135,7 +139,7 @@ async def test_playbook_block_is_identical_with_and_without_the_cache(
 
     cached, plain = _engine(settings, embedder, True), _engine(settings, embedder, False)
     cached.playbook = plain.playbook = Source()
-    await _same(cached, plain, _growing(_agent_session(20)), "pb")
+    assert await _same(cached, plain, _growing(_agent_session(20)), "pb") >= 3
 
 
 async def test_a_replica_without_the_cache_continues_identically(
@@ -151,3 +155,4 @@ async def test_a_replica_without_the_cache_continues_identically(
         replica = other if n % 4 == 3 else cached
         call = CallContext("t1", f"tr{n}", {"x-ctxgate-session-id": "rep"})
         assert _seen(await replica.fit(body, call)) == _seen(await alone.fit(body, call))
+    assert cached.prefixes.reused >= 3 and other.prefixes.reused == 0

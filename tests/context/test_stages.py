@@ -12,7 +12,7 @@ from gateway.context.tokens import TokenCounter
 from gateway.embeddings import Embedder
 
 COUNTER = TokenCounter()
-BUDGET = Budget(100_000, 1000, BudgetSplit(), "forecast")
+BUDGET = Budget(100_000, BudgetSplit())
 
 
 def _ctx(
@@ -41,9 +41,7 @@ def _items(msgs: list[dict[str, Any]]) -> list[Item]:
 
 
 def _cls(stages: dict[str, Any]) -> TaskClass:
-    return task_class(
-        "t", {"stages": stages, "compaction": {"verbatim_turns_high": 3}}, frozenset(STAGES)
-    )
+    return task_class("t", {"stages": stages, "compaction": {"verbatim_turns_high": 3}})
 
 
 def _turns(n: int, text: str) -> list[dict[str, Any]]:

@@ -44,12 +44,54 @@ def test_known_ids() -> None:
     assert load_encoding("cl100k_base").encode("hello world") == [15339, 1917]
 
 
-def test_counter_caches_and_counts_exactly() -> None:
+FOX = "The quick brown fox jumps over the lazy dog."
+
+
+def test_known_sentence_ids() -> None:
+    # cl100k_base's well-known encoding of the pangram: one token per word, then the period.
+    ids = [791, 4062, 14198, 39935, 35308, 927, 279, 16053, 5679, 13]
+    assert load_encoding("cl100k_base").encode_ordinary(FOX) == ids
+
+
+def test_counter_counts_exactly() -> None:
     counter = TokenCounter()
-    text = "The quick brown fox jumps over the lazy dog. " * 20
-    assert counter.count(text, "o200k_base") == len(load_encoding("o200k_base").encode(text))
-    assert counter.count(text, "o200k_base") == counter.count(text, "o200k_base")
+    assert counter.count(FOX, "cl100k_base") == 10
+    assert counter.count(FOX, "o200k_base") == 10
+    # 20 sentences of 10 tokens; each joining space starts the next " The"; one trailing space.
+    assert counter.count((FOX + " ") * 20, "o200k_base") == 201
+    assert counter.count((FOX + " ") * 20, "cl100k_base") == 201
     assert counter.count("", "cl100k_base") == 0
+
+
+def _spy(counter: TokenCounter, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The texts the counter's o200k encoder is asked to encode from now on."""
+    enc = counter.encoding("o200k_base")
+    real = enc.encode_ordinary
+    encoded: list[str] = []
+
+    def encode_ordinary(text: str) -> list[int]:
+        encoded.append(text)
+        return real(text)
+
+    monkeypatch.setattr(enc, "encode_ordinary", encode_ordinary)
+    return encoded
+
+
+def test_counter_encodes_each_text_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    counter = TokenCounter()
+    encoded = _spy(counter, monkeypatch)
+    assert [counter.count(FOX, "o200k_base") for _ in range(3)] == [10, 10, 10]
+    assert encoded == [FOX]
+
+
+def test_counter_cache_keeps_what_is_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    counter = TokenCounter(cache_size=2)
+    encoded = _spy(counter, monkeypatch)
+    for text in ("a b", "c d", "a b", "e f"):  # the hit on "a b" keeps it; "c d" goes
+        counter.count(text, "o200k_base")
+    counter.count("a b", "o200k_base")
+    counter.count("c d", "o200k_base")
+    assert encoded == ["a b", "c d", "e f", "c d"]
 
 
 def test_model_table_lookup() -> None:

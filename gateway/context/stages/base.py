@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from gateway.context.apply import apply_decision
+from gateway.context.caches import ContextCaches
 from gateway.context.forecast import Budget
 from gateway.context.items import Item
 from gateway.context.session import Decision
@@ -36,16 +37,10 @@ class StageContext:
     decisions: dict[str, Decision]  # remembered and made so far; stages add to it
     target: int | None = None  # over the high-water mark: cut down to this many tokens
     known: frozenset[str] = frozenset()  # values of the session's system prompt and task
-    caches: dict[str, dict[str, Any]] = field(default_factory=dict)  # engine-lifetime memo
-
-    def options(self, stage: str) -> Mapping[str, Any]:
-        return self.task_class.options(stage)
+    caches: ContextCaches = field(default_factory=ContextCaches)  # the engine's memos
 
     def total(self, items: list[Item]) -> int:
         return self.fixed_tokens + sum(item.tokens for item in items)
-
-    def cache(self, name: str) -> dict[str, Any]:
-        return self.caches.setdefault(name, {})
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,10 +55,9 @@ class Stage(Protocol):
     ) -> StageResult: ...
 
 
-def decide(items: list[Item], chosen: Mapping[str, Decision], ctx: StageContext) -> StageResult:
-    """Apply new decisions (to the original items) and drop whole units where asked."""
-    if not chosen:
-        return StageResult(items, {})
+def _by_unit(items: list[Item], chosen: Mapping[str, Decision]) -> dict[str, Decision]:
+    """The decisions as they apply: a drop takes its whole unit, or becomes a mask where
+    the message (or part of its unit) must stay."""
     chosen = dict(chosen)
     for item in items:
         decision = chosen.get(item.id)
@@ -95,6 +89,14 @@ def decide(items: list[Item], chosen: Mapping[str, Decision], ctx: StageContext)
     for item in items:
         if item.unit in unit_drops:
             decisions[item.id] = unit_drops[item.unit]
+    return decisions
+
+
+def decide(items: list[Item], chosen: Mapping[str, Decision], ctx: StageContext) -> StageResult:
+    """Apply new decisions (to the original items) and drop whole units where asked."""
+    if not chosen:
+        return StageResult(items, {})
+    decisions = _by_unit(items, chosen)
     kept: list[Item] = []
     seen: set[str] = set(ctx.known)  # values the model reads before the current item
     for item in items:
@@ -113,7 +115,7 @@ def decide(items: list[Item], chosen: Mapping[str, Decision], ctx: StageContext)
             decisions[item.id] = decision
         ctx.decisions[item.id] = decision
         new = apply_decision(
-            original, decision, ctx.counter, ctx.encoding, ctx.known, ctx.cache("rewritten")
+            original, decision, ctx.counter, ctx.encoding, ctx.known, ctx.caches.rewritten
         )
         if new is not None:
             kept.append(new if new.score == item.score else replace(new, score=item.score))
@@ -122,13 +124,10 @@ def decide(items: list[Item], chosen: Mapping[str, Decision], ctx: StageContext)
 
 
 def item_values(text: str, ctx: StageContext) -> frozenset[str]:
-    memo = ctx.cache("values")
-    found: frozenset[str] | None = memo.get(text)
+    memo = ctx.caches.values
+    found = memo.get(text)
     if found is None:
-        found = frozenset(values(text))
-        memo[text] = found
-        if len(memo) > 100_000:
-            memo.pop(next(iter(memo)))
+        found = memo[text] = frozenset(values(text))
     return found
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import MutableMapping
 
 from datasketch import MinHash, MinHashLSH
 
@@ -18,6 +19,7 @@ from gateway.context.forecast import Budget
 from gateway.context.items import Item
 from gateway.context.session import Decision
 from gateway.context.stages.base import StageContext, StageResult, decide
+from gateway.context.taskclass import ClusterOptions
 
 NUM_PERM = 64
 _WORD = re.compile(r"\S+")
@@ -27,7 +29,7 @@ def _normal(text: str) -> str:
     return hashlib.blake2b(" ".join(text.split()).encode(), digest_size=12).hexdigest()
 
 
-def _minhash(text: str, memo: dict[str, MinHash]) -> MinHash:
+def _minhash(text: str, memo: MutableMapping[str, MinHash]) -> MinHash:
     key = _normal(text)
     found = memo.get(key)
     if found is None:
@@ -36,23 +38,20 @@ def _minhash(text: str, memo: dict[str, MinHash]) -> MinHash:
         found = MinHash(num_perm=NUM_PERM, seed=7)
         found.update_batch(list(shingles))
         memo[key] = found
-        if len(memo) > 50_000:
-            memo.pop(next(iter(memo)))
     return found
 
 
 async def cluster_items(items: list[Item], budget: Budget, ctx: StageContext) -> StageResult:
-    opts = ctx.options("cluster")
-    min_chars = int(opts.get("min_chars", 200))
-    threshold = float(opts.get("near_threshold", 0.85))
+    opts = ctx.task_class.stages.cluster or ClusterOptions()
+    min_chars, threshold = opts.min_chars, opts.near_threshold
     candidates = [item for item in items if len(item.text) >= min_chars and item.rewritable]
     # Pinned copies first: they are the representatives when they have duplicates.
     candidates.sort(key=lambda item: (not item.pinned, item.message_index, item.segment))
-    memo = ctx.cache("minhash")
+    memo = ctx.caches.minhash
     # Finding the band layout for a threshold integrates numerically: do it once.
-    layouts = ctx.cache("lsh_params")
-    lsh = MinHashLSH(threshold=threshold, num_perm=NUM_PERM, params=layouts.get(str(threshold)))
-    layouts[str(threshold)] = (lsh.b, lsh.r)
+    layouts = ctx.caches.lsh_params
+    lsh = MinHashLSH(threshold=threshold, num_perm=NUM_PERM, params=layouts.get(threshold))
+    layouts[threshold] = (lsh.b, lsh.r)
     exact: dict[str, str] = {}
     chosen: dict[str, Decision] = {}
     for item in candidates:

@@ -18,8 +18,8 @@ from gateway.context.forecast import Budget
 from gateway.context.items import Item
 from gateway.context.session import Decision
 from gateway.context.stages.base import StageContext, StageResult, decide
+from gateway.context.taskclass import CompressOptions
 
-DEFAULT_KINDS = ("tool_result", "user", "assistant", "tool_call", "knowledge")
 LADDER = (
     ("compress", "summary", 1),
     ("compress", "summary", 2),
@@ -70,11 +70,10 @@ def _cut(
 
 
 async def compress_items(items: list[Item], budget: Budget, ctx: StageContext) -> StageResult:
-    opts = ctx.options("compress")
-    kinds = set(opts.get("kinds", DEFAULT_KINDS))
-    min_tokens = int(opts.get("min_tokens", 40))
+    opts = ctx.task_class.stages.compress or CompressOptions()
+    kinds, min_tokens = set(opts.kinds), opts.min_tokens
     aged = {
-        item.id: Decision("compress", "compress", "aged", "summary", int(opts.get("level", 1)))
+        item.id: Decision("compress", "compress", "aged", "summary", opts.level)
         for item in items
         if ctx.task_class.compaction.ages
         and not item.pinned

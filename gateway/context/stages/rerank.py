@@ -20,10 +20,10 @@ from gateway.context.forecast import Budget
 from gateway.context.items import Item
 from gateway.context.session import Decision
 from gateway.context.stages.base import StageContext, StageResult, decide
+from gateway.context.taskclass import RerankOptions
 
 _ERROR = re.compile(r"(?i)\b(error|exception|traceback|failed|fatal)\b")
 _SUCCESS = re.compile(r"(?i)\b(passed|succeeded|successfully|fixed|resolved|done)\b")
-DEFAULT_WEIGHTS = {"relevance": 1.0, "recency": 0.5, "goal": 2.0, "error": 0.3, "finished": -0.3}
 EMBED_CHARS = 2000
 
 
@@ -37,8 +37,8 @@ async def _relevance(items: list[Item], ctx: StageContext) -> list[float]:
 
 
 async def rerank_items(items: list[Item], budget: Budget, ctx: StageContext) -> StageResult:
-    opts = ctx.options("rerank")
-    weights = {**DEFAULT_WEIGHTS, **(opts.get("weights") or {})}
+    opts = ctx.task_class.stages.rerank or RerankOptions()
+    weights = opts.weights
     free = [item for item in items if not item.pinned]
     relevance = dict(zip((i.id for i in free), await _relevance(free, ctx), strict=True))
     last_success = max((i.message_index for i in items if _SUCCESS.search(i.text)), default=-1)
@@ -47,23 +47,23 @@ async def rerank_items(items: list[Item], budget: Budget, ctx: StageContext) -> 
         if item.pinned:
             scored.append(replace(item, score=math.inf))
             continue
-        score = weights["relevance"] * relevance[item.id]
-        score += weights["recency"] * math.exp(-item.age / 4)
+        score = weights.relevance * relevance[item.id]
+        score += weights.recency * math.exp(-item.age / 4)
         if item.goal:
-            score += weights["goal"]
+            score += weights.goal
         if _ERROR.search(item.text):
-            score += weights["error"]
+            score += weights.error
         elif item.message_index < last_success:
-            score += weights["finished"]
+            score += weights.finished
         scored.append(replace(item, score=score))
     chosen: dict[str, Decision] = {}
-    min_relevance = opts.get("min_relevance")
+    min_relevance = opts.min_relevance
     if min_relevance is not None:
         for item in free:
             if (
                 item.kind == "knowledge"
                 and item.id not in ctx.decisions
-                and relevance[item.id] < float(min_relevance)
+                and relevance[item.id] < min_relevance
             ):
                 chosen[item.id] = Decision("rerank", "drop", "irrelevant", "drop")
     return decide(scored, chosen, ctx)

@@ -10,27 +10,26 @@ instructions that go stale, dropped or masked once `after_turns` old), `reminder
 from __future__ import annotations
 
 import re
-from typing import Any
+from collections.abc import Sequence
 
 from gateway.context.forecast import Budget
 from gateway.context.items import Item
 from gateway.context.session import Decision
 from gateway.context.stages.base import StageContext, StageResult, decide, unit_pinned
+from gateway.context.stale import stale_rule
+from gateway.context.taskclass import SelectOptions, StaleRule
 
 
-def _stale(item: Item, rules: list[dict[str, Any]]) -> Decision | None:
-    for rule in rules:
-        if item.age >= int(rule.get("after_turns", 0)) and re.search(rule["pattern"], item.text):
-            action = str(rule.get("action", "drop"))
-            if action == "strip":  # cut the matching block out, keep the rest of the message
-                return Decision(
-                    "select", "compress", "stale_instruction", "strip", arg=rule["pattern"]
-                )
-            return Decision("select", action, "stale_instruction", action)
-    return None
+def _stale(item: Item, rules: Sequence[StaleRule], ctx: StageContext) -> Decision | None:
+    rule = stale_rule(item, rules, ctx.caches.stale)
+    if rule is None:
+        return None
+    if rule.action == "strip":  # cut the matching block out, keep the rest of the message
+        return Decision("select", "compress", "stale_instruction", "strip", arg=rule.pattern)
+    return Decision("select", rule.action, "stale_instruction", rule.action)
 
 
-def _reminder(item: Item, later_text: str, patterns: list[str]) -> Decision | None:
+def _reminder(item: Item, later_text: str, patterns: Sequence[str]) -> Decision | None:
     for pattern in patterns:
         blocks = re.findall(pattern, item.text)
         if blocks and all(block in later_text for block in blocks):
@@ -39,11 +38,9 @@ def _reminder(item: Item, later_text: str, patterns: list[str]) -> Decision | No
 
 
 async def select_items(items: list[Item], budget: Budget, ctx: StageContext) -> StageResult:
-    opts = ctx.options("select")
-    max_turns = opts.get("max_turns")
-    knowledge_max = opts.get("knowledge_max_turns")
-    stale_rules = list(opts.get("stale_patterns") or [])
-    reminders = list(opts.get("reminder_patterns") or [])
+    opts = ctx.task_class.stages.select or SelectOptions()
+    max_turns, knowledge_max = opts.max_turns, opts.knowledge_max_turns
+    stale_rules, reminders = opts.stale_patterns, opts.reminder_patterns
     pinned_units = unit_pinned(items)
     chosen: dict[str, Decision] = {}
     for pos, item in enumerate(items):
@@ -51,14 +48,14 @@ async def select_items(items: list[Item], budget: Budget, ctx: StageContext) -> 
             continue
         droppable = item.unit not in pinned_units
         decision = None
-        if max_turns is not None and item.age > int(max_turns) and droppable and not item.goal:
+        if max_turns is not None and item.age > max_turns and droppable and not item.goal:
             decision = Decision("select", "drop", "recency", "drop")
         elif (
-            knowledge_max is not None and item.kind == "knowledge" and item.age > int(knowledge_max)
+            knowledge_max is not None and item.kind == "knowledge" and item.age > knowledge_max
         ):
             decision = Decision("select", "drop", "out_of_scope", "drop")
         elif stale_rules:
-            decision = _stale(item, stale_rules)
+            decision = _stale(item, stale_rules, ctx)
             if decision is not None and decision.method == "drop" and not droppable:
                 decision = Decision("select", "mask", "stale_instruction", "mask")
         if decision is None and any(re.search(p, item.text) for p in reminders):
