@@ -32,6 +32,23 @@ def _steps(model: str) -> int | None:
     return None
 
 
+def _tool_call(tools: Any, step: int) -> tuple[str, dict[str, Any]]:
+    """A harmless command with a long output, in the shape of the client's own shell tool
+    (Codex: `exec_command` / `shell_command` / `shell`; Claude Code: `Bash`), else `shell`."""
+    command = f"seq {step} {step + 1500}"
+    names = {str(t.get("name")) for t in tools or () if isinstance(t, dict)}
+    if "exec_command" in names:
+        return "exec_command", {"cmd": command}
+    if "shell_command" in names:
+        return "shell_command", {"command": command}
+    if "Bash" in names:
+        return "Bash", {"command": command, "description": f"step {step}"}
+    if any(isinstance(t, dict) and t.get("name") == "shell" and "command" in (
+            t.get("parameters") or {}).get("properties", {}) for t in tools or ()):
+        return "shell", {"command": ["bash", "-lc", command]}
+    return "shell", {"cmd": f"step {step}"}
+
+
 def _size(body: dict[str, Any]) -> int:
     return len(orjson.dumps(body)) // 4
 
@@ -112,11 +129,12 @@ def response_object(body: dict[str, Any]) -> dict[str, Any]:
     output: list[dict[str, Any]]
     if steps is not None and done < steps:
         thought = f"I should run step {done}."
+        name, arguments = _tool_call(body.get("tools"), done)
         output = [
             {"type": "reasoning", "id": f"rs_{stamp}_{done}", "summary": [
                 {"type": "summary_text", "text": thought}], "encrypted_content": sign(thought)},
             {"type": "function_call", "id": f"fc_{stamp}_{done}", "call_id": f"call_{done}",
-             "name": "shell", "arguments": orjson.dumps({"cmd": f"step {done}"}).decode(),
+             "name": name, "arguments": orjson.dumps(arguments).decode(),
              "status": "completed"}]
     else:
         output = [{"type": "message", "id": f"msg_{stamp}", "role": "assistant",
@@ -218,10 +236,11 @@ def message_object(body: dict[str, Any]) -> dict[str, Any]:
     stamp = int(time.time() * 1000)
     if steps is not None and results < steps:
         thought = f"Step {results} next."
+        name, arguments = _tool_call(body.get("tools"), results)
         content: list[dict[str, Any]] = [
             {"type": "thinking", "thinking": thought, "signature": sign(thought)},
-            {"type": "tool_use", "id": f"toolu_{stamp}_{results}", "name": "shell",
-             "input": {"cmd": f"step {results}"}}]
+            {"type": "tool_use", "id": f"toolu_{stamp}_{results}", "name": name,
+             "input": arguments}]
         stop = "tool_use"
     else:
         last = messages[-1].get("content") if messages else ""

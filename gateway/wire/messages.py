@@ -6,9 +6,10 @@ calls); a user message to one `tool` message per `tool_result` block (answering 
 `tool_use`, so the engine keeps or drops them together) and one user message for its other
 blocks. `thinking` / `redacted_thinking` (signed), images, documents, server tool blocks and
 unknown blocks are opaque: counted as sent, never edited. The latest assistant message with
-thinking, every message with an unknown block, and the first user message (the task) are
-pinned. A rewritten message's text blocks become one text block that keeps the last one's
-`cache_control`, so the request never has more breakpoints than the client sent.
+thinking, every message with an unknown block or another role (Claude Code sends `system`
+messages), and the first user message (the task) are pinned. A rewritten message's text
+blocks become one text block that keeps the last one's `cache_control`, so the request
+never has more breakpoints than the client sent.
 """
 
 from __future__ import annotations
@@ -82,6 +83,12 @@ def build_view(body: Mapping[str, Any]) -> ChatView:
     for m, message in enumerate(wire):
         role = str(message.get("role", "user"))
         content = message.get("content")
+        if role not in ("user", "assistant"):  # e.g. Claude Code's `system` messages: as sent
+            messages.append({"role": "system" if role == "system" else "opaque",
+                             "content": content if isinstance(content, str) else
+                             _chat_content(list(content or ())), PINNED: True})
+            sources.append((m, None))
+            continue
         if isinstance(content, str):
             chat: dict[str, Any] = {"role": role, "content": content}
             if m == first_user:
@@ -197,8 +204,8 @@ def validate(body: Mapping[str, Any]) -> None:
     if not isinstance(messages, list):
         raise InvalidRequest("messages: Field required", param="messages")
     for m, message in enumerate(messages):
-        if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
-            raise InvalidRequest(f"messages.{m}: role must be 'user' or 'assistant'",
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            raise InvalidRequest(f"messages.{m}: must be an object with a string role",
                                  param=f"messages.{m}")
         content = message.get("content")
         if not isinstance(content, str | list) or (
