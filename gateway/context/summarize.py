@@ -59,8 +59,13 @@ DEFINITION_LINES = {1: 8, 2: 3}  # `def`/`class` lines: what an agent greps for 
 SHORT_LINES = {1: 6, 2: 3}  # shorter texts are only trimmed of prompts and long lines
 
 
+_ESCAPED = re.compile(r"\\[nrt]")  # "\n" spelled out inside quoted or serialized text
+
+
 def values(text: str) -> list[str]:
-    """Identifier-like values (names, paths, numbers) in order of first appearance."""
+    """Identifier-like values (names, paths, numbers) in order of first appearance. An
+    escaped newline is a separator, not the start of a name ("\\nDavid" is "David")."""
+    text = _ESCAPED.sub(" ", text)
     return list(dict.fromkeys(v for v in _VALUE.findall(text) if len(v) >= 2))
 
 
@@ -92,7 +97,7 @@ def _mentions(
     focus: frozenset[str] = frozenset(),
 ) -> str:
     """The values of the omitted text that appear nowhere else the model will see."""
-    seen = set(_VALUE.findall(compact)) | known
+    seen = set(values(compact)) | known
     lost = [
         v
         for v in values(_LINE_NO.sub(" ", original))

@@ -50,3 +50,9 @@ def test_digest_keeps_the_line_the_task_is_about() -> None:
     assert "red kettle model_k9 price 19.99" in focused
     assert "red kettle" not in blind  # without the task the row is one of sixty
     assert len(focused) < len(text) / 4  # still a digest
+
+
+def test_escaped_newlines_do_not_glue_onto_values() -> None:
+    from gateway.context.summarize import values
+
+    assert values(r"team:\nDavid\tfeedback.xlsx") == ["team", "David", "feedback.xlsx"]
