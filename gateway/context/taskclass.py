@@ -174,6 +174,9 @@ class CompressOptions(_Settings):
     kinds: tuple[CompressKind, ...] = DEFAULT_KINDS  # which items age out into summaries
     min_tokens: Count = 40
     level: Count = 1
+    # An aged summary this many turns old becomes a one-line placeholder at the next step:
+    # digests of long sessions otherwise add up to most of what is sent.
+    mask_after_turns: Count | None = None
 
 
 class Stages(_Settings):

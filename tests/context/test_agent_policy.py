@@ -137,3 +137,26 @@ async def test_plain_chat_with_tools_ages_too(engine: ContextEngine) -> None:
         )
     assert fitted is not None and fitted.task_class == "plain_chat"
     assert any(d.reason == "aged" for d in fitted.drops)
+
+
+async def test_old_digests_become_placeholders_in_batches(engine: ContextEngine) -> None:
+    messages = _browser_session(40, lines=30)
+    masked_at: list[int] = []
+    fitted = None
+    for end in range(4, len(messages) + 1, 2):
+        fitted = await engine.fit(
+            {"messages": messages[:end], "tools": BROWSER_TOOLS}, _call("long-browse")
+        )
+        assert sum(d.tokens_saved for d in fitted.drops) == (
+            fitted.tokens_before - fitted.tokens_after
+        )
+        masks = [d for d in fitted.drops if d.action == "mask" and d.reason == "aged"]
+        if masks and (not masked_at or len(masks) > masked_at[-1]):
+            masked_at.append(len(masks))
+    assert fitted is not None
+    sent = fitted.body["messages"]
+    oldest, recent = sent[3]["content"], sent[-5]["content"]
+    assert oldest.startswith("[ctxgate: tool_result") and "omitted" in oldest
+    assert not recent.startswith("[ctxgate:") and len(recent) < len(messages[-5]["content"])
+    # masked in a few batches, not one more on every step
+    assert 1 <= len(masked_at) <= 3
