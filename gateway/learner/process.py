@@ -3,9 +3,11 @@
 The learner's work (JSON of long traces, the embedding model for its near-duplicate
 checks, LLM calls) must never compete with requests for the gateway's event loop, nor take
 more than a bounded share of the CPU. So `serve` runs it in a child process of its own
-(multiprocessing spawn: a fresh interpreter given the same Settings), at a lower priority
-(nice +10: it gets what requests leave) and with one thread for the model (at most about
-one core). The gateway restarts the child when it dies and stops it first on shutdown
+(multiprocessing spawn: a fresh interpreter given the same Settings), at the lowest
+priority (Linux's SCHED_IDLE, else nice +19: it gets only the CPU time requests leave) and
+with one thread for the model (at most about one core). Under sustained saturation it
+falls behind; the trace stream is capped and the traces expire, so it never grows without
+bound. The gateway restarts the child when it dies and stops it first on shutdown
 (SIGTERM: it takes no new entry and finishes or hands back the one in flight).
 
 The child's learner metrics are relayed to the gateway over a pipe and counted in the
@@ -20,6 +22,7 @@ import logging
 import multiprocessing
 import os
 import signal
+import sys
 import time
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
@@ -31,7 +34,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-NICE = 10
+NICE = 19
 GRACE_S = 5.0  # how long the job in flight may take to finish once asked to stop
 RESTART_DELAY_S = (1.0, 30.0)  # first and longest wait before restarting a dead child
 # The learner metrics the child records, relayed to the gateway's registry.
@@ -161,14 +164,24 @@ class MetricRelay:
             self._conn.send((self._name, self._labels, method, value))
 
 
+def lower_priority(nice: int) -> None:
+    """Run only on CPU time requests leave: SCHED_IDLE where the OS has it (Linux), which a
+    runnable request handler always preempts, else the lowest nice we are given."""
+    with contextlib.suppress(OSError, AttributeError):
+        os.nice(nice)
+    with contextlib.suppress(OSError, AttributeError):
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+
+
 def child_main(settings: Settings, conn: Connection, nice: int, grace_s: float) -> None:
     """The child's entry point: lower its priority, then run the worker until SIGTERM."""
     # Before torch is imported (lazily, with the embedder): one thread for the model.
     for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ[name] = "1"
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
-    with contextlib.suppress(OSError):
-        os.nice(nice)
+    # Until the worker's own handler is installed, a stop request simply ends the process.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    lower_priority(nice)
     # Signals sent to the gateway's process group (Ctrl-C, a service manager's stop) are the
     # gateway's to act on: it stops us in its own order.
     with contextlib.suppress(OSError):
