@@ -169,6 +169,15 @@ def children_of(pid: int) -> list[int]:
     return found
 
 
+def rss_mb(pids: list[int]) -> float:
+    total = 0
+    for pid in pids:
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/status") as status:
+            total += next((int(line.split()[1]) for line in status
+                           if line.startswith("VmRSS:")), 0)
+    return round(total / 1024, 1)
+
+
 def measure(gateway: servers.Server, direct: str, load: loadgen.Load, args: argparse.Namespace,
             wrk: str | None, gen: set[int] | None, clock: CpuClock) -> dict[str, Any]:
     """One burst with the probe running, then the probe alone; and the direct probe."""
@@ -198,6 +207,7 @@ def measure(gateway: servers.Server, direct: str, load: loadgen.Load, args: argp
                   "errors": sum(burst.errors.values())},
         "cpu_cores": {name: round((clock.of(p) - cpu[name]) / elapsed, 3)
                       for name, p in pids.items()},
+        "rss_mb": {name: rss_mb(p) for name, p in pids.items()},
         # CPU used by processes that are not part of this benchmark (a shared machine)
         "other_load_cores": round(max((clock.machine_busy() - busy) - (clock.ours() - ours),
                                       0.0) / elapsed, 3),

@@ -95,8 +95,11 @@ class StreamConsumer:
         period = max(self._settings.reclaim_idle_s / 3, 0.05)
         while True:
             await asyncio.sleep(period)
-            await self._redis.xclaim(keys.TRACE_STREAM, keys.TRACE_GROUP, self.name, 0,
-                                     [entry_id], justid=True)
+            try:
+                await self._redis.xclaim(keys.TRACE_STREAM, keys.TRACE_GROUP, self.name, 0,
+                                         [entry_id], justid=True)
+            except RedisError:  # a missed beat risks a reclaim, which the merge tolerates
+                log.warning("could not keep %s claimed", entry_id, exc_info=True)
 
     async def process(self, entry_id: str, fields: dict[str, str]) -> None:
         state = await self.claim_state(entry_id)
