@@ -14,7 +14,7 @@ import hashlib
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from gateway.context.apply import apply_decisions, drop_events
@@ -25,7 +25,7 @@ from gateway.context.injection import InjectedBlock, PlaybookSource, inject_bloc
 from gateway.context.items import Item, ParsedRequest, base_tokens, content_text, parse_request
 from gateway.context.models import ModelTable
 from gateway.context.prefix import Prefix, PrefixCache
-from gateway.context.render import Rendered, materialize, render_messages
+from gateway.context.render import Plan, Rendered, materialize, render_messages
 from gateway.context.session import Decision, RedisSessionStore, SessionState, SessionStore
 from gateway.context.stages import STAGES, StageContext
 from gateway.context.stale import stale_rule, stale_text
@@ -74,6 +74,11 @@ class FittedCall:
     trace_id: str = ""
     prefix_stable: bool | None = None
     stage_seconds: dict[str, float] = field(default_factory=dict)
+    # For the explainer (gateway/observability/explain.py): the client's body, the plan
+    # that rendered it (per sent message: its index, new content or None) and the block.
+    request: dict[str, Any] | None = None
+    plan: Plan | None = None
+    block: InjectedBlock | None = None
 
 
 def derive_session_id(tenant: str, messages: list[Mapping[str, Any]]) -> str:
@@ -140,6 +145,7 @@ class _Fitted:
     events: list[DropEvent]
     digests: list[str]
     prefix: Prefix | None  # what the session's next call may reuse
+    plan: Plan | None = None
 
 
 class ContextEngine:
@@ -284,7 +290,8 @@ class ContextEngine:
             r.state.dirty.add("horizon")
         messages = materialize(r.messages, reuse.plan) if reuse.changed else r.messages
         return _Fitted(
-            messages, reuse.changed, reuse.tokens_after, reuse.events, reuse.digests, r.prefix
+            messages, reuse.changed, reuse.tokens_after, reuse.events, reuse.digests, r.prefix,
+            reuse.plan,
         )
 
     async def _fit_full(self, r: _Request, seconds: dict[str, float]) -> _Fitted | FittedCall:
@@ -304,7 +311,8 @@ class ContextEngine:
         events = drop_events(parsed.items, final, ctx.decisions)
         prefix = self._prefix(r.messages, parsed, final, rendered, events, ctx, stepped, r.cls)
         return _Fitted(
-            rendered.messages, rendered.changed, tokens_after, events, rendered.digests, prefix
+            rendered.messages, rendered.changed, tokens_after, events, rendered.digests, prefix,
+            rendered.plan,
         )
 
     async def _finish(
@@ -315,12 +323,13 @@ class ContextEngine:
         messages = inject_block(fitted.messages, block) if block else fitted.messages
         stable = self._track_prefix(r.state, fitted.digests, cls)
         await self.sessions.save(call.tenant, r.session_id, r.state)
-        self.drop_log.write(
+        self.drop_log.write_call(
             fitted.events,
             trace_id=call.trace_id,
             session_id=r.session_id,
             tenant=call.tenant,
             task_class=cls.name,
+            tokens=(r.tokens_before, fitted.tokens_after, block.tokens if block else 0),
         )
         if fitted.prefix is not None:
             self.prefixes.put(call.tenant, r.session_id, fitted.prefix)
@@ -341,6 +350,9 @@ class ContextEngine:
             trace_id=call.trace_id,
             prefix_stable=stable,
             stage_seconds=seconds,
+            request=r.body,
+            plan=fitted.plan,
+            block=block,
         )
 
     async def _fit_items(
@@ -386,6 +398,7 @@ class ContextEngine:
                 state.steps += 1
             state.calls += 1
             state.dirty.add("horizon")
+        _stamp_step(ctx.decisions, state.decisions)  # ctx.decisions began as a copy
         if ctx.decisions != state.decisions:
             state.decisions = ctx.decisions
             state.dirty.add("decisions")
@@ -519,6 +532,18 @@ class ContextEngine:
             int(completion) if isinstance(completion, int) else None,
             overflow=finish_reason == "length",
         )
+
+
+def _stamp_step(decisions: dict[str, Decision], remembered: Mapping[str, Decision]) -> None:
+    """Number the decisions this call took: one step after the session's latest, so the
+    drop log logs each once and a call line names the steps in force."""
+    step = 1 + max((d.step for d in remembered.values()), default=0)
+    for item_id, decision in decisions.items():
+        old = remembered.get(item_id)
+        if decision is old:
+            continue
+        if old is None or replace(decision, step=old.step) != old:
+            decisions[item_id] = replace(decision, step=step)
 
 
 def _current_step(messages: list[Mapping[str, Any]]) -> str:
