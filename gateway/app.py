@@ -86,8 +86,12 @@ class Gateway:
         self._upstream = Upstream(settings.upstream_url, timeout_s=settings.upstream_timeout_s,
                                   transport=self._transport,
                                   transport_kind=settings.upstream_transport)
+        self._anthropic = Upstream(settings.anthropic_upstream_url,
+                                   timeout_s=settings.upstream_timeout_s,
+                                   transport=self._transport,
+                                   transport_kind=settings.upstream_transport)
         tracer, self._tracer_provider = build_tracer(settings.otel_endpoint)
-        self._routes = build_routes(services, self._upstream, tracer)
+        self._routes = build_routes(services, self._upstream, tracer, self._anthropic)
         self._background.append(asyncio.create_task(self._warm(), name="ctxgate-warm-up"))
         if settings.worker == "inprocess":
             self._background.append(asyncio.create_task(
@@ -125,6 +129,7 @@ class Gateway:
         await self._traces.aclose()
         await self._engine.forecasts.flush()
         await self._upstream.aclose()
+        await self._anthropic.aclose()
         await services.redis.aclose()
         services.embedder.close()
         services.drop_log.close()

@@ -31,6 +31,7 @@ class Settings(BaseSettings):
 
     upstream_url: str = "https://api.openai.com/v1"
     upstream_api_key: SecretStr | None = None
+    anthropic_upstream_url: str = "https://api.anthropic.com"  # for /v1/messages, no /v1
     auth_mode: Literal["passthrough", "keys"] = "passthrough"
     keys: dict[str, str] = Field(default_factory=dict, repr=False)
     redis_url: str | None = None
@@ -60,7 +61,7 @@ class Settings(BaseSettings):
     playbook: dict[str, Any] = Field(default_factory=dict)
     learner: dict[str, Any] = Field(default_factory=dict)
 
-    @field_validator("upstream_url", "learner_url")
+    @field_validator("upstream_url", "anthropic_upstream_url", "learner_url")
     @classmethod
     def _http_url(cls, value: str | None) -> str | None:
         if value is not None and not value.startswith(("http://", "https://")):

@@ -74,11 +74,11 @@ class FittedCall:
     trace_id: str = ""
     prefix_stable: bool | None = None
     stage_seconds: dict[str, float] = field(default_factory=dict)
-    # For the explainer (gateway/observability/explain.py): the client's body, the plan
-    # that rendered it (per sent message: its index, new content or None) and the block.
-    request: dict[str, Any] | None = None
+    # For wire adapters: per message sent, its index and new text or None (None: as sent),
+    # before the playbook block; and the block itself, which the adapter places.
     plan: Plan | None = None
     block: InjectedBlock | None = None
+    request: dict[str, Any] | None = None  # the client's body, for the explainer
 
 
 def derive_session_id(tenant: str, messages: list[Mapping[str, Any]]) -> str:
@@ -145,7 +145,7 @@ class _Fitted:
     events: list[DropEvent]
     digests: list[str]
     prefix: Prefix | None  # what the session's next call may reuse
-    plan: Plan | None = None
+    plan: Plan | None = None  # how the messages rendered (None: all as sent)
 
 
 class ContextEngine:
@@ -220,7 +220,9 @@ class ContextEngine:
             cls.playbook.cap_tokens,
         )
 
-    async def fit(self, body: dict[str, Any], call: CallContext) -> FittedCall:
+    async def fit(
+        self, body: dict[str, Any], call: CallContext, *, compact: bool = True
+    ) -> FittedCall:
         """Fit one chat request to its task class's budget and log every drop.
 
         Returns the body to send upstream (the client's own `body` when nothing changed) with
@@ -230,12 +232,16 @@ class ContextEngine:
         decisions, a compaction step when one is due, render. Either way the playbook block
         is injected last. Raises ContextBudgetExceeded when pinned content alone is over the
         budget (unless the class says `on_overflow: passthrough`), InvalidRequest on a bad
-        ctxgate header."""
+        ctxgate header. `compact=False`: classified, given the playbook and logged, every
+        message sent as is (a request that only carries new items of a conversation the
+        upstream holds)."""
         timer = time.perf_counter()
         seconds: dict[str, float] = {}
         request = await self._prepare(body, call)
         seconds["parse"] = time.perf_counter() - timer
-        fitted = self._reused(request)
+        block_tokens = request.block.tokens if request.block else 0
+        fitted = self._reused(request) if compact else _Fitted(
+            request.messages, False, request.tokens_before + block_tokens, [], [], None)
         if fitted is None:
             full = await self._fit_full(request, seconds)
             if isinstance(full, FittedCall):  # pinned content over the budget, passed through
@@ -291,7 +297,7 @@ class ContextEngine:
         messages = materialize(r.messages, reuse.plan) if reuse.changed else r.messages
         return _Fitted(
             messages, reuse.changed, reuse.tokens_after, reuse.events, reuse.digests, r.prefix,
-            reuse.plan,
+            reuse.plan if reuse.changed else None,
         )
 
     async def _fit_full(self, r: _Request, seconds: dict[str, float]) -> _Fitted | FittedCall:
@@ -312,7 +318,7 @@ class ContextEngine:
         prefix = self._prefix(r.messages, parsed, final, rendered, events, ctx, stepped, r.cls)
         return _Fitted(
             rendered.messages, rendered.changed, tokens_after, events, rendered.digests, prefix,
-            rendered.plan,
+            rendered.plan if rendered.changed else None,
         )
 
     async def _finish(
@@ -321,7 +327,8 @@ class ContextEngine:
         """Inject the playbook block, remember the session, log the drops, count."""
         block, cls, call = r.block, r.cls, r.call
         messages = inject_block(fitted.messages, block) if block else fitted.messages
-        stable = self._track_prefix(r.state, fitted.digests, cls)
+        # a request sent as is (compact=False) says nothing of the session's prefix
+        stable = self._track_prefix(r.state, fitted.digests, cls) if fitted.digests else None
         await self.sessions.save(call.tenant, r.session_id, r.state)
         self.drop_log.write_call(
             fitted.events,
