@@ -77,7 +77,8 @@ class Gateway:
         url = resolve_redis_url(settings.redis_url, settings.data_dir)
         redis = aioredis.from_url(url, decode_responses=False)
         embedder = Embedder(settings.embed_model, redis)
-        drop_log = DropLog(settings.drop_log, settings.drop_log_preview, metrics)
+        drop_log = DropLog(settings.drop_log, settings.drop_log_preview, metrics,
+                           settings.drop_log_form)
         services = Services(settings, metrics, redis, drop_log, embedder)
         self._engine = services.engine = ContextEngine(
             settings, redis, metrics, drop_log, embedder,

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from gateway.learner.signals import may_teach
+from gateway.observability.explain import ACCOUNT_FIELD
 from gateway.playbook.config import ClassPlaybook, class_playbook, learner_settings
 from gateway.services import Services
 from gateway.store import keys
@@ -49,6 +50,7 @@ class TraceEvent:
     response: dict[str, Any]  # {"content", "tool_calls", "finish_reason", "usage"}
     injected_bullet_ids: list[str] = field(default_factory=list)
     ts: float = 0.0
+    account: dict[str, Any] | None = None  # the explainer's record, stored beside the event
 
     def to_json(self) -> bytes:
         return orjson.dumps(self)  # orjson serialises dataclasses natively, without a copy
@@ -161,8 +163,12 @@ class TraceSink:
             async with self._redis.pipeline(transaction=False) as pipe:
                 for event, teaches in batch:
                     trace_key = keys.trace(event.tenant, event.trace_id)
-                    kept = replace(event, messages=keep_recent(event.messages, self._keep_chars))
+                    kept = replace(event, messages=keep_recent(event.messages, self._keep_chars),
+                                   account=None)
                     pipe.hset(trace_key, EVENT_FIELD, kept.to_json())
+                    if event.account is not None:
+                        pipe.hset(trace_key, ACCOUNT_FIELD, orjson.dumps(event.account))
+                        pipe.set(keys.trace_owner(event.trace_id), event.tenant, ex=self._ttl_s)
                     pipe.expire(trace_key, self._ttl_s)
                     if not teaches:
                         continue  # stored for feedback; nothing for a worker to do now

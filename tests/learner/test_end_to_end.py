@@ -158,6 +158,6 @@ def test_failure_and_feedback_teach_one_bullet(
                    "content": "Successfully installed PyYAML-6.0.1"}]
     call(loop_gateway, upstream, key_a, "fresh", cited_step)
     wait_for(lambda: bullets(loop_gateway, tenant_a)[0]["helpful"] == 1)
-    folds = [d for d in loop_gateway.drops() if d["stage"] == "playbook"]
+    folds = [d for d in loop_gateway.drops() if d.get("stage") == "playbook"]
     assert [d["action"] for d in folds] == ["dedup"] and folds[0]["kept_as"] == "err-00001"
 
