@@ -223,7 +223,7 @@ class ContextEngine:
             state.task_class = named
             state.dirty.add("class")
         cls = self.classes[named]
-        if self.agent_policy is not None and is_agent_request(body):
+        if not cls.compaction.ages and self.agent_policy is not None and is_agent_request(body):
             cls = self._aging.setdefault(named, cls.aging_as(self.agent_policy))
         return cls
 
