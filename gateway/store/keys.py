@@ -23,6 +23,8 @@ splits them by node. Nothing uses KEYS or SCAN; the playbooks are listed from
 
 from __future__ import annotations
 
+import zlib
+
 PREFIX = "ctxgate"
 
 # Global streams and indexes (one slot each).
@@ -80,3 +82,18 @@ def playbook_delta(tenant: str, trace_id: str) -> str:
     """String: the Curator's operations for one trace, kept so a redelivery reuses them."""
     return f"{_tenant(tenant)}:pb:delta:{trace_id}"
 
+
+
+def trace_shard(tenant: str, shards: int) -> int:
+    """The trace shard of a tenant: stable, so one tenant's traces stay in order."""
+    return zlib.crc32(tenant.encode()) % shards if shards > 1 else 0
+
+
+def trace_stream(shard: int = 0) -> str:
+    """Stream of trace shard `shard` (shard 0 is the unsharded stream's name)."""
+    return TRACE_STREAM if shard == 0 else f"{TRACE_STREAM}:{shard}"
+
+
+def trace_dead_letter(shard: int = 0) -> str:
+    """Dead letters of trace shard `shard`, kept beside it."""
+    return TRACE_DEAD_LETTER if shard == 0 else f"{TRACE_STREAM}:{shard}:dead"

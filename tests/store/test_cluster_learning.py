@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 import redis
 from redis.cluster import RedisCluster
@@ -28,6 +29,7 @@ from tests.store.cluster import LocalCluster, Node
 
 LESSON = "Install missing Python modules with pip before rerunning pytest."
 TENANTS = 3
+SHARDS = {"cluster": 3, "single": 1}  # the cluster run spreads the trace queue over shards
 ROUNDS = 2  # citing steps per tenant before the kill, and again after the restart
 
 
@@ -38,6 +40,7 @@ class Deployment:
     kill_target: Node  # the node that holds the first tenant's keys
     restart: Any
     client: Any
+    shards: int
 
 
 def _start_worker(env: dict[str, str], log: Any) -> subprocess.Popen[bytes]:
@@ -71,14 +74,15 @@ def deployment(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
     env = {**gateway_env(upstream, url), "CTXGATE_REDIS_CLUSTER": is_cluster,
            "CTXGATE_WORKER": "off", "CTXGATE_REFLECTOR_MODEL": models[0],
            "CTXGATE_CURATOR_MODEL": models[1], "CTXGATE_UPSTREAM_TIMEOUT_S": "30",
-           "CTXGATE_LEARNER": '{"reclaim_idle_s": 1.0}'}
+           "CTXGATE_LEARNER": orjson.dumps({"reclaim_idle_s": 1.0,
+                                            "trace_shards": SHARDS[request.param]}).decode()}
     gateways = [Gateway.start(tmp / f"gw{n}", env) for n in range(2)]
     workers = []
     for n in range(2):
         worker_env = {**gateways[n].env, "CTXGATE_DROP_LOG": str(tmp / f"w{n}-drops.jsonl")}
         workers.append(_start_worker(worker_env, (tmp / f"worker{n}.log").open("wb")))
     try:
-        yield Deployment(gateways, workers, target, restart, client), tokens
+        yield Deployment(gateways, workers, target, restart, client, SHARDS[request.param]), tokens
     finally:
         for process in [*workers, *(g.process for g in gateways)]:
             stop(process)
@@ -137,7 +141,8 @@ def test_playbooks_exact_across_a_primary_restart(
         [bullet] = bullets(gw[1], tenant)
         assert bullet["helpful"] == 2 * ROUNDS and bullet["harmful"] == 0
         assert bullet["content"] == LESSON
-    assert deploy.client.xlen(keys.TRACE_DEAD_LETTER) == 0
-    [group] = deploy.client.xinfo_groups(keys.TRACE_STREAM)
-    assert group["pending"] == 0
+    for shard in range(deploy.shards):  # every shard drained, nothing parked
+        assert deploy.client.xlen(keys.trace_dead_letter(shard)) == 0
+        [group] = deploy.client.xinfo_groups(keys.trace_stream(shard))
+        assert group["pending"] == 0
     assert all(w.poll() is None for w in deploy.workers)  # they rode out the restart
