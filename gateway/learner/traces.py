@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -144,7 +144,8 @@ class TraceSink:
         """Queue `event`; one writer task sends queued events in batched pipelines."""
         if self.pending >= self._max_pending:
             if self._metrics is not None:  # Redis is slower than traffic: shed, never block
-                self._metrics.worker_failures.labels("trace_shed").inc()
+                self._metrics.worker_failure(
+                    "trace_shed", keys.trace_shard(event.tenant, self._shards))
             return
         self._queue.append((event, self._teaches is None or self._teaches(event)))
         if self._writer is None or self._writer.done():
@@ -183,7 +184,10 @@ class TraceSink:
         except Exception:  # a lost trace costs a lesson, never a response
             log.warning("%d traces not recorded", len(batch), exc_info=True)
             if self._metrics is not None:
-                self._metrics.worker_failures.labels("trace_write").inc(len(batch))
+                per_shard = Counter(keys.trace_shard(event.tenant, self._shards)
+                                    for event, _ in batch)
+                for shard, n in sorted(per_shard.items()):
+                    self._metrics.worker_failure("trace_write", shard, n)
 
     @property
     def pending(self) -> int:

@@ -23,7 +23,7 @@ from redis.exceptions import RedisError, ResponseError
 from gateway.learner.build import build_learner, build_llm
 from gateway.learner.episodes import TraceLearner
 from gateway.learner.llm import LearnerUnavailable, MalformedOutput
-from gateway.observability.gauges import trace_queue_depth
+from gateway.observability.gauges import set_queue_depths, trace_queue_depths
 from gateway.playbook.config import LearnerSettings, learner_settings
 from gateway.store import as_text, keys
 
@@ -139,7 +139,7 @@ class StreamConsumer:
 
     def _fail(self, reason: str) -> None:
         if self._metrics is not None:
-            self._metrics.worker_failures.labels(reason).inc()
+            self._metrics.worker_failure(reason, self.shard)
 
     async def report_depth(self) -> None:
         if self._metrics is None or time.monotonic() - self._depth_reported < DEPTH_EVERY_S:
@@ -147,9 +147,8 @@ class StreamConsumer:
         self._depth_reported = time.monotonic()
         if self.shard != 0:
             return  # one gauge for the whole queue: shard 0's consumer sums every shard
-        depths = [await trace_queue_depth(self._redis, keys.trace_stream(shard))
-                  for shard in range(self._settings.trace_shards)]
-        self._metrics.trace_queue_depth.set(sum(depths))
+        set_queue_depths(self._metrics,
+                         await trace_queue_depths(self._redis, self._settings.trace_shards))
 
     async def run(self, stop: asyncio.Event, burst: bool) -> None:
         await ensure_group(self._redis, self.shard)

@@ -7,7 +7,12 @@ from collections.abc import AsyncIterator
 import pytest
 import redis.asyncio as aioredis
 
-from gateway.observability.gauges import playbook_sizes, refresh_gauges, trace_queue_depth
+from gateway.observability.gauges import (
+    playbook_sizes,
+    refresh_gauges,
+    trace_queue_depth,
+    trace_queue_depths,
+)
 from gateway.observability.metrics import Metrics
 from gateway.store import keys
 
@@ -42,3 +47,35 @@ async def test_playbook_sizes_sum_tenants_per_class(fresh_redis: aioredis.Redis)
     metrics = Metrics()
     await refresh_gauges(fresh_redis, metrics)
     assert metrics.playbook_bullets.labels("code")._value.get() == 5
+
+
+async def test_refresh_reads_every_trace_shard(fresh_redis: aioredis.Redis) -> None:
+    """`ctxgate_trace_queue_depth` (no labels) is the whole queue over every shard; each
+    shard on `ctxgate_trace_shard_depth{shard}`; a shard with no stream yet counts 0."""
+    for shard, n in ((0, 2), (1, 3), (3, 4)):  # shard 2 never written
+        stream = keys.trace_stream(shard)
+        for i in range(n):
+            await fresh_redis.xadd(stream, {"n": i})
+        await fresh_redis.xgroup_create(stream, keys.TRACE_GROUP, id="0")
+    read = await fresh_redis.xreadgroup(keys.TRACE_GROUP, "w1", {keys.trace_stream(3): ">"},
+                                        count=1)
+    await fresh_redis.xack(keys.trace_stream(3), keys.TRACE_GROUP, read[0][1][0][0])
+    assert await trace_queue_depths(fresh_redis, 4) == [2, 3, 0, 3]
+    metrics = Metrics()
+    await refresh_gauges(fresh_redis, metrics, trace_shards=4)
+    assert metrics.trace_queue_depth._value.get() == 8
+    assert [metrics.trace_shard_depth.labels(str(s))._value.get() for s in range(4)] == [2, 3, 0, 3]
+    await refresh_gauges(fresh_redis, metrics)  # one shard: the unsharded stream alone
+    assert metrics.trace_queue_depth._value.get() == 2
+    exposed = metrics.exposition().decode()
+    assert "ctxgate_trace_queue_depth 2.0" in exposed
+    assert 'ctxgate_trace_shard_depth{shard="1"} 3.0' in exposed
+
+
+def test_worker_failure_counts_the_interface_metric_and_its_shard() -> None:
+    metrics = Metrics()
+    metrics.worker_failure("error", 2)
+    metrics.worker_failure("error", 0, 3)
+    assert metrics.worker_failures.labels("error")._value.get() == 4  # labels: reason only
+    assert metrics.trace_shard_failures.labels("2", "error")._value.get() == 1
+    assert metrics.trace_shard_failures.labels("0", "error")._value.get() == 3
