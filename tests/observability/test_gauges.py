@@ -79,3 +79,30 @@ def test_worker_failure_counts_the_interface_metric_and_its_shard() -> None:
     assert metrics.worker_failures.labels("error")._value.get() == 4  # labels: reason only
     assert metrics.trace_shard_failures.labels("2", "error")._value.get() == 1
     assert metrics.trace_shard_failures.labels("0", "error")._value.get() == 3
+
+
+async def test_metrics_endpoint_reads_the_configured_shards(fresh_redis: aioredis.Redis) -> None:
+    """The admin side's scrape (`GET /metrics`) reads `learner.trace_shards` streams, not
+    only shard 0."""
+    from types import SimpleNamespace
+    from typing import Any
+
+    from gateway.api.health import MetricsEndpoint
+    from gateway.settings import Settings
+
+    for shard in range(3):
+        await fresh_redis.xadd(keys.trace_stream(shard), {"n": shard})
+    settings = Settings().model_copy(update={"learner": {"trace_shards": 3}})
+    services: Any = SimpleNamespace(redis=fresh_redis, metrics=Metrics(), settings=settings)
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b""}
+
+    await MetricsEndpoint(services)({"type": "http", "method": "GET"}, receive, send)
+    body = b"".join(m.get("body", b"") for m in sent).decode()
+    assert "ctxgate_trace_queue_depth 3.0" in body  # no group yet: the streams' lengths
+    assert all(f'ctxgate_trace_shard_depth{{shard="{s}"}} 1.0' in body for s in range(3))
