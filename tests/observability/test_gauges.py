@@ -106,3 +106,21 @@ async def test_metrics_endpoint_reads_the_configured_shards(fresh_redis: aioredi
     body = b"".join(m.get("body", b"") for m in sent).decode()
     assert "ctxgate_trace_queue_depth 3.0" in body  # no group yet: the streams' lengths
     assert all(f'ctxgate_trace_shard_depth{{shard="{s}"}} 1.0' in body for s in range(3))
+
+
+def test_learner_child_relays_shard_failures() -> None:
+    """The in-process learner's child records failures through `MetricRelay`s: both the
+    INTERFACE.md counter and the per-shard one reach the gateway's registry."""
+    import multiprocessing
+
+    from gateway.learner.process import RELAYED, MetricRelay, apply_metric
+
+    child, gateway = Metrics(), Metrics()
+    ours, theirs = multiprocessing.Pipe()
+    for name in RELAYED:
+        setattr(child, name, MetricRelay(name, theirs))
+    child.worker_failure("malformed_output", 1)
+    while ours.poll(0.5):
+        apply_metric(gateway, ours.recv())
+    assert gateway.worker_failures.labels("malformed_output")._value.get() == 1
+    assert gateway.trace_shard_failures.labels("1", "malformed_output")._value.get() == 1
