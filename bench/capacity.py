@@ -35,6 +35,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -410,6 +411,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         results["cores"] = os.cpu_count()
         results["when"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     direct.close()
+    if not args.keep:
+        shutil.rmtree(tmp, ignore_errors=True)
     return results
 
 
@@ -495,6 +498,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=400, help="calls per load batch")
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--keep", action="store_true", help="keep the logs and Redis data")
     args = parser.parse_args()
     results = run(args)
     if args.json:
