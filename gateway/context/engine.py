@@ -28,6 +28,7 @@ from gateway.context.prefix import Prefix, PrefixCache
 from gateway.context.render import Rendered, materialize, render_messages
 from gateway.context.session import Decision, RedisSessionStore, SessionState, SessionStore
 from gateway.context.stages import STAGES, StageContext
+from gateway.context.stages.ladder import step_target
 from gateway.context.stale import stale_rule, stale_text
 from gateway.context.steps import stale_tokens, step_horizon
 from gateway.context.summarize import values as summarize_values
@@ -362,6 +363,7 @@ class ContextEngine:
         total = fixed + sum(item.tokens for item in final)
         over = total > cls.compaction.high_water * budget.input
         turns_step = horizon != state.horizon
+        first_call = not state.prefix and not state.decisions
         ctx = StageContext(
             task_class=cls,
             counter=self.counter,
@@ -374,7 +376,8 @@ class ContextEngine:
             decisions=remembered,
             caches=self.caches,
             known=known,
-            target=int(cls.compaction.low_water * budget.input) if over else None,
+            target=step_target(final, cls, budget.input, fixed, first_call) if over else None,
+            first_call=first_call,
         )
         stepped = over or turns_step or cls.select_every_call
         if stepped:
