@@ -123,9 +123,7 @@ class _Values:
     def seen(self, text: str, p: int) -> frozenset[str]:
         """Those values of `text` the model has read before position `p`."""
         known = self._ctx.known
-        return frozenset(
-            v for v in item_values(text, self._ctx) if v in known or self.before(v, p)
-        )
+        return frozenset(v for v in item_values(text, self._ctx) if v in known or self.before(v, p))
 
 
 class Ladder:
@@ -303,3 +301,45 @@ def cut(
     if total <= target:  # a large drop came last: smaller ones before it may come back
         ladder.restore(target - total, counted)
     return ladder.kept(), ladder.made
+
+
+def give_back(before: list[Item], after: list[Item], ctx: StageContext, target: int) -> list[Item]:
+    """After a step that cut well below `target` (duplicates folded, rules applied), the
+    step's own decisions undone, newest unit first, while the total stays at most `target`:
+    a session's first call is cut just enough. `before`: the items as they were before the
+    step, so only the step's decisions are undone."""
+    room = target - ctx.total(after)
+    if room <= LANDING * ctx.total(before):
+        return after
+    now = {item.id: item for item in after}
+    units: dict[str, list[Item]] = {}
+    for item in before:
+        if item.id in ctx.decisions and now.get(item.id) is not item:
+            units.setdefault(item.unit, []).append(item)
+    partial: Item | None = None  # the newest item that did not fit back whole
+    for unit in sorted(units.values(), key=lambda u: -u[-1].message_index):
+        tokens = sum(i.tokens - (now[i.id].tokens if i.id in now else 0) for i in unit)
+        if tokens > room:
+            if partial is None and len(unit) == 1 and unit[0].id in now:
+                partial = unit[0]
+            continue
+        for item in unit:
+            now[item.id] = item
+            del ctx.decisions[item.id]
+        room -= tokens
+    if partial is not None and room > LANDING * ctx.total(before):
+        # what is left of the room: an excerpt of that item's own text
+        keep = now[partial.id].tokens + room - partial.fixed_tokens
+        text = (
+            excerpt(partial.text, keep, ctx.counter, ctx.encoding) if partial.rewritable else None
+        )
+        if text is not None:
+            filled = Decision("compress", "compress", "over_budget", "summary", 1, text=text)
+            new = apply_decision(partial, filled, ctx.counter, ctx.encoding)
+            if (
+                new is not None
+                and now[partial.id].tokens < new.tokens <= now[partial.id].tokens + room
+            ):
+                now[partial.id] = new
+                ctx.decisions[partial.id] = filled
+    return [now[item.id] for item in before if item.id in now]
