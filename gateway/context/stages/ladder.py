@@ -5,13 +5,15 @@ itself; a later call's step aims at the class's low-water mark (hysteresis: the 
 then reuse the step's prefix). Neither ever aims below what the pinned content needs plus
 the most recent exchange, nor above the budget.
 
-Cut. Candidates are ordered least useful first (lowest rerank score, oldest; the most recent
-exchange last); pass k of the ladder summary → strict summary → digest → mask → drop takes
-every candidate that stands above rung k down to it, stopping as soon as the total is at
-the target: everything is digested before anything is masked, masked before anything is
-dropped, and no more is cut than needed.
-A drop takes the item's whole unit (a tool call goes with its results), or becomes a mask
-where part of the unit is pinned.
+Cut. Candidates are ordered least useful first (lowest rerank score, oldest, the task
+statement last; the most recent exchange only once all else is cut); pass k of the ladder
+summary → strict summary → digest → mask → drop takes every candidate that stands above
+rung k down to it, stopping as soon as the total is at the target: everything is digested
+before anything is masked, masked before anything is dropped, and no more is cut than
+needed. A rewrite that would land far below the target becomes an excerpt (head and tail)
+of just the size needed; drops go to small units first, and drops a later large one made
+needless come back. A drop takes the item's whole unit (a tool call goes with its
+results), or becomes a mask where part of the unit is pinned.
 
 O(n log n) in the number of items: one sort, and each rewrite looks only at the item's own
 values (what the model reads before an item is kept, per value, as a heap of positions).
@@ -74,14 +76,14 @@ def rung(decision: Decision | None) -> int:
 
 
 def latest_exchange(items: Sequence[Item]) -> frozenset[str]:
-    """The unit of the most recent unpinned message: the step the model has just taken."""
+    """Units of the step the model has just taken: its latest unpinned assistant message
+    (with its tool results) and whatever unpinned followed it."""
     pinned = unit_pinned(list(items))
-    last = max(
-        (i for i in items if not i.pinned and i.unit not in pinned),
-        key=lambda i: i.message_index,
-        default=None,
-    )
-    return frozenset() if last is None else frozenset({last.unit})
+    free = [i for i in items if not i.pinned and i.unit not in pinned]
+    turns = [i.message_index for i in free if i.kind in ("assistant", "tool_call")]
+    if not turns:
+        return frozenset({free[-1].unit}) if free else frozenset()
+    return frozenset(i.unit for i in free if i.message_index >= turns[-1])
 
 
 def step_target(
@@ -263,10 +265,10 @@ class Ladder:
         return item.tokens - (new.tokens if new is not None else 0)
 
 
-def usefulness(protected: frozenset[str]) -> Callable[[Item], tuple[bool, float, int, int]]:
-    """Sort key, least useful first: the most recent exchange last, then by rerank score,
-    then oldest first."""
-    return lambda i: (i.unit in protected, i.score, -i.age, i.message_index)
+def usefulness(item: Item) -> tuple[bool, float, int, int]:
+    """Sort key, least useful first: the task statement last, then by rerank score, then
+    oldest first."""
+    return (item.goal, item.score, -item.age, item.message_index)
 
 
 def cut(
@@ -284,20 +286,24 @@ def cut(
     total = offset + sum(i.tokens for i in items if counted(i))
     if total <= (target if above is None else above):
         return items, {}
-    key = usefulness(latest_exchange(items))
-    order = sorted(
+    recent = latest_exchange(items)
+    free = sorted(
         (p for p, i in enumerate(items) if not i.pinned and counted(i)),
-        key=lambda p: key(items[p]),
+        key=lambda p: usefulness(items[p]),
     )
     ladder = Ladder(items, ctx, tolerance=int(LANDING * total))
-    # Each rung in turn; drops twice: first only units small enough not to land far below
-    # the target, then any.
+    # Each rung in turn (drops twice: first only units small enough not to land far below
+    # the target, then any), over everything but the latest exchange, then over that.
     passes = [(to, False) for to in range(DROP)] + [(DROP, True), (DROP, False)]
-    for to, fine in passes:
-        for p in order:
-            if total <= target:
-                break
-            total -= ladder.step(p, to, reason, counted, total - target, fine)
+    for order in (
+        [p for p in free if items[p].unit not in recent],
+        [p for p in free if items[p].unit in recent],
+    ):
+        for to, fine in passes:
+            for p in order:
+                if total <= target:
+                    break
+                total -= ladder.step(p, to, reason, counted, total - target, fine)
     if total <= target:  # a large drop came last: smaller ones before it may come back
         ladder.restore(target - total, counted)
     return ladder.kept(), ladder.made
