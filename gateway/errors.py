@@ -55,6 +55,19 @@ def openai_envelope(error: GatewayError) -> bytes:
                                    "param": error.param, "code": error.code}})
 
 
+_ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error",
+                    403: "permission_error", 404: "not_found_error",
+                    413: "request_too_large", 504: "timeout_error"}
+
+
+def anthropic_envelope(error: GatewayError) -> bytes:
+    """Anthropic's `{"type": "error", "error": {"type", "message"}}`; our code is kept in
+    the message so that the two envelopes say the same thing."""
+    kind = _ANTHROPIC_TYPES.get(error.status, "api_error")
+    return orjson.dumps({"type": "error", "error": {
+        "type": kind, "message": f"{error.message} ({error.code})"}})
+
+
 class InvalidJSON(GatewayError):
     status, code, type = 400, "invalid_json", "invalid_request_error"
 

@@ -31,6 +31,7 @@ class Settings(BaseSettings):
 
     upstream_url: str = "https://api.openai.com/v1"
     upstream_api_key: SecretStr | None = None
+    anthropic_upstream_url: str = "https://api.anthropic.com"  # for /v1/messages, no /v1
     auth_mode: Literal["passthrough", "keys"] = "passthrough"
     keys: dict[str, str] = Field(default_factory=dict, repr=False)
     redis_url: str | None = None
@@ -47,6 +48,8 @@ class Settings(BaseSettings):
     embed_model: str | None = None
     drop_log: str = "stdout"
     drop_log_preview: Literal["none", "hash", "text"] = "hash"
+    # decisions: each decision once plus a line per call; items: a line per item per call
+    drop_log_form: Literal["decisions", "items"] = "decisions"
     otel_endpoint: str | None = None
     upstream_timeout_s: float = Field(default=600.0, gt=0)
     max_body_bytes: int = Field(default=33_554_432, gt=0)
@@ -58,7 +61,7 @@ class Settings(BaseSettings):
     playbook: dict[str, Any] = Field(default_factory=dict)
     learner: dict[str, Any] = Field(default_factory=dict)
 
-    @field_validator("upstream_url", "learner_url")
+    @field_validator("upstream_url", "anthropic_upstream_url", "learner_url")
     @classmethod
     def _http_url(cls, value: str | None) -> str | None:
         if value is not None and not value.startswith(("http://", "https://")):

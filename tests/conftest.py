@@ -35,6 +35,7 @@ def upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Upstream]:
 def gateway_env(upstream: Upstream, redis_url: str) -> dict[str, str]:
     return {
         "CTXGATE_UPSTREAM_URL": f"{upstream.url}/v1",
+        "CTXGATE_ANTHROPIC_UPSTREAM_URL": upstream.url,
         "CTXGATE_REDIS_URL": redis_url,
         "CTXGATE_LEARNER_URL": f"{upstream.url}/v1",
         "CTXGATE_REFLECTOR_MODEL": "reflector-stub",

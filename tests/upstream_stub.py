@@ -11,7 +11,11 @@ chat completions by model name:
 - `stub-stall`: nothing for 30 s (streams: one chunk, then nothing); cancellations of
   stalled requests are counted in `GET /_events`;
 - scripted: `POST /_script {"model": m, "responses": [completion-or-{"content": s}, ...]}`
-  queues answers for model `m` (the last one repeats); used for Reflector and Curator.
+  queues answers for model `m` (the last one repeats); used for Reflector and Curator. An
+  answer with `"delay_s": s` is sent after s seconds (a slow learner model).
+
+`POST /v1/responses` and Anthropic's `POST /v1/messages` (and `/v1/messages/count_tokens`)
+are answered by `tests/stub_wire.py`, which refuses what those APIs refuse.
 
 Run: `python -m tests.upstream_stub PORT`.
 """
@@ -26,6 +30,8 @@ from typing import Any
 
 import orjson
 import uvicorn
+
+from tests import stub_wire
 
 Scope = dict[str, Any]
 
@@ -56,6 +62,10 @@ class Stub:
         })
         if path == "/v1/chat/completions" and method == "POST":
             await self._chat(orjson.loads(body), receive, send)
+        elif path in ("/v1/responses", "/v1/messages") and method == "POST":
+            await self._wire(path, orjson.loads(body), send)
+        elif path == "/v1/messages/count_tokens":
+            await _json(send, 200, {"input_tokens": len(body) // 4})
         elif path == "/v1/models":
             await _json(send, 200, {"object": "list", "data": [
                 {"id": "gpt-4o-mini", "object": "model", "created": 1, "owned_by": "stub"}]})
@@ -68,6 +78,23 @@ class Stub:
         else:
             await _json(send, 200, {"method": method, "path": path,
                                     "body_b64": base64.b64encode(body).decode()})
+
+    async def _wire(self, path: str, body: dict[str, Any], send: Any) -> None:
+        responses = path == "/v1/responses"
+        refusal = (stub_wire.responses_refusal if responses else stub_wire.messages_refusal)(body)
+        if refusal is not None:
+            await _json(send, *refusal)
+            return
+        answer = (stub_wire.response_object if responses else stub_wire.message_object)(body)
+        if body.get("stream") is not True:
+            await _json(send, 200, answer)
+            return
+        events = (stub_wire.response_events if responses else stub_wire.message_events)(answer)
+        await send({"type": "http.response.start", "status": 200, "headers": [
+            (b"content-type", b"text/event-stream")]})
+        for chunk in stub_wire.sse(events):
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     async def _control(self, method: str, path: str, body: bytes, send: Any) -> None:
         if path == "/_requests" and method == "DELETE":
@@ -99,6 +126,9 @@ class Stub:
             return
         if model == "stub-delay":
             await asyncio.sleep(1.0)
+        queue = self.scripts.get(model)
+        if queue and queue[0].get("delay_s"):
+            await asyncio.sleep(float(queue[0]["delay_s"]))
         message = self._answer(model, body)
         if stream:
             await self._stream(model, body, message, receive, send)

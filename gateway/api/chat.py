@@ -31,6 +31,7 @@ from gateway.api.validation import validate_chat_request
 from gateway.context.engine import CallContext, ContextEngine
 from gateway.errors import GatewayError, UpstreamTimeout, UpstreamUnreachable
 from gateway.learner.traces import TraceEvent, TraceSink
+from gateway.observability.explain import account_of, budget_source
 from gateway.upstream.client import Upstream, timed_chunks
 from gateway.upstream.sse import ChatStreamCollector, SSEDecoder, response_of_completion
 
@@ -180,6 +181,8 @@ class ChatCompletions:
                     session_id=fitted.session_id, trace_id=call.trace_id,
                     messages=fitted.body["messages"], response=response,
                     injected_bullet_ids=fitted.injected_bullet_ids, ts=time.time(),
+                    account=account_of(fitted, await budget_source(self._engine, fitted,
+                                                                   call.headers)),
                 ))
         except Exception:
             log.exception("after-response hook failed", extra={"trace_id": call.trace_id})

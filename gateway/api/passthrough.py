@@ -8,6 +8,7 @@ route swaps the credential in `keys` mode and otherwise relays bytes both ways u
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import httpx
 from opentelemetry.trace import SpanKind, Tracer
@@ -23,10 +24,15 @@ ENDPOINT = "/v1/*"
 class Passthrough:
     """Relays one request under /v1/ to the same path upstream."""
 
-    def __init__(self, upstream: Upstream, tracer: Tracer, *, max_body_bytes: int) -> None:
+    def __init__(self, upstream: Upstream, tracer: Tracer, *, max_body_bytes: int,
+                 strip: str = "/v1/",
+                 headers: Callable[[Call], list[tuple[str, str]]] | None = None) -> None:
         self._upstream = upstream
         self._tracer = tracer
         self._max_body_bytes = max_body_bytes
+        self._strip = strip  # the part of the path the upstream's base URL already has
+        self._headers = headers or (
+            lambda call: upstream_headers(call.headers, call.caller, identity=False))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         call = call_of(scope)
@@ -35,8 +41,8 @@ class Passthrough:
         await cancel_on_disconnect(receive, self._relay(scope, send, body, call))
 
     async def _relay(self, scope: Scope, send: Send, body: bytes, call: Call) -> None:
-        method, path = scope["method"], scope["path"].removeprefix("/v1/")
-        outgoing = upstream_headers(call.headers, call.caller, identity=False)
+        method, path = scope["method"], scope["path"].removeprefix(self._strip)
+        outgoing = self._headers(call)
         with self._tracer.start_as_current_span(f"upstream {method} {path}",
                                                 kind=SpanKind.CLIENT):
             sent = time.perf_counter()

@@ -1,9 +1,10 @@
 """The route table: which app answers which method and path.
 
 Every API route is a pure-ASGI app inside the one route skeleton (`route.Route`): chat
-completions, feedback, the admin API, the verbatim /v1 passthrough and the 404 for
-anything else. The probes (`/healthz`, `/readyz`, `/metrics`) are bare: they take no
-credential and a scrape is not a request to count.
+completions, the Responses API, Anthropic's Messages API (and its count_tokens), feedback,
+the admin API, the verbatim /v1 passthrough and the 404 for anything else. The probes
+(`/healthz`, `/readyz`, `/metrics`) are bare: they take no credential and a scrape is not
+a request to count.
 """
 
 from __future__ import annotations
@@ -13,13 +14,13 @@ from dataclasses import dataclass
 
 from opentelemetry.trace import Tracer
 
-from gateway.api import admin, chat, feedback, passthrough
+from gateway.api import admin, chat, feedback, messages, passthrough, responses
 from gateway.api.asgi import ASGIApp, Receive, Scope, Send
 from gateway.api.edge import RouterApp
 from gateway.api.health import MetricsEndpoint, Readyz, healthz
 from gateway.api.route import Route
 from gateway.auth import authenticate
-from gateway.errors import NotFound
+from gateway.errors import NotFound, anthropic_envelope
 from gateway.services import Services
 from gateway.upstream.client import Upstream
 
@@ -51,17 +52,37 @@ async def no_route(scope: Scope, receive: Receive, send: Send) -> None:
     raise NotFound(f"No route for {scope['method']} {scope['path']}.")
 
 
-def build_routes(services: Services, upstream: Upstream, tracer: Tracer) -> Routes:
-    route = functools.partial(Route, settings=services.settings, metrics=services.metrics,
+def build_routes(services: Services, upstream: Upstream, tracer: Tracer,
+                 anthropic: Upstream | None = None) -> Routes:
+    """`anthropic`: the upstream of /v1/messages (CTXGATE_ANTHROPIC_UPSTREAM_URL)."""
+    settings = services.settings
+    route = functools.partial(Route, settings=settings, metrics=services.metrics,
                               tracer=tracer)
-    limit = services.settings.max_body_bytes
-    chat_app = chat.ChatCompletions(upstream, tracer, engine=services.engine,
-                                    traces=services.traces, max_body_bytes=limit)
+    limit = settings.max_body_bytes
+    engine, traces = services.engine, services.traces
+    chat_app = chat.ChatCompletions(upstream, tracer, engine=engine, traces=traces,
+                                    max_body_bytes=limit)
+    responses_app = responses.build(upstream, tracer, engine=engine, traces=traces,
+                                    max_body_bytes=limit)
+    anthropic = anthropic or upstream
+    messages_app = messages.build(anthropic, tracer, settings, engine=engine, traces=traces,
+                                  max_body_bytes=limit)
+    anthropic_route = functools.partial(route, authenticate=messages.authenticate_anthropic,
+                                        envelope=anthropic_envelope)
     return Routes(
         exact={
             ("POST", chat.ENDPOINT): route(
                 chat_app, endpoint=chat.ENDPOINT, authenticate=authenticate,
                 after=chat_app.after_response, log_as="chat completion"),
+            ("POST", responses.ENDPOINT): route(
+                responses_app, endpoint=responses.ENDPOINT, authenticate=authenticate,
+                after=responses_app.after_response, log_as="response"),
+            ("POST", messages.ENDPOINT): anthropic_route(
+                messages_app, endpoint=messages.ENDPOINT, after=messages_app.after_response,
+                log_as="message"),
+            ("POST", messages.COUNT_TOKENS): anthropic_route(
+                messages.build_count_tokens(anthropic, tracer, settings, max_body_bytes=limit),
+                endpoint=messages.COUNT_TOKENS),
             ("GET", "/healthz"): healthz,
             ("GET", "/readyz"): Readyz(services),
             ("GET", "/metrics"): MetricsEndpoint(services),

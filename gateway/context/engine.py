@@ -14,7 +14,7 @@ import hashlib
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from gateway.context.apply import apply_decisions, drop_events
@@ -25,7 +25,7 @@ from gateway.context.injection import InjectedBlock, PlaybookSource, inject_bloc
 from gateway.context.items import Item, ParsedRequest, base_tokens, content_text, parse_request
 from gateway.context.models import ModelTable
 from gateway.context.prefix import Prefix, PrefixCache
-from gateway.context.render import Rendered, materialize, render_messages
+from gateway.context.render import Plan, Rendered, materialize, render_messages
 from gateway.context.session import Decision, RedisSessionStore, SessionState, SessionStore
 from gateway.context.stages import STAGES, StageContext
 from gateway.context.stages.ladder import give_back, step_target
@@ -75,6 +75,11 @@ class FittedCall:
     trace_id: str = ""
     prefix_stable: bool | None = None
     stage_seconds: dict[str, float] = field(default_factory=dict)
+    # For wire adapters: per message sent, its index and new text or None (None: as sent),
+    # before the playbook block; and the block itself, which the adapter places.
+    plan: Plan | None = None
+    block: InjectedBlock | None = None
+    request: dict[str, Any] | None = None  # the client's body, for the explainer
 
 
 def derive_session_id(tenant: str, messages: list[Mapping[str, Any]]) -> str:
@@ -141,6 +146,7 @@ class _Fitted:
     events: list[DropEvent]
     digests: list[str]
     prefix: Prefix | None  # what the session's next call may reuse
+    plan: Plan | None = None  # how the messages rendered (None: all as sent)
 
 
 class ContextEngine:
@@ -215,7 +221,9 @@ class ContextEngine:
             cls.playbook.cap_tokens,
         )
 
-    async def fit(self, body: dict[str, Any], call: CallContext) -> FittedCall:
+    async def fit(
+        self, body: dict[str, Any], call: CallContext, *, compact: bool = True
+    ) -> FittedCall:
         """Fit one chat request to its task class's budget and log every drop.
 
         Returns the body to send upstream (the client's own `body` when nothing changed) with
@@ -225,12 +233,16 @@ class ContextEngine:
         decisions, a compaction step when one is due, render. Either way the playbook block
         is injected last. Raises ContextBudgetExceeded when pinned content alone is over the
         budget (unless the class says `on_overflow: passthrough`), InvalidRequest on a bad
-        ctxgate header."""
+        ctxgate header. `compact=False`: classified, given the playbook and logged, every
+        message sent as is (a request that only carries new items of a conversation the
+        upstream holds)."""
         timer = time.perf_counter()
         seconds: dict[str, float] = {}
         request = await self._prepare(body, call)
         seconds["parse"] = time.perf_counter() - timer
-        fitted = self._reused(request)
+        block_tokens = request.block.tokens if request.block else 0
+        fitted = self._reused(request) if compact else _Fitted(
+            request.messages, False, request.tokens_before + block_tokens, [], [], None)
         if fitted is None:
             full = await self._fit_full(request, seconds)
             if isinstance(full, FittedCall):  # pinned content over the budget, passed through
@@ -285,7 +297,8 @@ class ContextEngine:
             r.state.dirty.add("horizon")
         messages = materialize(r.messages, reuse.plan) if reuse.changed else r.messages
         return _Fitted(
-            messages, reuse.changed, reuse.tokens_after, reuse.events, reuse.digests, r.prefix
+            messages, reuse.changed, reuse.tokens_after, reuse.events, reuse.digests, r.prefix,
+            reuse.plan if reuse.changed else None,
         )
 
     async def _fit_full(self, r: _Request, seconds: dict[str, float]) -> _Fitted | FittedCall:
@@ -305,7 +318,8 @@ class ContextEngine:
         events = drop_events(parsed.items, final, ctx.decisions)
         prefix = self._prefix(r.messages, parsed, final, rendered, events, ctx, stepped, r.cls)
         return _Fitted(
-            rendered.messages, rendered.changed, tokens_after, events, rendered.digests, prefix
+            rendered.messages, rendered.changed, tokens_after, events, rendered.digests, prefix,
+            rendered.plan if rendered.changed else None,
         )
 
     async def _finish(
@@ -314,14 +328,16 @@ class ContextEngine:
         """Inject the playbook block, remember the session, log the drops, count."""
         block, cls, call = r.block, r.cls, r.call
         messages = inject_block(fitted.messages, block) if block else fitted.messages
-        stable = self._track_prefix(r.state, fitted.digests, cls)
+        # a request sent as is (compact=False) says nothing of the session's prefix
+        stable = self._track_prefix(r.state, fitted.digests, cls) if fitted.digests else None
         await self.sessions.save(call.tenant, r.session_id, r.state)
-        self.drop_log.write(
+        self.drop_log.write_call(
             fitted.events,
             trace_id=call.trace_id,
             session_id=r.session_id,
             tenant=call.tenant,
             task_class=cls.name,
+            tokens=(r.tokens_before, fitted.tokens_after, block.tokens if block else 0),
         )
         if fitted.prefix is not None:
             self.prefixes.put(call.tenant, r.session_id, fitted.prefix)
@@ -342,6 +358,9 @@ class ContextEngine:
             trace_id=call.trace_id,
             prefix_stable=stable,
             stage_seconds=seconds,
+            request=r.body,
+            plan=fitted.plan,
+            block=block,
         )
 
     async def _fit_items(
@@ -392,6 +411,7 @@ class ContextEngine:
                 state.steps += 1
             state.calls += 1
             state.dirty.add("horizon")
+        _stamp_step(ctx.decisions, state.decisions)  # ctx.decisions began as a copy
         if ctx.decisions != state.decisions:
             state.decisions = ctx.decisions
             state.dirty.add("decisions")
@@ -525,6 +545,18 @@ class ContextEngine:
             int(completion) if isinstance(completion, int) else None,
             overflow=finish_reason == "length",
         )
+
+
+def _stamp_step(decisions: dict[str, Decision], remembered: Mapping[str, Decision]) -> None:
+    """Number the decisions this call took: one step after the session's latest, so the
+    drop log logs each once and a call line names the steps in force."""
+    step = 1 + max((d.step for d in remembered.values()), default=0)
+    for item_id, decision in decisions.items():
+        old = remembered.get(item_id)
+        if decision is old:
+            continue
+        if old is None or replace(decision, step=old.step) != old:
+            decisions[item_id] = replace(decision, step=step)
 
 
 def _current_step(messages: list[Mapping[str, Any]]) -> str:

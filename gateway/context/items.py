@@ -22,6 +22,9 @@ from gateway.context.segments import find_documents
 from gateway.context.tokens import REPLY_PRIMING, TOKENS_PER_MESSAGE, TOKENS_PER_NAME, TokenCounter
 from gateway.observability.droplog import Kind
 
+# A message a wire adapter marks with this key is pinned (an opaque item, a signed block).
+PINNED = "ctxgate_pinned"
+
 _ROLE_KIND: dict[str, Kind] = {
     "system": "system",
     "developer": "system",
@@ -94,6 +97,7 @@ class Layout:
     first_answer: int | None = None
     turns: list[int] = field(default_factory=list)  # indexes of assistant messages
     call_unit: dict[Any, str] = field(default_factory=dict)
+    pins: set[int] = field(default_factory=set)  # messages marked PINNED
 
     def extend(self, messages: Sequence[Mapping[str, Any]]) -> list[str]:
         """Walk messages[count:]; returns their units."""
@@ -102,6 +106,8 @@ class Layout:
             msg = messages[i]
             role = msg.get("role")
             unit = f"u{i}"
+            if msg.get(PINNED):
+                self.pins.add(i)
             if role == "user":
                 self.latest_user = i
             elif role == "assistant":
@@ -119,8 +125,9 @@ class Layout:
         return units
 
     def pinned_message(self, i: int, kind: Kind) -> bool:
-        """System messages and the tool exchange not yet answered."""
-        return kind == "system" or (self.open_from is not None and i >= self.open_from)
+        """System messages, marked ones and the tool exchange not yet answered."""
+        return (kind == "system" or i in self.pins
+                or (self.open_from is not None and i >= self.open_from))
 
     def age(self, i: int) -> int:
         return len(self.turns) - bisect_right(self.turns, i)

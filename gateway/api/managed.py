@@ -1,0 +1,199 @@
+"""A managed route for one wire format: fit the context, relay the answer, record it.
+
+The format's adapter (`gateway/wire/`) turns the request into the engine's chat view and
+the engine's plan back into the format's request; everything else here is shared by every
+format: fail-open fitting, the client's own bytes forwarded when nothing changed, the
+stream relayed event by event as it arrives (watched, never delayed), the x-ctxgate-*
+headers, and the forecast and trace after the response.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import orjson
+from opentelemetry.trace import SpanKind, Tracer
+
+from gateway.api.asgi import (
+    Receive,
+    Scope,
+    Send,
+    cancel_on_disconnect,
+    parse_json_object,
+    read_body,
+)
+from gateway.api.forwarding import is_bypass, relayed_headers
+from gateway.api.route import Call, call_of
+from gateway.context.engine import HEADER_SESSION, CallContext, ContextEngine
+from gateway.errors import GatewayError, UpstreamTimeout, UpstreamUnreachable
+from gateway.learner.traces import TraceEvent, TraceSink
+from gateway.upstream.client import Upstream, timed_chunks
+from gateway.upstream.sse import SSEDecoder
+from gateway.wire.view import PINNED, ChatView, WireFormat
+
+log = logging.getLogger("ctxgate.managed")
+UpstreamHeaders = Callable[[Call], list[tuple[str, str]]]
+
+
+class ManagedRoute:
+    """One wire format's model-call route, as a pure ASGI app."""
+
+    def __init__(self, wire: WireFormat, upstream: Upstream, tracer: Tracer, *,
+                 engine: ContextEngine | None, traces: TraceSink | None, max_body_bytes: int,
+                 upstream_headers: UpstreamHeaders, cut_event: bytes) -> None:
+        self._wire = wire
+        self._upstream = upstream
+        self._tracer = tracer
+        self._engine = engine  # None: every call goes out as sent
+        self._traces = traces
+        self._max_body_bytes = max_body_bytes
+        self._upstream_headers = upstream_headers
+        self._cut_event = cut_event  # ends the client's stream when the upstream cuts it
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        call = call_of(scope)
+        raw = await read_body(receive, self._max_body_bytes, call.headers.get("content-length"))
+        body = parse_json_object(raw)
+        self._wire.validate(body)
+        call.stream = body.get("stream") is True
+        forward = raw
+        if is_bypass(call.headers) or self._engine is None:
+            call.task_class = "bypass"
+        else:
+            view = self._wire.view(body)
+            await self._fit(self._engine, view, call)
+            fitted = call.fitted
+            if fitted is not None and (fitted.plan is not None or fitted.block is not None):
+                block = fitted.block.text if fitted.block is not None else None
+                forward = orjson.dumps(self._wire.render(body, view, fitted.plan, block))
+        await cancel_on_disconnect(
+            receive, self._relay(send, forward, self._upstream_headers(call), call))
+
+    async def _fit(self, engine: ContextEngine, view: ChatView, call: Call) -> None:
+        """Fit the view; if the engine itself fails (Redis down, a bug), fail open: the
+        call goes out as the client sent it, task class `unmanaged`, the error logged."""
+        headers = call.headers
+        if view.session_key is not None and HEADER_SESSION not in headers:
+            headers = {**headers, HEADER_SESSION: view.session_key}
+        context = CallContext(call.caller.tenant, call.trace_id, headers)
+        try:
+            call.fitted = await engine.fit(view.body, context, compact=view.compact)
+        except GatewayError:
+            call.task_class = call.headers.get("x-ctxgate-task-class", "default")
+            raise
+        except Exception:
+            log.exception("context engine failed: forwarding unmanaged",
+                          extra={"trace_id": call.trace_id, "endpoint": self._wire.name})
+            call.task_class = "unmanaged"
+            return
+        call.task_class = call.fitted.task_class
+
+    async def _relay(self, send: Send, forward: bytes, outgoing: list[tuple[str, str]],
+                     call: Call) -> None:
+        path = self._wire.upstream_path
+        with self._tracer.start_as_current_span(f"upstream POST {path}", kind=SpanKind.CLIENT):
+            sent = time.perf_counter()
+            response = await self._upstream.open("POST", path, headers=outgoing,
+                                                 content=forward)
+            call.ttfb_s = time.perf_counter() - sent
+            call.wait.seconds += call.ttfb_s
+            try:
+                streaming = response.headers.get("content-type", "").startswith(
+                    "text/event-stream")
+                if streaming and response.status_code < 400:
+                    await self._relay_stream(send, response, call)
+                else:
+                    await self._relay_whole(send, response, call)
+            finally:
+                await response.aclose()
+                call.upstream_s = time.perf_counter() - sent
+
+    async def _relay_whole(self, send: Send, response: httpx.Response, call: Call) -> None:
+        reading = time.perf_counter()
+        try:
+            data = await response.aread()
+            call.wait.seconds += time.perf_counter() - reading
+        except httpx.TimeoutException:
+            raise UpstreamTimeout("The upstream API stalled while answering.") from None
+        except httpx.HTTPError:
+            raise UpstreamUnreachable("The upstream API ended the response early.") from None
+        headers = [*relayed_headers(response), *managed_headers(call),
+                   (b"content-length", str(len(data)).encode())]
+        status = response.status_code
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": data, "more_body": False})
+        if status == 200 and call.fitted is not None:
+            try:
+                call.response = self._wire.summary(orjson.loads(data))
+            except (orjson.JSONDecodeError, AttributeError, TypeError):
+                call.response = None
+
+    async def _relay_stream(self, send: Send, response: httpx.Response, call: Call) -> None:
+        headers = [*relayed_headers(response), *managed_headers(call)]
+        await send({"type": "http.response.start", "status": response.status_code,
+                    "headers": headers})
+        watch = call.fitted is not None
+        decoder, summary = SSEDecoder(), self._wire.stream_summary()
+        try:
+            async for chunk in timed_chunks(response, call.wait):
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                if watch:
+                    for data in decoder.feed(chunk):
+                        summary.add(data)
+        except httpx.HTTPError as exc:
+            log.warning("upstream stream cut", extra={"trace_id": call.trace_id,
+                                                      "error": type(exc).__name__})
+            call.status = 502  # recorded as failed; the client saw 200 and the error event
+            await send({"type": "http.response.body", "body": self._cut_event,
+                        "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        if watch:
+            for data in decoder.flush():
+                summary.add(data)
+            call.response = summary.response()
+
+    async def after_response(self, call: Call) -> None:
+        """Feed the forecast and the learner; never fails the (already sent) response."""
+        fitted = call.fitted
+        if fitted is None or self._engine is None:
+            return
+        response = call.response or {}
+        try:
+            await self._engine.observe(fitted, response.get("usage"),
+                                       response.get("finish_reason"))
+            if self._traces is not None and response:
+                self._traces.publish(TraceEvent(
+                    tenant=call.caller.tenant, task_class=fitted.task_class,
+                    session_id=fitted.session_id, trace_id=call.trace_id,
+                    messages=trace_messages(fitted.body["messages"]), response=response,
+                    injected_bullet_ids=fitted.injected_bullet_ids, ts=time.time(),
+                ))
+        except Exception:
+            log.exception("after-response hook failed", extra={"trace_id": call.trace_id})
+
+
+def trace_messages(messages: list[Any]) -> list[dict[str, Any]]:
+    """The fitted chat view as the learners read it (adapter marks removed)."""
+    return [{k: v for k, v in m.items() if k != PINNED} if PINNED in m else m
+            for m in messages]
+
+
+def managed_headers(call: Call) -> list[tuple[bytes, bytes]]:
+    """The x-ctxgate-* response headers of a managed call."""
+    fitted = call.fitted
+    overhead_ms = (time.perf_counter() - call.started - call.wait.seconds) * 1000
+    headers = [
+        (b"x-ctxgate-trace-id", call.trace_id.encode()),
+        (b"x-ctxgate-task-class", call.task_class.encode()),
+        (b"x-ctxgate-tokens-before", str(fitted.tokens_before if fitted else 0).encode()),
+        (b"x-ctxgate-tokens-after", str(fitted.tokens_after if fitted else 0).encode()),
+        (b"x-ctxgate-dropped-items", str(len(fitted.drops) if fitted else 0).encode()),
+        (b"x-ctxgate-overhead-ms", f"{overhead_ms:.3f}".encode()),
+    ]
+    if fitted is not None:
+        headers.append((b"x-ctxgate-budget-tokens", str(fitted.budget).encode()))
+    return headers

@@ -1,0 +1,325 @@
+"""Anthropic's Messages API (`POST /v1/messages`) as engine items and back.
+
+`system` (a string or text blocks) is the system prompt. Each message maps to chat messages:
+an assistant message to one assistant message (its text, its `tool_use` blocks as tool
+calls); a user message to one `tool` message per `tool_result` block (answering its
+`tool_use`, so the engine keeps or drops them together) and one user message for its other
+blocks. `thinking` / `redacted_thinking` (signed), images, documents, server tool blocks and
+unknown blocks are opaque: counted as sent, never edited. The latest assistant message with
+thinking, every message with an unknown block or another role (Claude Code sends `system`
+messages), and the first user message (the task) are pinned. A rewritten message's text
+blocks become one text block that keeps the last one's `cache_control`, so the request
+never has more breakpoints than the client sent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from gateway.errors import InvalidRequest
+from gateway.wire.view import PINNED, ChatView, Plan, message_fates
+
+KNOWN = frozenset({"text", "image", "document", "tool_use", "tool_result", "thinking",
+                   "redacted_thinking", "server_tool_use", "web_search_tool_result"})
+THINKING = ("thinking", "redacted_thinking")
+Source = tuple[int, tuple[int, ...] | None]  # (message index, its blocks; None: whole string)
+
+
+def _text(blocks: list[Any]) -> str | None:
+    """The text of blocks that are all text, else None."""
+    if blocks and all(b.get("type") == "text" for b in blocks):
+        return "".join(str(b.get("text", "")) for b in blocks)
+    return None
+
+
+def _chat_content(blocks: list[Any]) -> Any:
+    """A string when the blocks are text only (rewritable), else parts (opaque ones kept)."""
+    text = _text(blocks)
+    if text is not None:
+        return text
+    return [{"type": "text", "text": str(b.get("text", ""))} if b.get("type") == "text"
+            else {"type": "opaque", "block": b} for b in blocks]
+
+
+def _tool_result_content(block: Mapping[str, Any]) -> Any:
+    content = block.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return _chat_content(content)
+    return ""
+
+
+def _assistant(blocks: list[Any], indexes: list[int]) -> dict[str, Any]:
+    uses = [i for i in indexes if blocks[i].get("type") == "tool_use"]
+    rest = [blocks[i] for i in indexes if blocks[i].get("type") != "tool_use"]
+    message: dict[str, Any] = {"role": "assistant", "content": _chat_content(rest) if rest
+                               else None}
+    if uses:
+        message["tool_calls"] = [{"id": str(blocks[i].get("id", "")), "type": "function",
+                                  "function": {"name": str(blocks[i].get("name", "")),
+                                               "arguments": orjson.dumps(
+                                                   blocks[i].get("input")).decode()}}
+                                 for i in uses]
+    return message
+
+
+def build_view(body: Mapping[str, Any]) -> ChatView:
+    messages: list[dict[str, Any]] = []
+    sources: list[Any] = []
+    system = body.get("system")
+    system_text = system if isinstance(system, str) else _text(
+        [b for b in system if isinstance(b, Mapping)]) if isinstance(system, list) else None
+    if system_text:
+        messages.append({"role": "system", "content": system_text})
+        sources.append("system")
+    wire = body.get("messages") or []
+    last_assistant = max((i for i, m in enumerate(wire) if m.get("role") == "assistant"),
+                         default=-1)
+    first_user = next((i for i, m in enumerate(wire) if m.get("role") == "user"), -1)
+    for m, message in enumerate(wire):
+        role = str(message.get("role", "user"))
+        content = message.get("content")
+        if role not in ("user", "assistant"):  # e.g. Claude Code's `system` messages: as sent
+            messages.append({"role": "system" if role == "system" else "opaque",
+                             "content": content if isinstance(content, str) else
+                             _chat_content(list(content or ())), PINNED: True})
+            sources.append((m, None))
+            continue
+        if isinstance(content, str):
+            chat: dict[str, Any] = {"role": role, "content": content}
+            if m == first_user:
+                chat[PINNED] = True
+            messages.append(chat)
+            sources.append((m, None))
+            continue
+        blocks = [b for b in content or () if isinstance(b, Mapping)]
+        unknown = any(b.get("type") not in KNOWN for b in blocks)
+        if role == "assistant":
+            chat = _assistant(blocks, list(range(len(blocks))))
+            signed = any(b.get("type") in THINKING for b in blocks)
+            if unknown or (signed and m == last_assistant):
+                chat[PINNED] = True
+            messages.append(chat)
+            sources.append((m, tuple(range(len(blocks)))))
+            continue
+        results = [i for i, b in enumerate(blocks) if b.get("type") == "tool_result"]
+        for i in results:
+            messages.append({"role": "tool", "tool_call_id": str(blocks[i].get("tool_use_id")),
+                             "content": _tool_result_content(blocks[i])})
+            sources.append((m, (i,)))
+        others = tuple(i for i in range(len(blocks)) if i not in results)
+        if others or not results:
+            chat = {"role": role, "content": _chat_content([blocks[i] for i in others])}
+            if unknown or m == first_user:
+                chat[PINNED] = True
+            messages.append(chat)
+            sources.append((m, others))
+    chat_body: dict[str, Any] = {"model": body.get("model"), "messages": messages}
+    if body.get("tools"):
+        chat_body["tools"] = body["tools"]
+    if isinstance(body.get("max_tokens"), int):
+        chat_body["max_tokens"] = body["max_tokens"]
+    return ChatView(chat_body, sources)
+
+
+def _breakpoint(blocks: list[Any]) -> dict[str, Any]:
+    marks = [b["cache_control"] for b in blocks if "cache_control" in b]
+    return {"cache_control": marks[-1]} if marks else {}
+
+
+def _rewrite_blocks(blocks: list[Any], indexes: tuple[int, ...], text: str) -> dict[int, Any]:
+    """New blocks for `indexes` of one message (None: removed) carrying `text`."""
+    if len(indexes) == 1 and blocks[indexes[0]].get("type") == "tool_result":
+        block = blocks[indexes[0]]
+        content = block.get("content")
+        if isinstance(content, list):
+            content = [{"type": "text", "text": text, **_breakpoint(content)}]
+        else:
+            content = text
+        return {indexes[0]: {**block, "content": content}}
+    texts = [i for i in indexes if blocks[i].get("type") == "text"]
+    out: dict[int, Any] = dict.fromkeys(texts)
+    if texts:
+        out[texts[0]] = {"type": "text", "text": text,
+                         **_breakpoint([blocks[i] for i in texts])}
+    return out
+
+
+def render(body: dict[str, Any], view: ChatView, plan: Plan | None,
+           block: str | None) -> dict[str, Any]:
+    out = dict(body)
+    if plan is not None:
+        wire = body.get("messages") or []
+        changes: dict[int, dict[int, Any]] = {}  # message -> block index -> new block / None
+        whole: dict[int, str | None] = {}  # string-content messages: new text / None dropped
+        for fate, source in zip(message_fates(len(view.sources), plan), view.sources,
+                                strict=True):
+            if fate is True or source == "system":
+                continue
+            m, indexes = source
+            if indexes is None:
+                whole[m] = None if fate is False else str(fate)
+            elif fate is False:
+                changes.setdefault(m, {}).update(dict.fromkeys(indexes))
+            else:
+                changes.setdefault(m, {}).update(
+                    _rewrite_blocks(wire[m]["content"], indexes, str(fate)))
+        rendered = []
+        for m, message in enumerate(wire):
+            if m in whole:
+                if whole[m] is not None:
+                    rendered.append({**message, "content": whole[m]})
+            elif m in changes:
+                blocks = [changes[m].get(i, b) if i in changes[m] else b
+                          for i, b in enumerate(message["content"])]
+                kept = [b for b in blocks if b is not None]
+                if kept:
+                    rendered.append({**message, "content": kept})
+            else:
+                rendered.append(message)
+        out["messages"] = rendered
+    if block:
+        out["system"] = _with_block(body.get("system"), block)
+    return out
+
+
+def _with_block(system: Any, block: str) -> Any:
+    """The system prompt with the playbook appended: after the client's own blocks (and
+    their cache breakpoints), so the client's cached prefix stays valid."""
+    if isinstance(system, list):
+        return [*system, {"type": "text", "text": block}]
+    if isinstance(system, str) and system:
+        return [{"type": "text", "text": system}, {"type": "text", "text": block}]
+    return block
+
+
+def validate(body: Mapping[str, Any]) -> None:
+    if not isinstance(body.get("model"), str):
+        raise InvalidRequest("model: Field required", param="model")
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        raise InvalidRequest("messages: Field required", param="messages")
+    for m, message in enumerate(messages):
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            raise InvalidRequest(f"messages.{m}: must be an object with a string role",
+                                 param=f"messages.{m}")
+        content = message.get("content")
+        if not isinstance(content, str | list) or (
+                isinstance(content, list) and not all(isinstance(b, dict) for b in content)):
+            raise InvalidRequest(f"messages.{m}.content: must be a string or a list of blocks",
+                                 param=f"messages.{m}.content")
+    system = body.get("system")
+    if system is not None and not isinstance(system, str | list):
+        raise InvalidRequest("system: must be a string or a list of text blocks",
+                             param="system")
+    if "stream" in body and not isinstance(body["stream"], bool | None):
+        raise InvalidRequest("stream: must be a boolean", param="stream")
+
+
+def _usage(usage: Any) -> dict[str, Any] | None:
+    if not isinstance(usage, Mapping):
+        return None
+    prompt = sum(int(usage.get(k) or 0) for k in (
+        "input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"))
+    return {"prompt_tokens": prompt, "completion_tokens": usage.get("output_tokens"),
+            "input_tokens": usage.get("input_tokens"),
+            "cache_read_input_tokens": usage.get("cache_read_input_tokens")}
+
+
+_FINISH = {"end_turn": "stop", "stop_sequence": "stop", "tool_use": "tool_calls",
+           "max_tokens": "length", "pause_turn": "stop", "refusal": "content_filter"}
+
+
+def summary(message: Mapping[str, Any]) -> dict[str, Any]:
+    """The learners' summary of a Message."""
+    texts: list[str] = []
+    calls: list[dict[str, Any]] = []
+    for block in message.get("content") or ():
+        if not isinstance(block, Mapping):
+            continue
+        if block.get("type") == "text":
+            texts.append(str(block.get("text", "")))
+        elif block.get("type") == "tool_use":
+            calls.append({"id": block.get("id"), "type": "function", "function": {
+                "name": block.get("name", ""), "arguments": orjson.dumps(
+                    block.get("input")).decode()}})
+    stop = message.get("stop_reason")
+    return {"content": "".join(texts) if texts else None, "tool_calls": calls,
+            "finish_reason": _FINISH.get(str(stop), stop), "usage": _usage(
+                message.get("usage"))}
+
+
+class StreamWatch:
+    """Rebuilds the Message from `message_start`, the content block events and
+    `message_delta` (stop reason, output usage)."""
+
+    def __init__(self) -> None:
+        self._message: dict[str, Any] | None = None
+        self._blocks: dict[int, dict[str, Any]] = {}
+        self._json: dict[int, list[str]] = {}
+
+    def add(self, data: bytes) -> None:
+        try:
+            event = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            return
+        if not isinstance(event, dict):
+            return
+        kind = event.get("type")
+        if kind == "message_start" and isinstance(event.get("message"), dict):
+            self._message = dict(event["message"])
+        elif kind == "content_block_start" and isinstance(event.get("content_block"), dict):
+            self._blocks[int(event.get("index", 0))] = dict(event["content_block"])
+        elif kind == "content_block_delta":
+            self._delta(int(event.get("index", 0)), event.get("delta") or {})
+        elif kind == "message_delta" and self._message is not None:
+            self._message.update(event.get("delta") or {})
+            usage = {**(self._message.get("usage") or {}), **(event.get("usage") or {})}
+            self._message["usage"] = usage
+
+    def _delta(self, index: int, delta: Mapping[str, Any]) -> None:
+        block = self._blocks.get(index)
+        if block is None:
+            return
+        if delta.get("type") == "text_delta":
+            block["text"] = str(block.get("text", "")) + str(delta.get("text", ""))
+        elif delta.get("type") == "input_json_delta":
+            self._json.setdefault(index, []).append(str(delta.get("partial_json", "")))
+
+    def response(self) -> dict[str, Any] | None:
+        if self._message is None:
+            return None
+        for index, parts in self._json.items():
+            try:
+                self._blocks[index]["input"] = orjson.loads("".join(parts) or "{}")
+            except orjson.JSONDecodeError:
+                self._blocks[index]["input"] = {}
+        message = {**self._message, "content": [self._blocks[i] for i in sorted(self._blocks)]}
+        return summary(message)
+
+
+class Messages:
+    """Anthropic's Messages API wire format."""
+
+    name = "/v1/messages"
+    upstream_path = "v1/messages"
+
+    def validate(self, body: Mapping[str, Any]) -> None:
+        validate(body)
+
+    def view(self, body: dict[str, Any]) -> ChatView:
+        return build_view(body)
+
+    def render(self, body: dict[str, Any], view: ChatView, plan: Plan | None,
+               block: str | None) -> dict[str, Any]:
+        return render(body, view, plan, block)
+
+    def summary(self, answer: Mapping[str, Any]) -> dict[str, Any]:
+        return summary(answer)
+
+    def stream_summary(self) -> StreamWatch:
+        return StreamWatch()

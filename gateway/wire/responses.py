@@ -1,0 +1,282 @@
+"""The OpenAI Responses API (`POST /v1/responses`) as engine items and back.
+
+`instructions` is the system prompt. `input` items map to chat messages: a `message` to a
+message of its role; a run of `function_call` / `custom_tool_call` items to one assistant
+message with those tool calls; each `*_output` to a `tool` message answering its call (so
+the engine keeps or drops a call with its output). A `reasoning` item is never edited and
+travels with the item after it: it joins that item's chat message, as opaque content.
+Every other item type (and an output whose call is not in the request) is opaque, pinned,
+and sent byte-for-byte. A request with `previous_response_id` or `conversation` only carries
+new items: it is traced and gets the playbook, never compacted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from gateway.errors import InvalidRequest
+from gateway.wire.view import PINNED, ChatView, Plan, message_fates
+
+CALLS = ("function_call", "custom_tool_call")
+OUTPUTS = ("function_call_output", "custom_tool_call_output")
+TEXT_PARTS = ("input_text", "output_text", "text")
+
+
+def item_type(item: Mapping[str, Any]) -> str:
+    """An input item's type; an item with a role and no type is a message (EasyInputMessage)."""
+    kind = item.get("type")
+    if kind is None and "role" in item:
+        return "message"
+    return str(kind)
+
+
+def _text_only(content: Any) -> str | None:
+    """The text of content made only of text parts (or a string), else None."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and content and all(
+        isinstance(p, Mapping) and p.get("type") in TEXT_PARTS for p in content
+    ):
+        return "".join(str(p.get("text", "")) for p in content)
+    return None
+
+
+def _opaque(item: Mapping[str, Any]) -> dict[str, Any]:
+    """Opaque content: counted as sent, never rewritten."""
+    return {"type": "opaque", "item": item}
+
+
+@dataclass
+class _Builder:
+    """Walks `input` once, building the chat view and each chat message's sources."""
+
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    sources: list[list[int]] = field(default_factory=list)
+    pending: list[int] = field(default_factory=list)  # reasoning items awaiting their follower
+    calls: set[str] = field(default_factory=set)
+    open_group: int | None = None  # chat index of a call run still being extended
+
+    def add(self, message: dict[str, Any], index: int, items: list[Any], *,
+            pinned: bool = False) -> None:
+        reasoning = self.pending
+        self.pending = []
+        if reasoning:
+            message = self._with_reasoning(message, reasoning, items)
+        if pinned:
+            message[PINNED] = True
+        self.messages.append(message)
+        self.sources.append([*reasoning, index])
+        self.open_group = None
+
+    def _with_reasoning(self, message: dict[str, Any], reasoning: list[int],
+                        items: list[Any]) -> dict[str, Any]:
+        content = message.get("content")
+        parts = [{"type": "text", "text": content}] if isinstance(content, str) else (
+            list(content) if isinstance(content, list) else [])
+        return {**message, "content": [*(_opaque(items[i]) for i in reasoning), *parts]}
+
+    def call(self, item: Mapping[str, Any], index: int, items: list[Any]) -> None:
+        call_id = str(item.get("call_id", ""))
+        self.calls.add(call_id)
+        name = str(item.get("name", ""))
+        arguments = item.get("arguments") if item_type(item) == "function_call" else item.get(
+            "input")
+        call = {"id": call_id, "type": "function",
+                "function": {"name": name, "arguments": str(arguments or "")}}
+        if self.open_group is not None:
+            group = self.messages[self.open_group]
+            group["tool_calls"].append(call)
+            if self.pending:
+                group["content"] = [*(group.get("content") or []),
+                                    *(_opaque(items[i]) for i in self.pending)]
+            self.sources[self.open_group] += [*self.pending, index]
+            self.pending = []
+            return
+        self.add({"role": "assistant", "content": None, "tool_calls": [call]}, index, items)
+        self.open_group = len(self.messages) - 1
+
+
+def _message(item: Mapping[str, Any]) -> dict[str, Any]:
+    role = str(item.get("role", "user"))
+    content = item.get("content")
+    text = _text_only(content)
+    if text is not None:
+        return {"role": role, "content": text}
+    parts = content if isinstance(content, list) else []
+    return {"role": role, "content": [
+        {"type": "text", "text": str(p.get("text", ""))}
+        if isinstance(p, Mapping) and p.get("type") in TEXT_PARTS else _opaque(p)
+        for p in parts]}
+
+
+def _output(item: Mapping[str, Any]) -> dict[str, Any]:
+    output = item.get("output")
+    text = _text_only(output)
+    content: Any = text if text is not None else [_opaque(item)]
+    return {"role": "tool", "tool_call_id": str(item.get("call_id", "")), "content": content}
+
+
+def build_view(body: Mapping[str, Any]) -> ChatView:
+    raw = body.get("input")
+    items: list[Any] = [{"role": "user", "content": raw}] if isinstance(raw, str) else list(
+        raw or ())
+    builder = _Builder()
+    for index, item in enumerate(items):
+        kind = item_type(item)
+        if kind == "reasoning":
+            builder.pending.append(index)
+            continue
+        if kind in CALLS:
+            builder.call(item, index, items)
+        elif kind in OUTPUTS and str(item.get("call_id", "")) in builder.calls:
+            builder.add(_output(item), index, items)
+        elif kind == "message":
+            builder.add(_message(item), index, items)
+        else:  # compaction, item_reference, hosted tool calls, unknown: as sent, pinned
+            builder.add({"role": "opaque", "content": [_opaque(item)]}, index, items,
+                        pinned=True)
+    if builder.pending:  # reasoning with no item after it: the client's to answer for
+        builder.add({"role": "opaque", "content": []}, builder.pending.pop(), items,
+                    pinned=True)
+    messages = builder.messages
+    instructions = body.get("instructions")
+    sources: list[Any] = list(builder.sources)
+    if isinstance(instructions, str) and instructions:
+        messages = [{"role": "system", "content": instructions}, *messages]
+        sources = [["instructions"], *sources]
+    chat: dict[str, Any] = {"model": body.get("model"), "messages": messages}
+    if body.get("tools"):
+        chat["tools"] = body["tools"]
+    if isinstance(body.get("max_output_tokens"), int):
+        chat["max_tokens"] = body["max_output_tokens"]
+    chained = body.get("previous_response_id") is not None or body.get(
+        "conversation") is not None
+    key = body.get("prompt_cache_key")
+    return ChatView(chat, sources, compact=not chained,
+                    session_key=key if isinstance(key, str) and key else None)
+
+
+def _rewritten(item: Mapping[str, Any], text: str) -> dict[str, Any]:
+    """`item` with its text replaced (only items whose text was all they had are rewritten)."""
+    if item_type(item) in OUTPUTS:
+        return {**item, "output": text}
+    content = item.get("content")
+    if isinstance(content, list) and content:
+        return {**item, "content": [{**content[0], "text": text}]}
+    return {**item, "content": text}
+
+
+def render(body: dict[str, Any], view: ChatView, plan: Plan | None,
+           block: str | None) -> dict[str, Any]:
+    out = dict(body)
+    fates = message_fates(len(view.sources), plan)
+    items = body.get("input")
+    if plan is not None and isinstance(items, list):
+        dropped: set[int] = set()
+        rewritten: dict[int, str] = {}
+        for fate, sources in zip(fates, view.sources, strict=True):
+            numbered = [s for s in sources if isinstance(s, int)]
+            if fate is False:
+                dropped.update(numbered)
+            elif isinstance(fate, str):
+                rewritten[numbered[-1]] = fate  # the item itself: reasoning is never rewritten
+        out["input"] = [_rewritten(item, rewritten[i]) if i in rewritten else item
+                        for i, item in enumerate(items) if i not in dropped]
+    if block:
+        instructions = body.get("instructions")
+        out["instructions"] = f"{instructions}\n\n{block}" if instructions else block
+    return out
+
+
+def validate(body: Mapping[str, Any]) -> None:
+    if not isinstance(body.get("model"), str):
+        raise InvalidRequest("'model' must be a string.", param="model")
+    items = body.get("input")
+    if items is not None and not isinstance(items, str | list):
+        raise InvalidRequest("'input' must be a string or an array of items.", param="input")
+    if isinstance(items, list):
+        for index, item in enumerate(items):
+            if not isinstance(item, dict):
+                raise InvalidRequest(f"input[{index}] must be an object.",
+                                     param=f"input[{index}]")
+    instructions = body.get("instructions")
+    if instructions is not None and not isinstance(instructions, str):
+        raise InvalidRequest("'instructions' must be a string.", param="instructions")
+    if "stream" in body and not isinstance(body["stream"], bool | None):
+        raise InvalidRequest("'stream' must be a boolean.", param="stream")
+
+
+def _usage(usage: Any) -> dict[str, Any] | None:
+    if not isinstance(usage, Mapping):
+        return None
+    return {"prompt_tokens": usage.get("input_tokens"),
+            "completion_tokens": usage.get("output_tokens"),
+            "total_tokens": usage.get("total_tokens")}
+
+
+def summary(response: Mapping[str, Any]) -> dict[str, Any]:
+    """The learners' summary of a Response object."""
+    texts: list[str] = []
+    calls: list[dict[str, Any]] = []
+    for item in response.get("output") or ():
+        if not isinstance(item, Mapping):
+            continue
+        kind = item_type(item)
+        if kind == "message":
+            texts += [str(p.get("text", "")) for p in item.get("content") or ()
+                      if isinstance(p, Mapping) and p.get("type") == "output_text"]
+        elif kind in CALLS:
+            arguments = item.get("arguments", item.get("input", ""))
+            calls.append({"id": item.get("call_id"), "type": "function", "function": {
+                "name": item.get("name", ""), "arguments": str(arguments)}})
+    status = response.get("status")
+    finish = "tool_calls" if calls else ("length" if status == "incomplete" else "stop")
+    return {"content": "".join(texts) if texts else None, "tool_calls": calls,
+            "finish_reason": finish, "usage": _usage(response.get("usage"))}
+
+
+class StreamWatch:
+    """Takes the final Response from `response.completed` / `.incomplete` / `.failed`."""
+
+    def __init__(self) -> None:
+        self._final: dict[str, Any] | None = None
+
+    def add(self, data: bytes) -> None:
+        try:
+            event = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            return
+        if isinstance(event, dict) and event.get("type") in (
+                "response.completed", "response.incomplete") and isinstance(
+                event.get("response"), dict):
+            self._final = event["response"]
+
+    def response(self) -> dict[str, Any] | None:
+        return summary(self._final) if self._final is not None else None
+
+
+class Responses:
+    """The Responses API wire format."""
+
+    name = "/v1/responses"
+    upstream_path = "responses"
+
+    def validate(self, body: Mapping[str, Any]) -> None:
+        validate(body)
+
+    def view(self, body: dict[str, Any]) -> ChatView:
+        return build_view(body)
+
+    def render(self, body: dict[str, Any], view: ChatView, plan: Plan | None,
+               block: str | None) -> dict[str, Any]:
+        return render(body, view, plan, block)
+
+    def summary(self, answer: Mapping[str, Any]) -> dict[str, Any]:
+        return summary(answer)
+
+    def stream_summary(self) -> StreamWatch:
+        return StreamWatch()

@@ -1,0 +1,77 @@
+"""The seam between a wire adapter and the context engine.
+
+The engine fits a chat-shaped request and reports, per chat message, whether it went out as
+sent, rewritten (its new text), or not at all: the render `Plan`. An adapter builds the chat
+view of its request with `sources` (which of its own items each chat message stands for),
+then re-renders only what the plan changed; every other item goes out byte-for-byte.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from gateway.context.items import PINNED
+from gateway.context.render import Plan
+
+__all__ = ["PINNED", "ChatView", "Plan", "StreamSummary", "WireFormat", "message_fates"]
+
+
+@dataclass(frozen=True, slots=True)
+class ChatView:
+    """A request as the engine sees it.
+
+    `body` is chat-shaped (`model`, `messages`, `tools`, `max_tokens`); `sources[k]` names
+    the wire items chat message k stands for (their meaning is the adapter's own).
+    `compact` is False for a request the gateway must not compact (it only carries new
+    items of a conversation held upstream): it is still classified, traced and given the
+    playbook. `session_key` is the client's own session identity, if its format has one.
+    """
+
+    body: dict[str, Any]
+    sources: list[Any]
+    compact: bool = True
+    session_key: str | None = None
+
+
+def message_fates(count: int, plan: Plan | None) -> list[str | bool]:
+    """Per chat message: True kept as sent, a str its rewritten text, False dropped.
+    A None plan means every message went out as sent."""
+    if plan is None:
+        return [True] * count
+    fates: list[str | bool] = [False] * count
+    for index, text in plan:
+        fates[index] = True if text is None else text
+    return fates
+
+
+class StreamSummary(Protocol):
+    """Watches a relayed stream's events and rebuilds the answer's summary."""
+
+    def add(self, data: bytes) -> None: ...
+
+    def response(self) -> dict[str, Any] | None: ...
+
+
+class WireFormat(Protocol):
+    """One API's request and response, as far as the gateway must understand them."""
+
+    name: str  # the route's endpoint label, e.g. "/v1/responses"
+    upstream_path: str  # where the request goes, relative to its upstream's base URL
+
+    def validate(self, body: Mapping[str, Any]) -> None:
+        """Raise InvalidRequest if the gateway cannot handle `body`."""
+
+    def view(self, body: dict[str, Any]) -> ChatView: ...
+
+    def render(self, body: dict[str, Any], view: ChatView, plan: Plan | None,
+               block: str | None) -> dict[str, Any]:
+        """The request to forward: `body` with only what the plan changed re-rendered and
+        the playbook `block` (if any) placed where this format keeps its system prompt."""
+
+    def summary(self, answer: Mapping[str, Any]) -> dict[str, Any]:
+        """`{"content", "tool_calls", "finish_reason", "usage"}` of a whole answer, with
+        usage as `prompt_tokens` / `completion_tokens`."""
+
+    def stream_summary(self) -> StreamSummary: ...
