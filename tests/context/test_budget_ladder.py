@@ -137,7 +137,8 @@ async def test_later_step_never_aims_below_pinned_and_latest_exchange(
     first = [*msgs[:4], {"role": "user", "content": "Go on."}]
     await engine.fit({"messages": first}, _call(session, 100_000, "default"))
     _, pinned = _pinned(engine, {"messages": msgs})
-    latest = engine.counter.count(reply, "o200k_base") + 4
+    items = parse_request({"messages": msgs}, engine.counter, "o200k_base").items
+    latest = next(i.tokens for i in items if i.text == reply)
     budget = pinned + latest + 300  # low_water x budget is below the pinned content alone
     fitted = await engine.fit({"messages": msgs}, _call(session, budget, "default"))
     assert fitted.tokens_after <= budget

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import uuid
 
+from gateway.observability.reconstruct import reconstruct
 from tests.harness import Gateway, Upstream
 from tests.integration.test_engine_gateway import TOOLS, client, long_session
 from tests.openapi_oracle import validate
@@ -31,5 +32,5 @@ def test_budget_header_cuts_just_enough(gateway: Gateway, upstream: Upstream) ->
     assert answered == called
     assert forwarded["messages"][1] == messages[1]  # the task survives a 20% cut
     trace_id = raw.headers["x-ctxgate-trace-id"]
-    drops = [d for d in gateway.drops() if d["trace_id"] == trace_id]
-    assert sum(d["tokens_before"] - d["tokens_after"] for d in drops) == size - after
+    calls = [c for c in reconstruct(gateway.drops()) if c.trace_id == trace_id]
+    assert sum(d["tokens_before"] - d["tokens_after"] for d in calls[0].drops) == size - after
