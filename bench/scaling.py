@@ -1,12 +1,15 @@
 """How fitting one call scales with its number of messages (issue 10: O(n log n)).
 
-Each request is a chat of N short user messages (`m0` … `mN-1`, as the issue's report), sent
-as the first call of a new session through the engine in-process (shipped config, the
-embedder on, no playbook): once with no budget header (the `default` class's forecast) and
-once with `x-ctxgate-budget-tokens` at 2.5 tokens a message, which forces a compaction step.
-Prints the time of `engine.fit` per size; `--json OUT` keeps the figures.
+Each request is sent as the first call of a new session through the engine in-process
+(shipped config, the embedder on, no playbook), in two shapes: `chat`, N short user messages
+(`m0` … `mN-1`, as the issue's report; class `default`), and `agent`, N messages of tool calls
+and their results (class `coding_agent`: rerank, cluster, select rules). Each once with no
+budget header (the class's forecast) and once with `x-ctxgate-budget-tokens` at 2.5 tokens a
+message, which forces a compaction step. Prints the time of `engine.fit` per size; `--json
+OUT` keeps the figures.
 
-    .venv/bin/python bench/scaling.py [--sizes 1000 10000 ...] [--repeat 1] [--json OUT]
+    .venv/bin/python bench/scaling.py [--sizes 1000 10000 ...] [--shapes chat agent]
+        [--repeat 1] [--json OUT]
 """
 
 from __future__ import annotations
@@ -35,48 +38,73 @@ def chat(n: int) -> dict[str, Any]:
     return {"model": "gpt-4o", "messages": [{"role": "user", "content": f"m{i}"} for i in range(n)]}
 
 
+def agent(n: int) -> dict[str, Any]:
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are an autonomous programmer."},
+        {"role": "user", "content": "Fix the failing test in tests/test_parser.py."},
+    ]
+    for t in range((n - 3) // 2):
+        call = {"id": f"c{t}", "type": "function",
+                "function": {"name": "bash", "arguments": f'{{"cmd": "cat src/m{t}.py"}}'}}
+        messages.append({"role": "assistant", "content": f"Step {t}.", "tool_calls": [call]})
+        messages.append({"role": "tool", "tool_call_id": f"c{t}", "content": f"def f{t}(): ..."})
+    messages.append({"role": "user", "content": "Go on."})
+    tools = [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}]
+    return {"model": "gpt-4o", "messages": messages, "tools": tools}
+
+
+SHAPES = {"chat": (chat, "default"), "agent": (agent, "coding_agent")}
+
+
 async def fit_seconds(
-    engine: ContextEngine, n: int, budget: int | None, run: int
+    engine: ContextEngine, n: int, budget: int | None, run: int, shape: str = "chat"
 ) -> dict[str, Any]:
-    headers = {"x-ctxgate-session-id": f"scaling-{n}-{budget}-{run}"}
+    make, cls = SHAPES[shape]
+    headers = {"x-ctxgate-session-id": f"scaling-{shape}-{n}-{budget}-{run}",
+               "x-ctxgate-task-class": cls}
     if budget is not None:
         headers["x-ctxgate-budget-tokens"] = str(budget)
-    body = chat(n)
+    body = make(n)
     start = time.perf_counter()
     try:
         fitted = await engine.fit(body, CallContext("bench", f"scaling-{n}", headers))
         outcome = f"{fitted.tokens_before} -> {fitted.tokens_after} tokens"
     except ContextBudgetExceeded as exc:
         outcome = f"refused: {exc.message}"
-    return {"messages": n, "budget": budget, "seconds": time.perf_counter() - start,
-            "outcome": outcome}
+    return {"shape": shape, "messages": n, "budget": budget,
+            "seconds": time.perf_counter() - start, "outcome": outcome}
 
 
-async def run(sizes: list[int], repeat: int) -> list[dict[str, Any]]:
+async def run(sizes: list[int], shapes: list[str], repeat: int) -> list[dict[str, Any]]:
     engine = build_engine(Settings())
-    await fit_seconds(engine, 600, None, -1)  # load the encodings and the model once
-    await fit_seconds(engine, 600, 1500, -1)
+    assert engine.embedder is not None
+    await engine.embedder.embed(["warm up"])  # load the model once, before any timing
+    for shape in shapes:  # and the encodings
+        await fit_seconds(engine, 600, None, -1, shape)
+        await fit_seconds(engine, 600, 1500, -1, shape)
     rows = []
-    for n in sizes:
-        for budget in (None, int(TOKENS_PER_MESSAGE_BUDGET * n)):
-            runs = [await fit_seconds(engine, n, budget, k) for k in range(repeat)]
-            best = min(runs, key=lambda r: r["seconds"])
-            print(
-                f"{n:>7} messages  budget {budget or 'forecast':>8}  "
-                f"{best['seconds']:8.3f} s  {best['outcome']}",
-                flush=True,
-            )
-            rows.append(best)
+    for shape in shapes:
+        for n in sizes:
+            for budget in (None, int(TOKENS_PER_MESSAGE_BUDGET * n)):
+                runs = [await fit_seconds(engine, n, budget, k, shape) for k in range(repeat)]
+                best = min(runs, key=lambda r: r["seconds"])
+                print(
+                    f"{shape:>5} {n:>7} messages  budget {budget or 'forecast':>8}  "
+                    f"{best['seconds']:8.3f} s  {best['outcome']}",
+                    flush=True,
+                )
+                rows.append(best)
     return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
+    parser.add_argument("--shapes", nargs="+", choices=list(SHAPES), default=list(SHAPES))
     parser.add_argument("--repeat", type=int, default=1, help="runs per size, the best kept")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    rows = asyncio.run(run(args.sizes, args.repeat))
+    rows = asyncio.run(run(args.sizes, args.shapes, args.repeat))
     if args.json:
         args.json.write_bytes(orjson.dumps(rows, option=orjson.OPT_INDENT_2))
 
