@@ -28,7 +28,7 @@ _SUCCESS = re.compile(r"(?i)\b(passed|succeeded|successfully|fixed|resolved|done
 EMBED_CHARS = 2000
 # Items embedded per call at most: the most recent and the task statement. Older ones rank
 # by recency alone, so a call's embedding work stays bounded however long its history.
-EMBED_ITEMS = 256
+EMBED_ITEMS = 64
 
 
 async def _relevance(items: list[Item], ctx: StageContext) -> list[float | None]:
