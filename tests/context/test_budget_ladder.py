@@ -84,7 +84,9 @@ async def test_first_call_lands_in_band_or_is_refused_only_without_room(
         assert exc.needed == pinned
         return
     assert fitted.tokens_after <= budget
-    if pinned <= budget - BAND * tokens:  # room: cut just enough, no more
+    # room, and a band wider than the finest cut (an excerpt keeps EXCERPT_MIN tokens at
+    # least): cut just enough, no more
+    if pinned <= budget - BAND * tokens and BAND * tokens >= 2 * ladder.EXCERPT_MIN:
         assert fitted.tokens_after >= budget - BAND * tokens
     _check_valid(fitted.body["messages"])  # tool calls and their results stay paired
     saved = sum(d.tokens_before - d.tokens_after for d in fitted.drops)
