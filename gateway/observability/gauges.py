@@ -23,10 +23,11 @@ _LAG_SCAN_LIMIT = 10_000  # Redis 6.2 reports no lag: count undelivered entries 
 
 
 
-async def trace_queue_depth(redis: aioredis.Redis) -> int:
-    """Trace events not yet acknowledged by the learners (pending + not yet delivered)."""
+async def trace_queue_depth(redis: aioredis.Redis, stream: str = keys.TRACE_STREAM) -> int:
+    """Trace events of one shard's stream not yet acknowledged by the learners (pending +
+    not yet delivered)."""
     try:
-        groups = await redis.xinfo_groups(keys.TRACE_STREAM)
+        groups = await redis.xinfo_groups(stream)
     except ResponseError:  # no stream yet
         return 0
     for group in groups:
@@ -36,10 +37,10 @@ async def trace_queue_depth(redis: aioredis.Redis) -> int:
         if group.get("lag") is not None:  # Redis 7+
             return pending + int(group["lag"])
         last = as_text(group.get("last-delivered-id") or "0-0")
-        undelivered = await redis.xrange(keys.TRACE_STREAM, min=f"({last}", max="+",
+        undelivered = await redis.xrange(stream, min=f"({last}", max="+",
                                          count=_LAG_SCAN_LIMIT)
         return pending + len(undelivered or [])
-    return int(await redis.xlen(keys.TRACE_STREAM))
+    return int(await redis.xlen(stream))
 
 
 async def playbook_sizes(redis: aioredis.Redis) -> Counter[str]:
