@@ -36,6 +36,7 @@ from gateway.context.prefix import Prefix, PrefixCache
 from gateway.context.render import Plan, Rendered, materialize, render_messages
 from gateway.context.session import Decision, RedisSessionStore, SessionState, SessionStore
 from gateway.context.stages import STAGES, StageContext
+from gateway.context.stages.ladder import give_back, step_target
 from gateway.context.stale import stale_rule, stale_text
 from gateway.context.steps import stale_tokens, step_horizon
 from gateway.context.summarize import values as summarize_values
@@ -421,6 +422,7 @@ class ContextEngine:
         total = fixed + sum(item.tokens for item in final)
         over = total > cls.compaction.high_water * budget.input
         turns_step = horizon != state.horizon
+        first_call = not state.prefix and not state.decisions
         ctx = StageContext(
             task_class=cls,
             counter=self.counter,
@@ -434,12 +436,16 @@ class ContextEngine:
             caches=self.caches,
             known=known,
             focus=task_focus(messages),
-            target=int(cls.compaction.low_water * budget.input) if over else None,
+            target=step_target(final, cls, budget.input, fixed, first_call) if over else None,
+            first_call=first_call,
         )
         stepped = over or turns_step or cls.select_every_call
         if stepped:
             names = STAGE_ORDER if (over or turns_step) else ("select",)
+            before = final
             final = await self._run_stages(names, final, budget, ctx, over, seconds)
+            if over and first_call and ctx.target is not None:  # cut just enough
+                final = give_back(before, final, ctx, ctx.target)
         if cls.compaction.ages:  # the instability budget counts this session's calls
             if horizon != state.horizon:
                 state.horizon = horizon

@@ -36,6 +36,7 @@ class StageContext:
     originals: Mapping[str, Item]  # items as the client sent them, by id
     decisions: dict[str, Decision]  # remembered and made so far; stages add to it
     target: int | None = None  # over the high-water mark: cut down to this many tokens
+    first_call: bool = False  # the session's first call: no prompt cache to protect
     known: frozenset[str] = frozenset()  # values of the session's system prompt and task
     focus: frozenset[str] = frozenset()  # terms of the task and the latest calls (focus.py)
     caches: ContextCaches = field(default_factory=ContextCaches)  # the engine's memos
