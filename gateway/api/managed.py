@@ -26,7 +26,7 @@ from gateway.api.asgi import (
     parse_json_object,
     read_body,
 )
-from gateway.api.forwarding import is_bypass, relayed_headers
+from gateway.api.forwarding import is_bypass, relayed_headers, upstream_headers
 from gateway.api.route import Call, call_of
 from gateway.context.engine import HEADER_SESSION, CallContext, ContextEngine
 from gateway.errors import GatewayError, UpstreamTimeout, UpstreamUnreachable
@@ -37,6 +37,11 @@ from gateway.wire.view import PINNED, ChatView, WireFormat
 
 log = logging.getLogger("ctxgate.managed")
 UpstreamHeaders = Callable[[Call], list[tuple[str, str]]]
+
+
+def openai_headers(call: Call) -> list[tuple[str, str]]:
+    """The client's headers for the OpenAI upstream (its credential swapped in `keys` mode)."""
+    return upstream_headers(call.headers, call.caller, identity=True)
 
 
 class ManagedRoute:
@@ -67,9 +72,8 @@ class ManagedRoute:
             view = self._wire.view(body)
             await self._fit(self._engine, view, call)
             fitted = call.fitted
-            if fitted is not None and (fitted.plan is not None or fitted.block is not None):
-                block = fitted.block.text if fitted.block is not None else None
-                forward = orjson.dumps(self._wire.render(body, view, fitted.plan, block))
+            if fitted is not None and fitted.changed:
+                forward = orjson.dumps(self._wire.render(body, view, fitted))
         await cancel_on_disconnect(
             receive, self._relay(send, forward, self._upstream_headers(call), call))
 
@@ -195,5 +199,6 @@ def managed_headers(call: Call) -> list[tuple[bytes, bytes]]:
         (b"x-ctxgate-overhead-ms", f"{overhead_ms:.3f}".encode()),
     ]
     if fitted is not None:
-        headers.append((b"x-ctxgate-budget-tokens", str(fitted.budget).encode()))
+        headers += [(b"x-ctxgate-budget-tokens", str(fitted.budget).encode()),
+                    (b"x-ctxgate-budget-source", fitted.budget_source.encode())]
     return headers

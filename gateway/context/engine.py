@@ -70,6 +70,7 @@ class FittedCall:
     drops: list[DropEvent]
     injected_bullet_ids: list[str]
     budget: int
+    budget_source: str = "config"  # header | config | forecast (forecast.py)
     tenant: str = ""
     trace_id: str = ""
     prefix_stable: bool | None = None
@@ -351,6 +352,7 @@ class ContextEngine:
             drops=fitted.events,
             injected_bullet_ids=list(block.bullet_ids) if block else [],
             budget=r.budget.input,
+            budget_source=r.budget.source,
             tenant=call.tenant,
             trace_id=call.trace_id,
             prefix_stable=stable,
@@ -521,6 +523,7 @@ class ContextEngine:
             drops=[],
             injected_bullet_ids=[],
             budget=budget.input,
+            budget_source=budget.source,
             tenant=call.tenant,
             trace_id=call.trace_id,
         )

@@ -3,6 +3,10 @@
 The class's caps, bounded by the model's context window and the output reserve. The reserve
 is the request's own `max_tokens` when given, else what the class's completions have needed
 (mean + 2 sd of observed sizes, raised by the overflow rate), kept per class in Redis.
+
+Each budget says where it came from (`x-ctxgate-budget-source`): `header` (the client's
+`x-ctxgate-budget-tokens`), `config` (the class's configured `budget.total` is the bound)
+or `forecast` (the model's window minus the forecast output reserve is the bound).
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ class UsageStats:
 class Budget:
     input: int  # the most input tokens this call may send
     split: BudgetSplit
+    source: str = "config"  # header | config | forecast (module docstring)
 
 
 def requested_output(body: dict[str, Any]) -> int | None:
@@ -74,7 +79,7 @@ def forecast_budget(
     header_budget: int | None,
 ) -> Budget:
     if header_budget is not None:
-        return Budget(header_budget, cls.budget)
+        return Budget(header_budget, cls.budget, "header")
     requested = requested_output(body)
     if requested is not None:
         reserve = requested
@@ -82,7 +87,9 @@ def forecast_budget(
         reserve = max(cls.budget.output_reserve, stats.needed_reserve or 0)
         reserve = min(reserve, model.max_output, model.context_window // 2)
     window_room = max(model.context_window - reserve, 1)
-    return Budget(min(cls.budget.total, window_room), cls.budget)
+    if window_room < cls.budget.total:
+        return Budget(window_room, cls.budget, "forecast")
+    return Budget(cls.budget.total, cls.budget, "config")
 
 
 class ForecastStore:

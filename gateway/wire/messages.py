@@ -15,12 +15,15 @@ never has more breakpoints than the client sent.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from gateway.errors import InvalidRequest
 from gateway.wire.view import PINNED, ChatView, Plan, message_fates
+
+if TYPE_CHECKING:
+    from gateway.context.engine import FittedCall
 
 KNOWN = frozenset({"text", "image", "document", "tool_use", "tool_result", "thinking",
                    "redacted_thinking", "server_tool_use", "web_search_tool_result"})
@@ -314,9 +317,9 @@ class Messages:
     def view(self, body: dict[str, Any]) -> ChatView:
         return build_view(body)
 
-    def render(self, body: dict[str, Any], view: ChatView, plan: Plan | None,
-               block: str | None) -> dict[str, Any]:
-        return render(body, view, plan, block)
+    def render(self, body: dict[str, Any], view: ChatView,
+               fitted: FittedCall) -> dict[str, Any]:
+        return render(body, view, fitted.plan, fitted.block.text if fitted.block else None)
 
     def summary(self, answer: Mapping[str, Any]) -> dict[str, Any]:
         return summary(answer)

@@ -14,12 +14,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from gateway.errors import InvalidRequest
 from gateway.wire.view import PINNED, ChatView, Plan, message_fates
+
+if TYPE_CHECKING:
+    from gateway.context.engine import FittedCall
 
 CALLS = ("function_call", "custom_tool_call")
 OUTPUTS = ("function_call_output", "custom_tool_call_output")
@@ -271,9 +274,9 @@ class Responses:
     def view(self, body: dict[str, Any]) -> ChatView:
         return build_view(body)
 
-    def render(self, body: dict[str, Any], view: ChatView, plan: Plan | None,
-               block: str | None) -> dict[str, Any]:
-        return render(body, view, plan, block)
+    def render(self, body: dict[str, Any], view: ChatView,
+               fitted: FittedCall) -> dict[str, Any]:
+        return render(body, view, fitted.plan, fitted.block.text if fitted.block else None)
 
     def summary(self, answer: Mapping[str, Any]) -> dict[str, Any]:
         return summary(answer)

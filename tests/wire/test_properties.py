@@ -96,8 +96,7 @@ async def _fit(engine: ContextEngine, wire: WireFormat, body: dict[str, Any],
     except ContextBudgetExceeded:
         return None
     assert fitted.tokens_after <= budget or fitted.tokens_after == fitted.tokens_before
-    block = fitted.block.text if fitted.block else None
-    return wire.render(body, view, fitted.plan, block)
+    return wire.render(body, view, fitted)
 
 
 def _is_subsequence(sent: list[Any], original: list[Any], same: Any) -> bool:
