@@ -127,6 +127,7 @@ class Gateway:
         services = self.services
         await self._traces.aclose()
         await self._engine.forecasts.flush()
+        await self._engine.calibration.flush()
         await self._upstream.aclose()
         await self._anthropic.aclose()
         await services.redis.aclose()

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, cast
 
 from gateway.context.models import ModelInfo
@@ -58,9 +58,22 @@ class UsageStats:
 
 @dataclass(frozen=True, slots=True)
 class Budget:
-    input: int  # the most input tokens this call may send
+    input: int  # the most input tokens this call may send, as the engine counts them
     split: BudgetSplit
     source: str = "config"  # header | config | forecast (module docstring)
+    stated: int | None = None  # in the provider's tokens, when `input` is an estimate's
+
+    @property
+    def provider_tokens(self) -> int:
+        """The budget as stated to the client, in the provider's tokens."""
+        return self.input if self.stated is None else self.stated
+
+    def scaled(self, scale: float) -> Budget:
+        """This budget in estimated tokens, for a model whose provider counts `scale` tokens
+        per estimated one (`calibration.py`)."""
+        if scale == 1.0:
+            return self
+        return replace(self, input=max(1, math.floor(self.input / scale)), stated=self.input)
 
 
 def requested_output(body: dict[str, Any]) -> int | None:
