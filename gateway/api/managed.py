@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
 
 import httpx
 import orjson
@@ -33,7 +32,7 @@ from gateway.errors import GatewayError, UpstreamTimeout, UpstreamUnreachable
 from gateway.learner.traces import TraceEvent, TraceSink
 from gateway.upstream.client import Upstream, timed_chunks
 from gateway.upstream.sse import SSEDecoder
-from gateway.wire.view import PINNED, ChatView, WireFormat
+from gateway.wire.view import ChatView, WireFormat, unmarked
 
 log = logging.getLogger("ctxgate.managed")
 UpstreamHeaders = Callable[[Call], list[tuple[str, str]]]
@@ -173,17 +172,11 @@ class ManagedRoute:
                 self._traces.publish(TraceEvent(
                     tenant=call.caller.tenant, task_class=fitted.task_class,
                     session_id=fitted.session_id, trace_id=call.trace_id,
-                    messages=trace_messages(fitted.body["messages"]), response=response,
+                    messages=unmarked(fitted.body["messages"]), response=response,
                     injected_bullet_ids=fitted.injected_bullet_ids, ts=time.time(),
                 ))
         except Exception:
             log.exception("after-response hook failed", extra={"trace_id": call.trace_id})
-
-
-def trace_messages(messages: list[Any]) -> list[dict[str, Any]]:
-    """The fitted chat view as the learners read it (adapter marks removed)."""
-    return [{k: v for k, v in m.items() if k != PINNED} if PINNED in m else m
-            for m in messages]
 
 
 def managed_headers(call: Call) -> list[tuple[bytes, bytes]]:

@@ -18,7 +18,8 @@ from gateway.context.render import Plan
 if TYPE_CHECKING:
     from gateway.context.engine import FittedCall
 
-__all__ = ["PINNED", "ChatView", "Plan", "StreamSummary", "WireFormat", "message_fates"]
+__all__ = ["PINNED", "ChatView", "Plan", "StreamSummary", "WireFormat", "message_fates",
+           "unmarked"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +48,12 @@ def message_fates(count: int, plan: Plan | None) -> list[str | bool]:
     for index, text in plan:
         fates[index] = True if text is None else text
     return fates
+
+
+def unmarked(messages: list[Any]) -> list[dict[str, Any]]:
+    """Chat-view messages as a reader sees them: the adapters' PINNED marks removed."""
+    return [{k: v for k, v in m.items() if k != PINNED} if PINNED in m else m
+            for m in messages]
 
 
 class StreamSummary(Protocol):
