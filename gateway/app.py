@@ -9,9 +9,10 @@ inside the one route skeleton (`gateway/api/route.py`).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
 import logging
+from collections.abc import Awaitable
+from typing import Any
 
 import httpx
 import redis.asyncio as aioredis
@@ -22,8 +23,8 @@ from gateway.api.routes import build_routes
 from gateway.context.engine import ContextEngine
 from gateway.context.models import ENCODINGS
 from gateway.embeddings import Embedder
+from gateway.learner.process import LearnerProcess
 from gateway.learner.traces import TraceSink
-from gateway.learner.worker import run_worker
 from gateway.observability.droplog import DropLog
 from gateway.observability.metrics import Metrics
 from gateway.observability.tracing import build_tracer
@@ -46,6 +47,7 @@ class Gateway:
         self._registry = registry
         self._stop = asyncio.Event()
         self._background: list[asyncio.Task[None]] = []
+        self.learner: LearnerProcess | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
@@ -75,7 +77,8 @@ class Gateway:
         url = resolve_redis_url(settings.redis_url, settings.data_dir)
         redis = aioredis.from_url(url, decode_responses=False)
         embedder = Embedder(settings.embed_model, redis)
-        drop_log = DropLog(settings.drop_log, settings.drop_log_preview, metrics)
+        drop_log = DropLog(settings.drop_log, settings.drop_log_preview, metrics,
+                           settings.drop_log_form)
         services = Services(settings, metrics, redis, drop_log, embedder)
         self._engine = services.engine = ContextEngine(
             settings, redis, metrics, drop_log, embedder,
@@ -92,9 +95,10 @@ class Gateway:
         tracer, self._tracer_provider = build_tracer(settings.otel_endpoint)
         self._routes = build_routes(services, self._upstream, tracer, self._anthropic)
         self._background.append(asyncio.create_task(self._warm(), name="ctxgate-warm-up"))
-        if settings.worker == "inprocess":
-            self._background.append(asyncio.create_task(
-                run_worker(services, stop=self._stop), name="ctxgate-worker"))
+        if settings.worker == "inprocess":  # its own process: never on the request path
+            self.learner = LearnerProcess(settings, metrics)
+            self._background.append(asyncio.create_task(self.learner.run(),
+                                                        name="ctxgate-learner"))
         log.info("ctxgate ready", extra={"upstream": settings.upstream_url,
                                          "auth_mode": settings.auth_mode,
                                          "worker": settings.worker})
@@ -120,17 +124,29 @@ class Gateway:
                                                 "frozen_objects": gc.get_freeze_count()})
 
     async def shutdown(self) -> None:
+        """Stop the learner (no new entries; the one in flight finishes or is handed back),
+        then flush what requests left behind (traces, forecasts), then close the clients.
+        Every step runs even if one before it failed: shutdown itself never fails."""
         self._stop.set()
-        for task in self._background:
-            with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError):
-                await asyncio.wait_for(task, timeout=5)
+        if self.learner is not None:
+            await _quietly("learner", self.learner.stop())
+        for task in self._background:  # the warm-up, if still loading: no use any more
+            task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
         services = self.services
-        await self._traces.aclose()
-        await self._engine.forecasts.flush()
-        await self._engine.calibration.flush()
-        await self._upstream.aclose()
-        await self._anthropic.aclose()
-        await services.redis.aclose()
+        await _quietly("trace writer", self._traces.aclose())
+        await _quietly("forecasts", self._engine.forecasts.flush())
+        await _quietly("token calibration", self._engine.calibration.flush())
+        await _quietly("upstream client", self._upstream.aclose())
+        await _quietly("anthropic client", self._anthropic.aclose())
+        await _quietly("redis client", services.redis.aclose())
         services.embedder.close()
         services.drop_log.close()
         self._tracer_provider.shutdown()
+
+
+async def _quietly(what: str, step: Awaitable[Any]) -> None:
+    try:
+        await step
+    except (Exception, asyncio.CancelledError):
+        log.warning("shutdown: %s did not stop cleanly", what, exc_info=True)

@@ -1,4 +1,4 @@
-"""The `ctxgate` command: serve, worker, replay, playbook, learn."""
+"""The `ctxgate` command: serve, worker, replay, explain, playbook, learn."""
 
 from __future__ import annotations
 
@@ -146,6 +146,38 @@ def learn(
 
     settings = _settings(config=config)
     raise typer.Exit(run_learn(file, epochs, settings))
+
+
+@app.command()
+def explain(
+    trace_id: Annotated[str, typer.Argument(help="x-ctxgate-trace-id of the call")],
+    json_output: Annotated[bool, typer.Option("--json")] = False,
+    config: ConfigOption = None,
+) -> None:
+    """One call's account: what the client sent against what went upstream."""
+    import orjson
+    import redis.asyncio as aioredis
+
+    from gateway.observability.explain import load_explained, render_text
+    from gateway.store.embedded import resolve_redis_url
+
+    settings = _settings(config=config)
+
+    async def main() -> dict[str, Any] | None:
+        redis = aioredis.from_url(resolve_redis_url(settings.redis_url, settings.data_dir))
+        try:
+            return await load_explained(redis, trace_id)
+        finally:
+            await redis.aclose()
+
+    explained = asyncio.run(main())
+    if explained is None:
+        typer.echo(f"ctxgate: no account of trace {trace_id} is kept", err=True)
+        raise typer.Exit(1)
+    if json_output:
+        typer.echo(orjson.dumps(explained, option=orjson.OPT_INDENT_2).decode())
+    else:
+        typer.echo(render_text(explained))
 
 
 def _register_playbook() -> None:

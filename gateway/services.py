@@ -48,7 +48,8 @@ async def open_services(settings: Settings) -> AsyncIterator[Services]:
     metrics = Metrics()
     redis = aioredis.from_url(resolve_redis_url(settings.redis_url, settings.data_dir))
     embedder = Embedder(settings.embed_model, redis)
-    drop_log = DropLog(settings.drop_log, settings.drop_log_preview, metrics)
+    drop_log = DropLog(settings.drop_log, settings.drop_log_preview, metrics,
+                       settings.drop_log_form)
     try:
         yield Services(settings, metrics, redis, drop_log, embedder)
     finally:

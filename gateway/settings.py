@@ -48,6 +48,8 @@ class Settings(BaseSettings):
     embed_model: str | None = None
     drop_log: str = "stdout"
     drop_log_preview: Literal["none", "hash", "text"] = "hash"
+    # decisions: each decision once plus a line per call; items: a line per item per call
+    drop_log_form: Literal["decisions", "items"] = "decisions"
     otel_endpoint: str | None = None
     upstream_timeout_s: float = Field(default=600.0, gt=0)
     max_body_bytes: int = Field(default=33_554_432, gt=0)

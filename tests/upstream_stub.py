@@ -11,7 +11,8 @@ chat completions by model name:
 - `stub-stall`: nothing for 30 s (streams: one chunk, then nothing); cancellations of
   stalled requests are counted in `GET /_events`;
 - scripted: `POST /_script {"model": m, "responses": [completion-or-{"content": s}, ...]}`
-  queues answers for model `m` (the last one repeats); used for Reflector and Curator.
+  queues answers for model `m` (the last one repeats); used for Reflector and Curator. An
+  answer with `"delay_s": s` is sent after s seconds (a slow learner model).
 
 `POST /v1/responses` and Anthropic's `POST /v1/messages` (and `/v1/messages/count_tokens`)
 are answered by `tests/stub_wire.py`, which refuses what those APIs refuse.
@@ -125,6 +126,9 @@ class Stub:
             return
         if model == "stub-delay":
             await asyncio.sleep(1.0)
+        queue = self.scripts.get(model)
+        if queue and queue[0].get("delay_s"):
+            await asyncio.sleep(float(queue[0]["delay_s"]))
         message = self._answer(model, body)
         if stream:
             await self._stream(model, body, message, receive, send)

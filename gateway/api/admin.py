@@ -1,4 +1,5 @@
-"""`/admin/playbooks...`: list, show, add, edit, delete (selective unlearning), export, import.
+"""`/admin/playbooks...`: list, show, add, edit, delete (selective unlearning), export, import;
+`/admin/traces/{trace_id}`: one call explained (gateway/observability/explain.py).
 
 Every route requires the admin key, checked once as a router dependency. Hand edits go
 through the same guards and merge as the Curator's (`PlaybookEditor`), with fresh operation
@@ -14,8 +15,9 @@ from fastapi import APIRouter, Depends, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.auth import require_admin
-from gateway.errors import InvalidRequest, NotFound
+from gateway.errors import InvalidRequest, NotFound, TraceNotFound
 from gateway.learner.build import build_editor
+from gateway.observability.explain import load_explained
 from gateway.playbook.bullet import Bullet, Operation
 from gateway.playbook.config import class_playbook, playbook_settings
 from gateway.playbook.guards import refused_bullets
@@ -172,4 +174,13 @@ def build_router(services: Services) -> APIRouter:
                          status_code=204)
     router.add_api_route(PLAYBOOK + "/export", admin.export, methods=["GET"])
     router.add_api_route(PLAYBOOK + "/import", admin.import_, methods=["POST"])
+
+    async def explain_trace(trace_id: str) -> dict[str, Any]:
+        """One call's account (`ctxgate explain`); 404 once the trace has expired."""
+        explained = await load_explained(services.redis, trace_id)
+        if explained is None:
+            raise TraceNotFound(f"No account of trace {trace_id!r} is kept.")
+        return explained
+
+    router.add_api_route("/admin/traces/{trace_id}", explain_trace, methods=["GET"])
     return router

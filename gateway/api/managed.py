@@ -30,6 +30,7 @@ from gateway.api.route import Call, call_of
 from gateway.context.engine import HEADER_SESSION, CallContext, ContextEngine
 from gateway.errors import GatewayError, UpstreamTimeout, UpstreamUnreachable
 from gateway.learner.traces import TraceEvent, TraceSink
+from gateway.observability.explain import account_of
 from gateway.upstream.client import Upstream, timed_chunks
 from gateway.upstream.sse import SSEDecoder
 from gateway.wire.view import ChatView, WireFormat, unmarked
@@ -174,6 +175,7 @@ class ManagedRoute:
                     session_id=fitted.session_id, trace_id=call.trace_id,
                     messages=unmarked(fitted.body["messages"]), response=response,
                     injected_bullet_ids=fitted.injected_bullet_ids, ts=time.time(),
+                    account=account_of(fitted, fitted.budget_source),
                 ))
         except Exception:
             log.exception("after-response hook failed", extra={"trace_id": call.trace_id})

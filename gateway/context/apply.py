@@ -113,6 +113,7 @@ def drop_events(
                 tokens_after=after.tokens if after else 0,
                 kept_as=decision.arg if decision.method == "dedup" else None,
                 text=item.text,
+                step=decision.step,
             )
         )
     return events

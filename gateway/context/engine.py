@@ -14,7 +14,7 @@ import hashlib
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from gateway.context.apply import apply_decisions, drop_events
@@ -81,6 +81,7 @@ class FittedCall:
     # before the playbook block; and the block itself, which the adapter places.
     plan: Plan | None = None
     block: InjectedBlock | None = None
+    request: dict[str, Any] | None = None  # the client's body, for the explainer
 
 
 def derive_session_id(tenant: str, messages: list[Mapping[str, Any]]) -> str:
@@ -338,12 +339,13 @@ class ContextEngine:
         # a request sent as is (compact=False) says nothing of the session's prefix
         stable = self._track_prefix(r.state, fitted.digests, cls) if fitted.digests else None
         await self.sessions.save(call.tenant, r.session_id, r.state)
-        self.drop_log.write(
+        self.drop_log.write_call(
             fitted.events,
             trace_id=call.trace_id,
             session_id=r.session_id,
             tenant=call.tenant,
             task_class=cls.name,
+            tokens=(r.tokens_before, fitted.tokens_after, block.tokens if block else 0),
         )
         if fitted.prefix is not None:
             self.prefixes.put(call.tenant, r.session_id, fitted.prefix)
@@ -366,6 +368,7 @@ class ContextEngine:
             trace_id=call.trace_id,
             prefix_stable=stable,
             stage_seconds=seconds,
+            request=r.body,
             plan=fitted.plan,
             block=block,
         )
@@ -413,6 +416,7 @@ class ContextEngine:
                 state.steps += 1
             state.calls += 1
             state.dirty.add("horizon")
+        _stamp_step(ctx.decisions, state.decisions)  # ctx.decisions began as a copy
         if ctx.decisions != state.decisions:
             state.decisions = ctx.decisions
             state.dirty.add("decisions")
@@ -551,6 +555,18 @@ class ContextEngine:
             int(completion) if isinstance(completion, int) else None,
             overflow=finish_reason == "length",
         )
+
+
+def _stamp_step(decisions: dict[str, Decision], remembered: Mapping[str, Decision]) -> None:
+    """Number the decisions this call took: one step after the session's latest, so the
+    drop log logs each once and a call line names the steps in force."""
+    step = 1 + max((d.step for d in remembered.values()), default=0)
+    for item_id, decision in decisions.items():
+        old = remembered.get(item_id)
+        if decision is old:
+            continue
+        if old is None or replace(decision, step=old.step) != old:
+            decisions[item_id] = replace(decision, step=step)
 
 
 def _current_step(messages: list[Mapping[str, Any]]) -> str:

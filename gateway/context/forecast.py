@@ -4,9 +4,10 @@ The class's caps, bounded by the model's context window and the output reserve. 
 is the request's own `max_tokens` when given, else what the class's completions have needed
 (mean + 2 sd of observed sizes, raised by the overflow rate), kept per class in Redis.
 
-Each budget says where it came from (`x-ctxgate-budget-source`): `header` (the client's
-`x-ctxgate-budget-tokens`), `config` (the class's configured `budget.total` is the bound)
-or `forecast` (the model's window minus the forecast output reserve is the bound).
+Each budget says where it came from (`x-ctxgate-budget-source`, and the explainer's
+account): `header` (the client's `x-ctxgate-budget-tokens`), `forecast` (the class's caps,
+bounded by the window less an output reserve forecast from the class's observed
+completions) or `config` (the same with the configured reserve, or the request's own).
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ class UsageStats:
 class Budget:
     input: int  # the most input tokens this call may send, as the engine counts them
     split: BudgetSplit
-    source: str = "config"  # header | config | forecast (module docstring)
+    source: str = "config"  # header | forecast | config (module docstring)
     stated: int | None = None  # in the provider's tokens, when `input` is an estimate's
 
     @property
@@ -94,15 +95,15 @@ def forecast_budget(
     if header_budget is not None:
         return Budget(header_budget, cls.budget, "header")
     requested = requested_output(body)
+    source = "config"
     if requested is not None:
         reserve = requested
     else:
         reserve = max(cls.budget.output_reserve, stats.needed_reserve or 0)
         reserve = min(reserve, model.max_output, model.context_window // 2)
+        source = "forecast" if stats.needed_reserve is not None else "config"
     window_room = max(model.context_window - reserve, 1)
-    if window_room < cls.budget.total:
-        return Budget(window_room, cls.budget, "forecast")
-    return Budget(cls.budget.total, cls.budget, "config")
+    return Budget(min(cls.budget.total, window_room), cls.budget, source)
 
 
 class ForecastStore:

@@ -35,9 +35,11 @@ class Decision:
     # summary: the rendered text, fixed when decided (it depends on what the model saw
     # before the item at that time), so every later call and every replica sends it as is.
     text: str | None = None
+    step: int = 0  # the session's compaction step that took it (the drop log's `step`)
 
     def dump(self) -> list[Any]:
-        return [self.stage, self.action, self.reason, self.method, self.level, self.arg, self.text]
+        return [self.stage, self.action, self.reason, self.method, self.level, self.arg,
+                self.text, self.step]
 
     @classmethod
     def load(cls, raw: list[Any]) -> Decision:
@@ -49,6 +51,7 @@ class Decision:
             int(raw[4]),
             raw[5],
             raw[6] if len(raw) > 6 else None,
+            int(raw[7]) if len(raw) > 7 else 0,
         )
 
 

@@ -90,6 +90,7 @@ class TraceLearner:
         self._settings = settings
         self._metrics = metrics
         self._delta_ttl_s = delta_ttl_s
+        self._classes: dict[str, ClassPlaybook] = {}  # validated once, not per entry
 
     async def handle(self, fields: dict[str, str]) -> list[Operation]:
         """Learn from one entry; returns the delta merged (empty: no signal, no learning)."""
@@ -97,7 +98,10 @@ class TraceLearner:
         if loaded is None:
             return []  # expired or never written: nothing to learn from
         event, feedback = loaded
-        cls = class_playbook(self._settings, event.task_class)
+        cls = self._classes.get(event.task_class)
+        if cls is None:
+            cls = self._classes[event.task_class] = class_playbook(self._settings,
+                                                                   event.task_class)
         if not cls.enabled:
             return []  # no playbook is injected for this class: lessons would go unused
         if fields.get("kind") == "feedback":

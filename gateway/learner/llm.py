@@ -42,6 +42,9 @@ class LearnerLLM:
         self._client = client or httpx.AsyncClient(timeout=timeout_s, headers=headers)
         self._attempts = attempts
         self._wait = wait_exponential(multiplier=0.2, max=5)
+        # One validator per schema: `jsonschema.validate` checks the schema itself against
+        # the metaschema on every call (measured: ~25 ms a call, 3/4 of a job's CPU).
+        self._validators: dict[int, jsonschema.protocols.Validator] = {}
 
     async def complete_json(
         self, model: str, system: str, user: str, name: str, schema: dict[str, Any]
@@ -79,11 +82,18 @@ class LearnerLLM:
             answer = orjson.loads(content)
         except (ValueError, KeyError, IndexError, TypeError) as exc:
             raise MalformedOutput(f"not JSON: {exc}") from exc
-        try:
-            jsonschema.validate(answer, schema)
-        except jsonschema.ValidationError as exc:
-            raise MalformedOutput(f"schema: {exc.message}") from exc
+        error = jsonschema.exceptions.best_match(self._validator(schema).iter_errors(answer))
+        if error is not None:
+            raise MalformedOutput(f"schema: {error.message}")
         return answer  # type: ignore[no-any-return]
+
+    def _validator(self, schema: dict[str, Any]) -> jsonschema.protocols.Validator:
+        validator = self._validators.get(id(schema))
+        if validator is None:
+            cls = jsonschema.validators.validator_for(schema)
+            cls.check_schema(schema)
+            validator = self._validators[id(schema)] = cls(schema)
+        return validator
 
     async def aclose(self) -> None:
         await self._client.aclose()

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 import orjson
 
-from gateway.playbook.config import FeedbackRules
+from gateway.playbook.config import ClassPlaybook, FeedbackRules
 
 Outcome = Literal["success", "failure"]
 _CITATION = re.compile(r"\[([a-z0-9_]+-\d{5})\]")
@@ -67,6 +67,25 @@ def trailing_tool_step(messages: list[dict[str, Any]]) -> ToolStep | None:
     if caller.get("role") != "assistant" or not caller.get("tool_calls"):
         return None
     return ToolStep(start - 1, list(caller["tool_calls"]), messages[start:end])
+
+
+def may_teach(messages: list[dict[str, Any]], injected: list[str], cls: ClassPlaybook) -> bool:
+    """Whether a call could change the playbook without explicit feedback.
+
+    Structural and cheap (the gateway asks it on every call): the call must end with a tool
+    exchange (the only implicit signal), in a class with a playbook, and either some outcome
+    is learned on or the step cited a bullet to credit. Judging the tool results (regexes
+    over output of any size) is left to the worker, off the request path.
+    """
+    if not cls.enabled:
+        return False
+    step = trailing_tool_step(messages)
+    if step is None:
+        return False
+    if cls.feedback.learn_on:
+        return True
+    said = text_of(messages[step.call_index].get("content"))
+    return bool(cited_ids(said, injected))
 
 
 def judge(text: str, rules: FeedbackRules) -> str | None:

@@ -2,9 +2,12 @@
 
 The HTTP layer calls `TraceSink.publish` after every non-bypass chat completion. Publishing
 never delays the response: the Redis writes run in a background task (a bounded set; past
-the bound events are shed and counted). Each event is kept in a tenant-scoped hash (so
-`POST /v1/feedback` can find it, and only for its own tenant) and announced on the trace
-stream that the workers consume.
+the bound events are shed and counted). Each event is kept in a tenant-scoped hash with the
+learner's TTL (so `POST /v1/feedback` can find it, and only for its own tenant), but it is
+announced on the trace stream that the workers consume only when it may teach something
+(`signals.may_teach`: a trailing tool exchange in a class with a playbook). A call with no
+signal costs the learner nothing; explicit feedback on it queues it later
+(`record_feedback`).
 """
 
 from __future__ import annotations
@@ -12,12 +15,15 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from gateway.playbook.config import learner_settings
+from gateway.learner.signals import may_teach
+from gateway.observability.explain import ACCOUNT_FIELD
+from gateway.playbook.config import ClassPlaybook, class_playbook, learner_settings
 from gateway.services import Services
 from gateway.store import keys
 
@@ -25,6 +31,7 @@ if TYPE_CHECKING:
     import redis.asyncio as aioredis
 
     from gateway.observability.metrics import Metrics
+    from gateway.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +50,7 @@ class TraceEvent:
     response: dict[str, Any]  # {"content", "tool_calls", "finish_reason", "usage"}
     injected_bullet_ids: list[str] = field(default_factory=list)
     ts: float = 0.0
+    account: dict[str, Any] | None = None  # the explainer's record, stored beside the event
 
     def to_json(self) -> bytes:
         return orjson.dumps(self)  # orjson serialises dataclasses natively, without a copy
@@ -77,8 +85,27 @@ def keep_recent(messages: list[dict[str, Any]], max_chars: int) -> list[dict[str
     return [messages[0], note, *messages[start:]]
 
 
+class TeachingFilter:
+    """`may_teach` for trace events, with each class's playbook settings resolved once."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._classes: dict[str, ClassPlaybook] = {}
+
+    def __call__(self, event: TraceEvent) -> bool:
+        cls = self._classes.get(event.task_class)
+        if cls is None:
+            cls = self._classes[event.task_class] = class_playbook(self._settings,
+                                                                   event.task_class)
+        return may_teach(event.messages, event.injected_bullet_ids, cls)
+
+
 class TraceSink:
-    """Writes trace events to Redis in the background, batched; `aclose` flushes them."""
+    """Writes trace events to Redis in the background, batched; `aclose` flushes them.
+
+    `teaches` decides which events are queued for the workers (all of them when None);
+    every event is stored for feedback either way.
+    """
 
     def __init__(
         self,
@@ -89,6 +116,7 @@ class TraceSink:
         stream_maxlen: int = 100_000,
         max_pending: int = 1000,
         keep_chars: int = 48_000,
+        teaches: Callable[[TraceEvent], bool] | None = None,
     ) -> None:
         self._redis = redis
         self._metrics = metrics
@@ -96,7 +124,8 @@ class TraceSink:
         self._maxlen = stream_maxlen
         self._max_pending = max_pending
         self._keep_chars = keep_chars
-        self._queue: deque[TraceEvent] = deque()
+        self._teaches = teaches
+        self._queue: deque[tuple[TraceEvent, bool]] = deque()
         self._in_flight = 0
         self._writer: asyncio.Task[None] | None = None
 
@@ -106,7 +135,8 @@ class TraceSink:
         learner = learner_settings(services.settings)
         return cls(services.redis, services.metrics, ttl_s=learner.trace_ttl_s,
                    stream_maxlen=learner.stream_maxlen, max_pending=learner.pending_tasks,
-                   keep_chars=2 * learner.max_trace_chars)
+                   keep_chars=2 * learner.max_trace_chars,
+                   teaches=TeachingFilter(services.settings))
 
     def publish(self, event: TraceEvent) -> None:
         """Queue `event`; one writer task sends queued events in batched pipelines."""
@@ -114,7 +144,7 @@ class TraceSink:
             if self._metrics is not None:  # Redis is slower than traffic: shed, never block
                 self._metrics.worker_failures.labels("trace_shed").inc()
             return
-        self._queue.append(event)
+        self._queue.append((event, self._teaches is None or self._teaches(event)))
         if self._writer is None or self._writer.done():
             self._writer = asyncio.get_running_loop().create_task(self._drain())
 
@@ -128,14 +158,20 @@ class TraceSink:
             finally:
                 self._in_flight = 0
 
-    async def _write(self, batch: list[TraceEvent]) -> None:
+    async def _write(self, batch: list[tuple[TraceEvent, bool]]) -> None:
         try:
             async with self._redis.pipeline(transaction=False) as pipe:
-                for event in batch:
+                for event, teaches in batch:
                     trace_key = keys.trace(event.tenant, event.trace_id)
-                    kept = replace(event, messages=keep_recent(event.messages, self._keep_chars))
+                    kept = replace(event, messages=keep_recent(event.messages, self._keep_chars),
+                                   account=None)
                     pipe.hset(trace_key, EVENT_FIELD, kept.to_json())
+                    if event.account is not None:
+                        pipe.hset(trace_key, ACCOUNT_FIELD, orjson.dumps(event.account))
+                        pipe.set(keys.trace_owner(event.trace_id), event.tenant, ex=self._ttl_s)
                     pipe.expire(trace_key, self._ttl_s)
+                    if not teaches:
+                        continue  # stored for feedback; nothing for a worker to do now
                     pipe.xadd(
                         keys.TRACE_STREAM,
                         {"kind": "trace", "tenant": event.tenant, "trace_id": event.trace_id},

@@ -10,6 +10,7 @@ reason and acknowledged. Malformed output never reaches the playbook.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 Entry = tuple[str, dict[str, str]]
 DEAD_LETTER_MAXLEN = 10_000
+DEPTH_EVERY_S = 5.0  # the queue-depth gauge scans the stream on Redis 6: not after every job
 
 
 
@@ -62,6 +64,8 @@ class StreamConsumer:
         self._settings = settings
         self.name = consumer
         self._metrics = metrics
+        self.in_flight: str | None = None  # the entry being learned from, if any
+        self._depth_reported = 0.0
 
     async def reclaim(self) -> list[Entry]:
         """Entries idle past the reclaim time, now ours."""
@@ -91,8 +95,11 @@ class StreamConsumer:
         period = max(self._settings.reclaim_idle_s / 3, 0.05)
         while True:
             await asyncio.sleep(period)
-            await self._redis.xclaim(keys.TRACE_STREAM, keys.TRACE_GROUP, self.name, 0,
-                                     [entry_id], justid=True)
+            try:
+                await self._redis.xclaim(keys.TRACE_STREAM, keys.TRACE_GROUP, self.name, 0,
+                                         [entry_id], justid=True)
+            except RedisError:  # a missed beat risks a reclaim, which the merge tolerates
+                log.warning("could not keep %s claimed", entry_id, exc_info=True)
 
     async def process(self, entry_id: str, fields: dict[str, str]) -> None:
         state = await self.claim_state(entry_id)
@@ -132,8 +139,10 @@ class StreamConsumer:
             self._metrics.worker_failures.labels(reason).inc()
 
     async def report_depth(self) -> None:
-        if self._metrics is not None:
-            self._metrics.trace_queue_depth.set(await trace_queue_depth(self._redis))
+        if self._metrics is None or time.monotonic() - self._depth_reported < DEPTH_EVERY_S:
+            return
+        self._depth_reported = time.monotonic()
+        self._metrics.trace_queue_depth.set(await trace_queue_depth(self._redis))
 
     async def run(self, stop: asyncio.Event, burst: bool) -> None:
         await ensure_group(self._redis)
@@ -144,7 +153,13 @@ class StreamConsumer:
             if not entries and burst:
                 return
             for entry_id, fields in entries:
-                await self.process(entry_id, fields)
+                if stop.is_set():
+                    break  # not started: left pending, reclaimed by the next worker
+                self.in_flight = entry_id
+                try:
+                    await self.process(entry_id, fields)
+                finally:
+                    self.in_flight = None
             await self.report_depth()
 
 
@@ -158,21 +173,47 @@ async def run_worker(
     stop: asyncio.Event,
     burst: bool = False,
     consumer: str | None = None,
+    grace_s: float = 5.0,
 ) -> None:
-    """Consume the trace stream until `stop` is set (or, in burst mode, until it is empty)."""
+    """Consume the trace stream until `stop` is set (or, in burst mode, until it is empty).
+
+    Once `stop` is set no new entry is taken; the one in flight may finish within `grace_s`,
+    after which it is cancelled and handed back: left pending, never acknowledged, so
+    another worker reclaims it (the merge is atomic and idempotent, so a job cancelled after
+    its merge is merely applied once more as duplicates).
+    """
     llm = build_llm(services)
     settings = learner_settings(services.settings)
     worker = StreamConsumer(services.redis, build_learner(services, llm), settings,
                             consumer or default_consumer_name(), services.metrics)
+    consuming = asyncio.create_task(_consume(worker, stop, burst))
+    stopping = asyncio.create_task(stop.wait())
     try:
-        while True:
-            try:
-                await worker.run(stop, burst)
-                return
-            except (RedisError, OSError):  # Redis restarting or unreachable: wait, resume
-                if stop.is_set() or burst:
-                    raise
-                log.warning("worker lost Redis; retrying in 1 s", exc_info=True)
-                await asyncio.sleep(1)
+        await asyncio.wait({consuming, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        if not consuming.done():
+            if worker.in_flight is not None:
+                await asyncio.wait({consuming}, timeout=grace_s)
+            if not consuming.done():
+                if worker.in_flight is not None:
+                    log.warning("stopping: handing back %s for redelivery", worker.in_flight)
+                consuming.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await consuming
     finally:
+        stopping.cancel()
+        consuming.cancel()
         await llm.aclose()
+
+
+async def _consume(worker: StreamConsumer, stop: asyncio.Event, burst: bool) -> None:
+    while True:
+        try:
+            await worker.run(stop, burst)
+            return
+        except (RedisError, OSError):  # Redis restarting or unreachable: wait, resume
+            if burst:
+                raise
+            if stop.is_set():
+                return  # shutting down: whatever is pending is redelivered later
+            log.warning("worker lost Redis; retrying in 1 s", exc_info=True)
+            await asyncio.sleep(1)

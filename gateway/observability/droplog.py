@@ -1,7 +1,20 @@
-"""The drop log: one JSON line per item dropped, masked, compressed, merged or pruned.
+"""The drop log: what did not reach the model as the client sent it, as JSON lines.
 
-Fields are fixed by INTERFACE.md. Every event also moves `ctxgate_dropped_items_total` and
-`ctxgate_dropped_tokens_total`, so the log and the dashboards always agree.
+Two forms (`drop_log_form`), both described by `droplog.schema.json` next to this module:
+
+- `decisions` (default): a compaction decision is logged once, when the session's step
+  that took it first shows it (`context.decision`: the item fields and the `step`); every
+  call logs one `context.call` line naming the steps in force, the items of those steps
+  that are not (`excluded`), the tokens and the counts by stage and reason. A call's drops
+  are the decision lines of its session at its steps, the latest step per item, minus the
+  excluded (`gateway.observability.reconstruct`). Lines grow with decisions, not with the
+  history.
+- `items`: the original form, one `context.drop` line per item per call.
+
+Grow-and-refine and the playbook guards log `playbook.drop` lines (`context.drop` in the
+items form): one-off events, never repeated. Every event of every call also moves
+`ctxgate_dropped_items_total` and `ctxgate_dropped_tokens_total`, so the dashboards count
+what the items form would have logged, whatever the form.
 """
 
 from __future__ import annotations
@@ -10,9 +23,10 @@ import hashlib
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from collections import OrderedDict
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Literal
+from typing import IO, Any, Literal
 
 import orjson
 
@@ -24,6 +38,8 @@ Action = Literal["drop", "mask", "compress", "dedup", "prune"]
 Kind = Literal[
     "system", "user", "assistant", "tool_call", "tool_result", "knowledge", "tool_def", "bullet"
 ]
+Form = Literal["decisions", "items"]
+SCHEMA = Path(__file__).with_name("droplog.schema.json")
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,10 +56,16 @@ class DropEvent:
     tokens_after: int
     kept_as: str | None = None
     text: str = ""  # what was dropped; rendered only as the preview the settings allow
+    step: int = 0  # the session's compaction step whose decision this is
 
     @property
     def tokens_saved(self) -> int:
         return self.tokens_before - self.tokens_after
+
+    def signature(self) -> tuple[Any, ...]:
+        """What a decision line says of the item: a call whose event differs logs it anew."""
+        return (self.stage, self.action, self.reason, self.kind, self.message_index,
+                self.tokens_before, self.tokens_after, self.kept_as)
 
 
 def preview(text: str, mode: str) -> str | None:
@@ -54,12 +76,31 @@ def preview(text: str, mode: str) -> str | None:
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+@dataclass
+class _Logged:
+    """What this process has logged of one session's decisions."""
+
+    lines: dict[tuple[str, int], tuple[Any, ...]] = field(default_factory=dict)
+    by_step: dict[int, set[str]] = field(default_factory=dict)
+
+
 class DropLog:
     """Writes drop events as JSON lines to stdout or a file, and counts them in metrics."""
 
-    def __init__(self, destination: str, preview_mode: str, metrics: Metrics | None) -> None:
+    def __init__(
+        self,
+        destination: str,
+        preview_mode: str,
+        metrics: Metrics | None,
+        form: Form = "decisions",
+        *,
+        sessions: int = 4096,
+    ) -> None:
         self._preview_mode = preview_mode
         self._metrics = metrics
+        self._form = form
+        self._sessions: OrderedDict[tuple[str, str], _Logged] = OrderedDict()
+        self._max_sessions = sessions
         self._lock = threading.Lock()
         self._out: IO[bytes]
         if destination == "stdout":
@@ -67,6 +108,30 @@ class DropLog:
         else:
             Path(destination).parent.mkdir(parents=True, exist_ok=True)
             self._out, self._owned = open(destination, "ab"), True  # noqa: SIM115
+
+    def _item(self, event: DropEvent) -> dict[str, Any]:
+        # A plain dict, not dataclasses.asdict (which deep-copies: ~100 µs an event).
+        return {
+            "stage": event.stage, "action": event.action, "reason": event.reason,
+            "item_id": event.item_id, "kind": event.kind,
+            "message_index": event.message_index, "tokens_before": event.tokens_before,
+            "tokens_after": event.tokens_after, "kept_as": event.kept_as,
+            "preview": preview(event.text, self._preview_mode),
+        }
+
+    def _count(self, events: list[DropEvent], task_class: str) -> None:
+        if self._metrics is None:
+            return
+        for event in events:
+            labels = (task_class, event.stage, event.reason)
+            self._metrics.dropped_items.labels(*labels).inc()
+            self._metrics.dropped_tokens.labels(*labels).inc(max(event.tokens_saved, 0))
+
+    def _emit(self, records: list[dict[str, Any]]) -> None:
+        data = b"".join(orjson.dumps(record) + b"\n" for record in records)
+        with self._lock:
+            self._out.write(data)
+            self._out.flush()
 
     def write(
         self,
@@ -77,30 +142,82 @@ class DropLog:
         tenant: str,
         task_class: str,
     ) -> None:
+        """One-off events (the playbook's): one line each, in either form."""
         if not events:
             return
-        ts = time.time()
-        lines = []
-        for event in events:
-            # A plain dict, not dataclasses.asdict (which deep-copies: ~100 µs an event).
-            record = {
-                "ts": ts, "event": "context.drop", "trace_id": trace_id,
-                "session_id": session_id, "tenant": tenant, "task_class": task_class,
-                "stage": event.stage, "action": event.action, "reason": event.reason,
-                "item_id": event.item_id, "kind": event.kind,
-                "message_index": event.message_index, "tokens_before": event.tokens_before,
-                "tokens_after": event.tokens_after, "kept_as": event.kept_as,
-                "preview": preview(event.text, self._preview_mode),
-            }
-            lines.append(orjson.dumps(record) + b"\n")
-            if self._metrics is not None:
-                labels = (task_class, event.stage, event.reason)
-                self._metrics.dropped_items.labels(*labels).inc()
-                self._metrics.dropped_tokens.labels(*labels).inc(max(event.tokens_saved, 0))
+        event_name = "context.drop" if self._form == "items" else "playbook.drop"
+        head = {"ts": time.time(), "event": event_name, "trace_id": trace_id,
+                "session_id": session_id, "tenant": tenant, "task_class": task_class}
+        self._count(events, task_class)
+        self._emit([{**head, **self._item(event)} for event in events])
+
+    def write_call(
+        self,
+        events: list[DropEvent],
+        *,
+        trace_id: str,
+        session_id: str,
+        tenant: str,
+        task_class: str,
+        tokens: tuple[int, int, int],
+    ) -> None:
+        """A fitted call's events. `tokens`: before, after, and the playbook block's (in
+        `after`), so the events' savings add up to before - after + playbook."""
+        if self._form == "items":
+            self.write(events, trace_id=trace_id, session_id=session_id, tenant=tenant,
+                       task_class=task_class)
+            return
+        self._count(events, task_class)
+        head = {"ts": time.time(), "trace_id": trace_id, "session_id": session_id,
+                "tenant": tenant, "task_class": task_class}
         with self._lock:
-            self._out.write(b"".join(lines))
-            self._out.flush()
+            new, steps, excluded = self._decided(tenant, session_id, events)
+        records = [{**head, "event": "context.decision", "step": event.step,
+                    **self._item(event)} for event in new]
+        records.append({**head, "event": "context.call", **_call_fields(events, tokens),
+                        "new_decisions": len(new), "steps": steps, "excluded": excluded})
+        self._emit(records)
+
+    def _decided(
+        self, tenant: str, session_id: str, events: list[DropEvent]
+    ) -> tuple[list[DropEvent], list[int], list[str]]:
+        """The events not logged yet for the session, the steps in force, and the items
+        logged at those steps that are not in force on this call."""
+        key = (tenant, session_id)
+        logged = self._sessions.get(key)
+        if logged is None:
+            logged = self._sessions[key] = _Logged()
+            if len(self._sessions) > self._max_sessions:
+                self._sessions.popitem(last=False)
+        else:
+            self._sessions.move_to_end(key)
+        new = []
+        for event in events:
+            line = (event.item_id, event.step)
+            signature = event.signature()
+            if logged.lines.get(line) != signature:
+                logged.lines[line] = signature
+                logged.by_step.setdefault(event.step, set()).add(event.item_id)
+                new.append(event)
+        steps = sorted({event.step for event in events})
+        present = {event.item_id for event in events}
+        excluded = sorted(
+            item for step in steps for item in logged.by_step.get(step, ()) if item not in present
+        )
+        return new, steps, excluded
 
     def close(self) -> None:
         if self._owned:
             self._out.close()
+
+
+def _call_fields(events: list[DropEvent], tokens: tuple[int, int, int]) -> dict[str, Any]:
+    counts: dict[str, dict[str, int]] = {}
+    for event in events:
+        count = counts.setdefault(f"{event.stage}.{event.reason}", {"items": 0, "tokens": 0})
+        count["items"] += 1
+        count["tokens"] += event.tokens_saved
+    before, after, playbook = tokens
+    return {"tokens_before": before, "tokens_after": after, "playbook_tokens": playbook,
+            "dropped_items": len(events),
+            "dropped_tokens": sum(event.tokens_saved for event in events), "counts": counts}

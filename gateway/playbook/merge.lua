@@ -1,8 +1,14 @@
 -- Apply ACE operations to one playbook atomically and idempotently.
 -- KEYS[1] bullets hash (id -> JSON), KEYS[2] meta hash (version, seq:<slug>),
 -- KEYS[3] applied set (operation ids already merged).
--- ARGV[1] JSON list of operations, ARGV[2] now (seconds, float).
--- Returns a flat list: outcome1, bullet_id1, outcome2, bullet_id2, ...
+-- ARGV[1] JSON list of operations, ARGV[2] now (seconds, float), ARGV[3] the version the
+-- caller checked the operations against, or '' for none.
+-- Returns a flat list: outcome1, bullet_id1, outcome2, bullet_id2, ... or {'stale'} (nothing
+-- applied) when the playbook's version is no longer ARGV[3].
+if ARGV[3] and ARGV[3] ~= '' then
+  local version = tonumber(redis.call('HGET', KEYS[2], 'version') or '0')
+  if version ~= tonumber(ARGV[3]) then return {'stale'} end
+end
 local ops = cjson.decode(ARGV[1])
 local now = tonumber(ARGV[2])
 local out = {}

@@ -45,6 +45,22 @@ class PlaybookStore:
         self, tenant: str, task_class: str, ops: Sequence[Operation], now: float | None = None
     ) -> list[MergeResult]:
         """Apply `ops` in order, atomically; each op id applies at most once, ever."""
+        merged = await self._run_merge(tenant, task_class, ops, now, expect_version=None)
+        assert merged is not None  # unconditional
+        return merged
+
+    async def merge_if_unchanged(
+        self, tenant: str, task_class: str, ops: Sequence[Operation], version: int,
+        now: float | None = None,
+    ) -> list[MergeResult] | None:
+        """`merge`, only if the playbook is still at `version`; None (nothing applied) if
+        another writer changed it since the caller read it."""
+        return await self._run_merge(tenant, task_class, ops, now, expect_version=version)
+
+    async def _run_merge(
+        self, tenant: str, task_class: str, ops: Sequence[Operation], now: float | None,
+        expect_version: int | None,
+    ) -> list[MergeResult] | None:
         if not ops:
             return []
         await self._redis.sadd(keys.PLAYBOOK_INDEX, namespace(tenant, task_class))
@@ -55,8 +71,11 @@ class PlaybookStore:
                 keys.playbook_meta(tenant, task_class),
                 keys.playbook_applied(tenant, task_class),
             ],
-            args=[payload, repr(now if now is not None else time.time())],
+            args=[payload, repr(now if now is not None else time.time()),
+                  "" if expect_version is None else str(expect_version)],
         )
+        if len(flat) == 1 and as_text(flat[0]) == "stale":
+            return None
         pairs = zip(flat[0::2], flat[1::2], strict=True)
         return [
             MergeResult(op, as_text(outcome), as_text(bullet_id))  # type: ignore[arg-type]

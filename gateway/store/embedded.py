@@ -23,7 +23,7 @@ import redis
 STATE_FILE = "redis.json"
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """In the child: get SIGTERM if the gateway dies without stopping us (Linux only)."""
     with contextlib.suppress(Exception):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
@@ -69,8 +69,10 @@ class EmbeddedRedis:
             "--appendfilename", "ctxgate.aof", "--save", "", "--daemonize", "no",
             "--logfile", str((self.data_dir / "redis.log").resolve()),
         ]
+        # A session of its own: a Ctrl-C or a stop signal sent to the gateway's process
+        # group must not stop Redis under the gateway's shutdown; `stop` does that, last.
         self.process = subprocess.Popen(args, stdin=subprocess.DEVNULL,
-                                        preexec_fn=_die_with_parent)
+                                        preexec_fn=die_with_parent, start_new_session=True)
         deadline = time.monotonic() + timeout_s
         while not _answers(self.port):
             if self.process.poll() is not None or time.monotonic() > deadline:

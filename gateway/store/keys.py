@@ -40,6 +40,11 @@ def trace(tenant: str, trace_id: str) -> str:
     return f"{_tenant(tenant)}:trace:{trace_id}"
 
 
+def trace_owner(trace_id: str) -> str:
+    """String: the tenant of a trace, for the admin explainer (which is given no tenant)."""
+    return f"{PREFIX}:traceowner:{trace_id}"
+
+
 def playbook_bullets(tenant: str, task_class: str) -> str:
     """Hash: bullet id -> bullet JSON."""
     return f"{_tenant(tenant)}:pb:{task_class}:bullets"

@@ -83,7 +83,8 @@ def test_agent_loop_is_fitted_and_every_request_is_valid(gateway: Gateway, upstr
     assert late["instructions"].startswith("You are a coding agent.")
     assert late["prompt_cache_key"] == key and late["tools"] == TOOLS  # passed through
     assert late["input"][0]["content"][0]["text"].startswith("Find why")  # the task, pinned
-    drops = [d for d in gateway.drops() if d["session_id"] == key]
+    drops = [d for d in gateway.drops()
+             if d["session_id"] == key and d["event"] == "context.decision"]
     assert drops, "the session is named by its prompt_cache_key"
 
 

@@ -79,8 +79,10 @@ async def test_drop_log_sum_and_budget(engine: ContextEngine, drop_log_path: Pat
     saved = sum(d.tokens_before - d.tokens_after for d in fitted.drops)
     assert saved == fitted.tokens_before - fitted.tokens_after
     lines = [json.loads(line) for line in drop_log_path.read_text().splitlines()]
-    assert len(lines) == len(fitted.drops)
-    assert {line["stage"] for line in lines} <= {"select", "rerank", "cluster", "compress"}
+    *decisions, call = lines  # a first call: every drop is a new decision, then the call line
+    assert len(decisions) == len(fitted.drops) and call["event"] == "context.call"
+    assert call["dropped_tokens"] == saved and call["new_decisions"] == len(decisions)
+    assert {line["stage"] for line in decisions} <= {"select", "rerank", "cluster", "compress"}
     assert all(line["session_id"] == "budget" for line in lines)
     _valid(fitted.body["messages"])
     # pinned items byte-identical

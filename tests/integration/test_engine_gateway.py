@@ -11,14 +11,14 @@ import openai
 import pytest
 
 from gateway.context.replay import load_calls
+from gateway.observability.reconstruct import reconstruct
 from tests.harness import Gateway, Upstream
 from tests.openapi_oracle import validate
 
 CORPUS = Path(__file__).resolve().parents[2].parent / "shared" / "corpora" / "swe-agent"
 KEY = "sk-test-engine-0000000000"
-DROP_FIELDS = {"ts", "event", "trace_id", "session_id", "tenant", "task_class", "stage",
-               "action", "reason", "item_id", "kind", "message_index", "tokens_before",
-               "tokens_after", "kept_as", "preview"}
+DROP_FIELDS = {"stage", "action", "reason", "item_id", "kind", "message_index",
+               "tokens_before", "tokens_after", "kept_as", "preview", "step"}
 
 
 def client(gateway: Gateway, session: str, **headers: str) -> openai.OpenAI:
@@ -79,11 +79,12 @@ def test_long_session_is_fitted_with_every_drop_logged(gateway: Gateway,
     called = {c["id"] for m in forwarded["messages"] for c in m.get("tool_calls") or ()}
     assert answered == called  # tool calls and results still paired
     trace_id = raw.headers["x-ctxgate-trace-id"]
-    drops = [d for d in gateway.drops() if d["trace_id"] == trace_id]
+    calls = [c for c in reconstruct(gateway.drops()) if c.trace_id == trace_id]
+    drops = calls[0].drops
     assert len(drops) == int(raw.headers["x-ctxgate-dropped-items"]) > 0
-    assert all(set(d) == DROP_FIELDS and d["event"] == "context.drop" for d in drops)
+    assert all(set(d) == DROP_FIELDS for d in drops)
     assert sum(d["tokens_before"] - d["tokens_after"] for d in drops) == before - after
-    assert all(d["session_id"] == session for d in drops)
+    assert calls[0].call["session_id"] == session
 
 
 def test_streaming_carries_the_engine_headers(gateway: Gateway) -> None:

@@ -80,6 +80,18 @@ def bullets(gateway: Gateway, tenant: str) -> list[dict[str, Any]]:
     return found
 
 
+def queued_trace_ids(gateway: Gateway) -> list[str]:
+    """The trace ids announced on the trace stream of the gateway's Redis database."""
+    import redis
+
+    client = redis.Redis.from_url(gateway.env["CTXGATE_REDIS_URL"])
+    try:
+        entries = client.xrange("ctxgate:traces")
+    finally:
+        client.close()
+    return [fields[b"trace_id"].decode() for _, fields in entries]
+
+
 def wait_for(predicate: Any, timeout_s: float = 40.0) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -102,6 +114,9 @@ def test_failure_and_feedback_teach_one_bullet(
     opening = failed_step()[:2]
     first_trace, open_prompt = call(loop_gateway, upstream, key_a, "open", opening)
     assert "<ctxgate-playbook>" not in open_prompt  # nothing learned yet
+    # No tool result, no feedback yet: stored for feedback, never queued for the learner.
+    time.sleep(0.3)
+    assert first_trace not in queued_trace_ids(loop_gateway)
 
     # The agent's next call carries a failed tool result: implicit feedback.
     call(loop_gateway, upstream, key_a, "failing", failed_step())
@@ -112,6 +127,7 @@ def test_failure_and_feedback_teach_one_bullet(
                         json={"trace_id": first_trace, "outcome": "failure",
                               "note": "it never installed the dependency"})
     assert answer.status_code == 202
+    assert first_trace in queued_trace_ids(loop_gateway)  # queued once feedback arrived
     wrong_tenant = httpx.post(f"{loop_gateway.url}/v1/feedback",
                               headers={"authorization": f"Bearer {key_b}"},
                               json={"trace_id": first_trace, "outcome": "failure"})
@@ -142,6 +158,6 @@ def test_failure_and_feedback_teach_one_bullet(
                    "content": "Successfully installed PyYAML-6.0.1"}]
     call(loop_gateway, upstream, key_a, "fresh", cited_step)
     wait_for(lambda: bullets(loop_gateway, tenant_a)[0]["helpful"] == 1)
-    folds = [d for d in loop_gateway.drops() if d["stage"] == "playbook"]
+    folds = [d for d in loop_gateway.drops() if d.get("stage") == "playbook"]
     assert [d["action"] for d in folds] == ["dedup"] and folds[0]["kept_as"] == "err-00001"
 

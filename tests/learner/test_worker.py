@@ -9,7 +9,7 @@ from pathlib import Path
 import orjson
 import redis.asyncio as aioredis
 
-from gateway.learner.traces import TraceEvent, TraceSink, record_feedback
+from gateway.learner.traces import TeachingFilter, TraceEvent, TraceSink, record_feedback
 from gateway.learner.worker import run_worker
 from gateway.playbook.bullet import Operation
 from gateway.playbook.inject import PlaybookInjector
@@ -79,6 +79,35 @@ async def test_no_signal_no_learning(
     await burst(services)
     assert await PlaybookStore(lredis).bullets(tenant, "code") == []
     assert learner_calls(upstream, models[0]) == 0
+    assert await pending(lredis) == 0
+
+
+async def test_only_calls_that_may_teach_are_queued_and_feedback_queues_the_rest(
+    lredis: aioredis.Redis, upstream: Upstream, models: tuple[str, str], tmp_path: Path
+) -> None:
+    tenant = "t" + uuid.uuid4().hex[:8]
+    upstream.script(models[0], [reflection(insight=LESSON)])
+    upstream.script(models[1], [curation([{"type": "ADD", "section": "common_mistakes",
+                                           "content": LESSON}])])
+    settings = make_settings(upstream, models, tmp_path, task_classes={"off": {}})
+    step = failed_step_event(tenant, "tr-tool")
+    quiet = TraceEvent(**{**step.__dict__, "trace_id": "tr-quiet", "messages": step.messages[:2]})
+    unmanaged = TraceEvent(**{**step.__dict__, "trace_id": "tr-off", "task_class": "off"})
+    sink = TraceSink(lredis, teaches=TeachingFilter(settings))
+    for event in (step, quiet, unmanaged):
+        sink.publish(event)
+    await sink.aclose()
+    queued = [f[b"trace_id"] for _, f in await lredis.xrange(keys.TRACE_STREAM)]
+    assert queued == [b"tr-tool"]  # no tool result, or no playbook: stored, not queued
+    services = make_services(settings, lredis, tmp_path)
+    await burst(services)
+    assert learner_calls(upstream, models[0]) == 1
+    # Explicit feedback on the quiet call still finds it, queues it, and is learned from.
+    assert await record_feedback(lredis, tenant, "tr-quiet", {"outcome": "failure"})
+    await burst(services)
+    assert learner_calls(upstream, models[0]) == 2
+    [bullet] = await PlaybookStore(lredis).bullets(tenant, "code")
+    assert set(bullet.sources) == {"tr-tool", "tr-quiet"}  # the same lesson, not a copy
     assert await pending(lredis) == 0
 
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +13,7 @@ import orjson
 import pytest
 import redis.asyncio as aioredis
 
+from gateway.embeddings import Vectors
 from gateway.observability.droplog import DropLog
 from gateway.observability.metrics import Metrics
 from gateway.playbook.bullet import Bullet, Operation, score
@@ -35,31 +39,81 @@ def add(op_id: str, content: str, section: str = "common_mistakes") -> Operation
     return Operation("ADD", op_id, section=section, content=content)
 
 
-async def test_near_duplicate_folds_into_existing(
+async def test_near_duplicate_is_credited_to_the_existing_bullet(
     redis: aioredis.Redis, tenant: str, tmp_path: Path
 ) -> None:
     ed = editor(redis, tmp_path)
     await ed.apply(tenant, "c", [add("1", "Always run the tests before you commit.")],
                    ClassPlaybook())
     await ed.store.merge(tenant, "c", [Operation("TAG", "2", id="err-00001", helpful=2)])
-    report = await ed.apply(tenant, "c", [add("3", "always run the tests before you commit")],
-                            ClassPlaybook(), Origin("trace-9", "sess"))
-    assert report.folded == [("err-00002", "err-00001")]
+    again = replace(add("3", "always run the tests before you commit"), sources=("trace-9",))
+    report = await ed.apply(tenant, "c", [again], ClassPlaybook(), Origin("trace-9", "sess"))
+    assert report.folded == [("3", "err-00001")]
     [bullet] = await ed.store.bullets(tenant, "c")
-    assert bullet.id == "err-00001" and bullet.helpful == 2
+    assert (bullet.id, bullet.helpful, bullet.sources) == ("err-00001", 2, ("trace-9",))
     [line] = drops(tmp_path)
     assert (line["stage"], line["action"], line["kind"]) == ("playbook", "dedup", "bullet")
-    assert line["item_id"] == "err-00002" and line["kept_as"] == "err-00001"
+    assert line["item_id"] == "3" and line["kept_as"] == "err-00001"
     assert line["trace_id"] == "trace-9" and line["tokens_before"] > 0
+    # Redelivered, the same delta changes nothing and is not logged again.
+    assert (await ed.apply(tenant, "c", [again], ClassPlaybook())).folded == []
+    assert len(drops(tmp_path)) == 1
 
 
-async def test_on_a_tie_the_older_bullet_stays(
+async def test_repeats_within_one_delta_add_one_bullet(
     redis: aioredis.Redis, tenant: str, tmp_path: Path
 ) -> None:
     ed = editor(redis, tmp_path)
+    report = await ed.apply(tenant, "c", [add("1", "Check the exit code."),
+                                          add("2", "check the exit code")], ClassPlaybook())
+    assert report.folded == [("2", "err-00001")]
+    assert [b.id for b in await ed.store.bullets(tenant, "c")] == ["err-00001"]
+
+
+class LoadingEmbedder(WordEmbedder):
+    """The embedding model still loading: every embedding waits until `loaded` is set."""
+
+    def __init__(self) -> None:
+        self.loaded = asyncio.Event()
+
+    async def embed(self, texts: Sequence[str]) -> Vectors:
+        await self.loaded.wait()
+        return await super().embed(texts)
+
+
+async def test_a_repeat_waits_for_the_embedder_and_is_never_visible(
+    redis: aioredis.Redis, tenant: str, tmp_path: Path
+) -> None:
+    embedder = LoadingEmbedder()
+    ed = PlaybookEditor(PlaybookStore(redis), embedder, PlaybookSettings())
     await ed.apply(tenant, "c", [add("1", "Check the exit code.")], ClassPlaybook())
-    report = await ed.apply(tenant, "c", [add("2", "check the exit code")], ClassPlaybook())
-    assert report.folded == [("err-00002", "err-00001")]
+    second = asyncio.create_task(
+        ed.apply(tenant, "c", [add("2", "check the exit code")], ClassPlaybook()))
+    await asyncio.sleep(0.3)  # the model is loading: the repeat must not be merged meanwhile
+    assert [b.id for b in await ed.store.bullets(tenant, "c")] == ["err-00001"]
+    embedder.loaded.set()
+    assert (await second).folded == [("2", "err-00001")]
+    assert [b.id for b in await ed.store.bullets(tenant, "c")] == ["err-00001"]
+
+
+async def test_two_writers_adding_one_lesson_at_once_add_one_bullet(
+    redis: aioredis.Redis, tenant: str, tmp_path: Path
+) -> None:
+    """Both check an empty section, then both merge: the second finds the playbook changed
+    since its check, checks again and credits the first's bullet instead."""
+    embedder = LoadingEmbedder()
+    editors = [PlaybookEditor(PlaybookStore(redis), embedder, PlaybookSettings())
+               for _ in range(2)]
+    await editors[0].apply(tenant, "c", [add("0", "Unrelated lesson about quoting.")],
+                           ClassPlaybook())
+    both = [asyncio.create_task(ed.apply(tenant, "c", [add(f"w{i}", "Pin versions.")],
+                                         ClassPlaybook())) for i, ed in enumerate(editors)]
+    await asyncio.sleep(0.1)  # both are checking (waiting for the embedder) at once
+    embedder.loaded.set()
+    reports = await asyncio.gather(*both)
+    assert sorted(len(r.folded) for r in reports) == [0, 1]
+    contents = sorted(b.content for b in await editors[0].store.bullets(tenant, "c"))
+    assert contents == ["Pin versions.", "Unrelated lesson about quoting."]
 
 
 async def test_same_lesson_in_another_section_is_kept(

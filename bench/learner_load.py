@@ -1,0 +1,335 @@
+"""`python -m bench.learner_load`: does the in-process learner slow requests down?
+
+Two gateways run side by side on one embedded Redis (databases 1 and 2, so each has its own
+trace stream): one with `worker: inprocess` (the default: its learner is a child process),
+one with `worker: off`. Both use the shipped `config/gateway.yaml`; the learner's LLM is the
+scripted test upstream (`tests/upstream_stub.py`, at idle priority: it stands in for a remote
+service), answering every Reflector and Curator call at once with a valid reflection and
+the same ADD (the worst case: the learner is never waiting on a slow LLM), so each learning
+job runs the whole
+path: load the trace, judge it, reflect, curate, check for near-duplicates (the embedding
+model is loaded in the learner on the first check), merge.
+
+Each round, per gateway: a burst of managed calls (the overhead benchmark's mix, wrk at
+16 connections; one call in eight ends with a failing tool result, i.e. a learning job)
+while one connection probes with a small managed chat call, then the same probe alone for
+as long again, while the in-process learner works through what the burst queued. The probe
+also runs against the upstream directly; *added latency* is the probe's median through the
+gateway minus the direct median of the same round. Rounds alternate the order of the two
+gateways, and before each measurement the in-process learner's queue is left to drain
+(bounded), so its work never lands on the other gateway's figures. Figures are medians over
+rounds. On two or more cores the gateways (and the learner they start) share core 1; the
+upstreams, Redis, wrk and the probe get core 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import http.client
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+import redis
+
+from bench import loadgen, mix, servers
+from bench.overhead import CLIENT_KEY, CpuClock, pick_loadgen
+
+REFLECTOR, CURATOR = "bench-reflector", "bench-curator"
+LESSON = "Give config loaders a default for every optional key before reading it."
+PROBE = orjson.dumps({"model": mix.MODEL, "messages": [
+    {"role": "system", "content": mix.SUPPORT_SYSTEM},
+    {"role": "user", "content": "Is there a status page? (probe {n})"}]})
+
+
+def start_learner_llm(stack: contextlib.ExitStack, cpus: set[int] | None,
+                      log_dir: Path) -> servers.Server:
+    """The scripted upstream of the tests, answering the learner's two calls.
+
+    It stands in for a remote LLM, whose CPU is not this machine's: it runs at SCHED_IDLE,
+    so serving the learner never takes CPU from the upstream the probe goes through."""
+    port = servers.free_port()
+    server = servers.start(stack, "learner-llm", [sys.executable, "-m", "tests.upstream_stub",
+                                                  str(port)],
+                           port=port, health="/_events", env={}, cpus=cpus, log_dir=log_dir)
+    with contextlib.suppress(OSError, AttributeError):
+        os.sched_setscheduler(server.pid, os.SCHED_IDLE, os.sched_param(0))
+    reflection = {"reasoning": "r", "error_identification": "KeyError on a missing key",
+                  "root_cause_analysis": "no default", "correct_approach": "default it",
+                  "key_insight": LESSON, "bullet_tags": []}
+    curation = {"reasoning": "r", "operations": [
+        {"type": "ADD", "section": "common_mistakes", "content": LESSON}]}
+    for model, answer in ((REFLECTOR, reflection), (CURATOR, curation)):
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        connection.request("POST", "/_script", body=orjson.dumps(
+            {"model": model, "responses": [{"content": orjson.dumps(answer).decode()}]}))
+        connection.getresponse().read()
+        connection.close()
+    return server
+
+
+def start_gateway(stack: contextlib.ExitStack, name: str, worker: str, *, upstream: str,
+                  learner_llm: str, redis_url: str, cpus: set[int] | None,
+                  log_dir: Path) -> servers.Server:
+    port = servers.free_port()
+    env = {
+        "CTXGATE_UPSTREAM_URL": upstream + "/v1", "CTXGATE_REDIS_URL": redis_url,
+        "CTXGATE_PORT": str(port), "CTXGATE_HOST": "127.0.0.1", "CTXGATE_WORKER": worker,
+        "CTXGATE_LEARNER_URL": learner_llm + "/v1", "CTXGATE_REFLECTOR_MODEL": REFLECTOR,
+        "CTXGATE_CURATOR_MODEL": CURATOR, "CTXGATE_LOG_LEVEL": "warning",
+        "CTXGATE_DROP_LOG": str(log_dir / f"{name}-drops.jsonl"),
+        "CTXGATE_DATA_DIR": str(log_dir / f"{name}-data"), "HF_HUB_OFFLINE": "1",
+    }
+    return servers.start(stack, name, [sys.executable, "-m", "gateway", "serve"], port=port,
+                         health="/readyz", env=env, cpus=cpus, log_dir=log_dir)
+
+
+class Probe:
+    """One keep-alive connection sending the probe call back to back, in a thread."""
+
+    def __init__(self, base_url: str) -> None:
+        self._url = base_url
+        self._stop = threading.Event()
+        self.samples: list[tuple[float, float, float | None]] = []  # (t, seconds, overhead)
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Probe:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        port = int(self._url.rsplit(":", 1)[1])
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        n = 0
+        headers = {"authorization": f"Bearer {CLIENT_KEY}", "content-type": "application/json"}
+        while not self._stop.is_set():
+            n += 1
+            body = PROBE.replace(b"{n}", str(n).encode())
+            started = time.perf_counter()
+            connection.request("POST", loadgen.CHAT_PATH, body=body, headers=headers)
+            response = connection.getresponse()
+            response.read()
+            took = time.perf_counter() - started
+            overhead = response.getheader("x-ctxgate-overhead-ms")
+            self.samples.append((time.monotonic(), took,
+                                 float(overhead) if overhead is not None else None))
+        connection.close()
+
+    def between(self, start: float, end: float) -> dict[str, float]:
+        inside = [s for s in self.samples if start <= s[0] <= end]
+        latency = sorted(s[1] * 1000 for s in inside)
+        overhead = sorted(s[2] for s in inside if s[2] is not None)
+        if len(latency) < 2:
+            return {"n": len(latency)}
+        cuts = statistics.quantiles(latency, n=100, method="inclusive")
+        out = {"n": len(latency), "p50_ms": statistics.median(latency), "p99_ms": cuts[98]}
+        if overhead:
+            out["overhead_p50_ms"] = statistics.median(overhead)
+        return out
+
+
+def learner_backlog(client: redis.Redis) -> int:
+    """Entries of the trace stream not yet acknowledged by the learners."""
+    try:
+        groups: Any = client.xinfo_groups("ctxgate:traces")
+    except redis.ResponseError:
+        return int(client.exists("ctxgate:traces"))
+    for group in groups:
+        if group["name"] in (b"learners", "learners"):
+            return int(group["pending"]) + int(group.get("lag") or 0)
+    return int(client.xlen("ctxgate:traces"))
+
+
+def drain(client: redis.Redis, limit_s: float) -> float:
+    """Wait (at most `limit_s`) until the learner's queue is empty; the seconds waited."""
+    started = time.monotonic()
+    while learner_backlog(client) and time.monotonic() - started < limit_s:
+        time.sleep(0.5)
+    return time.monotonic() - started
+
+
+def children_of(pid: int) -> list[int]:
+    found: list[int] = []
+    with contextlib.suppress(OSError):
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as listing:
+                found += [int(x) for x in listing.read().split()]
+    return found
+
+
+def rss_mb(pids: list[int]) -> float:
+    total = 0
+    for pid in pids:
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/status") as status:
+            total += next((int(line.split()[1]) for line in status
+                           if line.startswith("VmRSS:")), 0)
+    return round(total / 1024, 1)
+
+
+def measure(gateway: servers.Server, direct: str, load: loadgen.Load, args: argparse.Namespace,
+            wrk: str | None, gen: set[int] | None, clock: CpuClock) -> dict[str, Any]:
+    """One burst with the probe running, then the probe alone; and the direct probe."""
+    with Probe(direct) as probe:
+        time.sleep(args.seconds / 2)
+    baseline = probe.between(0, float("inf"))
+    pids = {"gateway": [gateway.pid], "learner": children_of(gateway.pid)}
+    cpu = {name: clock.of(p) for name, p in pids.items()}
+    busy, ours = clock.machine_busy(), clock.ours()
+    with Probe(gateway.base_url) as probe:
+        time.sleep(0.5)
+        burst_start = time.monotonic()
+        if wrk is not None:
+            burst = loadgen.run_wrk(wrk, gateway.base_url, load, args.connections, args.seconds,
+                                    gen)
+        else:
+            burst = loadgen.run_python(gateway.base_url, load, args.connections, args.seconds)
+        burst_end = time.monotonic()
+        time.sleep(args.seconds)
+        after_end = time.monotonic()
+    elapsed = after_end - burst_start
+    result: dict[str, Any] = {
+        "direct": baseline,
+        "during": probe.between(burst_start, burst_end),
+        "after": probe.between(burst_end, after_end),
+        "burst": {"requests": burst.requests, "rps": round(burst.rps, 1),
+                  "errors": sum(burst.errors.values())},
+        "cpu_cores": {name: round((clock.of(p) - cpu[name]) / elapsed, 3)
+                      for name, p in pids.items()},
+        "rss_mb": {name: rss_mb(p) for name, p in pids.items()},
+        # CPU used by processes that are not part of this benchmark (a shared machine)
+        "other_load_cores": round(max((clock.machine_busy() - busy) - (clock.ours() - ours),
+                                      0.0) / elapsed, 3),
+    }
+    for phase in ("during", "after"):
+        if "p50_ms" in result[phase] and "p50_ms" in baseline:
+            result[phase]["added_ms"] = result[phase]["p50_ms"] - baseline["p50_ms"]
+    return result
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    from gateway.store.embedded import EmbeddedRedis
+
+    pin = not args.no_pin and (os.cpu_count() or 1) >= 2
+    sut, gen = ({1}, {0}) if pin else (None, None)
+    if gen:
+        os.sched_setaffinity(0, gen)
+    wrk = pick_loadgen(args.loadgen)
+    log_dir = Path(tempfile.mkdtemp(prefix="ctxgate-learner-bench-"))
+    started = datetime.datetime.now(datetime.UTC)
+    results: dict[str, list[dict[str, Any]]] = {"inprocess": [], "off": []}
+    with contextlib.ExitStack() as stack:
+        upstream = servers.start_upstream(stack, gen, log_dir)
+        learner_llm = start_learner_llm(stack, gen, log_dir)
+        store = EmbeddedRedis(log_dir / "redis").start()
+        stack.callback(store.stop)
+        base = store.url.rsplit("/", 1)[0]
+        gateways = {worker: start_gateway(stack, f"ctxgate-{worker}", worker,
+                                          upstream=upstream.base_url,
+                                          learner_llm=learner_llm.base_url,
+                                          redis_url=f"{base}/{db}", cpus=sut, log_dir=log_dir)
+                    for worker, db in (("inprocess", 1), ("off", 2))}
+        backlog = redis.Redis.from_url(f"{base}/1")
+        bodies = mix.bodies("all")
+        headers = {"authorization": f"Bearer {CLIENT_KEY}", "content-type": "application/json"}
+        for gateway in gateways.values():  # warm: caches, and the learner's model loaded
+            loadgen.run_python(gateway.base_url, loadgen.Load.of(bodies, headers, 90_000_000),
+                               2, 2.0)
+        warm_up_s = drain(backlog, args.drain_limit)
+        ours = [upstream.pid, learner_llm.pid, *(g.pid for g in gateways.values()),
+                *children_of(gateways["inprocess"].pid)]
+        clock = CpuClock([*ours, *([store.process.pid] if store.process else [])])
+        for round_no in range(args.rounds):
+            order = ["inprocess", "off"] if round_no % 2 == 0 else ["off", "inprocess"]
+            for worker in order:
+                waited = drain(backlog, args.drain_limit)
+                load = loadgen.Load.of(bodies, headers, first_number=(
+                    round_no * 2 + order.index(worker)) * 10_000_000)
+                result = measure(gateways[worker], upstream.base_url, load, args, wrk, gen,
+                                 clock)
+                result["drained_before_s"] = round(waited, 1)
+                result["learner_backlog_after"] = learner_backlog(backlog)
+                results[worker].append(result)
+                print(f"round {round_no + 1} {worker}: {orjson.dumps(result).decode()}",
+                      file=sys.stderr)
+        learned = drain(backlog, args.drain_limit)
+        backlog.close()
+    return {"started": started.isoformat(timespec="seconds"), "cores": os.cpu_count(),
+            "pinned": pin, "loadgen": "wrk" if wrk else "python", "args": vars(args),
+            "warm_up_drain_s": round(warm_up_s, 1), "final_drain_s": round(learned, 1),
+            "results": results}
+
+
+def _median(runs: list[dict[str, Any]], *path: str) -> float:
+    values = []
+    for run in runs:
+        value: Any = run
+        for key in path:
+            value = value.get(key, {}) if isinstance(value, dict) else {}
+        if isinstance(value, int | float):
+            values.append(float(value))
+    return statistics.median(values) if values else float("nan")
+
+
+def table(report: dict[str, Any]) -> str:
+    rows = ["| learner | added p50 during burst | added p50 after | probe p99 during | "
+            "probe p99 after | gateway overhead p50 during / after | burst rps | "
+            "learner CPU (cores) | other load (cores) |",
+            "|---|---|---|---|---|---|---|---|---|"]
+    for worker, runs in report["results"].items():
+        rows.append(
+            f"| {worker} | +{_median(runs, 'during', 'added_ms'):.2f} ms | "
+            f"+{_median(runs, 'after', 'added_ms'):.2f} ms | "
+            f"{_median(runs, 'during', 'p99_ms'):.2f} ms | "
+            f"{_median(runs, 'after', 'p99_ms'):.2f} ms | "
+            f"{_median(runs, 'during', 'overhead_p50_ms'):.2f} / "
+            f"{_median(runs, 'after', 'overhead_p50_ms'):.2f} ms | "
+            f"{_median(runs, 'burst', 'rps'):.0f} | "
+            f"{_median(runs, 'cpu_cores', 'learner'):.2f} | "
+            f"{_median(runs, 'other_load_cores'):.2f} |")
+    inproc, off = report["results"]["inprocess"], report["results"]["off"]
+    for phase in ("during", "after"):  # paired: the two gateways of one round, back to back
+        ratios = [a[phase]["added_ms"] / b[phase]["added_ms"]
+                  for a, b in zip(inproc, off, strict=True)
+                  if a[phase].get("added_ms") and b[phase].get("added_ms")]
+        if ratios:
+            rows.append(f"\nIn-process against off, {phase} the burst, per round: "
+                        + ", ".join(f"{r:.2f}" for r in ratios)
+                        + f" (median {statistics.median(ratios):.2f}).")
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.learner_load", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=float, default=8.0,
+                        help="burst length, and the probe-alone phase after it (default 8)")
+    parser.add_argument("--connections", type=int, default=16)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--drain-limit", type=float, default=120.0,
+                        help="longest wait for the learner's queue before a measurement")
+    parser.add_argument("--loadgen", choices=("auto", "python"), default="auto")
+    parser.add_argument("--no-pin", action="store_true")
+    parser.add_argument("--json", type=Path, help="write every figure here as JSON")
+    args = parser.parse_args(argv)
+    report = run(args)
+    if args.json:
+        args.json.write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2,
+                                           default=str))
+    print(table(report))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,170 @@
+"""One call explained: what the client sent against what went upstream, message by message.
+
+After a fitted call each managed route stores a compact *account* with the call's trace
+(`account_of`): the client's roles, the render plan (per message sent: the client's index
+and, when rewritten, the text sent in its place), the drops, the budget and its source, the
+playbook block. `explain` turns it into the answer of `GET /admin/traces/{trace_id}` and
+`ctxgate explain`: for every client message kept, digested (with the digest) or dropped,
+each drop with its stage, reason and tokens; the class and budget the call got and why; the
+playbook block it carried and where. The account holds no kept message's text, so it stays
+small however long the session (the trace's TTL bounds how many are kept).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from gateway.store import keys
+
+if TYPE_CHECKING:
+    import redis.asyncio as aioredis
+
+    from gateway.context.engine import FittedCall
+
+ACCOUNT_FIELD = "account"  # of the trace hash (gateway/learner/traces.py writes it)
+DROP_FIELDS = ("message_index", "item_id", "kind", "stage", "action", "reason",
+               "tokens_before", "tokens_after", "kept_as", "step")
+WHY = {
+    "header": "the request's x-ctxgate-budget-tokens header",
+    "forecast": "the class's caps, bounded by the model's window less the output reserve "
+    "forecast from the class's observed completions",
+    "config": "the class's caps, bounded by the model's window less the configured (or the "
+    "request's own max_tokens) output reserve",
+}
+
+
+def account_of(fitted: FittedCall, budget_source: str) -> dict[str, Any]:
+    """The compact record stored with the trace (JSON-ready)."""
+    request = fitted.request or {}
+    messages = request.get("messages") or []
+    block = fitted.block
+    plan = fitted.plan
+    if plan is None:  # nothing rendered (passed through): every message went as sent
+        plan = [(i, None) for i in range(len(messages))]
+    return {
+        "v": 1,
+        "task_class": fitted.task_class,
+        "session_id": fitted.session_id,
+        "model": request.get("model"),
+        "budget": fitted.budget,
+        "budget_source": budget_source,
+        "tokens_before": fitted.tokens_before,
+        "tokens_after": fitted.tokens_after,
+        "roles": [str(m.get("role")) for m in messages],
+        "plan": [i if text is None else [i, text] for i, text in plan],
+        "drops": [[d.message_index, d.item_id, d.kind, d.stage, d.action, d.reason,
+                   d.tokens_before, d.tokens_after, d.kept_as, d.step] for d in fitted.drops],
+        "playbook": None if block is None else {
+            "bullet_ids": list(block.bullet_ids), "tokens": block.tokens, "text": block.text},
+    }
+
+
+def _playbook_target(roles: list[str], sent: list[int]) -> int | None:
+    """Where `inject_block` put the block: the first system/developer message sent (its
+    index among the sent messages), or None when it opened a new system message."""
+    for j, i in enumerate(sent):
+        if roles[i] in ("system", "developer"):
+            return j
+    return None
+
+
+def explain(account: Mapping[str, Any], trace_id: str, tenant: str) -> dict[str, Any]:
+    """The account as a reader wants it: one entry per client message, in order."""
+    roles: list[str] = list(account["roles"])
+    sent: list[int] = []
+    digests: dict[int, str] = {}
+    for entry in account["plan"]:
+        if isinstance(entry, int):
+            sent.append(entry)
+        else:
+            sent.append(int(entry[0]))
+            digests[int(entry[0])] = str(entry[1])
+    drops_of: dict[int | None, list[dict[str, Any]]] = {}
+    for raw in account["drops"]:
+        drop = dict(zip(DROP_FIELDS, raw, strict=True))
+        drops_of.setdefault(drop["message_index"], []).append(drop)
+    playbook = account.get("playbook")
+    target = _playbook_target(roles, sent) if playbook else None
+    offset = 1 if playbook and target is None else 0  # a new system message went first
+    position = {i: j + offset for j, i in enumerate(sent)}
+    messages = []
+    for i, role in enumerate(roles):
+        drops = drops_of.get(i, [])
+        status = "dropped" if i not in position else "digested" if i in digests else "kept"
+        messages.append({
+            "index": i, "role": role, "status": status, "sent_as": position.get(i),
+            "tokens_before": sum(d["tokens_before"] for d in drops) if drops else None,
+            "tokens_after": sum(d["tokens_after"] for d in drops) if drops else None,
+            "digest": digests.get(i),
+            "playbook_appended": playbook is not None and target is not None
+            and position.get(i) == target + offset,
+            "drops": [{k: v for k, v in d.items() if k != "message_index"} for d in drops],
+        })
+    saved = sum(d["tokens_before"] - d["tokens_after"] for ds in drops_of.values() for d in ds)
+    source = str(account["budget_source"])
+    return {
+        "trace_id": trace_id, "tenant": tenant, "session_id": account["session_id"],
+        "task_class": account["task_class"], "model": account.get("model"),
+        "budget": {"tokens": account["budget"], "source": source, "why": WHY.get(source, "")},
+        "tokens": {"before": account["tokens_before"], "after": account["tokens_after"],
+                   "playbook": playbook["tokens"] if playbook else 0, "saved_by_drops": saved},
+        "upstream": {"messages": len(sent) + offset,
+                     "playbook_in": None if not playbook else (
+                         0 if target is None else target + offset),
+                     "playbook_new_message": bool(playbook) and target is None},
+        "playbook": playbook,
+        "messages": messages,
+    }
+
+
+async def load_explained(redis: aioredis.Redis, trace_id: str) -> dict[str, Any] | None:
+    """The explained call, or None when no account of it is kept (unknown, expired, or a
+    call that was not fitted)."""
+    owner = await redis.get(keys.trace_owner(trace_id))
+    if owner is None:
+        return None
+    tenant = owner.decode() if isinstance(owner, bytes) else str(owner)
+    raw = await redis.hget(keys.trace(tenant, trace_id), ACCOUNT_FIELD)
+    if raw is None:
+        return None
+    return explain(orjson.loads(raw), trace_id, tenant)
+
+
+def render_text(explained: Mapping[str, Any]) -> str:
+    """`ctxgate explain`'s plain-text account."""
+    budget, tokens = explained["budget"], explained["tokens"]
+    out = [
+        f"trace {explained['trace_id']}  tenant {explained['tenant']}  "
+        f"session {explained['session_id']}",
+        f"class {explained['task_class']}  model {explained['model']}",
+        f"budget {budget['tokens']} tokens ({budget['source']}: {budget['why']})",
+        f"tokens {tokens['before']} -> {tokens['after']}  (drops saved "
+        f"{tokens['saved_by_drops']}, playbook block {tokens['playbook']})",
+        f"upstream got {explained['upstream']['messages']} of {len(explained['messages'])} "
+        "messages",
+        "",
+    ]
+    playbook = explained["playbook"]
+    if playbook:
+        where = ("a new first system message" if explained["upstream"]["playbook_new_message"]
+                 else f"upstream message {explained['upstream']['playbook_in']}")
+        out.append(f"playbook block ({playbook['tokens']} tokens, bullets "
+                   f"{', '.join(playbook['bullet_ids']) or '-'}) in {where}")
+    for m in explained["messages"]:
+        sent = "-" if m["sent_as"] is None else str(m["sent_as"])
+        line = f"#{m['index']:<4} {m['role']:<10} {m['status']:<9} -> {sent}"
+        if m["tokens_before"] is not None:
+            line += f"  {m['tokens_before']} -> {m['tokens_after']} tokens"
+        out.append(line)
+        for d in m["drops"]:
+            kept = f" kept as {d['kept_as']}" if d["kept_as"] else ""
+            out.append(f"        {d['stage']}/{d['action']} {d['reason']} {d['kind']} "
+                       f"{d['item_id']} {d['tokens_before']} -> {d['tokens_after']} "
+                       f"(step {d['step']}){kept}")
+        if m["digest"] is not None:
+            digest = m["digest"] if len(m["digest"]) <= 400 else m["digest"][:400] + "..."
+            out.append("        digest: " + digest.replace("\n", "\n                "))
+    return "\n".join(out)

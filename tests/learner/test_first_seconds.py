@@ -1,0 +1,66 @@
+"""The same lesson learned twice in the first seconds after `ctxgate serve` starts, before
+any embedding model is loaded: one bullet, and no reader ever sees two."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from gateway.auth import tenant_of_token
+from tests.conftest import gateway_env
+from tests.harness import Gateway, Upstream, stop
+from tests.learner.conftest import curation, reflection
+from tests.learner.test_shutdown import CLASS, LESSON, failed_step
+
+
+@pytest.fixture
+def fresh_gateway(tmp_path_factory: pytest.TempPathFactory, upstream: Upstream,
+                  redis_url: str) -> Iterator[tuple[Gateway, tuple[str, str]]]:
+    tag = uuid.uuid4().hex[:8]
+    models = (f"first-reflector-{tag}", f"first-curator-{tag}")
+    upstream.script(models[0], [reflection(insight=LESSON)])
+    upstream.script(models[1], [curation([{"type": "ADD", "section": "common_mistakes",
+                                           "content": LESSON}])])
+    env = gateway_env(upstream, redis_url.rsplit("/", 1)[0] + "/9")
+    env.update(CTXGATE_REFLECTOR_MODEL=models[0], CTXGATE_CURATOR_MODEL=models[1],
+               CTXGATE_WORKER="inprocess", CTXGATE_UPSTREAM_TIMEOUT_S="30")
+    server = Gateway.start(tmp_path_factory.mktemp("first-seconds"), env)  # live, not warm
+    yield server, models
+    stop(server.process)
+
+
+def test_same_lesson_twice_right_after_start_is_one_bullet(
+    fresh_gateway: tuple[Gateway, tuple[str, str]]
+) -> None:
+    server, _ = fresh_gateway
+    key = f"sk-first-{uuid.uuid4().hex[:8]}"
+    tenant = tenant_of_token(key)
+    traces = []
+    for session in ("one", "two"):
+        answer = httpx.post(f"{server.base_url}/chat/completions", timeout=30,
+                            headers={"authorization": f"Bearer {key}",
+                                     "x-ctxgate-task-class": CLASS,
+                                     "x-ctxgate-session-id": session},
+                            json={"model": "gpt-4o-mini", "messages": failed_step()})
+        assert answer.status_code == 200
+        traces.append(answer.headers["x-ctxgate-trace-id"])
+    seen: list[list[dict[str, Any]]] = []
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:  # read the playbook as an injector would, all along
+        bullets = httpx.get(f"{server.url}/admin/playbooks/{tenant}/{CLASS}/bullets",
+                            headers={"authorization": f"Bearer {server.admin_key}"}
+                            ).json()["bullets"]
+        seen.append(bullets)
+        if bullets and set(bullets[0]["sources"]) == set(traces):
+            break  # both lessons learned
+        time.sleep(0.02)
+    assert max(len(b) for b in seen) == 1, [len(b) for b in seen]
+    [bullet] = seen[-1]
+    assert bullet["content"] == LESSON and set(bullet["sources"]) == set(traces)
+    dedups = [d for d in server.drops() if d["stage"] == "playbook"]
+    assert [(d["action"], d["kept_as"]) for d in dedups] == [("dedup", bullet["id"])]
