@@ -62,5 +62,5 @@ def test_same_lesson_twice_right_after_start_is_one_bullet(
     assert max(len(b) for b in seen) == 1, [len(b) for b in seen]
     [bullet] = seen[-1]
     assert bullet["content"] == LESSON and set(bullet["sources"]) == set(traces)
-    dedups = [d for d in server.drops() if d["stage"] == "playbook"]
+    dedups = [d for d in server.drops() if d.get("event") == "playbook.drop"]
     assert [(d["action"], d["kept_as"]) for d in dedups] == [("dedup", bullet["id"])]
