@@ -4,7 +4,8 @@ Refused with the real APIs' status and envelope: a function/custom tool output w
 not in the input, a call with no output, a `reasoning` item with no item after it, a
 reasoning item or `thinking` block whose signed content was edited (the stub signs what it
 emits), a `tool_result` that answers no `tool_use` of the message before it, a `tool_use`
-not answered in the next message, and more than 4 `cache_control` breakpoints.
+not answered in the next message, more than 4 `cache_control` breakpoints, and (Messages) a
+first message that is not the user's.
 
 Answers by model: `stub-agent-N` (or any name with `agent-N` in it) asks for a tool call
 (after a reasoning item / thinking block) until the request carries the output of step N-1,
@@ -203,6 +204,8 @@ def messages_refusal(body: dict[str, Any]) -> Reply | None:
         return _anthropic_error("A maximum of 4 blocks with cache_control may be provided. "
                                 f"Found {_breakpoints(body)}.")
     messages = body.get("messages") or []
+    if messages and messages[0].get("role") != "user":
+        return _anthropic_error('messages: first message must use the "user" role')
     for m, message in enumerate(messages):
         blocks = _blocks(message.get("content"))
         uses = {b["id"] for b in blocks if b.get("type") == "tool_use"}
