@@ -25,6 +25,12 @@ def session(tenant: str, session_id: str) -> str:
     return f"{_tenant(tenant)}:session:{session_id}"
 
 
+def agent_class(tenant: str, fingerprint: str) -> str:
+    """String: the task class decided for one agent (system prompt + tool set, hashed), so
+    every session of the agent gets it, whichever starts with a short call."""
+    return f"{_tenant(tenant)}:agent:{fingerprint}"
+
+
 def forecast(tenant: str, task_class: str) -> str:
     """Hash: what the class has used (completion sizes, overflows) for its budget forecast."""
     return f"{_tenant(tenant)}:forecast:{task_class}"

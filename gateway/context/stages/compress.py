@@ -2,7 +2,8 @@
 
 1. Age (regardless of budget): items of the kinds in `kinds`, at least `min_tokens` long,
    in messages the current step covers, are summarised extractively (see summarize.py);
-   the goal (the task statement) is kept.
+   the goal (the task statement) is kept. Aged summaries `mask_after_turns` old become
+   one-line placeholders.
 2. Caps: retrieved documents over the class's knowledge cap, and history over its history
    cap, are cut lowest-importance first.
 3. Budget: over the high-water mark, items are cut lowest-importance (rerank score) and
@@ -69,6 +70,36 @@ def _cut(
     return items, made
 
 
+EXPIRED_MIN_TOKENS = 60  # a shorter digest is left as it is: a placeholder saves too little
+
+
+def _expired_digests(
+    items: list[Item], ctx: StageContext, opts: CompressOptions
+) -> dict[str, Decision]:
+    """Aged summaries old enough to be masked (the decision replaces the summary). In
+    batches, as hysteresis: once a digest is twice `mask_after_turns` old, every digest at
+    least `mask_after_turns` old is masked, so the rendered prefix changes this far back
+    only once in that many turns."""
+    after = opts.mask_after_turns
+    if after is None or not ctx.task_class.compaction.ages:
+        return {}
+    expired = {}
+    oldest = 0
+    for item in items:
+        made = ctx.decisions.get(item.id)
+        if (
+            made is not None
+            and made.method == "summary"
+            and made.reason == "aged"
+            and item.age >= after
+            and item.tokens >= EXPIRED_MIN_TOKENS
+            and not item.pinned
+        ):
+            expired[item.id] = Decision("compress", "mask", "aged", "mask", 1)
+            oldest = max(oldest, item.age)
+    return expired if oldest >= 2 * after else {}
+
+
 async def compress_items(items: list[Item], budget: Budget, ctx: StageContext) -> StageResult:
     opts = ctx.task_class.stages.compress or CompressOptions()
     kinds, min_tokens = set(opts.kinds), opts.min_tokens
@@ -84,6 +115,7 @@ async def compress_items(items: list[Item], budget: Budget, ctx: StageContext) -
         and item.tokens >= min_tokens
         and item.rewritable
     }
+    aged.update(_expired_digests(items, ctx, opts))
     result = decide(items, aged, ctx)
     items, decisions = result.items, dict(result.decisions)
     low = ctx.task_class.compaction.low_water
