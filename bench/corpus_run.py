@@ -16,6 +16,7 @@ from typing import Any
 
 from bench.baselines import mask_keep, plain_fit
 from bench.corpora import Session
+from bench.wire_convert import CONVERTERS
 from bench.yardstick import (
     cached_chars,
     call_ends,
@@ -26,9 +27,11 @@ from bench.yardstick import (
     reduction,
     serialized,
 )
-from gateway.context.engine import CallContext, ContextEngine
+from gateway.context.engine import CallContext, ContextEngine, FittedCall
 from gateway.context.items import parse_request
+from gateway.context.replay import WIRE_FORMATS, fit_as
 from gateway.errors import ContextBudgetExceeded
+from gateway.wire.view import unmarked
 
 MASK_KEEPS = (1, 2, 3, 5, 10)
 BUDGET_FRACTIONS = (0.8, 0.6)
@@ -58,8 +61,23 @@ def _method_figures(
     return figures, ser
 
 
+async def fit_in_format(
+    engine: ContextEngine, body: dict[str, Any], call: CallContext, wire_format: str
+) -> tuple[FittedCall, list[dict[str, Any]], list[dict[str, Any]]]:
+    """The chat call `body` sent in `wire_format` (converted, fitted through its adapter,
+    rendered back): the fit, and the sent and forwarded requests read as chat messages."""
+    if wire_format == "chat":
+        fitted = await engine.fit(body, call)
+        return fitted, body["messages"], fitted.body["messages"]
+    wire = WIRE_FORMATS[wire_format]
+    sent = CONVERTERS[wire_format](body)
+    fitted, forwarded = await fit_as(engine, wire, sent, call)
+    return (fitted, unmarked(wire.view(sent).body["messages"]),
+            unmarked(wire.view(forwarded).body["messages"]))
+
+
 async def replay_session(
-    engine: ContextEngine, session: Session, *, corpus: str
+    engine: ContextEngine, session: Session, *, corpus: str, wire_format: str = "chat"
 ) -> list[dict[str, Any]]:
     """Per call: the session's position, the needed values and each method's figures."""
     ends = call_ends(session.messages)
@@ -70,14 +88,13 @@ async def replay_session(
     records = []
     for k, end in enumerate(ends):
         body = request(session, end)
-        prefix = body["messages"]
-        needed = needed_values(session.messages[end], prefix)
         start = time.perf_counter()
-        fitted = await engine.fit(
-            body, CallContext(tenant=TENANT, trace_id=f"{corpus}-{k}", headers=headers)
+        fitted, prefix, forwarded = await fit_in_format(
+            engine, body, CallContext(tenant=TENANT, trace_id=f"{corpus}-{k}", headers=headers),
+            wire_format,
         )
         seconds = time.perf_counter() - start
-        forwarded = fitted.body["messages"]
+        needed = needed_values(session.messages[end], prefix)
         methods: dict[str, Any] = {}
         candidates = {"none": prefix, "ctxgate": forwarded}
         candidates.update({f"keep-{n}": mask_keep(prefix, n) for n in MASK_KEEPS})
@@ -113,11 +130,13 @@ async def replay_session(
 
 
 async def replay_corpus(
-    engine: ContextEngine, sessions: Sequence[Session], *, corpus: str
+    engine: ContextEngine, sessions: Sequence[Session], *, corpus: str,
+    wire_format: str = "chat",
 ) -> list[dict[str, Any]]:
     records = []
     for session in sessions:
-        records += await replay_session(engine, session, corpus=corpus)
+        records += await replay_session(engine, session, corpus=corpus,
+                                        wire_format=wire_format)
     return records
 
 

@@ -11,6 +11,11 @@ next command, SWE-agent and 3 synthetic sessions) follow, unchanged.
 
     .venv/bin/python bench/replay.py [--corpus NAME ...] [--max-sessions N]
         [--split all|tune|holdout] [--budget-calls N] [--no-legacy] [--json OUT]
+        [--format chat|responses|messages]
+
+`--format` sends each corpus call in that wire format (converted by `bench/wire_convert.py`,
+fitted through the format's adapter as its route does, the forwarded request read back as
+chat messages for the yardstick); budget mode and the earlier figures stay in chat form.
 """
 
 from __future__ import annotations
@@ -280,7 +285,8 @@ def run_legacy(
 
 
 async def run_corpora(
-    sessions: dict[str, list[Session]], settings: Settings, budget_calls_per_corpus: int
+    sessions: dict[str, list[Session]], settings: Settings, budget_calls_per_corpus: int,
+    wire_format: str = "chat",
 ) -> dict[str, dict[str, Any]]:
     """Per corpus: the per-call records of the live replay and of budget mode."""
     engine = build_engine(settings)  # no playbook source: only the engine is measured
@@ -290,7 +296,7 @@ async def run_corpora(
     try:
         for name, group in sessions.items():
             start = time.perf_counter()
-            records = await replay_corpus(engine, group, corpus=name)
+            records = await replay_corpus(engine, group, corpus=name, wire_format=wire_format)
             mid = time.perf_counter()
             # Budget mode re-embeds every item of a call (rerank under pressure): on the
             # synthetic sessions, 10 sampled calls of the 100-call sessions are enough.
@@ -324,6 +330,8 @@ def main() -> int:
     parser.add_argument("--budget-calls", type=int, default=40, help="sampled per corpus")
     parser.add_argument("--no-legacy", action="store_true", help="skip the earlier figures")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--format", choices=("chat", "responses", "messages"), default="chat",
+                        help="the wire format each corpus call is sent in")
     args = parser.parse_args()
     settings = Settings()
     sessions: dict[str, list[Session]] = {}
@@ -337,13 +345,14 @@ def main() -> int:
             print(f"corpus {args.corpora / name} not found: skipped", file=sys.stderr)
             continue
         sessions[name] = group[: args.max_sessions] if args.max_sessions else group
-    records = asyncio.run(run_corpora(sessions, settings, args.budget_calls))
+    records = asyncio.run(run_corpora(sessions, settings, args.budget_calls, args.format))
     splits = ("all", "tune", "holdout") if args.split == "all" else (args.split,)
     figures = {
         name: {split: corpus_figures(r["calls"], r["budget"], split) for split in splits}
         for name, r in records.items()
     }
-    print("# Every corpus, the issue-7 yardstick (engine with the shipped config, no playbook)")
+    print("# Every corpus, the issue-7 yardstick (engine with the shipped config, no playbook;"
+          f" calls in {args.format} form)")
     print_tables(figures, splits)
     report: dict[str, Any] = {"yardstick": figures}
     if not args.no_legacy:

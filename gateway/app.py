@@ -134,6 +134,7 @@ class Gateway:
         services = self.services
         await _quietly("trace writer", self._traces.aclose())
         await _quietly("forecasts", self._engine.forecasts.flush())
+        await _quietly("token calibration", self._engine.calibration.flush())
         await _quietly("upstream client", self._upstream.aclose())
         await _quietly("anthropic client", self._anthropic.aclose())
         await _quietly("redis client", services.redis.aclose())

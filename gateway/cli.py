@@ -118,14 +118,21 @@ def replay(
     budget_tokens: Annotated[int | None, typer.Option(min=1)] = None,
     task_class: Annotated[str | None, typer.Option()] = None,
     json_output: Annotated[bool, typer.Option("--json")] = False,
+    wire_format: Annotated[str | None, typer.Option(
+        "--format", help="chat, responses or messages (default: told by each request's shape)",
+    )] = None,
     config: ConfigOption = None,
 ) -> None:
     """Run a recorded session through the context pipeline and print each call's fit."""
+    from gateway.context.replay import WIRE_FORMATS
     from gateway.context.replay import replay as run_replay
 
+    if wire_format is not None and wire_format not in WIRE_FORMATS:
+        raise typer.BadParameter(f"one of {sorted(WIRE_FORMATS)}", param_hint="--format")
     settings = _settings(config=config)
     raise typer.Exit(run_replay(file, budget_tokens=budget_tokens, task_class=task_class,
-                                as_json=json_output, settings=settings))
+                                as_json=json_output, settings=settings,
+                                wire_format=wire_format))
 
 
 @app.command()

@@ -4,16 +4,20 @@ Refused with the real APIs' status and envelope: a function/custom tool output w
 not in the input, a call with no output, a `reasoning` item with no item after it, a
 reasoning item or `thinking` block whose signed content was edited (the stub signs what it
 emits), a `tool_result` that answers no `tool_use` of the message before it, a `tool_use`
-not answered in the next message, and more than 4 `cache_control` breakpoints.
+not answered in the next message, more than 4 `cache_control` breakpoints, and (Messages) a
+first message that is not the user's.
 
-Answers by model: `stub-agent-N` asks for a tool call (after a reasoning item / thinking
-block) until the request carries the output of step N-1, then answers in text; any other model
-echoes the last text. Usage reports the request's size (characters / 4) as input tokens.
+Answers by model: `stub-agent-N` (or any name with `agent-N` in it) asks for a tool call
+(after a reasoning item / thinking block) until the request carries the output of step N-1,
+then answers in text; any other model echoes the last text. Usage reports the request's size
+(characters / 4) as input tokens, times P/100 for a model named with `skew-P` (a provider
+whose tokenizer counts differently).
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 import time
 from typing import Any
 
@@ -27,9 +31,8 @@ def sign(text: str) -> str:
 
 
 def _steps(model: str) -> int | None:
-    if model.startswith("stub-agent-"):
-        return int(model.rsplit("-", 1)[1])
-    return None
+    found = re.search(r"agent-(\d+)", model)
+    return int(found[1]) if found else None
 
 
 def _tool_call(tools: Any, step: int) -> tuple[str, dict[str, Any]]:
@@ -50,7 +53,8 @@ def _tool_call(tools: Any, step: int) -> tuple[str, dict[str, Any]]:
 
 
 def _size(body: dict[str, Any]) -> int:
-    return len(orjson.dumps(body)) // 4
+    skew = re.search(r"skew-(\d+)", str(body.get("model", "")))
+    return len(orjson.dumps(body)) // 4 * (int(skew[1]) if skew else 100) // 100
 
 
 # --- Responses -----------------------------------------------------------------------------
@@ -200,6 +204,8 @@ def messages_refusal(body: dict[str, Any]) -> Reply | None:
         return _anthropic_error("A maximum of 4 blocks with cache_control may be provided. "
                                 f"Found {_breakpoints(body)}.")
     messages = body.get("messages") or []
+    if messages and messages[0].get("role") != "user":
+        return _anthropic_error('messages: first message must use the "user" role')
     for m, message in enumerate(messages):
         blocks = _blocks(message.get("content"))
         uses = {b["id"] for b in blocks if b.get("type") == "tool_use"}

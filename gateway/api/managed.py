@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
 
 import httpx
 import orjson
@@ -26,17 +25,23 @@ from gateway.api.asgi import (
     parse_json_object,
     read_body,
 )
-from gateway.api.forwarding import is_bypass, relayed_headers
+from gateway.api.forwarding import is_bypass, relayed_headers, upstream_headers
 from gateway.api.route import Call, call_of
 from gateway.context.engine import HEADER_SESSION, CallContext, ContextEngine
 from gateway.errors import GatewayError, UpstreamTimeout, UpstreamUnreachable
 from gateway.learner.traces import TraceEvent, TraceSink
+from gateway.observability.explain import account_of
 from gateway.upstream.client import Upstream, timed_chunks
 from gateway.upstream.sse import SSEDecoder
-from gateway.wire.view import PINNED, ChatView, WireFormat
+from gateway.wire.view import ChatView, WireFormat, unmarked
 
 log = logging.getLogger("ctxgate.managed")
 UpstreamHeaders = Callable[[Call], list[tuple[str, str]]]
+
+
+def openai_headers(call: Call) -> list[tuple[str, str]]:
+    """The client's headers for the OpenAI upstream (its credential swapped in `keys` mode)."""
+    return upstream_headers(call.headers, call.caller, identity=True)
 
 
 class ManagedRoute:
@@ -67,9 +72,8 @@ class ManagedRoute:
             view = self._wire.view(body)
             await self._fit(self._engine, view, call)
             fitted = call.fitted
-            if fitted is not None and (fitted.plan is not None or fitted.block is not None):
-                block = fitted.block.text if fitted.block is not None else None
-                forward = orjson.dumps(self._wire.render(body, view, fitted.plan, block))
+            if fitted is not None and fitted.changed:
+                forward = orjson.dumps(self._wire.render(body, view, fitted))
         await cancel_on_disconnect(
             receive, self._relay(send, forward, self._upstream_headers(call), call))
 
@@ -169,17 +173,12 @@ class ManagedRoute:
                 self._traces.publish(TraceEvent(
                     tenant=call.caller.tenant, task_class=fitted.task_class,
                     session_id=fitted.session_id, trace_id=call.trace_id,
-                    messages=trace_messages(fitted.body["messages"]), response=response,
+                    messages=unmarked(fitted.body["messages"]), response=response,
                     injected_bullet_ids=fitted.injected_bullet_ids, ts=time.time(),
+                    account=account_of(fitted, fitted.budget_source),
                 ))
         except Exception:
             log.exception("after-response hook failed", extra={"trace_id": call.trace_id})
-
-
-def trace_messages(messages: list[Any]) -> list[dict[str, Any]]:
-    """The fitted chat view as the learners read it (adapter marks removed)."""
-    return [{k: v for k, v in m.items() if k != PINNED} if PINNED in m else m
-            for m in messages]
 
 
 def managed_headers(call: Call) -> list[tuple[bytes, bytes]]:
@@ -195,5 +194,6 @@ def managed_headers(call: Call) -> list[tuple[bytes, bytes]]:
         (b"x-ctxgate-overhead-ms", f"{overhead_ms:.3f}".encode()),
     ]
     if fitted is not None:
-        headers.append((b"x-ctxgate-budget-tokens", str(fitted.budget).encode()))
+        headers += [(b"x-ctxgate-budget-tokens", str(fitted.budget).encode()),
+                    (b"x-ctxgate-budget-source", fitted.budget_source.encode())]
     return headers

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 from opentelemetry.trace import Tracer
 
-from gateway.api.forwarding import upstream_headers
-from gateway.api.managed import ManagedRoute
-from gateway.api.route import Call
+from gateway.api.managed import ManagedRoute, openai_headers
 from gateway.context.engine import ContextEngine
 from gateway.learner.traces import TraceSink
 from gateway.upstream.client import Upstream
@@ -24,12 +22,8 @@ CUT_STREAM_EVENT = (
 )
 
 
-def _headers(call: Call) -> list[tuple[str, str]]:
-    return upstream_headers(call.headers, call.caller, identity=True)
-
-
 def build(upstream: Upstream, tracer: Tracer, *, engine: ContextEngine | None,
           traces: TraceSink | None, max_body_bytes: int) -> ManagedRoute:
     return ManagedRoute(Responses(), upstream, tracer, engine=engine, traces=traces,
-                        max_body_bytes=max_body_bytes, upstream_headers=_headers,
+                        max_body_bytes=max_body_bytes, upstream_headers=openai_headers,
                         cut_event=CUT_STREAM_EVENT)

@@ -60,8 +60,8 @@ def build_routes(services: Services, upstream: Upstream, tracer: Tracer,
                               tracer=tracer)
     limit = settings.max_body_bytes
     engine, traces = services.engine, services.traces
-    chat_app = chat.ChatCompletions(upstream, tracer, engine=engine, traces=traces,
-                                    max_body_bytes=limit)
+    chat_app = chat.build(upstream, tracer, engine=engine, traces=traces,
+                          max_body_bytes=limit)
     responses_app = responses.build(upstream, tracer, engine=engine, traces=traces,
                                     max_body_bytes=limit)
     anthropic = anthropic or upstream

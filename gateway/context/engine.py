@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from gateway.context.agents import AgentClassStore, MemoryAgentClassStore, RedisAgentClassStore
 from gateway.context.apply import apply_decisions, drop_events
 from gateway.context.caches import ContextCaches
+from gateway.context.calibration import TokenCalibration
 from gateway.context.classify import (
     Classifier,
     agent_fingerprint,
@@ -85,6 +86,8 @@ class FittedCall:
     drops: list[DropEvent]
     injected_bullet_ids: list[str]
     budget: int
+    budget_source: str = "config"  # header | config | forecast (forecast.py)
+    calibrate: str | None = None  # the model whose estimated counts this call's usage corrects
     tenant: str = ""
     trace_id: str = ""
     prefix_stable: bool | None = None
@@ -148,6 +151,7 @@ class _Request:
     budget: Budget
     block: InjectedBlock | None
     fixed: int  # tokens outside the items: reply priming, tool definitions, playbook block
+    calibrate: str | None = None  # the model, when its counts are estimates (calibration.py)
 
 
 @dataclass(frozen=True)
@@ -196,6 +200,7 @@ class ContextEngine:
             agents = MemoryAgentClassStore() if redis is None else RedisAgentClassStore(redis)
         self.agents = agents
         self.forecasts = ForecastStore(redis)
+        self.calibration = TokenCalibration(redis)
         self.caches = ContextCaches()
         # The previous call's work per session, reused by a call that only appends messages.
         self.prefixes = PrefixCache(prefix_cache_size)
@@ -316,10 +321,14 @@ class ContextEngine:
         cls = await self._task_class(body, call, state, tokens_before)
         stats = await self.forecasts.stats(call.tenant, cls.name)
         budget = forecast_budget(cls, model, body, stats, budget_header)
+        calibrate = str(body.get("model")) if model.estimated else None
+        if calibrate is not None:  # no public tokenizer: fit in estimated tokens
+            budget = budget.scaled(await self.calibration.scale(calibrate))
         block = await self._playbook(cls, call, session_id, body, state)
         return _Request(
             body, call, messages, model.encoding, session_id, prefix, parsed, tokens_before,
             state, cls, budget, block, fixed=base + (block.tokens if block else 0),
+            calibrate=calibrate,
         )
 
     def _reused(self, r: _Request) -> _Fitted | None:
@@ -393,7 +402,9 @@ class ContextEngine:
             tokens_after=fitted.tokens_after,
             drops=fitted.events,
             injected_bullet_ids=list(block.bullet_ids) if block else [],
-            budget=r.budget.input,
+            budget=r.budget.provider_tokens,
+            budget_source=r.budget.source,
+            calibrate=r.calibrate,
             tenant=call.tenant,
             trace_id=call.trace_id,
             prefix_stable=stable,
@@ -571,7 +582,9 @@ class ContextEngine:
             tokens_after=parsed.tokens,
             drops=[],
             injected_bullet_ids=[],
-            budget=budget.input,
+            budget=budget.provider_tokens,
+            budget_source=budget.source,
+            calibrate=r.calibrate,
             tenant=call.tenant,
             trace_id=call.trace_id,
         )
@@ -580,6 +593,9 @@ class ContextEngine:
         self, fitted: FittedCall, usage: Mapping[str, Any] | None, finish_reason: str | None
     ) -> None:
         completion = usage.get("completion_tokens") if usage else None
+        prompt = usage.get("prompt_tokens") if usage else None
+        if fitted.calibrate is not None and isinstance(prompt, int):
+            self.calibration.observe(fitted.calibrate, fitted.tokens_after, prompt)
         await self.forecasts.observe(
             fitted.tenant,
             fitted.task_class,

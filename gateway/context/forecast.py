@@ -3,6 +3,11 @@
 The class's caps, bounded by the model's context window and the output reserve. The reserve
 is the request's own `max_tokens` when given, else what the class's completions have needed
 (mean + 2 sd of observed sizes, raised by the overflow rate), kept per class in Redis.
+
+Each budget says where it came from (`x-ctxgate-budget-source`, and the explainer's
+account): `header` (the client's `x-ctxgate-budget-tokens`), `forecast` (the class's caps,
+bounded by the window less an output reserve forecast from the class's observed
+completions) or `config` (the same with the configured reserve, or the request's own).
 """
 
 from __future__ import annotations
@@ -10,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, cast
 
 from gateway.context.models import ModelInfo
@@ -54,8 +59,22 @@ class UsageStats:
 
 @dataclass(frozen=True, slots=True)
 class Budget:
-    input: int  # the most input tokens this call may send
+    input: int  # the most input tokens this call may send, as the engine counts them
     split: BudgetSplit
+    source: str = "config"  # header | forecast | config (module docstring)
+    stated: int | None = None  # in the provider's tokens, when `input` is an estimate's
+
+    @property
+    def provider_tokens(self) -> int:
+        """The budget as stated to the client, in the provider's tokens."""
+        return self.input if self.stated is None else self.stated
+
+    def scaled(self, scale: float) -> Budget:
+        """This budget in estimated tokens, for a model whose provider counts `scale` tokens
+        per estimated one (`calibration.py`)."""
+        if scale == 1.0:
+            return self
+        return replace(self, input=max(1, math.floor(self.input / scale)), stated=self.input)
 
 
 def requested_output(body: dict[str, Any]) -> int | None:
@@ -74,15 +93,17 @@ def forecast_budget(
     header_budget: int | None,
 ) -> Budget:
     if header_budget is not None:
-        return Budget(header_budget, cls.budget)
+        return Budget(header_budget, cls.budget, "header")
     requested = requested_output(body)
+    source = "config"
     if requested is not None:
         reserve = requested
     else:
         reserve = max(cls.budget.output_reserve, stats.needed_reserve or 0)
         reserve = min(reserve, model.max_output, model.context_window // 2)
+        source = "forecast" if stats.needed_reserve is not None else "config"
     window_room = max(model.context_window - reserve, 1)
-    return Budget(min(cls.budget.total, window_room), cls.budget)
+    return Budget(min(cls.budget.total, window_room), cls.budget, source)
 
 
 class ForecastStore:

@@ -1,4 +1,8 @@
-"""The model table (`config/models.yaml`): encoding, context window and output cap per model."""
+"""The model table (`config/models.yaml`): encoding, context window and output cap per model.
+
+`estimated: true` marks a model with no public tokenizer (Anthropic's): its encoding only
+estimates the provider's count, and the engine corrects the estimate from the input tokens
+the provider reports (`calibration.py`)."""
 
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ class ModelInfo:
     encoding: str
     context_window: int
     max_output: int
+    estimated: bool = False  # no public tokenizer: counts corrected by calibration.py
 
 
 def _model_info(name: str, raw: Any) -> ModelInfo:
@@ -35,7 +40,10 @@ def _model_info(name: str, raw: Any) -> ModelInfo:
         ) from exc
     if window <= 0 or max_output <= 0:
         raise SettingsError(f"models.{name}: context_window and max_output must be positive")
-    return ModelInfo(encoding, window, max_output)
+    estimated = raw.get("estimated", False)
+    if not isinstance(estimated, bool):
+        raise SettingsError(f"models.{name}.estimated: expected true or false")
+    return ModelInfo(encoding, window, max_output, estimated)
 
 
 class ModelTable:

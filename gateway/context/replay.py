@@ -1,9 +1,12 @@
 """`ctxgate replay FILE`: run a recorded session through the context pipeline, no upstream.
 
-FILE is a JSON list of chat requests, one message list (each prefix that ends before an
-assistant turn is one call), or a SWE-agent `.traj` file (its `history`). Sessions live in a
-throwaway in-memory store (no Redis needed, nothing persists), so replays are repeatable.
-Prints per call: tokens before and after, each drop with stage and reason, the time spent.
+FILE is a JSON list of requests (Chat Completions, Responses or Messages, each read
+through its wire adapter as the gateway's route would), one message list (each prefix that
+ends before an assistant turn is one call), or a SWE-agent `.traj` file (its `history`). A
+request's format is told by its shape (`format_of`) unless `--format` names it. Sessions
+live in a throwaway in-memory store (no Redis needed, nothing persists), so replays are
+repeatable. Prints per call: tokens before and after, each drop with stage and reason, the
+time spent.
 """
 
 from __future__ import annotations
@@ -24,6 +27,14 @@ from gateway.errors import ContextBudgetExceeded
 from gateway.observability.droplog import DropLog
 from gateway.observability.metrics import Metrics
 from gateway.settings import Settings
+from gateway.wire.chat import ChatCompletions
+from gateway.wire.messages import Messages
+from gateway.wire.responses import Responses
+from gateway.wire.view import WireFormat
+
+WIRE_FORMATS: dict[str, WireFormat] = {
+    "chat": ChatCompletions(), "responses": Responses(), "messages": Messages()}
+ANTHROPIC_BLOCKS = frozenset({"tool_use", "tool_result", "thinking", "redacted_thinking"})
 
 _KEEP = ("role", "content", "name", "tool_calls", "tool_call_id")
 
@@ -50,14 +61,29 @@ def calls_from_messages(messages: list[dict[str, Any]], model: str | None) -> li
     return calls
 
 
+def format_of(body: Mapping[str, Any]) -> str:
+    """`responses`, `messages` or `chat`, by the request's shape. A Messages request with
+    no system prompt and only string contents reads as chat, and fits the same."""
+    if "input" in body and "messages" not in body:
+        return "responses"
+    if "system" in body or any(
+        isinstance(m, Mapping) and isinstance(m.get("content"), list) and any(
+            isinstance(b, Mapping) and b.get("type") in ANTHROPIC_BLOCKS
+            for b in m["content"])
+        for m in body.get("messages") or ()
+    ):
+        return "messages"
+    return "chat"
+
+
 def load_calls(path: Path, model: str | None = None) -> list[dict[str, Any]]:
     data = orjson.loads(path.read_bytes())
     if isinstance(data, dict) and isinstance(data.get("history"), list):
         return calls_from_messages([openai_message(m) for m in data["history"]], model)
-    if isinstance(data, dict) and isinstance(data.get("messages"), list):
+    if isinstance(data, dict) and ("messages" in data or "input" in data):
         return [data]
     if isinstance(data, list) and data and all(isinstance(x, dict) for x in data):
-        if all("messages" in x for x in data):
+        if all("messages" in x or "input" in x for x in data):
             return list(data)
         if all("role" in x for x in data):
             return calls_from_messages([openai_message(m) for m in data], model)
@@ -80,6 +106,16 @@ def build_engine(settings: Settings, *, with_embedder: bool = True) -> ContextEn
     )
 
 
+async def fit_as(
+    engine: ContextEngine, wire: WireFormat, body: dict[str, Any], call: CallContext
+) -> tuple[FittedCall, dict[str, Any]]:
+    """Fit one request as its route does: the wire adapter's view through the engine, and
+    the request that would go upstream (`body` itself when the engine changed nothing)."""
+    view = wire.view(body)
+    fitted = await engine.fit(view.body, call, compact=view.compact)
+    return fitted, wire.render(body, view, fitted) if fitted.changed else body
+
+
 async def replay_calls(
     engine: ContextEngine,
     calls: list[dict[str, Any]],
@@ -87,7 +123,9 @@ async def replay_calls(
     budget_tokens: int | None,
     task_class: str | None,
     session_id: str = "replay",
+    wire_format: str | None = None,
 ) -> list[tuple[FittedCall | str, float]]:
+    """Each call fitted in turn as one session; `wire_format` None: each call's own."""
     headers = {"x-ctxgate-session-id": session_id}
     if budget_tokens is not None:
         headers["x-ctxgate-budget-tokens"] = str(budget_tokens)
@@ -96,10 +134,10 @@ async def replay_calls(
     results: list[tuple[FittedCall | str, float]] = []
     for n, body in enumerate(calls):
         start = time.perf_counter()
+        wire = WIRE_FORMATS[wire_format or format_of(body)]
+        call = CallContext(tenant="replay", trace_id=f"replay-{n}", headers=headers)
         try:
-            fitted: FittedCall | str = await engine.fit(
-                body, CallContext(tenant="replay", trace_id=f"replay-{n}", headers=headers)
-            )
+            fitted: FittedCall | str = (await fit_as(engine, wire, body, call))[0]
         except ContextBudgetExceeded as exc:
             fitted = exc.message
         results.append((fitted, time.perf_counter() - start))
@@ -162,6 +200,7 @@ def replay(
     task_class: str | None,
     as_json: bool,
     settings: Settings,
+    wire_format: str | None = None,
 ) -> int:
     try:
         calls = load_calls(path)
@@ -171,7 +210,8 @@ def replay(
     engine = build_engine(settings)
     try:
         results = asyncio.run(
-            replay_calls(engine, calls, budget_tokens=budget_tokens, task_class=task_class)
+            replay_calls(engine, calls, budget_tokens=budget_tokens, task_class=task_class,
+                         wire_format=wire_format)
         )
     finally:
         if engine.embedder is not None:

@@ -1,6 +1,6 @@
 """One call explained: what the client sent against what went upstream, message by message.
 
-After a fitted call the chat route stores a compact *account* with the call's trace
+After a fitted call each managed route stores a compact *account* with the call's trace
 (`account_of`): the client's roles, the render plan (per message sent: the client's index
 and, when rewritten, the text sent in its place), the drops, the budget and its source, the
 playbook block. `explain` turns it into the answer of `GET /admin/traces/{trace_id}` and
@@ -22,7 +22,7 @@ from gateway.store import keys
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
 
-    from gateway.context.engine import ContextEngine, FittedCall
+    from gateway.context.engine import FittedCall
 
 ACCOUNT_FIELD = "account"  # of the trace hash (gateway/learner/traces.py writes it)
 DROP_FIELDS = ("message_index", "item_id", "kind", "stage", "action", "reason",
@@ -60,23 +60,6 @@ def account_of(fitted: FittedCall, budget_source: str) -> dict[str, Any]:
         "playbook": None if block is None else {
             "bullet_ids": list(block.bullet_ids), "tokens": block.tokens, "text": block.text},
     }
-
-
-async def budget_source(
-    engine: ContextEngine, fitted: FittedCall, headers: Mapping[str, str]
-) -> str:
-    """`header`, `forecast` (the class's observed completions set the output reserve) or
-    `config`, as `forecast_budget` decided it (the class's stats are the engine's cached
-    copy, the one the call read)."""
-    from gateway.context.engine import HEADER_BUDGET
-    from gateway.context.forecast import requested_output
-
-    if HEADER_BUDGET in headers:
-        return "header"
-    if fitted.request is not None and requested_output(fitted.request) is not None:
-        return "config"
-    stats = await engine.forecasts.stats(fitted.tenant, fitted.task_class)
-    return "forecast" if stats.needed_reserve is not None else "config"
 
 
 def _playbook_target(roles: list[str], sent: list[int]) -> int | None:

@@ -54,6 +54,11 @@ def forecast(tenant: str, task_class: str) -> str:
     return f"{_tenant(tenant)}:forecast:{task_class}"
 
 
+def token_scale(model: str) -> str:
+    """Hash: estimated and provider-reported input tokens of a model with no public tokenizer."""
+    return f"{PREFIX}:tokscale:{model}"
+
+
 def trace(tenant: str, trace_id: str) -> str:
     """Hash: one call's trace record, looked up by feedback (tenant-scoped: no cross-tenant hit)."""
     return f"{_tenant(tenant)}:trace:{trace_id}"

@@ -8,10 +8,6 @@ without delaying it: the bytes themselves go to the client untouched.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from typing import Any
-
-import orjson
 
 
 class SSEDecoder:
@@ -53,67 +49,3 @@ class SSEDecoder:
         """At the end of the stream: the data of an unterminated last event, if any."""
         tail = list(self.feed(b"\n\n")) if self._buffer or self._data else []
         yield from tail
-
-
-@dataclass
-class ChatStreamCollector:
-    """Rebuilds a chat completion (content, tool calls, finish, usage) from stream chunks."""
-
-    content: list[str] = field(default_factory=list)
-    tool_calls: dict[int, dict[str, Any]] = field(default_factory=dict)
-    finish_reason: str | None = None
-    usage: dict[str, Any] | None = None
-    error: dict[str, Any] | None = None
-
-    def add(self, data: bytes) -> None:
-        if data.strip() == b"[DONE]":
-            return
-        try:
-            chunk = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            return
-        if not isinstance(chunk, dict):
-            return
-        if isinstance(chunk.get("error"), dict):
-            self.error = chunk["error"]
-        if isinstance(chunk.get("usage"), dict):
-            self.usage = chunk["usage"]
-        for choice in chunk.get("choices") or ():
-            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
-                continue
-            self.finish_reason = choice.get("finish_reason") or self.finish_reason
-            self._add_delta(choice.get("delta") or {})
-
-    def _add_delta(self, delta: dict[str, Any]) -> None:
-        if isinstance(delta.get("content"), str):
-            self.content.append(delta["content"])
-        for call in delta.get("tool_calls") or ():
-            slot = self.tool_calls.setdefault(
-                call.get("index", 0), {"id": None, "type": "function",
-                                       "function": {"name": "", "arguments": ""}})
-            if call.get("id"):
-                slot["id"] = call["id"]
-            function = call.get("function") or {}
-            slot["function"]["name"] += function.get("name") or ""
-            slot["function"]["arguments"] += function.get("arguments") or ""
-
-    def response(self) -> dict[str, Any]:
-        return {
-            "content": "".join(self.content) if self.content else None,
-            "tool_calls": [self.tool_calls[i] for i in sorted(self.tool_calls)],
-            "finish_reason": self.finish_reason,
-            "usage": self.usage,
-        }
-
-
-def response_of_completion(completion: dict[str, Any]) -> dict[str, Any]:
-    """The same summary as ChatStreamCollector.response(), from a non-streamed completion."""
-    choices = completion.get("choices") or [{}]
-    first = choices[0] if isinstance(choices[0], dict) else {}
-    message = first.get("message") or {}
-    return {
-        "content": message.get("content"),
-        "tool_calls": message.get("tool_calls") or [],
-        "finish_reason": first.get("finish_reason"),
-        "usage": completion.get("usage"),
-    }

@@ -4,9 +4,9 @@ Each adapter turns its API's request into a `ChatView` (chat-shaped messages, th
 input, with a map back to the request's own items) and renders the engine's per-message plan
 (kept / rewritten / dropped) back into that API's request, keeping the format's invariants.
 It also reads that API's answer (whole or streamed) into the summary the learners use.
-Chat Completions needs no adapter: its request is already the engine's shape.
 
     view.py       the seam: ChatView, the plan, the WireFormat protocol
+    chat.py       OpenAI Chat Completions: the engine's own shape (the identity view)
     responses.py  OpenAI Responses API (`input` items, `instructions`)
     messages.py   Anthropic Messages API (`system`, content blocks)
 """

@@ -6,8 +6,10 @@ calls); a user message to one `tool` message per `tool_result` block (answering 
 `tool_use`, so the engine keeps or drops them together) and one user message for its other
 blocks. `thinking` / `redacted_thinking` (signed), images, documents, server tool blocks and
 unknown blocks are opaque: counted as sent, never edited. The latest assistant message with
-thinking, every message with an unknown block or another role (Claude Code sends `system`
-messages), and the first user message (the task) are pinned. A rewritten message's text
+thinking and every message with an unknown block or another role (Claude Code sends
+`system` messages) are pinned. The first user message (the task) is the engine's to keep,
+as in chat; the API wants a user message first, so if the engine dropped it whole, a short
+user note stands in its place. A rewritten message's text
 blocks become one text block that keeps the last one's `cache_control`, so the request
 never has more breakpoints than the client sent.
 """
@@ -15,16 +17,20 @@ never has more breakpoints than the client sent.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from gateway.errors import InvalidRequest
 from gateway.wire.view import PINNED, ChatView, Plan, message_fates
 
+if TYPE_CHECKING:
+    from gateway.context.engine import FittedCall
+
 KNOWN = frozenset({"text", "image", "document", "tool_use", "tool_result", "thinking",
                    "redacted_thinking", "server_tool_use", "web_search_tool_result"})
 THINKING = ("thinking", "redacted_thinking")
+OMITTED = "(Earlier messages were left out to fit the context budget.)"
 Source = tuple[int, tuple[int, ...] | None]  # (message index, its blocks; None: whole string)
 
 
@@ -79,7 +85,6 @@ def build_view(body: Mapping[str, Any]) -> ChatView:
     wire = body.get("messages") or []
     last_assistant = max((i for i, m in enumerate(wire) if m.get("role") == "assistant"),
                          default=-1)
-    first_user = next((i for i, m in enumerate(wire) if m.get("role") == "user"), -1)
     for m, message in enumerate(wire):
         role = str(message.get("role", "user"))
         content = message.get("content")
@@ -90,10 +95,7 @@ def build_view(body: Mapping[str, Any]) -> ChatView:
             sources.append((m, None))
             continue
         if isinstance(content, str):
-            chat: dict[str, Any] = {"role": role, "content": content}
-            if m == first_user:
-                chat[PINNED] = True
-            messages.append(chat)
+            messages.append({"role": role, "content": content})
             sources.append((m, None))
             continue
         blocks = [b for b in content or () if isinstance(b, Mapping)]
@@ -114,7 +116,7 @@ def build_view(body: Mapping[str, Any]) -> ChatView:
         others = tuple(i for i in range(len(blocks)) if i not in results)
         if others or not results:
             chat = {"role": role, "content": _chat_content([blocks[i] for i in others])}
-            if unknown or m == first_user:
+            if unknown:
                 chat[PINNED] = True
             messages.append(chat)
             sources.append((m, others))
@@ -181,6 +183,8 @@ def render(body: dict[str, Any], view: ChatView, plan: Plan | None,
                     rendered.append({**message, "content": kept})
             else:
                 rendered.append(message)
+        if rendered and rendered[0].get("role") != "user" and wire[0].get("role") == "user":
+            rendered.insert(0, {"role": "user", "content": OMITTED})
         out["messages"] = rendered
     if block:
         out["system"] = _with_block(body.get("system"), block)
@@ -314,9 +318,9 @@ class Messages:
     def view(self, body: dict[str, Any]) -> ChatView:
         return build_view(body)
 
-    def render(self, body: dict[str, Any], view: ChatView, plan: Plan | None,
-               block: str | None) -> dict[str, Any]:
-        return render(body, view, plan, block)
+    def render(self, body: dict[str, Any], view: ChatView,
+               fitted: FittedCall) -> dict[str, Any]:
+        return render(body, view, fitted.plan, fitted.block.text if fitted.block else None)
 
     def summary(self, answer: Mapping[str, Any]) -> dict[str, Any]:
         return summary(answer)

@@ -2,7 +2,8 @@
 
 `instructions` is the system prompt. `input` items map to chat messages: a `message` to a
 message of its role; a run of `function_call` / `custom_tool_call` items to one assistant
-message with those tool calls; each `*_output` to a `tool` message answering its call (so
+message with those tool calls (the assistant text message right before them included: one
+turn, as in chat); each `*_output` to a `tool` message answering its call (so
 the engine keeps or drops a call with its output). A `reasoning` item is never edited and
 travels with the item after it: it joins that item's chat message, as opaque content.
 Every other item type (and an output whose call is not in the request) is opaque, pinned,
@@ -14,12 +15,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from gateway.errors import InvalidRequest
 from gateway.wire.view import PINNED, ChatView, Plan, message_fates
+
+if TYPE_CHECKING:
+    from gateway.context.engine import FittedCall
 
 CALLS = ("function_call", "custom_tool_call")
 OUTPUTS = ("function_call_output", "custom_tool_call_output")
@@ -61,7 +65,7 @@ class _Builder:
     open_group: int | None = None  # chat index of a call run still being extended
 
     def add(self, message: dict[str, Any], index: int, items: list[Any], *,
-            pinned: bool = False) -> None:
+            pinned: bool = False, opens_turn: bool = False) -> None:
         reasoning = self.pending
         self.pending = []
         if reasoning:
@@ -70,7 +74,8 @@ class _Builder:
             message[PINNED] = True
         self.messages.append(message)
         self.sources.append([*reasoning, index])
-        self.open_group = None
+        # an assistant's text and the calls right after it are one turn, as in chat
+        self.open_group = len(self.messages) - 1 if opens_turn else None
 
     def _with_reasoning(self, message: dict[str, Any], reasoning: list[int],
                         items: list[Any]) -> dict[str, Any]:
@@ -89,10 +94,12 @@ class _Builder:
                 "function": {"name": name, "arguments": str(arguments or "")}}
         if self.open_group is not None:
             group = self.messages[self.open_group]
-            group["tool_calls"].append(call)
+            group.setdefault("tool_calls", []).append(call)
             if self.pending:
-                group["content"] = [*(group.get("content") or []),
-                                    *(_opaque(items[i]) for i in self.pending)]
+                content = group.get("content")
+                parts = [{"type": "text", "text": content}] if isinstance(content, str) else (
+                    list(content or []))
+                group["content"] = [*parts, *(_opaque(items[i]) for i in self.pending)]
             self.sources[self.open_group] += [*self.pending, index]
             self.pending = []
             return
@@ -135,7 +142,9 @@ def build_view(body: Mapping[str, Any]) -> ChatView:
         elif kind in OUTPUTS and str(item.get("call_id", "")) in builder.calls:
             builder.add(_output(item), index, items)
         elif kind == "message":
-            builder.add(_message(item), index, items)
+            message = _message(item)
+            builder.add(message, index, items, opens_turn=message["role"] == "assistant"
+                        and isinstance(message["content"], str))
         else:  # compaction, item_reference, hosted tool calls, unknown: as sent, pinned
             builder.add({"role": "opaque", "content": [_opaque(item)]}, index, items,
                         pinned=True)
@@ -182,8 +191,9 @@ def render(body: dict[str, Any], view: ChatView, plan: Plan | None,
             numbered = [s for s in sources if isinstance(s, int)]
             if fate is False:
                 dropped.update(numbered)
-            elif isinstance(fate, str):
-                rewritten[numbered[-1]] = fate  # the item itself: reasoning is never rewritten
+            elif isinstance(fate, str):  # the text's own item: reasoning and calls never
+                rewritten[next((i for i in reversed(numbered) if item_type(items[i]) not in (
+                    *CALLS, "reasoning")), numbered[-1])] = fate
         out["input"] = [_rewritten(item, rewritten[i]) if i in rewritten else item
                         for i, item in enumerate(items) if i not in dropped]
     if block:
@@ -271,9 +281,9 @@ class Responses:
     def view(self, body: dict[str, Any]) -> ChatView:
         return build_view(body)
 
-    def render(self, body: dict[str, Any], view: ChatView, plan: Plan | None,
-               block: str | None) -> dict[str, Any]:
-        return render(body, view, plan, block)
+    def render(self, body: dict[str, Any], view: ChatView,
+               fitted: FittedCall) -> dict[str, Any]:
+        return render(body, view, fitted.plan, fitted.block.text if fitted.block else None)
 
     def summary(self, answer: Mapping[str, Any]) -> dict[str, Any]:
         return summary(answer)

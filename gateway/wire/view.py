@@ -8,14 +8,18 @@ then re-renders only what the plan changed; every other item goes out byte-for-b
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gateway.context.items import PINNED
 from gateway.context.render import Plan
 
-__all__ = ["PINNED", "ChatView", "Plan", "StreamSummary", "WireFormat", "message_fates"]
+if TYPE_CHECKING:
+    from gateway.context.engine import FittedCall
+
+__all__ = ["PINNED", "ChatView", "Plan", "StreamSummary", "WireFormat", "message_fates",
+           "unmarked"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +34,7 @@ class ChatView:
     """
 
     body: dict[str, Any]
-    sources: list[Any]
+    sources: Sequence[Any]
     compact: bool = True
     session_key: str | None = None
 
@@ -44,6 +48,12 @@ def message_fates(count: int, plan: Plan | None) -> list[str | bool]:
     for index, text in plan:
         fates[index] = True if text is None else text
     return fates
+
+
+def unmarked(messages: list[Any]) -> list[dict[str, Any]]:
+    """Chat-view messages as a reader sees them: the adapters' PINNED marks removed."""
+    return [{k: v for k, v in m.items() if k != PINNED} if PINNED in m else m
+            for m in messages]
 
 
 class StreamSummary(Protocol):
@@ -65,10 +75,12 @@ class WireFormat(Protocol):
 
     def view(self, body: dict[str, Any]) -> ChatView: ...
 
-    def render(self, body: dict[str, Any], view: ChatView, plan: Plan | None,
-               block: str | None) -> dict[str, Any]:
-        """The request to forward: `body` with only what the plan changed re-rendered and
-        the playbook `block` (if any) placed where this format keeps its system prompt."""
+    def render(self, body: dict[str, Any], view: ChatView,
+               fitted: FittedCall) -> dict[str, Any]:
+        """The request to forward: `body` with only what the engine's plan (`fitted.plan`)
+        changed re-rendered and its playbook block (`fitted.block`, if any) placed where
+        this format keeps its system prompt. Called only when the engine changed
+        something; otherwise the client's own bytes go out."""
 
     def summary(self, answer: Mapping[str, Any]) -> dict[str, Any]:
         """`{"content", "tool_calls", "finish_reason", "usage"}` of a whole answer, with

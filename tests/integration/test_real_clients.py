@@ -2,9 +2,9 @@
 multi-step task through ctxgate against the stub upstream, and finish.
 
 The stub's `stub-agent-N` model asks the client's own shell tool for N harmless commands
-with long outputs (`seq`), then answers. Skipped, with the reason, when the CLIs are not
-installed: `npm install --prefix DIR @openai/codex @anthropic-ai/claude-code` and set
-`CTXGATE_NPM_PREFIX=DIR` (default: /tmp/ctxclients).
+with long outputs (`seq`), then answers. `.ci/run` installs the CLIs (pinned versions);
+elsewhere `npm install --prefix DIR @openai/codex @anthropic-ai/claude-code` and set
+`CTXGATE_NPM_PREFIX=DIR` (default: /tmp/ctxclients). Skipped, with the reason, without them.
 """
 
 from __future__ import annotations

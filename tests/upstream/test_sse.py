@@ -6,7 +6,8 @@ import orjson
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.upstream.sse import ChatStreamCollector, SSEDecoder, response_of_completion
+from gateway.upstream.sse import SSEDecoder
+from gateway.wire.chat import ChatStreamCollector, response_of_completion
 
 EVENTS = [b'{"a": 1}', b'{"b": "two\\nlines"}', b"[DONE]"]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.context.items import PINNED
+from gateway.wire.messages import OMITTED
 from gateway.wire.messages import build_view as messages_view
 from gateway.wire.messages import render as render_messages
 from gateway.wire.responses import build_view as responses_view
@@ -84,8 +85,18 @@ def test_messages_view_splits_tool_results_and_pins_signed_turns() -> None:
                                          "assistant", "user"]
     assert chat[2]["content"] == "onetwo" and chat[2]["tool_calls"][0]["id"] == "t1"
     assert chat[3] == {"role": "tool", "tool_call_id": "t1", "content": "r1"}
-    assert chat[1][PINNED] and chat[5][PINNED]  # the task; the latest turn with thinking
+    assert chat[5][PINNED]  # the latest turn with thinking
+    assert PINNED not in chat[1]  # the task: the engine's to keep or digest, as in chat
     assert view.sources[3] == (2, (0,)) and view.sources[4] == (2, (1,))
+
+
+def test_messages_render_opens_with_a_user_message_when_the_task_was_dropped() -> None:
+    body = messages_body()
+    view = messages_view(body)
+    plan = [(0, None), (2, None), (3, None), (4, None), (5, None), (6, None)]  # no task
+    out = render_messages(body, view, plan, None)
+    assert out["messages"][0] == {"role": "user", "content": OMITTED}
+    assert out["messages"][1:] == body["messages"][1:]
 
 
 def test_messages_render_keeps_breakpoints_and_pairs() -> None:

@@ -13,13 +13,16 @@ from hypothesis import strategies as st
 
 from gateway.context.engine import CallContext, ContextEngine
 from gateway.errors import ContextBudgetExceeded
-from gateway.wire.messages import Messages
+from gateway.wire.messages import OMITTED, Messages
 from gateway.wire.responses import Responses, item_type
 from gateway.wire.view import WireFormat
 from tests.stub_wire import messages_refusal, responses_refusal, sign
 
 TEXT = st.text(alphabet="abcdefghij klmnop/.:0123456789\n", min_size=1, max_size=600)
 BUDGETS = st.integers(min_value=50, max_value=4000)
+# A model of its own: counts of a model with no public tokenizer are corrected from the
+# usage other tests' calls report (calibration.py), which would move the budget's units.
+CLAUDE = f"claude-props-{uuid.uuid4().hex[:8]}"
 PROPERTY = settings(max_examples=40, deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture,
                                            HealthCheck.too_slow])
@@ -83,7 +86,7 @@ def messages_histories(draw: Any) -> dict[str, Any]:
     last = messages[-1]["content"]
     if isinstance(last, list):
         last[-1] = {**last[-1], "cache_control": {"type": "ephemeral"}}
-    return {"model": "claude-x", "max_tokens": 256, "system": system, "messages": messages}
+    return {"model": CLAUDE, "max_tokens": 256, "system": system, "messages": messages}
 
 
 async def _fit(engine: ContextEngine, wire: WireFormat, body: dict[str, Any],
@@ -96,8 +99,7 @@ async def _fit(engine: ContextEngine, wire: WireFormat, body: dict[str, Any],
     except ContextBudgetExceeded:
         return None
     assert fitted.tokens_after <= budget or fitted.tokens_after == fitted.tokens_before
-    block = fitted.block.text if fitted.block else None
-    return wire.render(body, view, fitted.plan, block)
+    return wire.render(body, view, fitted)
 
 
 def _is_subsequence(sent: list[Any], original: list[Any], same: Any) -> bool:
@@ -159,5 +161,8 @@ async def test_messages_invariants_hold_at_any_budget(engine: ContextEngine,
     if last_assistant is not None and any(
             b["type"] == "thinking" for b in original[last_assistant]["content"]):
         assert original[last_assistant] in sent  # signed thinking kept in the latest turn
-    assert sent[0] == original[0]  # the task
+    first = sent[0]  # the API wants a user message first: the task as sent or digested,
+    assert first["role"] == "user"  # or, when the engine dropped it, the note
+    assert first == original[0] or first["content"] == OMITTED or isinstance(
+        first["content"], str) or all(b["type"] == "text" for b in first["content"])
     assert sent[-1] == original[-1]  # the latest turn, and the client's breakpoint on it

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from gateway.api.validation import validate_chat_request
 from gateway.errors import InvalidRequest
+from gateway.wire.chat import validate_chat_request
 
 
 def body(*messages: dict[str, Any], **extra: Any) -> dict[str, Any]:
