@@ -19,7 +19,11 @@ class Metrics:
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
-        r = self.registry
+        self._request_metrics(self.registry)
+        self._context_metrics(self.registry)
+        self._learner_metrics(self.registry)
+
+    def _request_metrics(self, r: CollectorRegistry) -> None:
         self.requests = Counter(
             "ctxgate_requests_total", "Requests served",
             ["endpoint", "status", "task_class"], registry=r)
@@ -35,6 +39,8 @@ class Metrics:
         self.upstream_ttfb = Histogram(
             "ctxgate_upstream_ttfb_seconds", "Time to the upstream's response headers",
             ["endpoint"], buckets=_SLOW, registry=r)
+
+    def _context_metrics(self, r: CollectorRegistry) -> None:
         self.context_tokens = Counter(
             "ctxgate_context_tokens_total", "Input tokens before and after fitting",
             ["task_class", "phase"], registry=r)
@@ -60,6 +66,8 @@ class Metrics:
         self.playbook_injected_tokens = Histogram(
             "ctxgate_playbook_injected_tokens", "Tokens of the injected playbook block",
             ["task_class"], buckets=_TOKENS, registry=r)
+
+    def _learner_metrics(self, r: CollectorRegistry) -> None:
         self.feedback_events = Counter(
             "ctxgate_feedback_events_total", "Feedback signals received",
             ["source", "outcome"], registry=r)
