@@ -89,7 +89,9 @@ def gateways(tmp_path_factory: pytest.TempPathFactory,
     with ThreadPoolExecutor(2) as pool:
         first, second = pool.map(
             lambda name: Gateway.start(tmp_path_factory.mktemp(name), pair_env,
-                                       wait_path="/readyz"),  # warm: fitting reranks
+                                       # warm (fitting reranks); four processes
+                                       # load the model at once: slow on 2 cores
+                                       wait_path="/readyz", timeout_s=180),
             ["gateway-a", "gateway-b"])
     yield first, second
     stop(first.process)
