@@ -4,10 +4,12 @@
   k are replaced by a one-line placeholder (the issue's *masking keep-K*).
 - `plain_fit(...)`: the plainest way to fit a budget. Replace the oldest tool outputs by the
   placeholder, then drop the oldest whole turns (an assistant message with its tool results
-  is one unit), only until the call fits. Never touched: system messages, the first user
-  message (the task) and the call's last turn (the latest user message, or the latest
-  assistant message with the tool results the call ends on). When those alone do not fit,
-  the fit refuses (returns None), as the engine does with `context_budget_exceeded`.
+  is one unit), only until the call fits; the first user message (the task) goes last.
+  Never touched: what the engine pins (system messages, the latest user message) and the
+  call's last turn (the latest user message, or the latest assistant message with the tool
+  results the call ends on). When those alone do not fit, the fit refuses (returns None), as
+  the engine does with `context_budget_exceeded`: both refuse on the same calls (issue 7: a
+  refusal only when the pinned content itself does not fit).
 """
 
 from __future__ import annotations
@@ -46,9 +48,9 @@ def mask_keep(messages: Sequence[Message], keep: int) -> list[Message]:
 
 
 def pinned_indexes(messages: Sequence[Message]) -> set[int]:
-    """System messages, the first user message and the call's last turn."""
+    """System messages, the latest user message and the call's last turn: never touched."""
     pinned = {i for i, m in enumerate(messages) if m.get("role") in ("system", "developer")}
-    pinned.add(_first_user(messages))
+    pinned.add(max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1))
     last = len(messages) - 1
     while last > 0 and messages[last].get("role") == "tool":
         last -= 1  # the tool results the call ends on go with the call that asked for them
@@ -90,7 +92,11 @@ def plain_fit(
             out[i] = placeholder(messages[i])
             total -= size[i] - placeholder_sizes[i]
             size[i] = placeholder_sizes[i]
-    for unit in turn_units(messages, pinned):
+    task = _first_user(messages)
+    units = turn_units(messages, pinned | {task})
+    if task >= 0 and task not in pinned:
+        units.append([task])
+    for unit in units:
         if total <= budget:
             break
         for i in unit:

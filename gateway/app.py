@@ -15,7 +15,6 @@ from collections.abc import Awaitable
 from typing import Any
 
 import httpx
-import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry
 
 from gateway.api.asgi import Receive, Scope, Send
@@ -31,7 +30,7 @@ from gateway.observability.tracing import build_tracer
 from gateway.playbook.inject import PlaybookInjector
 from gateway.services import Services
 from gateway.settings import Settings
-from gateway.store.embedded import resolve_redis_url
+from gateway.store.client import connect
 from gateway.upstream.client import Upstream
 
 log = logging.getLogger("ctxgate")
@@ -74,8 +73,7 @@ class Gateway:
     async def startup(self) -> None:
         settings = self.settings
         metrics = Metrics(self._registry)
-        url = resolve_redis_url(settings.redis_url, settings.data_dir)
-        redis = aioredis.from_url(url, decode_responses=False)
+        redis = connect(settings)
         embedder = Embedder(settings.embed_model, redis)
         drop_log = DropLog(settings.drop_log, settings.drop_log_preview, metrics,
                            settings.drop_log_form)

@@ -149,15 +149,14 @@ def explain(
 ) -> None:
     """One call's account: what the client sent against what went upstream."""
     import orjson
-    import redis.asyncio as aioredis
 
     from gateway.observability.explain import load_explained, render_text
-    from gateway.store.embedded import resolve_redis_url
+    from gateway.store.client import connect
 
     settings = _settings(config=config)
 
     async def main() -> dict[str, Any] | None:
-        redis = aioredis.from_url(resolve_redis_url(settings.redis_url, settings.data_dir))
+        redis = connect(settings)
         try:
             return await load_explained(redis, trace_id)
         finally:

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import orjson
-import redis.asyncio as aioredis
 import typer
 
 from gateway.learner.llm import LearnerError
@@ -30,7 +29,7 @@ from gateway.playbook.guards import refused_bullets
 from gateway.playbook.render import render_sections
 from gateway.playbook.store import PlaybookStore, split_namespace
 from gateway.settings import Settings, load_settings
-from gateway.store.embedded import resolve_redis_url
+from gateway.store.client import connect
 
 app = typer.Typer(no_args_is_help=True)
 T = TypeVar("T")
@@ -39,7 +38,7 @@ ConfigOption = Annotated[Path | None, typer.Option("--config", help="YAML settin
 
 def _run(settings: Settings, work: Callable[[PlaybookStore], Awaitable[T]]) -> T:
     async def main() -> T:
-        redis = aioredis.from_url(resolve_redis_url(settings.redis_url, settings.data_dir))
+        redis = connect(settings)
         try:
             return await work(PlaybookStore(redis))
         finally:

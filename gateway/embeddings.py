@@ -109,7 +109,11 @@ class Embedder:
         assert self._redis is not None
         names = list(todo)
         try:
-            blobs = await self._redis.mget([keys.embedding(self._tag, d) for d in names])
+            # GETs in a pipeline, not MGET: the keys span slots on a Redis Cluster.
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for digest in names:
+                    pipe.get(keys.embedding(self._tag, digest))
+                blobs = await pipe.execute()
         except Exception:  # the cache is an optimisation: a Redis hiccup only costs time
             return
         for digest, blob in zip(names, blobs, strict=True):

@@ -40,13 +40,11 @@ class Services:
 @contextlib.asynccontextmanager
 async def open_services(settings: Settings) -> AsyncIterator[Services]:
     """Services for a command that runs without the HTTP app (worker, playbook, learn)."""
-    import redis.asyncio as aioredis
-
     from gateway.embeddings import Embedder
-    from gateway.store.embedded import resolve_redis_url
+    from gateway.store.client import connect
 
     metrics = Metrics()
-    redis = aioredis.from_url(resolve_redis_url(settings.redis_url, settings.data_dir))
+    redis = connect(settings)
     embedder = Embedder(settings.embed_model, redis)
     drop_log = DropLog(settings.drop_log, settings.drop_log_preview, metrics,
                        settings.drop_log_form)

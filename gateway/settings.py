@@ -35,6 +35,7 @@ class Settings(BaseSettings):
     auth_mode: Literal["passthrough", "keys"] = "passthrough"
     keys: dict[str, str] = Field(default_factory=dict, repr=False)
     redis_url: str | None = None
+    redis_cluster: bool = False  # True: redis_url names one node of a Redis Cluster
     data_dir: Path = Path("./.ctxgate")
     config: Path = DEFAULT_CONFIG
     host: str = "127.0.0.1"

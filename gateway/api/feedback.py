@@ -30,6 +30,7 @@ def build_router(services: Services) -> APIRouter:
     """The feedback route; the skeleton has authenticated the caller (their tenant)."""
     router = APIRouter()
     maxlen = learner_settings(services.settings).stream_maxlen
+    shards = learner_settings(services.settings).trace_shards
 
     @router.post(PATH, status_code=202)
     async def post_feedback(body: FeedbackBody, request: Request) -> dict[str, str]:
@@ -38,7 +39,7 @@ def build_router(services: Services) -> APIRouter:
 
         async def record() -> bool:
             return await record_feedback(services.redis, tenant, body.trace_id,
-                                         feedback, stream_maxlen=maxlen)
+                                         feedback, stream_maxlen=maxlen, shards=shards)
 
         found = await record()
         traces = services.traces

@@ -10,6 +10,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from gateway.api.asgi import Receive, Scope, Send, send_response
 from gateway.observability.gauges import refresh_gauges
+from gateway.playbook.config import learner_settings
 from gateway.services import Services
 
 log = logging.getLogger("ctxgate.metrics")
@@ -45,7 +46,9 @@ class MetricsEndpoint:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             await asyncio.wait_for(
-                refresh_gauges(self._services.redis, self._services.metrics), timeout=2.0)
+                refresh_gauges(self._services.redis, self._services.metrics,
+                               learner_settings(self._services.settings).trace_shards),
+                timeout=2.0)
         except Exception:  # a scrape still answers when Redis does not
             log.warning("could not refresh the Redis-backed gauges", exc_info=True)
         body = self._services.metrics.exposition()

@@ -1,9 +1,11 @@
 """Which task class a request belongs to: header, then YAML rules (tool names, system-prompt
-patterns, model), then the nearest class by embedding of its example requests, then the
-default. The engine asks once per session and remembers the answer."""
+patterns; a tool-using request then falls back to the agent policy; model), then the nearest
+class by embedding of its example requests, then the default. The engine asks once per
+session and remembers the answer, per session and per agent (`agent_fingerprint`)."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +20,8 @@ if TYPE_CHECKING:
 MIN_SIMILARITY = 0.3
 
 
-def tool_names(body: Mapping[str, Any]) -> set[str]:
+def defined_tools(body: Mapping[str, Any]) -> list[str]:
+    """Names of the tools the request defines, sorted."""
     names = set()
     for tool in body.get("tools") or ():
         if isinstance(tool, Mapping):
@@ -26,12 +29,40 @@ def tool_names(body: Mapping[str, Any]) -> set[str]:
             name = fn.get("name") if isinstance(fn, Mapping) else tool.get("name")
             if name:
                 names.add(str(name))
+    return sorted(names)
+
+
+def tool_names(body: Mapping[str, Any]) -> set[str]:
+    """Tools the request defines or its history calls."""
+    names = set(defined_tools(body))
     for msg in body.get("messages") or ():
         for call in msg.get("tool_calls") or ():
             fn = call.get("function") if isinstance(call, Mapping) else None
             if isinstance(fn, Mapping) and fn.get("name"):
                 names.add(str(fn["name"]))
     return names
+
+
+def is_agent_request(body: Mapping[str, Any]) -> bool:
+    """Defines tools or carries tool history: a request of a tool-using agent."""
+    if body.get("tools"):
+        return True
+    return any(
+        m.get("role") in ("tool", "function") or m.get("tool_calls")
+        for m in body.get("messages") or ()
+    )
+
+
+def agent_fingerprint(body: Mapping[str, Any]) -> str | None:
+    """Which agent sent a request: its system prompt and the tools it defines. Every session
+    of one agent has the same fingerprint from its first call on, however short that is.
+    None when the request has neither: nothing tells its agent apart."""
+    system, tools = system_text(body.get("messages") or ()), defined_tools(body)
+    if not system and not tools:
+        return None
+    h = hashlib.blake2b(digest_size=12)
+    h.update(system.encode() + b"\x00" + "\x00".join(tools).encode())
+    return h.hexdigest()
 
 
 def system_text(messages: Sequence[Mapping[str, Any]]) -> str:
@@ -51,6 +82,7 @@ def request_text(messages: Sequence[Mapping[str, Any]]) -> str:
 class Classifier:
     def __init__(self, classes: Mapping[str, TaskClass], embedder: Embedder | None) -> None:
         self._classes = [c for c in classes.values() if c.name != DEFAULT_CLASS]
+        self._agents = next((c.name for c in self._classes if c.match.agents), None)
         self._embedder = embedder
         self._centroids: tuple[list[str], Vectors] | None = None
 
@@ -66,6 +98,8 @@ class Classifier:
             for cls in self._classes:
                 if any(p.search(system) for p in cls.match.system_patterns):
                     return cls.name
+        if self._agents is not None and is_agent_request(body):
+            return self._agents
         model = str(body.get("model") or "")
         for cls in self._classes:
             if any(p.search(model) for p in cls.match.models):

@@ -17,9 +17,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from gateway.context.agents import AgentClassStore, MemoryAgentClassStore, RedisAgentClassStore
 from gateway.context.apply import apply_decisions, drop_events
 from gateway.context.caches import ContextCaches
-from gateway.context.classify import Classifier, request_text, system_text
+from gateway.context.classify import (
+    Classifier,
+    agent_fingerprint,
+    is_agent_request,
+    request_text,
+    system_text,
+)
+from gateway.context.focus import task_focus
 from gateway.context.forecast import Budget, ForecastStore, forecast_budget
 from gateway.context.injection import InjectedBlock, PlaybookSource, inject_block
 from gateway.context.items import Item, ParsedRequest, base_tokens, content_text, parse_request
@@ -28,10 +36,17 @@ from gateway.context.prefix import Prefix, PrefixCache
 from gateway.context.render import Plan, Rendered, materialize, render_messages
 from gateway.context.session import Decision, RedisSessionStore, SessionState, SessionStore
 from gateway.context.stages import STAGES, StageContext
+from gateway.context.stages.ladder import give_back, step_target
 from gateway.context.stale import stale_rule, stale_text
 from gateway.context.steps import stale_tokens, step_horizon
 from gateway.context.summarize import values as summarize_values
-from gateway.context.taskclass import DEFAULT_CLASS, STAGE_ORDER, TaskClass, load_task_classes
+from gateway.context.taskclass import (
+    DEFAULT_CLASS,
+    STAGE_ORDER,
+    TaskClass,
+    agent_policy,
+    load_task_classes,
+)
 from gateway.context.tokens import TokenCounter
 from gateway.errors import ContextBudgetExceeded, InvalidRequest
 from gateway.observability.droplog import DropEvent, DropLog
@@ -159,9 +174,12 @@ class ContextEngine:
         playbook: PlaybookSource | None = None,
         *,
         sessions: SessionStore | None = None,
+        agents: AgentClassStore | None = None,
         prefix_cache_size: int = 256,
     ) -> None:
         self.classes: dict[str, TaskClass] = load_task_classes(settings)
+        self.agent_policy = agent_policy(self.classes)
+        self._aging: dict[str, TaskClass] = {}  # each class as a tool-using request sees it
         self.models = ModelTable.load(settings.models_file)
         self.counter = TokenCounter()
         self.metrics = metrics
@@ -174,6 +192,9 @@ class ContextEngine:
                 raise ValueError("a Redis client or a session store is required")
             sessions = RedisSessionStore(redis)
         self.sessions = sessions
+        if agents is None:
+            agents = MemoryAgentClassStore() if redis is None else RedisAgentClassStore(redis)
+        self.agents = agents
         self.forecasts = ForecastStore(redis)
         self.caches = ContextCaches()
         # The previous call's work per session, reused by a call that only appends messages.
@@ -182,7 +203,9 @@ class ContextEngine:
     async def _task_class(
         self, body: dict[str, Any], call: CallContext, state: SessionState, tokens: int
     ) -> TaskClass:
-        """Header, else the session's remembered class, else rules, else nearest example."""
+        """Header, else the session's remembered class, else its agent's, else rules (the
+        agent policy for a tool-using request none matched), else nearest example. A
+        tool-using request ages its old turns whatever its class (`TaskClass.aging_as`)."""
         named = call.headers.get(HEADER_CLASS)
         if named is not None:
             if named not in self.classes:
@@ -192,17 +215,35 @@ class ContextEngine:
         elif state.task_class in self.classes:
             named = state.task_class
         else:
-            named = self.classifier.by_rules(body)
+            named = await self._agent_class(body, call.tenant, tokens)
             if named is None:
-                if not _worth_embedding(body, tokens):
-                    # A one-shot short request: no embedding on the hot path, and nothing
-                    # remembered, so the session's first longer call decides its class.
-                    return self.classes[DEFAULT_CLASS]
-                named, _ = await self.classifier.classify(body)
+                # A one-shot short request: no embedding on the hot path, and nothing
+                # remembered, so the session's first longer call decides its class.
+                return self.classes[DEFAULT_CLASS]
         if state.task_class != named:
             state.task_class = named
             state.dirty.add("class")
-        return self.classes[named]
+        cls = self.classes[named]
+        if not cls.compaction.ages and self.agent_policy is not None and is_agent_request(body):
+            cls = self._aging.setdefault(named, cls.aging_as(self.agent_policy))
+        return cls
+
+    async def _agent_class(self, body: dict[str, Any], tenant: str, tokens: int) -> str | None:
+        """The class of the agent that sent a session's first call: the one recorded for it,
+        else decided now and recorded (None: a short call that decides nothing)."""
+        fingerprint = agent_fingerprint(body)
+        if fingerprint is not None:
+            known = await self.agents.get(tenant, fingerprint)
+            if known in self.classes:
+                return known
+        named = self.classifier.by_rules(body)
+        if named is None:
+            if not _worth_embedding(body, tokens):
+                return None
+            named, _ = await self.classifier.classify(body)
+        if fingerprint is None:
+            return named
+        return await self.agents.claim(tenant, fingerprint, named)
 
     async def _playbook(
         self, cls: TaskClass, call: CallContext, session_id: str, body: dict[str, Any],
@@ -381,6 +422,7 @@ class ContextEngine:
         total = fixed + sum(item.tokens for item in final)
         over = total > cls.compaction.high_water * budget.input
         turns_step = horizon != state.horizon
+        first_call = not state.prefix and not state.decisions
         ctx = StageContext(
             task_class=cls,
             counter=self.counter,
@@ -393,12 +435,17 @@ class ContextEngine:
             decisions=remembered,
             caches=self.caches,
             known=known,
-            target=int(cls.compaction.low_water * budget.input) if over else None,
+            focus=task_focus(messages),
+            target=step_target(final, cls, budget.input, fixed, first_call) if over else None,
+            first_call=first_call,
         )
         stepped = over or turns_step or cls.select_every_call
         if stepped:
             names = STAGE_ORDER if (over or turns_step) else ("select",)
+            before = final
             final = await self._run_stages(names, final, budget, ctx, over, seconds)
+            if over and first_call and ctx.target is not None:  # cut just enough
+                final = give_back(before, final, ctx, ctx.target)
         if cls.compaction.ages:  # the instability budget counts this session's calls
             if horizon != state.horizon:
                 state.horizon = horizon

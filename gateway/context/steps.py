@@ -7,7 +7,9 @@ horizon of age-based compaction forward far enough to last a while.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Mapping, MutableMapping
+from itertools import accumulate
 from typing import Any
 
 from gateway.context.items import Item
@@ -72,11 +74,12 @@ def horizon_after(
     if not c.ages:
         return state.horizon
 
+    turns = sorted(turns)
+    indexes = sorted(tokens_from)  # tokens from each index on: suffix sums, bisected
+    suffix = [*accumulate((tokens_from[i] for i in reversed(indexes)), initial=0)][::-1]
+
     def verbatim(start: int) -> tuple[int, int]:
-        return (
-            sum(1 for i in turns if i >= start),
-            sum(t for i, t in tokens_from.items() if i >= start),
-        )
+        return len(turns) - bisect_left(turns, start), suffix[bisect_left(indexes, start)]
 
     n_turns, n_tokens = verbatim(state.horizon)
     n_tokens += stale

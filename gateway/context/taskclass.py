@@ -63,8 +63,13 @@ class Match(_Settings):
     system_patterns: tuple[re.Pattern[str], ...] = ()
     models: tuple[re.Pattern[str], ...] = ()
     examples: tuple[str, ...] = ()
+    # The fallback for agents: any request that defines tools or carries tool history and
+    # that no tool-name or system-prompt rule matched (checked before model and examples).
+    agents: bool = False
 
-    _lists = field_validator("*", mode="before")(_none_is_empty)
+    _lists = field_validator("tools", "system_patterns", "models", "examples", mode="before")(
+        _none_is_empty
+    )
 
 
 class BudgetSplit(_Settings):
@@ -169,6 +174,9 @@ class CompressOptions(_Settings):
     kinds: tuple[CompressKind, ...] = DEFAULT_KINDS  # which items age out into summaries
     min_tokens: Count = 40
     level: Count = 1
+    # An aged summary this many turns old becomes a one-line placeholder at the next step:
+    # digests of long sessions otherwise add up to most of what is sent.
+    mask_after_turns: Count | None = None
 
 
 class Stages(_Settings):
@@ -229,6 +237,18 @@ class TaskClass(_Settings):
     def stale_rules(self) -> tuple[StaleRule, ...]:
         return self.stages.select.stale_patterns if self.stages.select is not None else ()
 
+    def aging_as(self, policy: TaskClass) -> TaskClass:
+        """This class for a tool-using request: a class that does not age turns itself
+        takes the agent policy's aging (compaction marks, cluster, compress), so old tool
+        output becomes digests whatever the class; its budget, select, rerank and playbook
+        stay its own."""
+        if self.compaction.ages or not policy.compaction.ages:
+            return self
+        stages = self.stages.model_copy(
+            update={"cluster": policy.stages.cluster, "compress": policy.stages.compress}
+        )
+        return self.model_copy(update={"compaction": policy.compaction, "stages": stages})
+
 
 def task_class(
     name: str, raw: Any, playbook_defaults: ClassPlaybook | None = None
@@ -258,3 +278,8 @@ def load_task_classes(settings: Settings) -> dict[str, TaskClass]:
     if DEFAULT_CLASS not in classes:
         classes[DEFAULT_CLASS] = task_class(DEFAULT_CLASS, {}, defaults)
     return classes
+
+
+def agent_policy(classes: dict[str, TaskClass]) -> TaskClass | None:
+    """The class that tool-using requests fall back to (`match: {agents: true}`), if any."""
+    return next((c for c in classes.values() if c.match.agents), None)

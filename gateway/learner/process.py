@@ -39,7 +39,8 @@ GRACE_S = 5.0  # how long the job in flight may take to finish once asked to sto
 RESTART_DELAY_S = (1.0, 30.0)  # first and longest wait before restarting a dead child
 # The learner metrics the child records, relayed to the gateway's registry.
 RELAYED = frozenset({"feedback_events", "curator_operations", "reflection_duration",
-                     "worker_failures", "dropped_items", "dropped_tokens"})
+                     "worker_failures", "trace_shard_failures", "dropped_items",
+                     "dropped_tokens"})
 
 
 class LearnerProcess:

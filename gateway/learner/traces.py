@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -117,8 +117,10 @@ class TraceSink:
         max_pending: int = 1000,
         keep_chars: int = 48_000,
         teaches: Callable[[TraceEvent], bool] | None = None,
+        shards: int = 1,
     ) -> None:
         self._redis = redis
+        self._shards = shards
         self._metrics = metrics
         self._ttl_s = ttl_s
         self._maxlen = stream_maxlen
@@ -136,13 +138,14 @@ class TraceSink:
         return cls(services.redis, services.metrics, ttl_s=learner.trace_ttl_s,
                    stream_maxlen=learner.stream_maxlen, max_pending=learner.pending_tasks,
                    keep_chars=2 * learner.max_trace_chars,
-                   teaches=TeachingFilter(services.settings))
+                   teaches=TeachingFilter(services.settings), shards=learner.trace_shards)
 
     def publish(self, event: TraceEvent) -> None:
         """Queue `event`; one writer task sends queued events in batched pipelines."""
         if self.pending >= self._max_pending:
             if self._metrics is not None:  # Redis is slower than traffic: shed, never block
-                self._metrics.worker_failures.labels("trace_shed").inc()
+                self._metrics.worker_failure(
+                    "trace_shed", keys.trace_shard(event.tenant, self._shards))
             return
         self._queue.append((event, self._teaches is None or self._teaches(event)))
         if self._writer is None or self._writer.done():
@@ -173,7 +176,7 @@ class TraceSink:
                     if not teaches:
                         continue  # stored for feedback; nothing for a worker to do now
                     pipe.xadd(
-                        keys.TRACE_STREAM,
+                        keys.trace_stream(keys.trace_shard(event.tenant, self._shards)),
                         {"kind": "trace", "tenant": event.tenant, "trace_id": event.trace_id},
                         maxlen=self._maxlen, approximate=True,
                     )
@@ -181,7 +184,10 @@ class TraceSink:
         except Exception:  # a lost trace costs a lesson, never a response
             log.warning("%d traces not recorded", len(batch), exc_info=True)
             if self._metrics is not None:
-                self._metrics.worker_failures.labels("trace_write").inc(len(batch))
+                per_shard = Counter(keys.trace_shard(event.tenant, self._shards)
+                                    for event, _ in batch)
+                for shard, n in sorted(per_shard.items()):
+                    self._metrics.worker_failure("trace_write", shard, n)
 
     @property
     def pending(self) -> int:
@@ -209,7 +215,7 @@ async def load_trace(
 
 async def record_feedback(
     redis: aioredis.Redis, tenant: str, trace_id: str, feedback: dict[str, Any],
-    stream_maxlen: int = 100_000,
+    stream_maxlen: int = 100_000, shards: int = 1,
 ) -> bool:
     """Attach explicit feedback to a trace and queue it; False when the trace is unknown."""
     trace_key = keys.trace(tenant, trace_id)
@@ -217,7 +223,8 @@ async def record_feedback(
         return False
     await redis.hset(trace_key, FEEDBACK_FIELD, orjson.dumps(feedback))
     await redis.xadd(
-        keys.TRACE_STREAM, {"kind": "feedback", "tenant": tenant, "trace_id": trace_id},
+        keys.trace_stream(keys.trace_shard(tenant, shards)),
+        {"kind": "feedback", "tenant": tenant, "trace_id": trace_id},
         maxlen=stream_maxlen, approximate=True,
     )
     return True

@@ -23,7 +23,7 @@ from redis.exceptions import RedisError, ResponseError
 from gateway.learner.build import build_learner, build_llm
 from gateway.learner.episodes import TraceLearner
 from gateway.learner.llm import LearnerUnavailable, MalformedOutput
-from gateway.observability.gauges import trace_queue_depth
+from gateway.observability.gauges import set_queue_depths, trace_queue_depths
 from gateway.playbook.config import LearnerSettings, learner_settings
 from gateway.store import as_text, keys
 
@@ -44,22 +44,25 @@ def _entry(raw_id: Any, raw_fields: dict[Any, Any]) -> Entry:
     return as_text(raw_id), {as_text(k): as_text(v) for k, v in raw_fields.items()}
 
 
-async def ensure_group(redis: aioredis.Redis) -> None:
+async def ensure_group(redis: aioredis.Redis, shard: int = 0) -> None:
     try:
-        await redis.xgroup_create(keys.TRACE_STREAM, keys.TRACE_GROUP, id="0", mkstream=True)
+        await redis.xgroup_create(keys.trace_stream(shard), keys.TRACE_GROUP, id="0", mkstream=True)
     except ResponseError as exc:
         if "BUSYGROUP" not in str(exc):
             raise
 
 
 class StreamConsumer:
-    """One consumer of the trace group: claim, read, learn, ack or dead-letter."""
+    """One consumer of one trace shard's group: claim, read, learn, ack or dead-letter."""
 
     def __init__(
         self, redis: aioredis.Redis, learner: TraceLearner, settings: LearnerSettings,
-        consumer: str, metrics: Metrics | None = None,
+        consumer: str, metrics: Metrics | None = None, shard: int = 0,
     ) -> None:
         self._redis = redis
+        self.shard = shard
+        self._stream = keys.trace_stream(shard)
+        self._dead = keys.trace_dead_letter(shard)
         self._learner = learner
         self._settings = settings
         self.name = consumer
@@ -71,21 +74,21 @@ class StreamConsumer:
         """Entries idle past the reclaim time, now ours."""
         idle_ms = int(self._settings.reclaim_idle_s * 1000)
         answer: Any = await self._redis.xautoclaim(
-            keys.TRACE_STREAM, keys.TRACE_GROUP, self.name, idle_ms, "0-0",
+            self._stream, keys.TRACE_GROUP, self.name, idle_ms, "0-0",
             count=self._settings.batch)
         claimed = answer[1]
         return [_entry(i, f) for i, f in claimed if f]
 
     async def read_new(self, block_ms: int | None) -> list[Entry]:
         answer: Any = await self._redis.xreadgroup(
-            keys.TRACE_GROUP, self.name, {keys.TRACE_STREAM: ">"},
+            keys.TRACE_GROUP, self.name, {self._stream: ">"},
             count=self._settings.batch, block=block_ms)
         return [_entry(i, f) for _, entries in answer or [] for i, f in entries]
 
     async def claim_state(self, entry_id: str) -> tuple[str, int] | None:
         """(owner, deliveries) of a pending entry; None once it was acknowledged."""
         info = await self._redis.xpending_range(
-            keys.TRACE_STREAM, keys.TRACE_GROUP, min=entry_id, max=entry_id, count=1)
+            self._stream, keys.TRACE_GROUP, min=entry_id, max=entry_id, count=1)
         if not info:
             return None
         return as_text(info[0]["consumer"]), int(info[0]["times_delivered"])
@@ -96,7 +99,7 @@ class StreamConsumer:
         while True:
             await asyncio.sleep(period)
             try:
-                await self._redis.xclaim(keys.TRACE_STREAM, keys.TRACE_GROUP, self.name, 0,
+                await self._redis.xclaim(self._stream, keys.TRACE_GROUP, self.name, 0,
                                          [entry_id], justid=True)
             except RedisError:  # a missed beat risks a reclaim, which the merge tolerates
                 log.warning("could not keep %s claimed", entry_id, exc_info=True)
@@ -124,28 +127,31 @@ class StreamConsumer:
             return
         finally:
             heartbeat.cancel()
-        await self._redis.xack(keys.TRACE_STREAM, keys.TRACE_GROUP, entry_id)
+        await self._redis.xack(self._stream, keys.TRACE_GROUP, entry_id)
 
     async def dead_letter(self, entry_id: str, fields: dict[str, str], reason: str) -> None:
         parked = {**fields, "entry_id": entry_id, "reason": reason[:500],
                   "consumer": self.name, "ts": repr(time.time())}
-        await self._redis.xadd(keys.TRACE_DEAD_LETTER, parked,  # type: ignore[arg-type]
+        await self._redis.xadd(self._dead, parked,  # type: ignore[arg-type]
                                maxlen=DEAD_LETTER_MAXLEN, approximate=True)
-        await self._redis.xack(keys.TRACE_STREAM, keys.TRACE_GROUP, entry_id)
+        await self._redis.xack(self._stream, keys.TRACE_GROUP, entry_id)
         self._fail(reason.split(":", 1)[0])
 
     def _fail(self, reason: str) -> None:
         if self._metrics is not None:
-            self._metrics.worker_failures.labels(reason).inc()
+            self._metrics.worker_failure(reason, self.shard)
 
     async def report_depth(self) -> None:
         if self._metrics is None or time.monotonic() - self._depth_reported < DEPTH_EVERY_S:
             return
         self._depth_reported = time.monotonic()
-        self._metrics.trace_queue_depth.set(await trace_queue_depth(self._redis))
+        if self.shard != 0:
+            return  # one gauge for the whole queue: shard 0's consumer sums every shard
+        set_queue_depths(self._metrics,
+                         await trace_queue_depths(self._redis, self._settings.trace_shards))
 
     async def run(self, stop: asyncio.Event, burst: bool) -> None:
-        await ensure_group(self._redis)
+        await ensure_group(self._redis, self.shard)
         while not stop.is_set():
             entries = await self.reclaim()
             if not entries:
@@ -184,18 +190,22 @@ async def run_worker(
     """
     llm = build_llm(services)
     settings = learner_settings(services.settings)
-    worker = StreamConsumer(services.redis, build_learner(services, llm), settings,
-                            consumer or default_consumer_name(), services.metrics)
-    consuming = asyncio.create_task(_consume(worker, stop, burst))
+    learner = build_learner(services, llm)
+    name = consumer or default_consumer_name()
+    workers = [StreamConsumer(services.redis, learner, settings, name, services.metrics, shard)
+               for shard in range(settings.trace_shards)]
+    consuming = asyncio.create_task(_consume_all(workers, stop, burst))
     stopping = asyncio.create_task(stop.wait())
     try:
         await asyncio.wait({consuming, stopping}, return_when=asyncio.FIRST_COMPLETED)
         if not consuming.done():
-            if worker.in_flight is not None:
+            if any(w.in_flight is not None for w in workers):
                 await asyncio.wait({consuming}, timeout=grace_s)
             if not consuming.done():
-                if worker.in_flight is not None:
-                    log.warning("stopping: handing back %s for redelivery", worker.in_flight)
+                for worker in workers:
+                    if worker.in_flight is not None:
+                        log.warning("stopping: handing back %s of %s for redelivery",
+                                    worker.in_flight, keys.trace_stream(worker.shard))
                 consuming.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await consuming
@@ -203,6 +213,11 @@ async def run_worker(
         stopping.cancel()
         consuming.cancel()
         await llm.aclose()
+
+
+async def _consume_all(workers: list[StreamConsumer], stop: asyncio.Event, burst: bool) -> None:
+    """Every shard at once: one consumer per shard, each in its shard's order."""
+    await asyncio.gather(*(_consume(worker, stop, burst) for worker in workers))
 
 
 async def _consume(worker: StreamConsumer, stop: asyncio.Event, burst: bool) -> None:

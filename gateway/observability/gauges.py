@@ -22,11 +22,11 @@ if TYPE_CHECKING:
 _LAG_SCAN_LIMIT = 10_000  # Redis 6.2 reports no lag: count undelivered entries up to this
 
 
-
-async def trace_queue_depth(redis: aioredis.Redis) -> int:
-    """Trace events not yet acknowledged by the learners (pending + not yet delivered)."""
+async def trace_queue_depth(redis: aioredis.Redis, stream: str = keys.TRACE_STREAM) -> int:
+    """Trace events of one shard's stream not yet acknowledged by the learners (pending +
+    not yet delivered)."""
     try:
-        groups = await redis.xinfo_groups(keys.TRACE_STREAM)
+        groups = await redis.xinfo_groups(stream)
     except ResponseError:  # no stream yet
         return 0
     for group in groups:
@@ -36,10 +36,10 @@ async def trace_queue_depth(redis: aioredis.Redis) -> int:
         if group.get("lag") is not None:  # Redis 7+
             return pending + int(group["lag"])
         last = as_text(group.get("last-delivered-id") or "0-0")
-        undelivered = await redis.xrange(keys.TRACE_STREAM, min=f"({last}", max="+",
+        undelivered = await redis.xrange(stream, min=f"({last}", max="+",
                                          count=_LAG_SCAN_LIMIT)
         return pending + len(undelivered or [])
-    return int(await redis.xlen(keys.TRACE_STREAM))
+    return int(await redis.xlen(stream))
 
 
 async def playbook_sizes(redis: aioredis.Redis) -> Counter[str]:
@@ -58,7 +58,21 @@ async def playbook_sizes(redis: aioredis.Redis) -> Counter[str]:
     return totals
 
 
-async def refresh_gauges(redis: aioredis.Redis, metrics: Metrics) -> None:
-    metrics.trace_queue_depth.set(await trace_queue_depth(redis))
+async def trace_queue_depths(redis: aioredis.Redis, shards: int = 1) -> list[int]:
+    """`trace_queue_depth` of every shard's stream, shard 0 first."""
+    return [await trace_queue_depth(redis, keys.trace_stream(shard)) for shard in range(shards)]
+
+
+def set_queue_depths(metrics: Metrics, depths: list[int]) -> None:
+    """The whole queue on `ctxgate_trace_queue_depth` (no labels, as INTERFACE.md fixes it),
+    each shard on `ctxgate_trace_shard_depth{shard}`."""
+    metrics.trace_queue_depth.set(sum(depths))
+    for shard, depth in enumerate(depths):
+        metrics.trace_shard_depth.labels(str(shard)).set(depth)
+
+
+async def refresh_gauges(redis: aioredis.Redis, metrics: Metrics, trace_shards: int = 1) -> None:
+    """Every shard of the trace queue (`learner.trace_shards`) and the playbook sizes."""
+    set_queue_depths(metrics, await trace_queue_depths(redis, trace_shards))
     for task_class, size in (await playbook_sizes(redis)).items():
         metrics.playbook_bullets.labels(task_class).set(size)

@@ -73,6 +73,20 @@ class Metrics:
             "ctxgate_trace_queue_depth", "Trace events waiting for a worker", registry=r)
         self.worker_failures = Counter(
             "ctxgate_worker_failures_total", "Learner failures", ["reason"], registry=r)
+        # Per trace shard (learner.trace_shards): not in INTERFACE.md's table, whose two
+        # metrics above keep their labels and count every shard.
+        self.trace_shard_depth = Gauge(
+            "ctxgate_trace_shard_depth", "Trace events waiting for a worker, per shard",
+            ["shard"], registry=r)
+        self.trace_shard_failures = Counter(
+            "ctxgate_trace_shard_failures_total", "Learner failures, per trace shard",
+            ["shard", "reason"], registry=r)
+
+    def worker_failure(self, reason: str, shard: int, n: int = 1) -> None:
+        """One failure on `ctxgate_worker_failures_total{reason}` and on its shard's
+        `ctxgate_trace_shard_failures_total{shard,reason}`."""
+        self.worker_failures.labels(reason).inc(n)
+        self.trace_shard_failures.labels(str(shard), reason).inc(n)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

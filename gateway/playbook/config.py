@@ -83,6 +83,7 @@ class LearnerSettings(_Strict):
     batch: int = Field(default=1, ge=1)  # entries taken at a time; more wait unheartbeaten
     trace_ttl_s: int = Field(default=86400, gt=0)
     stream_maxlen: int = Field(default=100_000, gt=0)
+    trace_shards: int = Field(default=1, gt=0)  # trace streams, tenant-hashed (keys.py)
     max_trace_chars: int = Field(default=24_000, gt=0)  # of the trace shown to the Reflector
     pending_tasks: int = Field(default=1000, gt=0)  # TraceSink: XADDs in flight before shedding
 

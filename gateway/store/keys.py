@@ -3,9 +3,27 @@
 Keys that belong to a tenant carry the tenant in a hash tag (`{t:...}`) so that a Redis
 Cluster keeps one tenant's keys in one slot (multi-key Lua scripts stay legal) while
 spreading tenants across slots.
+
+Which keys must share a slot, and why (audited for Redis Cluster, issue 13):
+
+- `playbook_bullets`, `playbook_meta`, `playbook_applied` of one tenant/class: merge.lua
+  reads and writes all three atomically, and `PlaybookStore.replace` writes bullets and meta
+  in one MULTI. They share the `{t:tenant}` tag, hence one slot.
+- `session`, `forecast`, `trace`, `playbook_delta`: each is used alone (one key per
+  command or per script); they carry the tenant tag anyway, so a tenant lives on one node.
+- Untagged keys are only ever used one at a time: the trace stream and its dead letters
+  (XADD/XREADGROUP/XACK on one key), `PLAYBOOK_INDEX` (one set), `trace_owner` (looked up
+  before the tenant is known), `embedding` (shared by all tenants, spread over all slots
+  on purpose; read with pipelined GETs, never MGET).
+
+Pipelines that mix slots are non-transactional (`transaction=False`): a cluster client
+splits them by node. Nothing uses KEYS or SCAN; the playbooks are listed from
+`PLAYBOOK_INDEX`.
 """
 
 from __future__ import annotations
+
+import zlib
 
 PREFIX = "ctxgate"
 
@@ -23,6 +41,12 @@ def _tenant(tenant: str) -> str:
 def session(tenant: str, session_id: str) -> str:
     """Hash: the session's task class, compaction state and pinned playbook block."""
     return f"{_tenant(tenant)}:session:{session_id}"
+
+
+def agent_class(tenant: str, fingerprint: str) -> str:
+    """String: the task class decided for one agent (system prompt + tool set, hashed), so
+    every session of the agent gets it, whichever starts with a short call."""
+    return f"{_tenant(tenant)}:agent:{fingerprint}"
 
 
 def forecast(tenant: str, task_class: str) -> str:
@@ -64,3 +88,18 @@ def playbook_delta(tenant: str, trace_id: str) -> str:
     """String: the Curator's operations for one trace, kept so a redelivery reuses them."""
     return f"{_tenant(tenant)}:pb:delta:{trace_id}"
 
+
+
+def trace_shard(tenant: str, shards: int) -> int:
+    """The trace shard of a tenant: stable, so one tenant's traces stay in order."""
+    return zlib.crc32(tenant.encode()) % shards if shards > 1 else 0
+
+
+def trace_stream(shard: int = 0) -> str:
+    """Stream of trace shard `shard` (shard 0 is the unsharded stream's name)."""
+    return TRACE_STREAM if shard == 0 else f"{TRACE_STREAM}:{shard}"
+
+
+def trace_dead_letter(shard: int = 0) -> str:
+    """Dead letters of trace shard `shard`, kept beside it."""
+    return TRACE_DEAD_LETTER if shard == 0 else f"{TRACE_STREAM}:{shard}:dead"

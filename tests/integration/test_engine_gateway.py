@@ -137,3 +137,49 @@ def test_recorded_swe_agent_session_through_the_gateway(gateway: Gateway,
     saved = 1 - sum(a for _, a in late) / sum(b for b, _ in late)
     assert saved > 0.3, results  # replay of the same file: 40% (bench/README.md)
     assert gateway.metric("ctxgate_prefix_stable_total") >= stable_before + len(calls) - 1
+
+
+def test_sessions_of_one_agent_share_its_class(gateway: Gateway) -> None:
+    """The first session starts with a short call (nothing decided yet); once it grows, its
+    class is decided and recorded for the agent, and the agent's next session has it from
+    its first, short call on."""
+    system = {"role": "system",
+              "content": f"You are the analytics desk of Acme Retail ({uuid.uuid4().hex})."}
+    short = [system, {"role": "user", "content": "Which customers had the highest revenue?"}]
+    first = client(gateway, uuid.uuid4().hex)
+    raw = first.chat.completions.with_raw_response.create(model="gpt-4o-mini", messages=short)
+    assert raw.headers["x-ctxgate-task-class"] == "default"
+    grown = [*short, {"role": "assistant", "content": "For which period?"},
+             {"role": "user", "content": "Last quarter, grouped by region."}]
+    raw = first.chat.completions.with_raw_response.create(model="gpt-4o-mini", messages=grown)  # type: ignore[arg-type]
+    assert raw.headers["x-ctxgate-task-class"] == "data_sql"
+    raw = client(gateway, uuid.uuid4().hex).chat.completions.with_raw_response.create(
+        model="gpt-4o-mini", messages=short)
+    assert raw.headers["x-ctxgate-task-class"] == "data_sql"
+
+
+def test_tool_using_agent_in_no_named_class_is_compacted(gateway: Gateway,
+                                                         upstream: Upstream) -> None:
+    tools = [{"type": "function", "function": {"name": "open_page", "parameters": {
+        "type": "object", "properties": {"url": {"type": "string"}}}}}]
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You browse an intranet for the user."},
+        {"role": "user", "content": "Find the on-call rota for the storage team."}]
+    api = client(gateway, uuid.uuid4().hex)
+    results = []
+    for k in range(12):
+        messages.append({"role": "assistant", "content": f"Open page {k}.", "tool_calls": [
+            {"id": f"c{k}", "type": "function",
+             "function": {"name": "open_page", "arguments": f'{{"url": "/wiki/p{k}"}}'}}]})
+        messages.append({"role": "tool", "tool_call_id": f"c{k}", "content": "\n".join(
+            f"[{k}{i:03d}] link 'Storage page {k}-{i}: rota, runbook, contacts'"
+            for i in range(80))})
+        raw = api.chat.completions.with_raw_response.create(
+            model="gpt-4o-mini", messages=messages, tools=tools)  # type: ignore[arg-type]
+        assert raw.headers["x-ctxgate-task-class"] == "agent"
+        results.append((int(raw.headers["x-ctxgate-tokens-before"]),
+                        int(raw.headers["x-ctxgate-tokens-after"])))
+        validate("CreateChatCompletionRequest", upstream.last_body())
+    before, after = results[-1]
+    assert after < 0.6 * before, results  # no budget header: aging alone cut it
+    assert upstream.last_body()["messages"][-1] == messages[-1]

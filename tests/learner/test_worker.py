@@ -260,6 +260,7 @@ async def test_sink_sheds_instead_of_blocking(lredis: aioredis.Redis) -> None:
     assert sink.pending == 2
     await sink.aclose()
     assert metrics.worker_failures.labels("trace_shed")._value.get() == 3
+    assert metrics.trace_shard_failures.labels("0", "trace_shed")._value.get() == 3
     assert await lredis.xlen(keys.TRACE_STREAM) == 2
 
 

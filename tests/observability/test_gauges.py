@@ -7,7 +7,12 @@ from collections.abc import AsyncIterator
 import pytest
 import redis.asyncio as aioredis
 
-from gateway.observability.gauges import playbook_sizes, refresh_gauges, trace_queue_depth
+from gateway.observability.gauges import (
+    playbook_sizes,
+    refresh_gauges,
+    trace_queue_depth,
+    trace_queue_depths,
+)
 from gateway.observability.metrics import Metrics
 from gateway.store import keys
 
@@ -42,3 +47,80 @@ async def test_playbook_sizes_sum_tenants_per_class(fresh_redis: aioredis.Redis)
     metrics = Metrics()
     await refresh_gauges(fresh_redis, metrics)
     assert metrics.playbook_bullets.labels("code")._value.get() == 5
+
+
+async def test_refresh_reads_every_trace_shard(fresh_redis: aioredis.Redis) -> None:
+    """`ctxgate_trace_queue_depth` (no labels) is the whole queue over every shard; each
+    shard on `ctxgate_trace_shard_depth{shard}`; a shard with no stream yet counts 0."""
+    for shard, n in ((0, 2), (1, 3), (3, 4)):  # shard 2 never written
+        stream = keys.trace_stream(shard)
+        for i in range(n):
+            await fresh_redis.xadd(stream, {"n": i})
+        await fresh_redis.xgroup_create(stream, keys.TRACE_GROUP, id="0")
+    read = await fresh_redis.xreadgroup(keys.TRACE_GROUP, "w1", {keys.trace_stream(3): ">"},
+                                        count=1)
+    await fresh_redis.xack(keys.trace_stream(3), keys.TRACE_GROUP, read[0][1][0][0])
+    assert await trace_queue_depths(fresh_redis, 4) == [2, 3, 0, 3]
+    metrics = Metrics()
+    await refresh_gauges(fresh_redis, metrics, trace_shards=4)
+    assert metrics.trace_queue_depth._value.get() == 8
+    assert [metrics.trace_shard_depth.labels(str(s))._value.get() for s in range(4)] == [2, 3, 0, 3]
+    await refresh_gauges(fresh_redis, metrics)  # one shard: the unsharded stream alone
+    assert metrics.trace_queue_depth._value.get() == 2
+    exposed = metrics.exposition().decode()
+    assert "ctxgate_trace_queue_depth 2.0" in exposed
+    assert 'ctxgate_trace_shard_depth{shard="1"} 3.0' in exposed
+
+
+def test_worker_failure_counts_the_interface_metric_and_its_shard() -> None:
+    metrics = Metrics()
+    metrics.worker_failure("error", 2)
+    metrics.worker_failure("error", 0, 3)
+    assert metrics.worker_failures.labels("error")._value.get() == 4  # labels: reason only
+    assert metrics.trace_shard_failures.labels("2", "error")._value.get() == 1
+    assert metrics.trace_shard_failures.labels("0", "error")._value.get() == 3
+
+
+async def test_metrics_endpoint_reads_the_configured_shards(fresh_redis: aioredis.Redis) -> None:
+    """The admin side's scrape (`GET /metrics`) reads `learner.trace_shards` streams, not
+    only shard 0."""
+    from types import SimpleNamespace
+    from typing import Any
+
+    from gateway.api.health import MetricsEndpoint
+    from gateway.settings import Settings
+
+    for shard in range(3):
+        await fresh_redis.xadd(keys.trace_stream(shard), {"n": shard})
+    settings = Settings().model_copy(update={"learner": {"trace_shards": 3}})
+    services: Any = SimpleNamespace(redis=fresh_redis, metrics=Metrics(), settings=settings)
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b""}
+
+    await MetricsEndpoint(services)({"type": "http", "method": "GET"}, receive, send)
+    body = b"".join(m.get("body", b"") for m in sent).decode()
+    assert "ctxgate_trace_queue_depth 3.0" in body  # no group yet: the streams' lengths
+    assert all(f'ctxgate_trace_shard_depth{{shard="{s}"}} 1.0' in body for s in range(3))
+
+
+def test_learner_child_relays_shard_failures() -> None:
+    """The in-process learner's child records failures through `MetricRelay`s: both the
+    INTERFACE.md counter and the per-shard one reach the gateway's registry."""
+    import multiprocessing
+
+    from gateway.learner.process import RELAYED, MetricRelay, apply_metric
+
+    child, gateway = Metrics(), Metrics()
+    ours, theirs = multiprocessing.Pipe()
+    for name in RELAYED:
+        setattr(child, name, MetricRelay(name, theirs))
+    child.worker_failure("malformed_output", 1)
+    while ours.poll(0.5):
+        apply_metric(gateway, ours.recv())
+    assert gateway.worker_failures.labels("malformed_output")._value.get() == 1
+    assert gateway.trace_shard_failures.labels("1", "malformed_output")._value.get() == 1

@@ -36,7 +36,9 @@ class StageContext:
     originals: Mapping[str, Item]  # items as the client sent them, by id
     decisions: dict[str, Decision]  # remembered and made so far; stages add to it
     target: int | None = None  # over the high-water mark: cut down to this many tokens
+    first_call: bool = False  # the session's first call: no prompt cache to protect
     known: frozenset[str] = frozenset()  # values of the session's system prompt and task
+    focus: frozenset[str] = frozenset()  # terms of the task and the latest calls (focus.py)
     caches: ContextCaches = field(default_factory=ContextCaches)  # the engine's memos
 
     def total(self, items: list[Item]) -> int:
@@ -110,7 +112,9 @@ def decide(items: list[Item], chosen: Mapping[str, Decision], ctx: StageContext)
             # A summary need not repeat what the model has already read above it.
             decision = replace(
                 decision,
-                text=summarize(original.text, original.kind, decision.level, frozenset(seen)),
+                text=summarize(
+                    original.text, original.kind, decision.level, frozenset(seen), ctx.focus
+                ),
             )
             decisions[item.id] = decision
         ctx.decisions[item.id] = decision

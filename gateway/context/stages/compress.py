@@ -2,12 +2,12 @@
 
 1. Age (regardless of budget): items of the kinds in `kinds`, at least `min_tokens` long,
    in messages the current step covers, are summarised extractively (see summarize.py);
-   the goal (the task statement) is kept.
+   the goal (the task statement) is kept. Aged summaries `mask_after_turns` old become
+   one-line placeholders.
 2. Caps: retrieved documents over the class's knowledge cap, and history over its history
    cap, are cut lowest-importance first.
-3. Budget: over the high-water mark, items are cut lowest-importance (rerank score) and
-   oldest first, each one step down the ladder summary → strict summary → mask → drop,
-   until the total is at the low-water target.
+3. Budget: over the high-water mark, items are cut down the budget ladder (`stages/ladder.py`)
+   until the total is at the step's target.
 """
 
 from __future__ import annotations
@@ -18,55 +18,37 @@ from gateway.context.forecast import Budget
 from gateway.context.items import Item
 from gateway.context.session import Decision
 from gateway.context.stages.base import StageContext, StageResult, decide
+from gateway.context.stages.ladder import cut
 from gateway.context.taskclass import CompressOptions
 
-LADDER = (
-    ("compress", "summary", 1),
-    ("compress", "summary", 2),
-    ("compress", "summary", 3),
-    ("mask", "mask", 1),
-    ("drop", "drop", 1),
-)
+EXPIRED_MIN_TOKENS = 60  # a shorter digest is left as it is: a placeholder saves too little
 
 
-def _rung(decision: Decision | None) -> int:
-    if decision is None:
-        return -1
-    for i, (_, method, level) in enumerate(LADDER):
-        if decision.method == method and decision.level == level:
-            return i
-    return 3 if decision.method in ("strip", "dedup") else 4
-
-
-def _cut(
-    items: list[Item],
-    ctx: StageContext,
-    reason: str,
-    select: Callable[[Item], bool],
-    total: Callable[[list[Item]], int],
-    target: int,
-) -> tuple[list[Item], dict[str, Decision]]:
-    made: dict[str, Decision] = {}
-    for _ in range(len(LADDER)):
-        order = sorted(
-            (i for i in items if not i.pinned and select(i)),
-            key=lambda i: (i.score, -i.age, i.message_index),
-        )
-        if not order:
-            break
-        for victim in order:
-            if total(items) <= target:
-                return items, made
-            rung = _rung(ctx.decisions.get(victim.id)) + 1
-            if rung >= len(LADDER) or not any(i.id == victim.id for i in items):
-                continue
-            action, method, level = LADDER[rung]
-            result = decide(
-                items, {victim.id: Decision("compress", action, reason, method, level)}, ctx
-            )
-            items = result.items
-            made.update(result.decisions)
-    return items, made
+def _expired_digests(
+    items: list[Item], ctx: StageContext, opts: CompressOptions
+) -> dict[str, Decision]:
+    """Aged summaries old enough to be masked (the decision replaces the summary). In
+    batches, as hysteresis: once a digest is twice `mask_after_turns` old, every digest at
+    least `mask_after_turns` old is masked, so the rendered prefix changes this far back
+    only once in that many turns."""
+    after = opts.mask_after_turns
+    if after is None or not ctx.task_class.compaction.ages:
+        return {}
+    expired = {}
+    oldest = 0
+    for item in items:
+        made = ctx.decisions.get(item.id)
+        if (
+            made is not None
+            and made.method == "summary"
+            and made.reason == "aged"
+            and item.age >= after
+            and item.tokens >= EXPIRED_MIN_TOKENS
+            and not item.pinned
+        ):
+            expired[item.id] = Decision("compress", "mask", "aged", "mask", 1)
+            oldest = max(oldest, item.age)
+    return expired if oldest >= 2 * after else {}
 
 
 async def compress_items(items: list[Item], budget: Budget, ctx: StageContext) -> StageResult:
@@ -84,6 +66,7 @@ async def compress_items(items: list[Item], budget: Budget, ctx: StageContext) -
         and item.tokens >= min_tokens
         and item.rewritable
     }
+    aged.update(_expired_digests(items, ctx, opts))
     result = decide(items, aged, ctx)
     items, decisions = result.items, dict(result.decisions)
     low = ctx.task_class.compaction.low_water
@@ -92,14 +75,10 @@ async def compress_items(items: list[Item], budget: Budget, ctx: StageContext) -
         ("history_cap", lambda i: i.kind not in ("system", "knowledge"), budget.split.history),
     ]
     for reason, part, cap in caps:
-
-        def part_total(current: list[Item], part: Callable[[Item], bool] = part) -> int:
-            return sum(i.tokens for i in current if part(i))
-
-        if part_total(items) > cap:
-            items, made = _cut(items, ctx, reason, part, part_total, int(cap * low))
-            decisions.update(made)
-    if ctx.target is not None and ctx.total(items) > ctx.target:
-        items, made = _cut(items, ctx, "over_budget", lambda i: True, ctx.total, ctx.target)
+        aim = cap if ctx.first_call else int(cap * low)
+        items, made = cut(items, ctx, reason, aim, part, above=cap)
+        decisions.update(made)
+    if ctx.target is not None:
+        items, made = cut(items, ctx, "over_budget", ctx.target, offset=ctx.fixed_tokens)
         decisions.update(made)
     return StageResult(items, decisions)

@@ -4,8 +4,9 @@ score = relevance (cosine to the current step: the latest result and request) + 
       + plan-aware weights: the goal highest, error-and-recovery steps kept, sub-goals that
         finished (before the latest success) lower.
 Embeddings come from the shared embedder: cached by content hash, computed off the event
-loop, only for items never seen. Options: `min_relevance` (drop retrieved documents below
-it), `weights` {relevance, recency, goal, error, finished}.
+loop, only for items never seen, and for at most `EMBED_ITEMS` items a call (the newest).
+Options: `min_relevance` (drop retrieved documents below it), `weights` {relevance, recency,
+goal, error, finished}.
 """
 
 from __future__ import annotations
@@ -25,15 +26,24 @@ from gateway.context.taskclass import RerankOptions
 _ERROR = re.compile(r"(?i)\b(error|exception|traceback|failed|fatal)\b")
 _SUCCESS = re.compile(r"(?i)\b(passed|succeeded|successfully|fixed|resolved|done)\b")
 EMBED_CHARS = 2000
+# Items embedded per call at most: the most recent and the task statement. Older ones rank
+# by recency alone, so a call's embedding work stays bounded however long its history.
+EMBED_ITEMS = 64
 
 
-async def _relevance(items: list[Item], ctx: StageContext) -> list[float]:
+async def _relevance(items: list[Item], ctx: StageContext) -> list[float | None]:
+    """Cosine of each item to the current step; None for those not embedded."""
     if ctx.embedder is None or not ctx.query:
         return [0.0] * len(items)
-    texts = [item.text[:EMBED_CHARS] or " " for item in items]
+    recent = sorted(range(len(items)), key=lambda k: -items[k].message_index)[:EMBED_ITEMS]
+    chosen = sorted({*recent, *(k for k, item in enumerate(items) if item.goal)})
+    texts = [items[k].text[:EMBED_CHARS] or " " for k in chosen]
     vectors = await ctx.embedder.embed([ctx.query[-EMBED_CHARS:], *texts])
-    sims = vectors[1:] @ vectors[0]
-    return [float(x) for x in np.clip(sims, -1.0, 1.0)]
+    sims = np.clip(vectors[1:] @ vectors[0], -1.0, 1.0)
+    out: list[float | None] = [None] * len(items)
+    for k, sim in zip(chosen, sims, strict=True):
+        out[k] = float(sim)
+    return out
 
 
 async def rerank_items(items: list[Item], budget: Budget, ctx: StageContext) -> StageResult:
@@ -47,7 +57,7 @@ async def rerank_items(items: list[Item], budget: Budget, ctx: StageContext) -> 
         if item.pinned:
             scored.append(replace(item, score=math.inf))
             continue
-        score = weights.relevance * relevance[item.id]
+        score = weights.relevance * (relevance[item.id] or 0.0)
         score += weights.recency * math.exp(-item.age / 4)
         if item.goal:
             score += weights.goal
@@ -60,10 +70,12 @@ async def rerank_items(items: list[Item], budget: Budget, ctx: StageContext) -> 
     min_relevance = opts.min_relevance
     if min_relevance is not None:
         for item in free:
+            rel = relevance[item.id]
             if (
                 item.kind == "knowledge"
                 and item.id not in ctx.decisions
-                and relevance[item.id] < min_relevance
+                and rel is not None  # not embedded: too old to judge, left to the budget
+                and rel < min_relevance
             ):
                 chosen[item.id] = Decision("rerank", "drop", "irrelevant", "drop")
     return decide(scored, chosen, ctx)

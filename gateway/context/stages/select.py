@@ -29,12 +29,25 @@ def _stale(item: Item, rules: Sequence[StaleRule], ctx: StageContext) -> Decisio
     return Decision("select", rule.action, "stale_instruction", rule.action)
 
 
-def _reminder(item: Item, later_text: str, patterns: Sequence[str]) -> Decision | None:
+def _reminder(
+    item: Item, pos: int, last: dict[tuple[str, str], int], patterns: Sequence[str]
+) -> Decision | None:
+    """Strip a reminder block when every block of it is repeated by a later item."""
     for pattern in patterns:
         blocks = re.findall(pattern, item.text)
-        if blocks and all(block in later_text for block in blocks):
+        if blocks and all(last[(pattern, block)] > pos for block in blocks):
             return Decision("select", "compress", "repeated_reminder", "strip", arg=pattern)
     return None
+
+
+def _last_blocks(items: list[Item], patterns: Sequence[str]) -> dict[tuple[str, str], int]:
+    """Where each reminder block occurs last: one pass, not a scan of the rest per item."""
+    last: dict[tuple[str, str], int] = {}
+    for pos, item in enumerate(items):
+        for pattern in patterns:
+            for block in re.findall(pattern, item.text):
+                last[(pattern, block)] = pos
+    return last
 
 
 async def select_items(items: list[Item], budget: Budget, ctx: StageContext) -> StageResult:
@@ -42,6 +55,7 @@ async def select_items(items: list[Item], budget: Budget, ctx: StageContext) -> 
     max_turns, knowledge_max = opts.max_turns, opts.knowledge_max_turns
     stale_rules, reminders = opts.stale_patterns, opts.reminder_patterns
     pinned_units = unit_pinned(items)
+    last_blocks = _last_blocks(items, reminders) if reminders else {}
     chosen: dict[str, Decision] = {}
     for pos, item in enumerate(items):
         if item.pinned or item.id in ctx.decisions or item.message_index >= ctx.horizon:
@@ -58,9 +72,8 @@ async def select_items(items: list[Item], budget: Budget, ctx: StageContext) -> 
             decision = _stale(item, stale_rules, ctx)
             if decision is not None and decision.method == "drop" and not droppable:
                 decision = Decision("select", "mask", "stale_instruction", "mask")
-        if decision is None and any(re.search(p, item.text) for p in reminders):
-            later = "\n".join(other.text for other in items[pos + 1 :])
-            decision = _reminder(item, later, reminders)
+        if decision is None and reminders:
+            decision = _reminder(item, pos, last_blocks, reminders)
         if decision is not None:
             chosen[item.id] = decision
     return decide(items, chosen, ctx)

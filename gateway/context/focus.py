@@ -1,0 +1,82 @@
+"""What the agent is working on: the terms of its task statement and the values of its
+recent tool calls. A digest of an old output keeps the lines that carry them (plan-aware, as
+in PAACE): the row naming the product the task asks about, the line with the id the agent just
+passed to a tool; a random number in a log line is left to the value list."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import orjson
+
+from gateway.context.items import content_text
+
+RECENT_CALLS = 3  # assistant turns whose tool-call arguments are the current step
+_TERM = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-/@]*[A-Za-z0-9_]")
+# Words every task statement has: they carry no focus.
+_COMMON = frozenset(
+    [
+        "about", "above", "after", "again", "all", "also", "and", "any", "are", "because", "been",
+        "before", "being", "below", "between", "both", "but", "can", "could", "did", "does",
+        "doing", "done", "down", "during", "each", "either", "else", "every", "few", "find",
+        "first", "for", "from", "further", "give", "given", "had", "has", "have", "having",
+        "here", "how", "into", "its", "just", "last", "least", "like", "list", "make", "many",
+        "more", "most", "much", "must", "need", "next", "not", "now", "off", "once", "only",
+        "other", "our", "out", "over", "own", "please", "same", "show", "should", "since", "some",
+        "such", "than", "that", "the", "their", "them", "then", "there", "these", "they", "this",
+        "those", "through", "too", "under", "until", "upon", "use", "used", "user", "using",
+        "very", "want", "was", "way", "well", "were", "what", "when", "where", "which", "while",
+        "who", "whom", "why", "will", "with", "within", "without", "would", "you", "your",
+    ]
+)
+
+
+def _terms(text: str) -> set[str]:
+    return {t.lower() for t in _TERM.findall(text) if len(t) >= 3 and t.lower() not in _COMMON}
+
+
+def _argument_leaves(raw: str) -> list[str]:
+    try:
+        value: Any = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return [raw]
+    out: list[str] = []
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, Mapping):
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+        elif node is not None and not isinstance(node, bool):
+            out.append(str(node))
+    return out
+
+
+def task_focus(messages: Sequence[Mapping[str, Any]]) -> frozenset[str]:
+    """Lower-cased terms of the task statement (the first user message) and of the arguments
+    of the latest tool calls. Walks the first user message and the last few turns only."""
+    terms: set[str] = set()
+    first_user = next((m for m in messages if m.get("role") == "user"), None)
+    if first_user is not None:
+        terms |= _terms(content_text(first_user.get("content"))[:4000])
+    seen = 0
+    for msg in reversed(messages):
+        if msg.get("role") != "assistant":
+            continue
+        for call in msg.get("tool_calls") or ():
+            fn = call.get("function") if isinstance(call, Mapping) else None
+            if isinstance(fn, Mapping):
+                for leaf in _argument_leaves(str(fn.get("arguments") or "")):
+                    terms |= _terms(leaf[:2000])
+        seen += 1
+        if seen >= RECENT_CALLS:
+            break
+    return frozenset(terms)
+
+
+def focus_hits(line: str, focus: frozenset[str]) -> int:
+    """How many distinct focus terms a line carries."""
+    return len({t.lower() for t in _TERM.findall(line)} & focus) if focus else 0

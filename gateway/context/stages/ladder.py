@@ -1,0 +1,351 @@
+"""The budget ladder: what a compaction step aims at, and cutting just enough to get there.
+
+Target. A session's first call has no prompt cache to protect, so it aims at the budget
+itself; a later call's step aims at the class's low-water mark (hysteresis: the next calls
+then reuse the step's prefix). Neither ever aims below what the pinned content needs plus
+the most recent exchange, nor above the budget.
+
+Cut. Candidates are ordered least useful first (lowest rerank score, oldest, the task
+statement last; the most recent exchange only once all else is cut); pass k of the ladder
+summary → strict summary → digest → mask → drop takes every candidate that stands above
+rung k down to it, stopping as soon as the total is at the target: everything is digested
+before anything is masked, masked before anything is dropped, and no more is cut than
+needed. A rewrite that would land far below the target becomes an excerpt (head and tail)
+of just the size needed; drops go to small units first, and drops a later large one made
+needless come back. A drop takes the item's whole unit (a tool call goes with its
+results), or becomes a mask where part of the unit is pinned.
+
+O(n log n) in the number of items: one sort, and each rewrite looks only at the item's own
+values (what the model reads before an item is kept, per value, as a heap of positions).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+from gateway.context.apply import apply_decision
+from gateway.context.items import Item
+from gateway.context.session import Decision
+from gateway.context.stages.base import StageContext, item_values, unit_pinned
+from gateway.context.summarize import summarize
+from gateway.context.taskclass import TaskClass
+from gateway.context.tokens import TokenCounter
+
+LADDER = (
+    ("compress", "summary", 1),
+    ("compress", "summary", 2),
+    ("compress", "summary", 3),
+    ("mask", "mask", 1),
+    ("drop", "drop", 1),
+)
+DROP = len(LADDER) - 1
+# Texts shorter than this (tokens) are not worth a digest or a placeholder: only dropped.
+MIN_REWRITE = 24
+# A step may land this share of the total below the target; one that would land lower cuts
+# an excerpt of its item instead (a large output digested in one go would overshoot).
+LANDING = 0.04
+EXCERPT_MIN = 32  # tokens an excerpt keeps at least, else the rung's own rewrite stands
+
+
+def excerpt(text: str, keep: int, counter: TokenCounter, encoding: str) -> str | None:
+    """The head and the tail of `text` in about `keep` tokens, the middle marked omitted;
+    None when the text is not longer than that."""
+    enc = counter.encoding(encoding)
+    tokens = enc.encode_ordinary(text)
+    for room in (keep - 12, keep - 24):  # the marker and re-tokenising at the seams
+        if room <= 0 or room >= len(tokens):
+            return None
+        head, tail = enc.decode(tokens[: room - room // 3]), enc.decode(tokens[-(room // 3) :])
+        omitted = len(tokens) - room
+        out = f"{head}\n[ctxgate: {omitted} tokens omitted]\n{tail}"
+        if counter.count(out, encoding) <= keep:
+            return out
+    return None
+
+
+def rung(decision: Decision | None) -> int:
+    """Where on the ladder an item stands (-1: untouched)."""
+    if decision is None:
+        return -1
+    for i, (_, method, level) in enumerate(LADDER):
+        if decision.method == method and decision.level == level:
+            return i
+    return 3 if decision.method in ("strip", "dedup") else 4
+
+
+def latest_exchange(items: Sequence[Item]) -> frozenset[str]:
+    """Units of the step the model has just taken: its latest unpinned assistant message
+    (with its tool results) and whatever unpinned followed it."""
+    pinned = unit_pinned(list(items))
+    free = [i for i in items if not i.pinned and i.unit not in pinned]
+    turns = [i.message_index for i in free if i.kind in ("assistant", "tool_call")]
+    if not turns:
+        return frozenset({free[-1].unit}) if free else frozenset()
+    return frozenset(i.unit for i in free if i.message_index >= turns[-1])
+
+
+def step_target(
+    items: Sequence[Item], cls: TaskClass, budget: int, fixed: int, first_call: bool
+) -> int:
+    """What a compaction step under budget pressure cuts down to (see the module doc)."""
+    aim = budget if first_call else int(cls.compaction.low_water * budget)
+    recent = latest_exchange(items)
+    floor = fixed + sum(i.tokens for i in items if i.pinned or i.unit in recent)
+    return min(budget, max(aim, floor))
+
+
+class _Values:
+    """Which values the model reads before each position, as items are rewritten: per value,
+    a heap of the positions whose current text has it (stale entries popped lazily)."""
+
+    def __init__(self, items: Sequence[Item | None], ctx: StageContext) -> None:
+        self._ctx = ctx
+        self._at: list[frozenset[str]] = []
+        self._where: dict[str, list[int]] = {}
+        for p, item in enumerate(items):
+            found = item_values(item.text, ctx) if item is not None else frozenset()
+            self._at.append(found)
+            for v in found:
+                self._where.setdefault(v, []).append(p)  # ascending: already a heap
+
+    def set(self, p: int, item: Item | None) -> None:
+        found = item_values(item.text, self._ctx) if item is not None else frozenset()
+        for v in found - self._at[p]:
+            heapq.heappush(self._where.setdefault(v, []), p)
+        self._at[p] = found
+
+    def before(self, v: str, p: int) -> bool:
+        heap = self._where.get(v, [])
+        while heap and v not in self._at[heap[0]]:
+            heapq.heappop(heap)
+        return bool(heap) and heap[0] < p
+
+    def seen(self, text: str, p: int) -> frozenset[str]:
+        """Those values of `text` the model has read before position `p`."""
+        known = self._ctx.known
+        return frozenset(v for v in item_values(text, self._ctx) if v in known or self.before(v, p))
+
+
+class Ladder:
+    """One cut over a list of items; `kept()` and `made` are the result."""
+
+    def __init__(self, items: list[Item], ctx: StageContext, tolerance: int = 0) -> None:
+        self.ctx = ctx
+        self.tolerance = tolerance  # how far below the target a step may land
+        self.current: list[Item | None] = list(items)
+        self.made: dict[str, Decision] = {}
+        # Units dropped, each as (position, item, decision) before the drop, least useful first
+        self._dropped: list[list[tuple[int, Item, Decision | None]]] = []
+        self._values: _Values | None = None  # built when a first summary needs it
+        self._units: dict[str, list[int]] = {}
+        for p, item in enumerate(items):
+            self._units.setdefault(item.unit, []).append(p)
+        self._pinned_units = unit_pinned(items)
+
+    def kept(self) -> list[Item]:
+        return [item for item in self.current if item is not None]
+
+    def step(
+        self,
+        p: int,
+        to: int,
+        reason: str,
+        counted: Callable[[Item], bool],
+        need: int,
+        fine: bool = False,
+    ) -> int:
+        """Take the item at `p` down to rung `to` if it stands above it; returns the counted
+        tokens saved. A text too short to digest or mask only takes the drop rung. A rewrite
+        that would save far more than the `need`ed tokens becomes an excerpt that saves
+        just those; a unit whose drop would is left alone when `fine`."""
+        item = self.current[p]
+        if item is None:
+            return 0
+        before = self.ctx.decisions.get(item.id)
+        if rung(before) >= to or (to < DROP and item.tokens - item.fixed_tokens < MIN_REWRITE):
+            return 0
+        action, method, level = LADDER[to]
+        if method == "drop" and (
+            (item.kind == "knowledge" and item.segment == 0)
+            or (item.kind != "knowledge" and item.unit in self._pinned_units)
+        ):  # the message (or its unit) must stay: mask the text instead
+            if before is not None and before.method == "mask":
+                return 0
+            action, method, level = LADDER[DROP - 1]
+        decision = Decision("compress", action, reason, method, level)
+        if method == "drop" and item.kind != "knowledge":
+            unit = [q for q in self._units[item.unit] if self.current[q] is not None]
+            if fine and self._tokens(unit, counted) > need + self.tolerance:
+                return 0  # would land far below the target: smaller units first
+            before_drop = [(q, self.current[q]) for q in unit]
+            self._dropped.append(
+                [(q, i, self.ctx.decisions.get(i.id)) for q, i in before_drop if i is not None]
+            )
+            return sum(self._set(q, decision, counted) for q in unit)
+        saved = self._set(p, decision, counted)
+        if saved > need + self.tolerance and counted(item):
+            saved = self._excerpt(p, item, reason, need, saved)
+        return saved
+
+    def restore(self, room: int, counted: Callable[[Item], bool]) -> int:
+        """Undo drops, most useful first, that fit in `room` tokens (a later, larger drop
+        made them unneeded); returns the counted tokens put back."""
+        back = 0
+        for unit in reversed(self._dropped):
+            tokens = sum(item.tokens for _, item, _ in unit if counted(item))
+            if tokens > room - back:
+                continue
+            for q, item, decision in unit:
+                self.current[q] = item
+                if decision is None:
+                    del self.ctx.decisions[item.id]
+                    self.made.pop(item.id, None)
+                else:
+                    self.ctx.decisions[item.id] = decision
+                    if item.id in self.made:
+                        self.made[item.id] = decision
+                if self._values is not None:
+                    self._values.set(q, item)
+            back += tokens
+        return back
+
+    def _tokens(self, positions: list[int], counted: Callable[[Item], bool]) -> int:
+        return sum(
+            item.tokens
+            for item in (self.current[q] for q in positions)
+            if item is not None and counted(item)
+        )
+
+    def _excerpt(self, p: int, item: Item, reason: str, need: int, saved: int) -> int:
+        """Instead of the rewrite just made at `p` (saving `saved`), the original's head and
+        tail cut to save about `need` tokens, when that is shorter than the item."""
+        original = self.ctx.originals.get(item.id, item)
+        keep = item.tokens - need - original.fixed_tokens
+        if not original.rewritable or keep <= EXCERPT_MIN:
+            return saved
+        text = excerpt(original.text, keep, self.ctx.counter, self.ctx.encoding)
+        if text is None:
+            return saved
+        decision = Decision("compress", "compress", reason, "summary", 1, text=text)
+        new = apply_decision(original, decision, self.ctx.counter, self.ctx.encoding)
+        if new is None or new.tokens >= item.tokens:
+            return saved
+        self.ctx.decisions[item.id] = self.made[item.id] = decision
+        self.current[p] = replace(new, score=item.score)
+        if self._values is not None:
+            self._values.set(p, self.current[p])
+        return item.tokens - new.tokens
+
+    def _set(self, p: int, decision: Decision, counted: Callable[[Item], bool]) -> int:
+        item = self.current[p]
+        if item is None:
+            return 0
+        original = self.ctx.originals.get(item.id, item)
+        if decision.method == "summary" and original.rewritable:
+            # A summary need not repeat what the model has already read above it.
+            if self._values is None:
+                self._values = _Values(self.current, self.ctx)
+            seen = self._values.seen(original.text, p)
+            text = summarize(original.text, original.kind, decision.level, seen)
+            decision = replace(decision, text=text)
+        self.ctx.decisions[item.id] = self.made[item.id] = decision
+        ctx = self.ctx
+        new = apply_decision(
+            original, decision, ctx.counter, ctx.encoding, ctx.known, ctx.caches.rewritten
+        )
+        if new is not None and new.score != item.score:
+            new = replace(new, score=item.score)
+        self.current[p] = new
+        if self._values is not None:
+            self._values.set(p, new)
+        if not counted(item):
+            return 0
+        return item.tokens - (new.tokens if new is not None else 0)
+
+
+def usefulness(item: Item) -> tuple[bool, float, int, int]:
+    """Sort key, least useful first: the task statement last, then by rerank score, then
+    oldest first."""
+    return (item.goal, item.score, -item.age, item.message_index)
+
+
+def cut(
+    items: list[Item],
+    ctx: StageContext,
+    reason: str,
+    target: int,
+    counted: Callable[[Item], bool] = lambda _: True,
+    offset: int = 0,
+    above: int | None = None,
+) -> tuple[list[Item], dict[str, Decision]]:
+    """`items` cut down the ladder until `offset` + the tokens of the counted items is at
+    most `target` (or nothing is left to cut), and the decisions made. Nothing is cut unless
+    that total is over `above` (default: the target): a hysteresis mark."""
+    total = offset + sum(i.tokens for i in items if counted(i))
+    if total <= (target if above is None else above):
+        return items, {}
+    recent = latest_exchange(items)
+    free = sorted(
+        (p for p, i in enumerate(items) if not i.pinned and counted(i)),
+        key=lambda p: usefulness(items[p]),
+    )
+    ladder = Ladder(items, ctx, tolerance=int(LANDING * total))
+    # Each rung in turn (drops twice: first only units small enough not to land far below
+    # the target, then any), over everything but the latest exchange, then over that.
+    passes = [(to, False) for to in range(DROP)] + [(DROP, True), (DROP, False)]
+    for order in (
+        [p for p in free if items[p].unit not in recent],
+        [p for p in free if items[p].unit in recent],
+    ):
+        for to, fine in passes:
+            for p in order:
+                if total <= target:
+                    break
+                total -= ladder.step(p, to, reason, counted, total - target, fine)
+    if total <= target:  # a large drop came last: smaller ones before it may come back
+        ladder.restore(target - total, counted)
+    return ladder.kept(), ladder.made
+
+
+def give_back(before: list[Item], after: list[Item], ctx: StageContext, target: int) -> list[Item]:
+    """After a step that cut well below `target` (duplicates folded, rules applied), the
+    step's own decisions undone, newest unit first, while the total stays at most `target`:
+    a session's first call is cut just enough. `before`: the items as they were before the
+    step, so only the step's decisions are undone."""
+    room = target - ctx.total(after)
+    if room <= LANDING * ctx.total(before):
+        return after
+    now = {item.id: item for item in after}
+    units: dict[str, list[Item]] = {}
+    for item in before:
+        if item.id in ctx.decisions and now.get(item.id) is not item:
+            units.setdefault(item.unit, []).append(item)
+    partial: Item | None = None  # the newest item that did not fit back whole
+    for unit in sorted(units.values(), key=lambda u: -u[-1].message_index):
+        tokens = sum(i.tokens - (now[i.id].tokens if i.id in now else 0) for i in unit)
+        if tokens > room:
+            if partial is None and len(unit) == 1 and unit[0].id in now:
+                partial = unit[0]
+            continue
+        for item in unit:
+            now[item.id] = item
+            del ctx.decisions[item.id]
+        room -= tokens
+    if partial is not None and room > LANDING * ctx.total(before):
+        # what is left of the room: an excerpt of that item's own text
+        keep = now[partial.id].tokens + room - partial.fixed_tokens
+        text = (
+            excerpt(partial.text, keep, ctx.counter, ctx.encoding) if partial.rewritable else None
+        )
+        if text is not None:
+            filled = Decision("compress", "compress", "over_budget", "summary", 1, text=text)
+            new = apply_decision(partial, filled, ctx.counter, ctx.encoding)
+            if (
+                new is not None
+                and now[partial.id].tokens < new.tokens <= now[partial.id].tokens + room
+            ):
+                now[partial.id] = new
+                ctx.decisions[partial.id] = filled
+    return [now[item.id] for item in before if item.id in now]

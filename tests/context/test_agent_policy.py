@@ -1,0 +1,162 @@
+"""The general agent policy: tool-using requests age whatever their class, and sessions of
+one agent (tenant, system prompt, tool set) are classed alike however they start."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.context.agents import MemoryAgentClassStore
+from gateway.context.classify import Classifier, agent_fingerprint, is_agent_request
+from gateway.context.engine import CallContext, ContextEngine
+from gateway.context.taskclass import agent_policy, load_task_classes
+from gateway.settings import Settings
+
+BROWSER_TOOLS = [
+    {"type": "function", "function": {"name": name, "parameters": {"type": "object"}}}
+    for name in ("click", "fill", "scroll")
+]
+SYSTEM = "You browse the web for the user with the given tools."
+
+
+def _call(session: str, tenant: str = "t-agents", **headers: str) -> CallContext:
+    return CallContext(tenant, "tr", {"x-ctxgate-session-id": session, **headers})
+
+
+def _browser_session(steps: int, lines: int = 80) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": "Find the cheapest red kettle and add it to the cart."},
+    ]
+    for k in range(steps):
+        messages.append({"role": "assistant", "content": f"Look at page {k}.", "tool_calls": [
+            {"id": f"c{k}", "type": "function",
+             "function": {"name": "scroll", "arguments": f'{{"page": "p{k}"}}'}}]})
+        tree = "\n".join(f"[{k}{i:03d}] link 'Kettle model {k}-{i} in steel, 1.7 l'"
+                         for i in range(lines))
+        messages.append({"role": "tool", "tool_call_id": f"c{k}", "content": tree})
+    return messages
+
+
+def test_tool_requests_no_rule_matches_fall_back_to_the_agent_policy(
+    settings: Settings,
+) -> None:
+    classifier = Classifier(load_task_classes(settings), None)
+    defines = {"messages": [{"role": "user", "content": "go"}], "tools": BROWSER_TOOLS}
+    history_only = {"messages": _browser_session(1)}
+    plain = {"messages": [{"role": "user", "content": "go"}]}
+    assert classifier.by_rules(defines) == "agent"
+    assert classifier.by_rules(history_only) == "agent"
+    assert classifier.by_rules(plain) is None
+    assert is_agent_request(history_only) and not is_agent_request(plain)
+    # a tool-name rule still wins over the fallback
+    bash = [{"type": "function", "function": {"name": "bash"}}]
+    assert classifier.by_rules({"messages": plain["messages"], "tools": bash}) == "coding_agent"
+
+
+def test_a_class_that_does_not_age_takes_the_agent_aging(settings: Settings) -> None:
+    classes = load_task_classes(settings)
+    policy = agent_policy(classes)
+    assert policy is not None and policy.compaction.ages
+    chat = classes["plain_chat"]
+    assert not chat.compaction.ages
+    aged = chat.aging_as(policy)
+    assert aged.compaction == policy.compaction and aged.stages.compress == policy.stages.compress
+    assert aged.name == "plain_chat" and aged.budget == chat.budget  # its own budget stays
+    coding = classes["coding_agent"]
+    assert coding.aging_as(policy) is coding  # a class that ages keeps its own settings
+
+
+def test_fingerprint_is_system_prompt_and_tool_set() -> None:
+    short = {"messages": [{"role": "system", "content": SYSTEM},
+                          {"role": "user", "content": "hi"}], "tools": BROWSER_TOOLS}
+    longer = {"messages": _browser_session(3), "tools": list(reversed(BROWSER_TOOLS))}
+    other_tools = {"messages": short["messages"], "tools": BROWSER_TOOLS[:1]}
+    assert agent_fingerprint(short) == agent_fingerprint(longer)
+    assert agent_fingerprint(short) != agent_fingerprint(other_tools)
+    assert agent_fingerprint({"messages": [{"role": "user", "content": "hi"}]}) is None
+
+
+async def test_memory_store_first_claim_wins() -> None:
+    store = MemoryAgentClassStore()
+    assert await store.claim("t", "fp", "agent") == "agent"
+    assert await store.claim("t", "fp", "data_sql") == "agent"
+    assert await store.get("t", "fp") == "agent" and await store.get("u", "fp") is None
+
+
+async def test_redis_store_first_claim_wins(engine: ContextEngine) -> None:
+    store = engine.agents
+    assert await store.claim("t-redis", "fp1", "data_sql") == "data_sql"
+    assert await store.claim("t-redis", "fp1", "agent") == "data_sql"
+    assert await store.get("t-redis", "fp1") == "data_sql"
+
+
+async def test_two_sessions_of_one_agent_get_one_class(engine: ContextEngine) -> None:
+    """The first session starts with a short call (nothing decided), its longer call
+    decides by embedding; the agent's second session, short from its first call, gets
+    that class instead of `default`."""
+    system = {"role": "system", "content": "You are the analytics desk of Acme Retail."}
+    short = [system, {"role": "user", "content": "Which customers had the highest revenue?"}]
+    first = await engine.fit({"messages": short}, _call("one-a"))
+    assert first.task_class == "default"
+    grown = [*short, {"role": "assistant", "content": "For which period?"},
+             {"role": "user", "content": "Last quarter, grouped by region."}]
+    decided = await engine.fit({"messages": grown}, _call("one-a"))
+    assert decided.task_class == "data_sql"
+    second = await engine.fit({"messages": short}, _call("one-b"))
+    assert second.task_class == "data_sql"
+    other_tenant = await engine.fit({"messages": short}, _call("one-c", tenant="t-other"))
+    assert other_tenant.task_class == "default"
+
+
+async def test_a_tool_using_session_in_no_named_class_is_compacted(
+    engine: ContextEngine,
+) -> None:
+    messages = _browser_session(12)
+    fitted = None
+    for end in range(4, len(messages) + 1, 2):  # each call ends with a tool result
+        fitted = await engine.fit(
+            {"messages": messages[:end], "tools": BROWSER_TOOLS}, _call("browse")
+        )
+    assert fitted is not None and fitted.task_class == "agent"
+    assert fitted.budget > fitted.tokens_before  # no budget pressure: aging alone cuts
+    assert fitted.tokens_after < 0.6 * fitted.tokens_before
+    aged = [d for d in fitted.drops if d.reason == "aged"]
+    assert aged and all(d.kind in ("tool_result", "assistant") for d in aged)
+    assert sum(d.tokens_saved for d in fitted.drops) == fitted.tokens_before - fitted.tokens_after
+    sent = fitted.body["messages"]
+    assert sent[-1] == messages[-1]  # the newest observation goes verbatim
+
+
+async def test_plain_chat_with_tools_ages_too(engine: ContextEngine) -> None:
+    messages = _browser_session(12)
+    fitted = None
+    for end in range(4, len(messages) + 1, 2):
+        fitted = await engine.fit(
+            {"messages": messages[:end], "tools": BROWSER_TOOLS},
+            _call("chat-tools", **{"x-ctxgate-task-class": "plain_chat"}),
+        )
+    assert fitted is not None and fitted.task_class == "plain_chat"
+    assert any(d.reason == "aged" for d in fitted.drops)
+
+
+async def test_old_digests_become_placeholders_in_batches(engine: ContextEngine) -> None:
+    messages = _browser_session(40, lines=30)
+    masked_at: list[int] = []
+    fitted = None
+    for end in range(4, len(messages) + 1, 2):
+        fitted = await engine.fit(
+            {"messages": messages[:end], "tools": BROWSER_TOOLS}, _call("long-browse")
+        )
+        assert sum(d.tokens_saved for d in fitted.drops) == (
+            fitted.tokens_before - fitted.tokens_after
+        )
+        masks = [d for d in fitted.drops if d.action == "mask" and d.reason == "aged"]
+        if masks and (not masked_at or len(masks) > masked_at[-1]):
+            masked_at.append(len(masks))
+    assert fitted is not None
+    sent = fitted.body["messages"]
+    oldest, recent = sent[3]["content"], sent[-5]["content"]
+    assert oldest.startswith("[ctxgate: tool_result") and "omitted" in oldest
+    assert not recent.startswith("[ctxgate:") and len(recent) < len(messages[-5]["content"])
+    # masked in a few batches, not one more on every step
+    assert 1 <= len(masked_at) <= 3

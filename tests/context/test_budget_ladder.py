@@ -1,0 +1,202 @@
+"""Fitting a budget (issue 7 items 2 and 5): a first call lands in [budget − 10 points,
+budget] whenever the pinned content leaves room, tool exchanges go as units, no refusal with
+slack, the drop log adds up; a later call's step never aims below pinned + latest exchange;
+the cut costs O(n) item visits, not O(n²)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gateway.context import stages
+from gateway.context.engine import CallContext, ContextEngine
+from gateway.context.items import parse_request
+from gateway.context.stages import base as stage_base
+from gateway.context.stages import ladder
+from gateway.context.taskclass import task_class
+from gateway.context.tokens import TokenCounter
+from gateway.errors import ContextBudgetExceeded
+from tests.context.test_properties import _check_valid
+
+BAND = 0.10  # points of the call's own size under the budget
+# Texts long enough to digest or excerpt: the band is reachable by cutting them.
+TEXT = st.text(alphabet="abcdefghij klmnop/.:0123456789\n", min_size=150, max_size=1200)
+
+
+@st.composite
+def conversations(draw: Any) -> list[dict[str, Any]]:
+    """An agent's call: system prompt, task, exchanges (tool calls with their results, or
+    plain replies, sometimes a user turn after), ending on a user turn or open tool results."""
+    msgs: list[dict[str, Any]] = []
+    if draw(st.booleans()):
+        msgs.append({"role": "system", "content": draw(TEXT)})
+    msgs.append({"role": "user", "content": draw(TEXT)})
+    for t in range(draw(st.integers(1, 8))):
+        if draw(st.booleans()):
+            ids = [f"c{t}_{k}" for k in range(draw(st.integers(1, 2)))]
+            calls = [
+                {"id": i, "type": "function", "function": {"name": "bash", "arguments": "{}"}}
+                for i in ids
+            ]
+            msgs.append({"role": "assistant", "content": draw(TEXT), "tool_calls": calls})
+            msgs.extend({"role": "tool", "tool_call_id": i, "content": draw(TEXT)} for i in ids)
+        else:
+            msgs.append({"role": "assistant", "content": draw(TEXT)})
+        if draw(st.booleans()):
+            msgs.append({"role": "user", "content": draw(TEXT)})
+    return msgs
+
+
+def _call(session: str, budget: int, cls: str | None = None) -> CallContext:
+    headers = {"x-ctxgate-session-id": session, "x-ctxgate-budget-tokens": str(budget)}
+    if cls is not None:
+        headers["x-ctxgate-task-class"] = cls
+    return CallContext(tenant="ladder", trace_id=uuid.uuid4().hex, headers=headers)
+
+
+def _pinned(engine: ContextEngine, body: dict[str, Any]) -> tuple[int, int]:
+    parsed = parse_request(body, engine.counter, "o200k_base")
+    return parsed.tokens, parsed.base_tokens + sum(i.tokens for i in parsed.items if i.pinned)
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    msgs=conversations(),
+    share=st.floats(0.3, 0.95),
+    cls=st.sampled_from(["coding_agent", "default", "data_sql"]),
+)
+async def test_first_call_lands_in_band_or_is_refused_only_without_room(
+    engine: ContextEngine, msgs: list[dict[str, Any]], share: float, cls: str
+) -> None:
+    body = {"messages": msgs}
+    tokens, pinned = _pinned(engine, body)
+    budget = max(int(share * tokens), 1)
+    try:
+        fitted = await engine.fit(body, _call(uuid.uuid4().hex, budget, cls))
+    except ContextBudgetExceeded as exc:
+        assert pinned > budget, "refused although the pinned content fits"
+        assert exc.needed == pinned
+        return
+    assert fitted.tokens_after <= budget
+    # room, and a band wider than the finest cut (an excerpt keeps EXCERPT_MIN tokens at
+    # least): cut just enough, no more
+    if pinned <= budget - BAND * tokens and BAND * tokens >= 2 * ladder.EXCERPT_MIN:
+        assert fitted.tokens_after >= budget - BAND * tokens
+    _check_valid(fitted.body["messages"])  # tool calls and their results stay paired
+    saved = sum(d.tokens_before - d.tokens_after for d in fitted.drops)
+    assert saved == fitted.tokens_before - fitted.tokens_after
+
+
+def _agent_call(turns: int, system_chars: int = 6000) -> list[dict[str, Any]]:
+    """The issue's case: a long system prompt, tool results carrying booking ids."""
+    msgs: list[dict[str, Any]] = [
+        {"role": "system", "content": ("Policy: verify identity first. " * 300)[:system_chars]},
+        {"role": "user", "content": "Change my flight booking to Friday."},
+    ]
+    for t in range(turns):
+        cid = f"call_{t}"
+        msgs.append(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"id": cid, "type": "function",
+                     "function": {"name": "get_booking", "arguments": f'{{"n": {t}}}'}}
+                ],
+            }
+        )
+        rows = "\n".join(f"seat {k}: row {k + t} window, fare class Y{k}" for k in range(25))
+        msgs.append({"role": "tool", "tool_call_id": cid, "content": f"BOOKING-{t:04d}X\n{rows}"})
+    msgs.append({"role": "user", "content": "Which booking was the Friday one?"})
+    return msgs
+
+
+async def test_first_call_keeps_what_the_budget_allows(engine: ContextEngine) -> None:
+    msgs = _agent_call(turns=8)
+    tokens, pinned = _pinned(engine, {"messages": msgs})
+    assert pinned < 0.5 * tokens
+    fitted = await engine.fit({"messages": msgs}, _call(uuid.uuid4().hex, int(0.8 * tokens)))
+    assert 0.7 * tokens <= fitted.tokens_after <= 0.8 * tokens
+    sent = str(fitted.body["messages"])
+    kept = [t for t in range(8) if f"BOOKING-{t:04d}X" in sent]
+    assert kept == list(range(8))  # digests and excerpts, not whole turns dropped
+    _check_valid(fitted.body["messages"])
+
+
+async def test_later_step_never_aims_below_pinned_and_latest_exchange(
+    engine: ContextEngine,
+) -> None:
+    session = uuid.uuid4().hex
+    msgs = _agent_call(turns=6)[:-1]
+    reply = "BOOKING-0005X is the Friday one. " + "It departs at 09:40 from gate B12. " * 20
+    msgs += [{"role": "assistant", "content": reply}, {"role": "user", "content": "Move it."}]
+    first = [*msgs[:4], {"role": "user", "content": "Go on."}]
+    await engine.fit({"messages": first}, _call(session, 100_000, "default"))
+    _, pinned = _pinned(engine, {"messages": msgs})
+    items = parse_request({"messages": msgs}, engine.counter, "o200k_base").items
+    latest = next(i.tokens for i in items if i.text == reply)
+    budget = pinned + latest + 300  # low_water x budget is below the pinned content alone
+    fitted = await engine.fit({"messages": msgs}, _call(session, budget, "default"))
+    assert fitted.tokens_after <= budget
+    assert {"role": "assistant", "content": reply} in fitted.body["messages"]
+    assert fitted.tokens_after >= pinned + latest
+
+
+async def test_duplicates_folded_on_a_first_call_come_back_to_fill_the_budget(
+    engine: ContextEngine,
+) -> None:
+    msgs = _agent_call(turns=6)
+    for m in msgs:
+        if m["role"] == "tool":
+            m["content"] = "BOOKING-0001X\n" + "\n".join(f"row {k} same" for k in range(60))
+    tokens, _ = _pinned(engine, {"messages": msgs})
+    budget = int(0.8 * tokens)
+    fitted = await engine.fit({"messages": msgs}, _call(uuid.uuid4().hex, budget, "default"))
+    assert budget - BAND * tokens <= fitted.tokens_after <= budget
+
+
+def test_step_target_floor_and_first_call() -> None:
+    cls = task_class("t", {"compaction": {"low_water": 0.5, "high_water": 0.9}})
+    msgs = _agent_call(turns=3)  # the last exchange (6, 7) is still open: pinned
+    items = parse_request({"messages": msgs}, TokenCounter(), "o200k_base").items
+    pinned = sum(i.tokens for i in items if i.pinned)
+    latest = sum(i.tokens for i in items if i.message_index in (4, 5))
+    assert ladder.latest_exchange(items) == {"u4"}
+    replied = items[:-1] + parse_request(
+        {"messages": [*msgs[:-1], {"role": "assistant", "content": "ok"}, msgs[-1]]},
+        TokenCounter(),
+        "o200k_base",
+    ).items[-2:]
+    assert ladder.latest_exchange(replied) == {"u8"}  # an answered exchange is history
+    assert ladder.step_target(items, cls, 10_000, 0, first_call=True) == 10_000
+    assert ladder.step_target(items, cls, 10_000, 0, first_call=False) == 5_000
+    assert ladder.step_target(items, cls, 2 * pinned, 0, first_call=False) == pinned + latest
+    assert ladder.step_target(items, cls, pinned + 1, 0, first_call=False) == pinned + 1
+
+
+async def test_cut_visits_each_item_a_bounded_number_of_times(
+    engine: ContextEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    visits = 0
+    real = stage_base.item_values
+
+    def counting(text: str, ctx: stages.StageContext) -> frozenset[str]:
+        nonlocal visits
+        visits += 1
+        return real(text, ctx)
+
+    monkeypatch.setattr(stage_base, "item_values", counting)
+    monkeypatch.setattr(ladder, "item_values", counting)
+    n = 3000
+    notes = [{"role": "user", "content": f"note {i}: " + "word " * 30} for i in range(n)]
+    body = {"messages": notes}
+    tokens, _ = _pinned(engine, body)
+    fitted = await engine.fit(body, _call(uuid.uuid4().hex, tokens // 2, "default"))
+    assert fitted.tokens_after <= tokens // 2
+    assert visits <= 12 * n  # the quadratic cut made about n²/2 here
