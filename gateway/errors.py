@@ -43,6 +43,7 @@ class GatewayError(Exception):
         super().__init__(message)
         self.message = message
         self.param = param
+        self.headers: list[tuple[bytes, bytes]] = []  # sent with the envelope
 
 
 Envelope = Callable[[GatewayError], bytes]
@@ -107,6 +108,10 @@ class TraceNotFound(GatewayError):
 
 class MethodNotAllowed(GatewayError):
     status, code, type = 405, "method_not_allowed", "invalid_request_error"
+
+    def __init__(self, message: str, *, allow: str) -> None:
+        super().__init__(message)
+        self.headers = [(b"allow", allow.encode())]  # RFC 9110: a 405 names what is allowed
 
 
 class RequestTooLarge(GatewayError):

@@ -104,7 +104,7 @@ class Gateway:
 
     @classmethod
     def start(cls, workdir: Path, env: dict[str, str], args: list[str] | None = None,
-              wait_path: str = "/healthz") -> Gateway:
+              wait_path: str = "/healthz", timeout_s: float = 60.0) -> Gateway:
         workdir.mkdir(parents=True, exist_ok=True)
         port = free_port()
         full_env = {**os.environ, "CTXGATE_PORT": str(port), "CTXGATE_HOST": "127.0.0.1",
@@ -116,7 +116,7 @@ class Gateway:
             [sys.executable, "-m", "gateway", "serve", *(args or [])], cwd=ROOT, env=full_env,
             stdout=log.open("wb"), stderr=subprocess.STDOUT)
         url = f"http://127.0.0.1:{port}"
-        wait_until_up(f"{url}{wait_path}", process, log)
+        wait_until_up(f"{url}{wait_path}", process, log, timeout_s)
         return cls(url, process, workdir, full_env)
 
     @property

@@ -12,6 +12,7 @@ from fastapi import APIRouter
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.asyncexitstack import AsyncExitStackMiddleware
 from starlette.exceptions import HTTPException
+from starlette.routing import BaseRoute, Match
 
 from gateway.api.asgi import Receive, Scope, Send
 from gateway.errors import GatewayError, InvalidRequest, MethodNotAllowed, NotFound
@@ -22,6 +23,7 @@ class RouterApp:
 
     def __init__(self, router: APIRouter) -> None:
         # FastAPI's routes close request files on this stack, which its app would provide.
+        self._routes = router.routes
         self._router = AsyncExitStackMiddleware(router)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -33,7 +35,14 @@ class RouterApp:
         except RequestValidationError as error:
             raise invalid_request(error) from None
         except HTTPException as error:
-            raise http_error(error, scope) from None
+            raise http_error(error, scope, self._allowed(scope)) from None
+
+    def _allowed(self, scope: Scope) -> str:
+        """Every method some route answers on this path (Starlette names only one route's)."""
+        methods = {method for route in self._routes if isinstance(route, BaseRoute)
+                   and route.matches(scope)[0] != Match.NONE
+                   for method in getattr(route, "methods", None) or ()}
+        return ", ".join(sorted(methods - {"HEAD"}))
 
 
 def invalid_request(error: RequestValidationError) -> InvalidRequest:
@@ -43,10 +52,10 @@ def invalid_request(error: RequestValidationError) -> InvalidRequest:
     return InvalidRequest(f"{where}: {first.get('msg', 'invalid')}", param=where)
 
 
-def http_error(error: HTTPException, scope: Scope) -> GatewayError:
+def http_error(error: HTTPException, scope: Scope, allow: str) -> GatewayError:
     route = f"{scope['method']} {scope['path']}"
     if error.status_code == 404:
         return NotFound(f"No route for {route}.")
     if error.status_code == 405:
-        return MethodNotAllowed(f"{route}: method not allowed.")
+        return MethodNotAllowed(f"{route}: method not allowed.", allow=allow)
     return InvalidRequest(f"{route}: {error.detail}")

@@ -153,7 +153,7 @@ class Route:
         call.status = status
         if not started:
             await send_response(send, error.status, self._envelope(error),
-                                [call.trace_header()])
+                                [call.trace_header(), *error.headers])
 
     def _record(self, call: Call) -> None:
         total = time.perf_counter() - call.started

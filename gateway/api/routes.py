@@ -20,7 +20,7 @@ from gateway.api.edge import RouterApp
 from gateway.api.health import MetricsEndpoint, Readyz, healthz
 from gateway.api.route import Route
 from gateway.auth import authenticate
-from gateway.errors import NotFound, anthropic_envelope
+from gateway.errors import MethodNotAllowed, NotFound, anthropic_envelope
 from gateway.services import Services
 from gateway.upstream.client import Upstream
 
@@ -34,6 +34,7 @@ class Routes:
     feedback: ASGIApp  # /v1/feedback, any method (its router answers 405)
     v1: ASGIApp  # every other path under /v1/, verbatim
     unrouted: ASGIApp
+    wrong_method: ASGIApp  # a path outside /v1/ that answers other methods
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope["path"]
@@ -43,13 +44,28 @@ class Routes:
                 route = self.admin
             elif path == feedback.PATH:
                 route = self.feedback
+            elif path.startswith("/v1/"):
+                route = self.v1
+            elif any(known == path for _, known in self.exact):
+                route = self.wrong_method  # e.g. POST /healthz: the path exists
             else:
-                route = self.v1 if path.startswith("/v1/") else self.unrouted
+                route = self.unrouted
         await route(scope, receive, send)
 
 
 async def no_route(scope: Scope, receive: Receive, send: Send) -> None:
     raise NotFound(f"No route for {scope['method']} {scope['path']}.")
+
+
+def no_such_method(exact: dict[tuple[str, str], ASGIApp]) -> ASGIApp:
+    """The 405 of a path in `exact` asked with a method it does not answer."""
+
+    async def wrong_method(scope: Scope, receive: Receive, send: Send) -> None:
+        allow = ", ".join(sorted(m for m, path in exact if path == scope["path"]))
+        raise MethodNotAllowed(f"{scope['method']} {scope['path']}: method not allowed.",
+                               allow=allow)
+
+    return wrong_method
 
 
 def build_routes(services: Services, upstream: Upstream, tracer: Tracer,
@@ -69,24 +85,25 @@ def build_routes(services: Services, upstream: Upstream, tracer: Tracer,
                                   max_body_bytes=limit)
     anthropic_route = functools.partial(route, authenticate=messages.authenticate_anthropic,
                                         envelope=anthropic_envelope)
+    exact: dict[tuple[str, str], ASGIApp] = {
+        ("POST", chat.ENDPOINT): route(
+            chat_app, endpoint=chat.ENDPOINT, authenticate=authenticate,
+            after=chat_app.after_response, log_as="chat completion"),
+        ("POST", responses.ENDPOINT): route(
+            responses_app, endpoint=responses.ENDPOINT, authenticate=authenticate,
+            after=responses_app.after_response, log_as="response"),
+        ("POST", messages.ENDPOINT): anthropic_route(
+            messages_app, endpoint=messages.ENDPOINT, after=messages_app.after_response,
+            log_as="message"),
+        ("POST", messages.COUNT_TOKENS): anthropic_route(
+            messages.build_count_tokens(anthropic, tracer, settings, max_body_bytes=limit),
+            endpoint=messages.COUNT_TOKENS),
+        ("GET", "/healthz"): healthz,
+        ("GET", "/readyz"): Readyz(services),
+        ("GET", "/metrics"): MetricsEndpoint(services),
+    }
     return Routes(
-        exact={
-            ("POST", chat.ENDPOINT): route(
-                chat_app, endpoint=chat.ENDPOINT, authenticate=authenticate,
-                after=chat_app.after_response, log_as="chat completion"),
-            ("POST", responses.ENDPOINT): route(
-                responses_app, endpoint=responses.ENDPOINT, authenticate=authenticate,
-                after=responses_app.after_response, log_as="response"),
-            ("POST", messages.ENDPOINT): anthropic_route(
-                messages_app, endpoint=messages.ENDPOINT, after=messages_app.after_response,
-                log_as="message"),
-            ("POST", messages.COUNT_TOKENS): anthropic_route(
-                messages.build_count_tokens(anthropic, tracer, settings, max_body_bytes=limit),
-                endpoint=messages.COUNT_TOKENS),
-            ("GET", "/healthz"): healthz,
-            ("GET", "/readyz"): Readyz(services),
-            ("GET", "/metrics"): MetricsEndpoint(services),
-        },
+        exact=exact,
         # The admin key is the admin router's own dependency, not a tenant credential.
         admin=route(RouterApp(admin.build_router(services)), endpoint="/admin/*"),
         feedback=route(RouterApp(feedback.build_router(services)), endpoint=feedback.PATH,
@@ -94,4 +111,5 @@ def build_routes(services: Services, upstream: Upstream, tracer: Tracer,
         v1=route(passthrough.Passthrough(upstream, tracer, max_body_bytes=limit),
                  endpoint=passthrough.ENDPOINT, authenticate=authenticate),
         unrouted=route(no_route, endpoint="unrouted"),
+        wrong_method=route(no_such_method(exact), endpoint="unrouted"),
     )

@@ -86,11 +86,15 @@ def test_admin_errors_use_the_envelope(gateway: Gateway) -> None:
         wrong_method = admin.put("/admin/playbooks")
         assert wrong_method.status_code == 405
         assert envelope_code(wrong_method) == "method_not_allowed"
+        assert wrong_method.headers["allow"] == "GET"
         invalid = admin.post("/admin/playbooks/t/code/bullets", json={"section": "x"})
         assert invalid.status_code == 400 and envelope_code(invalid) == "invalid_request"
         assert invalid.json()["error"]["param"] == "content"
     elsewhere = httpx.get(f"{gateway.url}/nowhere")
     assert elsewhere.status_code == 404 and envelope_code(elsewhere) == "not_found"
+    probe = httpx.post(f"{gateway.url}/healthz")  # the path exists: 405, not 404
+    assert probe.status_code == 405 and envelope_code(probe) == "method_not_allowed"
+    assert probe.headers["allow"] == "GET"
 
 
 def test_admin_add_edit_delete_export_import(gateway: Gateway) -> None:
