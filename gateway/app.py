@@ -19,7 +19,9 @@ from prometheus_client import CollectorRegistry
 
 from gateway.api.asgi import Receive, Scope, Send
 from gateway.api.routes import build_routes
+from gateway.context.adjust import ForecastController
 from gateway.context.engine import ContextEngine
+from gateway.context.evidence import EvidenceStore
 from gateway.context.models import ENCODINGS
 from gateway.embeddings import Embedder
 from gateway.learner.process import LearnerProcess
@@ -82,6 +84,10 @@ class Gateway:
             settings, redis, metrics, drop_log, embedder,
             PlaybookInjector.from_services(services))
         self._traces = services.traces = TraceSink.from_services(services)
+        services.evidence = EvidenceStore(redis)
+        services.forecasts = ForecastController(
+            self._engine.classes, services.evidence, self._engine.class_forecasts,
+            enabled=settings.forecast_adjust)
         self.services = services
         self._upstream = Upstream(settings.upstream_url, timeout_s=settings.upstream_timeout_s,
                                   transport=self._transport,
@@ -93,6 +99,10 @@ class Gateway:
         tracer, self._tracer_provider = build_tracer(settings.otel_endpoint)
         self._routes = build_routes(services, self._upstream, tracer, self._anthropic)
         self._background.append(asyncio.create_task(self._warm(), name="ctxgate-warm-up"))
+        if settings.forecast_adjust:  # judged off the request path, every few seconds
+            self._background.append(asyncio.create_task(
+                services.forecasts.run(self._stop, settings.forecast_judge_every_s),
+                name="ctxgate-forecast"))
         if settings.worker == "inprocess":  # its own process: never on the request path
             self.learner = LearnerProcess(settings, metrics)
             self._background.append(asyncio.create_task(self.learner.run(),
@@ -134,6 +144,8 @@ class Gateway:
         services = self.services
         await _quietly("trace writer", self._traces.aclose())
         await _quietly("forecasts", self._engine.forecasts.flush())
+        if services.evidence is not None:
+            await _quietly("evidence", services.evidence.flush())
         await _quietly("token calibration", self._engine.calibration.flush())
         await _quietly("upstream client", self._upstream.aclose())
         await _quietly("anthropic client", self._anthropic.aclose())

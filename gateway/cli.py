@@ -1,4 +1,4 @@
-"""The `ctxgate` command: serve, worker, replay, explain, playbook, learn."""
+"""The `ctxgate` command: serve, worker, replay, explain, forecast, playbook, learn."""
 
 from __future__ import annotations
 
@@ -177,6 +177,49 @@ def explain(
         typer.echo(orjson.dumps(explained, option=orjson.OPT_INDENT_2).decode())
     else:
         typer.echo(render_text(explained))
+
+
+@app.command()
+def forecast(
+    json_output: Annotated[bool, typer.Option("--json")] = False,
+    reset: Annotated[str | None, typer.Option(
+        help="forget this class's forecast and history: its YAML caps hold again")] = None,
+    config: ConfigOption = None,
+) -> None:
+    """Each task class's current budget forecast, its evidence and its history."""
+    import orjson
+
+    from gateway.context.adjust import ClassForecasts, ForecastController, render_text
+    from gateway.context.evidence import EvidenceStore
+    from gateway.context.taskclass import load_task_classes
+    from gateway.store.client import connect
+
+    settings = _settings(config=config)
+    try:
+        classes = load_task_classes(settings)
+    except SettingsError as exc:
+        typer.echo(f"ctxgate: {exc}", err=True)
+        raise typer.Exit(2) from None
+    if reset is not None and reset not in classes:
+        raise typer.BadParameter(f"no task class {reset!r}", param_hint="--reset")
+
+    async def main() -> list[dict[str, Any]]:
+        redis = connect(settings)
+        try:
+            forecasts = ClassForecasts(redis, ttl_s=0)
+            if reset is not None:
+                await forecasts.reset(reset)
+            controller = ForecastController(classes, EvidenceStore(redis), forecasts,
+                                            enabled=settings.forecast_adjust)
+            return await controller.describe_all()
+        finally:
+            await redis.aclose()
+
+    described = asyncio.run(main())
+    if json_output:
+        typer.echo(orjson.dumps(described, option=orjson.OPT_INDENT_2).decode())
+    else:
+        typer.echo(render_text(described))
 
 
 def _register_playbook() -> None:

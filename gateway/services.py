@@ -18,7 +18,9 @@ from gateway.settings import Settings
 if TYPE_CHECKING:  # the engine and the sink import this module: types only, no cycle
     import redis.asyncio as aioredis
 
+    from gateway.context.adjust import ForecastController
     from gateway.context.engine import ContextEngine
+    from gateway.context.evidence import EvidenceStore
     from gateway.embeddings import Embedder
     from gateway.learner.traces import TraceSink
 
@@ -33,6 +35,10 @@ class Services:
     # Built by the gateway's lifespan; None in commands that run without the HTTP app.
     engine: ContextEngine | None = None
     traces: TraceSink | None = None
+    # Live fidelity signals per class (`await evidence.record(signals)`), and the controller
+    # that moves each class's forecast caps from them.
+    evidence: EvidenceStore | None = None
+    forecasts: ForecastController | None = None
     # Set once the embedding model is loaded and the classes' examples embedded.
     warm: asyncio.Event = field(default_factory=asyncio.Event)
 

@@ -57,6 +57,10 @@ class Settings(BaseSettings):
     # aiohttp's transport under httpx measured ~3x httpx's own pool here; `httpx` for HTTP/2.
     upstream_transport: Literal["aiohttp", "httpx"] = "aiohttp"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    # Budgets that adjust themselves (gateway/context/adjust.py): false keeps every class on
+    # its YAML caps, whatever its `forecast.adjust`; the controller judges this often.
+    forecast_adjust: bool = True
+    forecast_judge_every_s: float = Field(default=15.0, gt=0)
     models_file: Path | None = None
     task_classes: dict[str, Any] = Field(default_factory=dict)
     playbook: dict[str, Any] = Field(default_factory=dict)

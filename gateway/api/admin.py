@@ -1,5 +1,6 @@
 """`/admin/playbooks...`: list, show, add, edit, delete (selective unlearning), export, import;
-`/admin/traces/{trace_id}`: one call explained (gateway/observability/explain.py).
+`/admin/traces/{trace_id}`: one call explained (gateway/observability/explain.py);
+`/admin/forecast`: each task class's forecast caps, evidence and history (`adjust.py`).
 
 Every route requires the admin key, checked once as a router dependency. Hand edits go
 through the same guards and merge as the Curator's (`PlaybookEditor`), with fresh operation
@@ -183,4 +184,12 @@ def build_router(services: Services) -> APIRouter:
         return explained
 
     router.add_api_route("/admin/traces/{trace_id}", explain_trace, methods=["GET"])
+
+    async def forecast() -> dict[str, Any]:
+        """Each class's forecast caps, its evidence and its history (`ctxgate forecast`)."""
+        controller = services.forecasts
+        assert controller is not None  # built by the gateway's lifespan
+        return {"adjust": controller.enabled, "classes": await controller.describe_all()}
+
+    router.add_api_route("/admin/forecast", forecast, methods=["GET"])
     return router

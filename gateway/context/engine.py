@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from gateway.context.adjust import ClassForecasts
 from gateway.context.agents import AgentClassStore, MemoryAgentClassStore, RedisAgentClassStore
 from gateway.context.apply import apply_decisions, drop_events
 from gateway.context.caches import ContextCaches
@@ -28,6 +29,7 @@ from gateway.context.classify import (
     request_text,
     system_text,
 )
+from gateway.context.controller import scaled_class
 from gateway.context.focus import task_focus
 from gateway.context.forecast import Budget, ForecastStore, forecast_budget
 from gateway.context.injection import InjectedBlock, PlaybookSource, inject_block
@@ -179,6 +181,7 @@ class ContextEngine:
         *,
         sessions: SessionStore | None = None,
         agents: AgentClassStore | None = None,
+        class_forecasts: ClassForecasts | None = None,
         prefix_cache_size: int = 256,
     ) -> None:
         self.classes: dict[str, TaskClass] = load_task_classes(settings)
@@ -200,6 +203,10 @@ class ContextEngine:
             agents = MemoryAgentClassStore() if redis is None else RedisAgentClassStore(redis)
         self.agents = agents
         self.forecasts = ForecastStore(redis)
+        # The caps the controller forecast per class (adjust.py), unless adjustment is off.
+        self.adjust = settings.forecast_adjust
+        self.class_forecasts = class_forecasts or ClassForecasts(redis)
+        self._scaled: dict[tuple[int, float], TaskClass] = {}
         self.calibration = TokenCalibration(redis)
         self.caches = ContextCaches()
         # The previous call's work per session, reused by a call that only appends messages.
@@ -232,6 +239,22 @@ class ContextEngine:
         if not cls.compaction.ages and self.agent_policy is not None and is_agent_request(body):
             cls = self._aging.setdefault(named, cls.aging_as(self.agent_policy))
         return cls
+
+    async def _forecast_caps(self, cls: TaskClass) -> tuple[TaskClass, bool]:
+        """The class with the caps its forecast sets, and whether the controller set them
+        (False: the YAML's hold, adjustment being off or no move made yet)."""
+        if not (self.adjust and cls.forecast.adjust):
+            return cls, False
+        scale = await self.class_forecasts.scale(cls.name)
+        if scale is None:
+            return cls, False
+        key = (id(cls), scale)  # classes live as long as the engine: ids are stable
+        scaled = self._scaled.get(key)
+        if scaled is None:
+            if len(self._scaled) >= 256:
+                self._scaled.clear()
+            scaled = self._scaled[key] = scaled_class(cls, scale)
+        return scaled, True
 
     async def _agent_class(self, body: dict[str, Any], tenant: str, tokens: int) -> str | None:
         """The class of the agent that sent a session's first call: the one recorded for it,
@@ -318,9 +341,10 @@ class ContextEngine:
             parsed = parse_request(body, self.counter, model.encoding, self.caches.parts)
             base, tokens_before = parsed.base_tokens, parsed.tokens
         state = await self.sessions.load(call.tenant, session_id)
-        cls = await self._task_class(body, call, state, tokens_before)
+        cls, caps_forecast = await self._forecast_caps(
+            await self._task_class(body, call, state, tokens_before))
         stats = await self.forecasts.stats(call.tenant, cls.name)
-        budget = forecast_budget(cls, model, body, stats, budget_header)
+        budget = forecast_budget(cls, model, body, stats, budget_header, caps_forecast)
         calibrate = str(body.get("model")) if model.estimated else None
         if calibrate is not None:  # no public tokenizer: fit in estimated tokens
             budget = budget.scaled(await self.calibration.scale(calibrate))

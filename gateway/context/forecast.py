@@ -5,14 +5,15 @@ is the request's own `max_tokens` when given, else what the class's completions 
 (mean + 2 sd of observed sizes, raised by the overflow rate), kept per class in Redis.
 
 Each budget says where it came from (`x-ctxgate-budget-source`, and the explainer's
-account): `header` (the client's `x-ctxgate-budget-tokens`), `forecast` (the class's caps,
-bounded by the window less an output reserve forecast from the class's observed
-completions) or `config` (the same with the configured reserve, or the request's own).
+account): `header` (the client's `x-ctxgate-budget-tokens`); `forecast` when anything
+learned from evidence shaped it: the class's caps as the controller moved them
+(`adjust.py`), or an output reserve forecast from the class's observed completions;
+`config` when only configured values did: the YAML caps, with the configured reserve or
+the request's own `max_tokens`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import math
 import time
 from dataclasses import dataclass, replace
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Any, cast
 from gateway.context.models import ModelInfo
 from gateway.context.taskclass import BudgetSplit, TaskClass
 from gateway.store import keys
+from gateway.store.batch import FlushSoon
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
@@ -91,18 +93,22 @@ def forecast_budget(
     body: dict[str, Any],
     stats: UsageStats,
     header_budget: int | None,
+    caps_forecast: bool = False,
 ) -> Budget:
+    """`caps_forecast`: the class's caps are the controller's forecast (`adjust.py`), not
+    the YAML's."""
     if header_budget is not None:
         return Budget(header_budget, cls.budget, "header")
     requested = requested_output(body)
-    source = "config"
+    learned = caps_forecast
     if requested is not None:
         reserve = requested
     else:
         reserve = max(cls.budget.output_reserve, stats.needed_reserve or 0)
         reserve = min(reserve, model.max_output, model.context_window // 2)
-        source = "forecast" if stats.needed_reserve is not None else "config"
+        learned = learned or stats.needed_reserve is not None
     window_room = max(model.context_window - reserve, 1)
+    source = "forecast" if learned else "config"
     return Budget(min(cls.budget.total, window_room), cls.budget, source)
 
 
@@ -114,7 +120,7 @@ class ForecastStore:
         self._local: dict[tuple[str, str], tuple[float, UsageStats]] = {}
         # calls, sum, sum of squares, overflows observed here and not yet in Redis
         self._unsent: dict[tuple[str, str], list[float]] = {}
-        self._flusher: asyncio.Task[None] | None = None
+        self._flusher = FlushSoon(self.flush, FLUSH_EVERY_S)
 
     async def stats(self, tenant: str, task_class: str) -> UsageStats:
         hit = self._local.get((tenant, task_class))
@@ -144,12 +150,7 @@ class ForecastStore:
             counts[2] += float(completion_tokens) ** 2
         if overflow:
             counts[3] += 1
-        if self._flusher is None or self._flusher.done():
-            self._flusher = asyncio.get_running_loop().create_task(self._flush_soon())
-
-    async def _flush_soon(self) -> None:
-        await asyncio.sleep(FLUSH_EVERY_S)
-        await self.flush()
+        self._flusher.schedule()
 
     async def flush(self) -> None:
         """Write the counts observed so far (at shutdown, and in tests)."""

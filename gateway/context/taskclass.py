@@ -200,7 +200,30 @@ class Stages(_Settings):
         }
 
 
-_SECTIONS = frozenset({"match", "budget", "compaction", "stages", "playbook"})
+class ForecastPolicy(_Settings):
+    """How the controller (`adjust.py`) may move the class's caps from live evidence.
+
+    The caps in force are the YAML's `budget.history`, `budget.knowledge` and the token and
+    turn marks of `compaction`, all times one scale the controller keeps in Redis (1.0 until
+    its first move), within [min_scale, max_scale]. A batch of at least
+    `min_evidence_calls` managed calls is judged at a time: recall at or over
+    `recall_target` and refetch rate at most the baseline (bypass and unmanaged calls of the
+    class, else `refetch_baseline`) plus `refetch_tolerance` tightens by `step`; recall under
+    the target by more than `hysteresis`, or refetch over the allowance by more than it,
+    loosens by two steps; in between it holds."""
+
+    adjust: bool = False
+    recall_target: Share = 0.98
+    refetch_baseline: Share = 0.05  # the refetch rate assumed while there is no baseline
+    refetch_tolerance: Share = 0.02
+    hysteresis: Share = 0.01
+    min_evidence_calls: Annotated[int, Field(strict=True, gt=0)] = 50
+    step: Annotated[float, Field(gt=0, lt=0.5)] = 0.1
+    min_scale: Annotated[float, Field(gt=0, le=1)] = 0.25
+    max_scale: Annotated[float, Field(ge=1, le=10)] = 2.0
+
+
+_SECTIONS = frozenset({"match", "budget", "compaction", "stages", "playbook", "forecast"})
 
 
 class TaskClass(_Settings):
@@ -212,6 +235,7 @@ class TaskClass(_Settings):
     stages: Stages = Stages()
     on_overflow: Literal["refuse", "passthrough"] = "refuse"
     playbook: ClassPlaybook = ClassPlaybook()
+    forecast: ForecastPolicy = ForecastPolicy()
 
     @model_validator(mode="before")
     @classmethod

@@ -11,6 +11,9 @@ Which keys must share a slot, and why (audited for Redis Cluster, issue 13):
   in one MULTI. They share the `{t:tenant}` tag, hence one slot.
 - `session`, `forecast`, `trace`, `playbook_delta`: each is used alone (one key per
   command or per script); they carry the tenant tag anyway, so a tenant lives on one node.
+- `class_evidence`, `class_forecast`, `class_forecast_history` of one task class share the
+  `{fc:class}` tag: the controller's commit script writes the forecast and its history
+  atomically (they are per class across tenants: signals are counts, no content).
 - Untagged keys are only ever used one at a time: the trace stream and its dead letters
   (XADD/XREADGROUP/XACK on one key), `PLAYBOOK_INDEX` (one set), `trace_owner` (looked up
   before the tenant is known), `embedding` (shared by all tenants, spread over all slots
@@ -52,6 +55,25 @@ def agent_class(tenant: str, fingerprint: str) -> str:
 def forecast(tenant: str, task_class: str) -> str:
     """Hash: what the class has used (completion sizes, overflows) for its budget forecast."""
     return f"{_tenant(tenant)}:forecast:{task_class}"
+
+
+def _forecast_class(task_class: str) -> str:
+    return f"{PREFIX}:{{fc:{task_class}}}"
+
+
+def class_evidence(task_class: str) -> str:
+    """Hash: live fidelity signals of a class, `{mode}:{count}` -> running total."""
+    return f"{_forecast_class(task_class)}:evidence"
+
+
+def class_forecast(task_class: str) -> str:
+    """Hash: the controller's forecast of a class (scale, version, evidence judged so far)."""
+    return f"{_forecast_class(task_class)}:caps"
+
+
+def class_forecast_history(task_class: str) -> str:
+    """List: the forecast's moves, newest first, capped (JSON each)."""
+    return f"{_forecast_class(task_class)}:caps:history"
 
 
 def token_scale(model: str) -> str:
