@@ -42,6 +42,9 @@ def gateway_env(upstream: Upstream, redis_url: str) -> dict[str, str]:
         "CTXGATE_CURATOR_MODEL": "curator-stub",
         "CTXGATE_UPSTREAM_TIMEOUT_S": "2",
         "CTXGATE_MAX_BODY_BYTES": "1048576",
+        # Shared by every test: no class's caps move under another test's feet
+        # (tests/integration/test_forecast_gateway.py turns it on for its own classes).
+        "CTXGATE_FORECAST_ADJUST": "false",
     }
 
 

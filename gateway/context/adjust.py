@@ -106,10 +106,11 @@ class ClassForecasts:
         return bool(done)
 
     async def reset(self, task_class: str) -> None:
-        """Forget the class's forecast and history: the YAML caps hold again."""
+        """Forget the class's moves and history: the YAML caps hold again (the evidence
+        already judged stays judged)."""
         assert self._redis is not None
-        await self._redis.delete(keys.class_forecast(task_class),
-                                 keys.class_forecast_history(task_class))
+        await self._redis.hdel(keys.class_forecast(task_class), "scale")
+        await self._redis.delete(keys.class_forecast_history(task_class))
         self._local.pop(task_class, None)
 
 
