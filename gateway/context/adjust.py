@@ -33,11 +33,12 @@ HISTORY_CAP = 100
 JUDGE_EVERY_S = 15.0
 
 # KEYS: forecast hash, history list. ARGV: version judged on, managed totals judged (JSON),
-# time, new scale ('' when the judgement holds), history entry, history cap.
+# time, new scale ('' when the judgement holds), history entry, history cap, calm ('' none).
 _COMMIT = """
 local version = tonumber(redis.call('HGET', KEYS[1], 'version') or '0')
 if version ~= tonumber(ARGV[1]) then return 0 end
 redis.call('HSET', KEYS[1], 'version', version + 1, 'judged', ARGV[2], 'judged_at', ARGV[3])
+if ARGV[7] ~= '' then redis.call('HSET', KEYS[1], 'calm', ARGV[7]) end
 if ARGV[4] ~= '' then
   redis.call('HSET', KEYS[1], 'scale', ARGV[4])
   redis.call('LPUSH', KEYS[2], ARGV[5])
@@ -82,6 +83,7 @@ class ClassForecasts:
             "scale": float(scale) if scale is not None else None,
             "judged": Counts.from_dict(orjson.loads(raw.get(b"judged", b"{}"))),
             "judged_at": float(raw.get(b"judged_at", 0)) or None,
+            "calm": int(raw[b"calm"]) if b"calm" in raw else None,
         }
 
     async def history(self, task_class: str, limit: int = HISTORY_CAP) -> list[dict[str, Any]]:
@@ -99,7 +101,8 @@ class ClassForecasts:
         done = await self._commit(
             keys=[keys.class_forecast(task_class), keys.class_forecast_history(task_class)],
             args=[version, orjson.dumps(judged.to_dict()), time.time(),
-                  repr(judgement.scale_to) if judgement.moved else "", entry, HISTORY_CAP],
+                  repr(judgement.scale_to) if judgement.moved else "", entry, HISTORY_CAP,
+                  "" if judgement.calm is None else judgement.calm],
         )
         if done:
             self._local.pop(task_class, None)
@@ -142,7 +145,7 @@ class ForecastController:
         modes = await self.evidence.read(task_class)
         scale = state["scale"] if state["scale"] is not None else 1.0
         fresh = modes["managed"] - state["judged"]
-        judgement = decide(policy, scale, fresh, baseline(modes))
+        judgement = decide(policy, scale, fresh, baseline(modes), state["calm"])
         if judgement is None:
             return None
         if not await self.forecasts.commit(task_class, state["version"], modes["managed"],

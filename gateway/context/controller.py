@@ -71,6 +71,7 @@ class Judgement:
     evidence: Counts
     refetch_allowed: float  # the baseline's rate plus the tolerance
     baseline: Literal["measured", "configured"]
+    calm: int | None = None  # healthy batches since the last loosening, after this one
 
     @property
     def moved(self) -> bool:
@@ -78,16 +79,26 @@ class Judgement:
 
 
 def decide(
-    policy: ForecastPolicy, scale: float, evidence: Counts, baseline: Counts
+    policy: ForecastPolicy, scale: float, evidence: Counts, baseline: Counts,
+    calm: int | None = None,
 ) -> Judgement | None:
     """Judge the managed calls since the last judgement (`evidence`) at the current
-    `scale`; None when adjustment is off or the batch is under `min_evidence_calls`."""
+    `scale`; None when adjustment is off or the batch is under `min_evidence_calls`.
+    `calm`: healthy batches since the class last loosened (None: it never did); after a
+    loosening it tightens again only on the `tighten_after`-th healthy batch in a row."""
     if not policy.adjust or evidence.calls < policy.min_evidence_calls:
         return None
     measured = baseline.refetch_rate if baseline.calls >= policy.min_evidence_calls else None
     allowed = (policy.refetch_baseline if measured is None else measured)
     allowed += policy.refetch_tolerance
     action, reason = _verdict(policy, evidence, allowed)
+    if action == "loosen":
+        calm = 0
+    elif action == "tighten" and calm is not None:
+        calm += 1
+        if calm < policy.tighten_after:
+            action, reason = "hold", f"{reason}; healthy batch {calm} of " \
+                f"{policy.tighten_after} since loosening"
     target = scale
     if action == "tighten":
         target = max(policy.min_scale, scale * (1 - policy.step))
@@ -97,7 +108,7 @@ def decide(
     if action != "hold" and target == scale:
         action, reason = "hold", f"{reason}; already at the bound {scale:g}"
     return Judgement(action, scale, target, reason, evidence, round(allowed, 4),
-                     "configured" if measured is None else "measured")
+                     "configured" if measured is None else "measured", calm)
 
 
 def _verdict(policy: ForecastPolicy, evidence: Counts, allowed: float) -> tuple[Action, str]:
@@ -139,13 +150,19 @@ def scaled_compaction(c: Compaction, scale: float) -> Compaction:
 
 
 def scaled_class(cls: TaskClass, scale: float) -> TaskClass:
-    """The class with its history and knowledge caps and its compaction marks times
-    `scale` (the class itself at 1.0); the total input cap is the YAML's."""
+    """The class with its history and knowledge caps, its compaction marks and the age at
+    which its digests are masked times `scale` (the class itself at 1.0); the total input
+    cap is the YAML's."""
     if scale == 1.0:
         return cls
     budget = cls.budget.model_copy(update={
         "history": _times(cls.budget.history, scale),
         "knowledge": _times(cls.budget.knowledge, scale),
     })
+    stages, compress = cls.stages, cls.stages.compress
+    if compress is not None and compress.mask_after_turns is not None:
+        stages = stages.model_copy(update={"compress": compress.model_copy(update={
+            "mask_after_turns": _times(compress.mask_after_turns, scale)})})
     return cls.model_copy(update={
-        "budget": budget, "compaction": scaled_compaction(cls.compaction, scale)})
+        "budget": budget, "compaction": scaled_compaction(cls.compaction, scale),
+        "stages": stages})

@@ -210,7 +210,8 @@ class ForecastPolicy(_Settings):
     `recall_target` and refetch rate at most the baseline (bypass and unmanaged calls of the
     class, else `refetch_baseline`) plus `refetch_tolerance` tightens by `step`; recall under
     the target by more than `hysteresis`, or refetch over the allowance by more than it,
-    loosens by two steps; in between it holds."""
+    loosens by two steps; in between it holds. After a loosening it tightens again only on
+    the `tighten_after`-th healthy batch in a row."""
 
     adjust: bool = False
     recall_target: Share = 0.98
@@ -219,6 +220,7 @@ class ForecastPolicy(_Settings):
     hysteresis: Share = 0.01
     min_evidence_calls: Annotated[int, Field(strict=True, gt=0)] = 50
     step: Annotated[float, Field(gt=0, lt=0.5)] = 0.1
+    tighten_after: Annotated[int, Field(strict=True, ge=1)] = 2
     min_scale: Annotated[float, Field(gt=0, le=1)] = 0.25
     max_scale: Annotated[float, Field(ge=1, le=10)] = 2.0
 

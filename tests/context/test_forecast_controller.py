@@ -121,3 +121,16 @@ def test_the_policy_is_typed_and_bounded() -> None:
         task_class("bad", {"forecast": {"min_scale": 1.5}})
     with pytest.raises(SettingsError, match=r"task_classes\.bad\.forecast\.adjust"):
         task_class("bad", {"forecast": {"adjust": "sometimes"}})
+
+
+def test_after_loosening_it_waits_for_healthy_batches_in_a_row() -> None:
+    policy = POLICY.model_copy(update={"tighten_after": 2})
+    loosened = decide(policy, 1.0, batch(recall=0.9), NO_BASELINE, calm=5)
+    assert loosened is not None and loosened.action == "loosen" and loosened.calm == 0
+    first = decide(policy, 1.2, batch(), NO_BASELINE, loosened.calm)
+    assert first is not None and first.action == "hold" and first.calm == 1
+    assert "healthy batch 1 of 2" in first.reason
+    second = decide(policy, 1.2, batch(), NO_BASELINE, first.calm)
+    assert second is not None and second.action == "tighten" and second.calm == 2
+    never = decide(policy, 1.0, batch(), NO_BASELINE, None)  # never loosened: no wait
+    assert never is not None and never.action == "tighten" and never.calm is None

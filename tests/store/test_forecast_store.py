@@ -80,6 +80,11 @@ async def test_a_batch_moves_the_class_once_and_is_logged(
     history = await ctl.forecasts.history(cls.name)
     assert [h["action"] for h in history] == ["loosen", "tighten"]
     assert history[0]["calls"] == 20 and history[0]["recall"] == 0.5
+    assert (await ctl.forecasts.state(cls.name))["calm"] == 0
+    await record(ctl.evidence, cls, 20, 10)  # healthy, but the first since loosening
+    held = await ctl.judge(cls.name)
+    assert held is not None and held.action == "hold"
+    assert (await ctl.forecasts.state(cls.name))["calm"] == 1
 
 
 async def test_replicas_judging_together_move_once(redis: aioredis.Redis) -> None:
