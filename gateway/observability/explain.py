@@ -29,8 +29,9 @@ DROP_FIELDS = ("message_index", "item_id", "kind", "stage", "action", "reason",
                "tokens_before", "tokens_after", "kept_as", "step")
 WHY = {
     "header": "the request's x-ctxgate-budget-tokens header",
-    "forecast": "the class's caps, bounded by the model's window less the output reserve "
-    "forecast from the class's observed completions",
+    "forecast": "the class's caps as its forecast moved them from live evidence, or an "
+    "output reserve forecast from the class's observed completions, bounded by the model's "
+    "window",
     "config": "the class's caps, bounded by the model's window less the configured (or the "
     "request's own max_tokens) output reserve",
 }
