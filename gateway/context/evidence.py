@@ -9,12 +9,12 @@ controller judges is what was added since its last judgement (`adjust.py`).
 from __future__ import annotations
 
 from dataclasses import fields
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from gateway.context.controller import Counts
 from gateway.context.fidelity import CallSignals
 from gateway.store import keys
-from gateway.store.batch import FlushSoon
+from gateway.store.batch import BatchedCounts
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
@@ -26,13 +26,11 @@ EVIDENCE_TTL_S = 30 * 86400  # a class with no traffic for this long starts over
 COUNT_NAMES = tuple(f.name for f in fields(Counts))
 
 
-class EvidenceStore:
+class EvidenceStore(BatchedCounts[tuple[str, str], Counts]):
     """Per class and mode: calls, values needed and found, tool calls and refetches."""
 
     def __init__(self, redis: aioredis.Redis | None, flush_every_s: float = FLUSH_EVERY_S) -> None:
-        self._redis = redis
-        self._unsent: dict[tuple[str, str], Counts] = {}
-        self._flusher = FlushSoon(self.flush, flush_every_s)
+        super().__init__(redis, flush_every_s)
 
     async def record(self, signals: CallSignals) -> None:
         """Count one call's signals (batched; a mode outside MODES is ignored)."""
@@ -42,22 +40,13 @@ class EvidenceStore:
         self._unsent[key] = self._unsent.get(key, Counts()) + Counts.of(signals)
         self._flusher.schedule()
 
-    async def flush(self) -> None:
-        """Write the batch observed so far (at shutdown, and in tests and benches)."""
-        unsent, self._unsent = self._unsent, {}
-        if self._redis is None or not unsent:
-            return
-        try:
-            async with self._redis.pipeline(transaction=False) as pipe:
-                for (task_class, mode), counts in unsent.items():
-                    key = keys.class_evidence(task_class)
-                    for name, value in counts.to_dict().items():
-                        if value:
-                            pipe.hincrby(key, f"{mode}:{name}", value)
-                    pipe.expire(key, EVIDENCE_TTL_S)
-                await pipe.execute()
-        except Exception:  # evidence is advisory: a lost batch only delays a judgement
-            return
+    def _write(self, pipe: Any, key: tuple[str, str], counts: Counts) -> None:
+        task_class, mode = key
+        name = keys.class_evidence(task_class)
+        for count, value in counts.to_dict().items():
+            if value:
+                pipe.hincrby(name, f"{mode}:{count}", value)
+        pipe.expire(name, EVIDENCE_TTL_S)
 
     async def read(self, task_class: str) -> dict[str, Counts]:
         """The class's running totals per mode (every mode present, zero when unseen)."""

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, cast
 from gateway.context.models import ModelInfo
 from gateway.context.taskclass import BudgetSplit, TaskClass
 from gateway.store import keys
-from gateway.store.batch import FlushSoon
+from gateway.store.batch import BatchedCounts
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
@@ -112,15 +112,13 @@ def forecast_budget(
     return Budget(min(cls.budget.total, window_room), cls.budget, source)
 
 
-class ForecastStore:
+class ForecastStore(BatchedCounts[tuple[str, str], list[float]]):
     """Class usage stats in Redis, with a short-lived local copy so a call rarely reads them."""
 
     def __init__(self, redis: aioredis.Redis | None) -> None:
-        self._redis = redis
+        # unsent: calls, sum, sum of squares, overflows observed here and not yet in Redis
+        super().__init__(redis, FLUSH_EVERY_S)
         self._local: dict[tuple[str, str], tuple[float, UsageStats]] = {}
-        # calls, sum, sum of squares, overflows observed here and not yet in Redis
-        self._unsent: dict[tuple[str, str], list[float]] = {}
-        self._flusher = FlushSoon(self.flush, FLUSH_EVERY_S)
 
     async def stats(self, tenant: str, task_class: str) -> UsageStats:
         hit = self._local.get((tenant, task_class))
@@ -152,22 +150,13 @@ class ForecastStore:
             counts[3] += 1
         self._flusher.schedule()
 
-    async def flush(self) -> None:
-        """Write the counts observed so far (at shutdown, and in tests)."""
-        unsent, self._unsent = self._unsent, {}
-        if self._redis is None or not unsent:
-            return
-        try:
-            async with self._redis.pipeline(transaction=False) as pipe:
-                for (tenant, task_class), (calls, total, squares, overflows) in unsent.items():
-                    key = keys.forecast(tenant, task_class)
-                    if calls:
-                        pipe.hincrby(key, "calls", int(calls))
-                        pipe.hincrbyfloat(key, "sum", total)
-                        pipe.hincrbyfloat(key, "sumsq", squares)
-                    if overflows:
-                        pipe.hincrby(key, "overflows", int(overflows))
-                    pipe.expire(key, FORECAST_TTL_S)
-                await pipe.execute()
-        except Exception:  # advisory numbers: a lost batch only slows the forecast's learning
-            return
+    def _write(self, pipe: Any, key: tuple[str, str], counts: list[float]) -> None:
+        calls, total, squares, overflows = counts
+        name = keys.forecast(*key)
+        if calls:
+            pipe.hincrby(name, "calls", int(calls))
+            pipe.hincrbyfloat(name, "sum", total)
+            pipe.hincrbyfloat(name, "sumsq", squares)
+        if overflows:
+            pipe.hincrby(name, "overflows", int(overflows))
+        pipe.expire(name, FORECAST_TTL_S)

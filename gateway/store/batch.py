@@ -4,6 +4,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+if TYPE_CHECKING:
+    import redis.asyncio as aioredis
+
+K = TypeVar("K")
+V = TypeVar("V")
 
 
 class FlushSoon:
@@ -22,3 +29,29 @@ class FlushSoon:
     async def _run(self) -> None:
         await asyncio.sleep(self._after_s)
         await self._flush()
+
+
+class BatchedCounts(Generic[K, V]):
+    """Counts kept in memory per key (`_unsent`) and written in one pipeline by `flush`,
+    `after_s` after the first one since the last write; `_write` queues one key's."""
+
+    def __init__(self, redis: aioredis.Redis | None, after_s: float) -> None:
+        self._redis = redis
+        self._unsent: dict[K, V] = {}
+        self._flusher = FlushSoon(self.flush, after_s)
+
+    def _write(self, pipe: Any, key: K, counts: V) -> None:
+        raise NotImplementedError
+
+    async def flush(self) -> None:
+        """Write the counts observed so far (at shutdown, and in tests and benches)."""
+        unsent, self._unsent = self._unsent, {}
+        if self._redis is None or not unsent:
+            return
+        try:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for key, counts in unsent.items():
+                    self._write(pipe, key, counts)
+                await pipe.execute()
+        except Exception:  # advisory counts: a lost batch only slows what learns from them
+            return
