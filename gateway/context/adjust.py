@@ -152,8 +152,8 @@ class ForecastController:
                                            judgement):
             return None  # another replica judged this batch first
         level = logging.INFO if judgement.moved else logging.DEBUG
-        log.log(level, "forecast %s", judgement.action,
-                extra={"task_class": task_class, **history_entry(judgement)})
+        entry = {k: v for k, v in history_entry(judgement).items() if k != "ts"}  # the line's
+        log.log(level, "forecast %s", judgement.action, extra={"task_class": task_class, **entry})
         return judgement
 
     async def run_once(self) -> list[Judgement]:
