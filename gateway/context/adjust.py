@@ -144,7 +144,10 @@ class ForecastController:
         state = await self.forecasts.state(task_class)
         modes = await self.evidence.read(task_class)
         scale = state["scale"] if state["scale"] is not None else 1.0
-        fresh = modes["managed"] - state["judged"]
+        judged = state["judged"]
+        if judged.calls > modes["managed"].calls:  # the evidence expired and started over
+            judged = Counts()
+        fresh = modes["managed"] - judged
         judgement = decide(policy, scale, fresh, baseline(modes), state["calm"])
         if judgement is None:
             return None
@@ -152,7 +155,8 @@ class ForecastController:
                                            judgement):
             return None  # another replica judged this batch first
         level = logging.INFO if judgement.moved else logging.DEBUG
-        entry = {k: v for k, v in history_entry(judgement).items() if k != "ts"}  # the line's
+        # the log line carries its own ts
+        entry = {k: v for k, v in history_entry(judgement).items() if k != "ts"}
         log.log(level, "forecast %s", judgement.action, extra={"task_class": task_class, **entry})
         return judgement
 

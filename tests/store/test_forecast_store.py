@@ -17,6 +17,7 @@ from gateway.context.controller import Counts
 from gateway.context.evidence import EvidenceStore
 from gateway.context.fidelity import CallSignals
 from gateway.context.taskclass import TaskClass, task_class
+from gateway.store import keys
 
 
 @pytest.fixture
@@ -134,3 +135,14 @@ async def test_describe_and_reset(redis: aioredis.Redis) -> None:
     await ctl.forecasts.reset(cls.name)
     assert await ctl.forecasts.scale(cls.name) is None
     assert (await ctl.describe(cls.name))["source"] == "config"
+
+
+async def test_evidence_that_expired_starts_a_new_batch(redis: aioredis.Redis) -> None:
+    cls = a_class()
+    ctl = controller(redis, cls)
+    await record(ctl.evidence, cls, 30, 10)
+    assert await ctl.judge(cls.name) is not None
+    await redis.delete(keys.class_evidence(cls.name))  # as its TTL would after 30 idle days
+    await record(ctl.evidence, cls, 20, 10)
+    again = await ctl.judge(cls.name)
+    assert again is not None and again.evidence.calls == 20
