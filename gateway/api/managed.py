@@ -175,7 +175,7 @@ class ManagedRoute:
         if self._engine is not None:
             self._engine.metrics.fidelity(
                 signals.task_class, signals.mode, signals.needed, signals.found,
-                signals.tool_calls, signals.refetches)
+                signals.tool_calls, signals.refetches, signals.repeats)
         evidence = getattr(self._services, "evidence", None)
         if evidence is not None:
             await evidence.record(signals)

@@ -20,8 +20,9 @@ Modes: `managed` (the engine fitted call n), `bypass` (`x-ctxgate-bypass`) and `
 recall is the ceiling (1) and every repeat counts as a refetch: the agent's natural rate,
 the baseline a managed class's refetch is compared with.
 
-Cost: the turn's values are searched in one join of call n's message texts (two when
-something was lost); the tool-call index (the latest 256 calls, a 16-hash sketch each) is
+Cost: each of the turn's values is searched from call n's latest message back, until a
+message forwarded as sent holds it (what was rewritten is searched only for a value found
+nowhere else); the tool-call index (the latest 256 calls, a 16-hash sketch each) is
 decoded, extended with the new turns' calls only, and stored with the session; `lost` is
 stored only when it changes (at compaction steps).
 """
@@ -60,7 +61,11 @@ class CallSignals:
     """One call's signals: of the `needed` values the assistant's next action used that
     occurred earlier in the client's history, `found` were in what the gateway forwarded; of
     its `tool_calls`, `refetches` repeated an earlier call whose result had been compacted.
-    `mode` is managed | bypass | unmanaged (bypass and unmanaged are the baseline)."""
+    `mode` is managed | bypass | unmanaged (bypass and unmanaged are the baseline).
+
+    In bypass and unmanaged mode nothing was compacted, so `refetches` counts every repeat
+    (the agent's natural rate); `repeats` counts every repeat in every mode, so a managed
+    class's repeat rate can also be set against its baseline's like for like."""
 
     task_class: str
     mode: str
@@ -68,11 +73,12 @@ class CallSignals:
     found: int
     tool_calls: int
     refetches: int
+    repeats: int = 0
 
     def to_log(self) -> dict[str, int]:
         """The drop log call line's `fidelity` object."""
         return {"needed": self.needed, "found": self.found, "tool_calls": self.tool_calls,
-                "refetches": self.refetches}
+                "refetches": self.refetches, "repeats": self.repeats}
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,11 +114,11 @@ def call_sketch(call: Mapping[str, Any]) -> tuple[int, ...]:
 
 def similarity(a: Sequence[int], b: Sequence[int]) -> float:
     """Jaccard similarity of two token sets from their sketches (two empty sets: 1)."""
-    union = sorted(set(a) | set(b))[:SKETCH_SIZE]
-    if not union:
+    if a == b:
         return 1.0
-    both = set(a) & set(b)
-    return sum(x in both for x in union) / len(union)
+    set_a, set_b = set(a), set(b)
+    union = sorted(set_a | set_b)[:SKETCH_SIZE]
+    return sum(x in set_a and x in set_b for x in union) / len(union)
 
 
 def _results(messages: Sequence[Mapping[str, Any]], start: int) -> dict[Any, int]:
@@ -193,28 +199,49 @@ def recall_counts(
     lost: Mapping[int, str | None], extra: str = "",
 ) -> tuple[int, int]:
     """(needed, found) of `turn` against the call made of messages[:count], as forwarded
-    under `lost` with `extra` (the playbook block)."""
+    under `lost` with `extra` (the playbook block). Each value is looked for from the latest
+    message back and is settled at its first occurrence in a message forwarded as sent,
+    so a value the agent just saw costs a few messages, not the history."""
     values = action_values(turn)
     if not values:
         return 0, 0
-    earlier = messages[:count]
-    texts = [searchable_text(m) for m in earlier]
-    sent = join(t for m, t in zip(earlier, texts, strict=True) if not is_system(m))
-    needed = [v for v in values if v in sent]
-    if not needed or not lost:
-        return len(needed), len(needed)
-    parts = []
-    for i, (msg, text) in enumerate(zip(earlier, texts, strict=True)):
-        if i in lost:
-            new = lost[i]
-            if new is None:
+    texts: dict[int, str] = {}
+    rewritten: str | None = None  # what went in place of lost messages, system and block
+    needed = found = 0
+    for value in values:
+        seen = kept = False
+        for i in range(count - 1, -1, -1):
+            msg = messages[i]
+            if is_system(msg):
                 continue
-            text = searchable_text({**msg, "content": new})
-        parts.append(text)
+            text = texts.get(i)
+            if text is None:
+                text = texts[i] = searchable_text(msg)
+            if value in text:
+                seen = True
+                if i not in lost:
+                    kept = True
+                    break
+        if not seen:
+            continue
+        needed += 1
+        if not kept and rewritten is None:
+            rewritten = _rewritten(messages, count, lost, extra)
+        found += kept or value in (rewritten or "")
+    return needed, found
+
+
+def _rewritten(
+    messages: Sequence[Mapping[str, Any]], count: int, lost: Mapping[int, str | None],
+    extra: str,
+) -> str:
+    """What was forwarded besides the non-system messages sent as is."""
+    parts = [searchable_text(m) for m in messages[:count] if is_system(m)]
+    parts += [searchable_text({**messages[i], "content": text})
+              for i, text in sorted(lost.items()) if text is not None and i < count]
     if extra:
         parts.append(extra)
-    forwarded = join(parts)
-    return len(needed), sum(v in forwarded for v in needed)
+    return join(parts)
 
 
 def refetch_counts(
@@ -254,7 +281,7 @@ def observe(
             needed, found = recall_counts(turn, messages, count, record.lost, extra)
             made, repeats, refetches = refetch_counts(turn, record.calls, record.lost)
             signals = CallSignals(task_class, mode, needed, found, made,
-                                  refetches if mode == "managed" else repeats)
+                                  refetches if mode == "managed" else repeats, repeats)
         calls = index_calls(messages, count, record.calls)
     _remember(state, messages, plan, calls)
     return signals

@@ -116,9 +116,14 @@ class Metrics:
             "Tool calls repeating an earlier call whose result was compacted (managed) or "
             "any earlier call (bypass, unmanaged: the baseline)",
             labels, registry=r)
+        self.refetch_repeats = Counter(
+            "ctxgate_refetch_repeats_total",
+            "Tool calls repeating an earlier call of the session (same tool, near-same "
+            "arguments), whatever became of its result",
+            labels, registry=r)
 
     def fidelity(self, task_class: str, mode: str, needed: int, found: int,
-                 tool_calls: int, refetches: int) -> None:
+                 tool_calls: int, refetches: int, repeats: int) -> None:
         """One measured turn's signals."""
         labels = (task_class, mode)
         self.recall_turns.labels(*labels).inc()
@@ -126,6 +131,7 @@ class Metrics:
         self.recall_found.labels(*labels).inc(found)
         self.refetch_tool_calls.labels(*labels).inc(tool_calls)
         self.refetch_refetches.labels(*labels).inc(refetches)
+        self.refetch_repeats.labels(*labels).inc(repeats)
 
     def worker_failure(self, reason: str, shard: int, n: int = 1) -> None:
         """One failure on `ctxgate_worker_failures_total{reason}` and on its shard's
