@@ -610,7 +610,6 @@ class ContextEngine:
             overflow=finish_reason == "length",
         )
 
-
     async def observe_sent(
         self, body: Mapping[str, Any], call: CallContext, mode: str
     ) -> CallSignals | None:
