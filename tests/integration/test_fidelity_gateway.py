@@ -18,11 +18,12 @@ from tests.integration.test_engine_gateway import TOOLS, client, long_session
 
 REPEAT = {"id": "call_again", "type": "function",
           "function": {"name": "bash", "arguments": '{"cmd": "pytest -k case_0"}'}}
+REPEAT_TURN = {"role": "assistant", "content": "", "tool_calls": [REPEAT]}
 
 
 def _answer_and_result(first: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The second call: the first, the agent re-running its first command, its result."""
-    return [*first, {"role": "assistant", "content": "", "tool_calls": [REPEAT]},
+    return [*first, REPEAT_TURN,
             {"role": "tool", "tool_call_id": "call_again", "content": "1 passed"}]
 
 
@@ -65,9 +66,6 @@ def test_a_managed_session_measures_recall_and_refetch(gateway: Gateway,
     assert line["fidelity"] == {"needed": len(needed), "found": found, "tool_calls": 1,
                                 "refetches": 1, "repeats": 1}
     jsonschema.validate(line, json.loads(SCHEMA.read_text()))
-
-
-REPEAT_TURN = {"role": "assistant", "content": "", "tool_calls": [REPEAT]}
 
 
 def test_bypassed_calls_give_the_baseline(gateway: Gateway) -> None:
