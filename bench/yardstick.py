@@ -1,6 +1,8 @@
 """The yardstick of issue 7: how much of a call was cut, and whether what the agent needed next
 survived. Pure functions over OpenAI chat messages; independent of the engine on purpose (it
-judges the engine), so it does not import from `gateway/`.
+judges the engine): of the gateway it imports only the needed-value extraction
+(`gateway/context/needed.py`), which the live fidelity signals share, so that the offline
+and the live recall cannot drift apart.
 
 - A *call* is each prefix of a session that ends right before an assistant message
   (`call_ends`); *late* calls are the last third of a session's calls, rounded up
@@ -27,29 +29,22 @@ Where the issue leaves a detail open, the choice made here:
 from __future__ import annotations
 
 import json
-import re
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
-Message = Mapping[str, Any]
+from gateway.context.needed import (
+    TEXT_TOKEN,
+    Message,
+    action_values,
+    haystack,
+    needed_values,
+    recall,
+    searchable_text,
+    text_content,
+)
 
-TEXT_TOKEN = re.compile(r"[A-Za-z0-9_./:-]{4,}")
-_TEXT_TOKEN_MARK = re.compile(r"[0-9/_]")
-
-
-def text_content(content: Any) -> str:
-    """A message's text content: a string as is, a list of parts as its text parts joined."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(
-            str(part.get("text", ""))
-            for part in content
-            if isinstance(part, Mapping) and part.get("type") in ("text", "input_text", None)
-        )
-    return str(content)
+__all__ = ["TEXT_TOKEN", "action_values", "billed", "cached_chars", "call_chars", "call_ends",
+           "common_prefix_chars", "haystack", "late_calls", "message_chars", "needed_values",
+           "recall", "reduction", "searchable_text", "serialized", "text_content"]
 
 
 def message_chars(msg: Message) -> int:
@@ -78,81 +73,6 @@ def late_calls(n_calls: int) -> list[bool]:
 def reduction(sent: Sequence[Message], forwarded: Sequence[Message]) -> float:
     before = call_chars(sent)
     return 1.0 - call_chars(forwarded) / before if before else 0.0
-
-
-def _leaves(value: Any) -> Iterator[str]:
-    """String leaves of ≥ 4 characters and numbers ≥ 100 of parsed JSON."""
-    if isinstance(value, str):
-        if len(value) >= 4:
-            yield value
-    elif isinstance(value, bool):
-        return
-    elif isinstance(value, int | float):
-        if value >= 100:
-            yield str(value)
-    elif isinstance(value, Mapping):
-        for v in value.values():
-            yield from _leaves(v)
-    elif isinstance(value, list):
-        for v in value:
-            yield from _leaves(v)
-
-
-def _arguments(call: Mapping[str, Any]) -> tuple[str, Any]:
-    """A tool call's raw arguments string and its parsed value (None when not JSON)."""
-    raw = call.get("function", {}).get("arguments", "")
-    if not isinstance(raw, str):
-        return json.dumps(raw), raw
-    try:
-        return raw, json.loads(raw)
-    except ValueError:
-        return raw, None
-
-
-def action_values(assistant: Message) -> set[str]:
-    """The values an assistant message used (before the earlier-message filter)."""
-    calls = assistant.get("tool_calls") or ()
-    if calls:
-        out: set[str] = set()
-        for call in calls:
-            out.update(_leaves(_arguments(call)[1]))
-        return out
-    text = text_content(assistant.get("content"))
-    return {t for t in TEXT_TOKEN.findall(text) if _TEXT_TOKEN_MARK.search(t)}
-
-
-def searchable_text(msg: Message) -> str:
-    """What a value is searched in: text content, then each tool call's name, raw arguments
-    and argument leaves."""
-    parts = [text_content(msg.get("content"))]
-    for call in msg.get("tool_calls") or ():
-        raw, parsed = _arguments(call)
-        parts.append(str(call.get("function", {}).get("name", "")))
-        parts.append(raw)
-        parts.extend(_leaves(parsed))
-    return "\n".join(parts)
-
-
-def haystack(messages: Sequence[Message], *, skip_system: bool = False) -> str:
-    return "\n\x00".join(
-        searchable_text(m)
-        for m in messages
-        if not (skip_system and m.get("role") in ("system", "developer"))
-    )
-
-
-def needed_values(assistant: Message, earlier: Sequence[Message]) -> set[str]:
-    """Values the assistant message used that occur in an earlier non-system message."""
-    found = haystack(earlier, skip_system=True)
-    return {v for v in action_values(assistant) if v in found}
-
-
-def recall(needed: set[str], forwarded: Sequence[Message] | str) -> float | None:
-    """Share of the needed values present in the forwarded messages (None: nothing needed)."""
-    if not needed:
-        return None
-    found = forwarded if isinstance(forwarded, str) else haystack(forwarded)
-    return sum(v in found for v in needed) / len(needed)
 
 
 def common_prefix_chars(a: str, b: str) -> int:

@@ -14,6 +14,7 @@ from opentelemetry.trace import Tracer
 from gateway.api.managed import ManagedRoute, openai_headers
 from gateway.context.engine import ContextEngine
 from gateway.learner.traces import TraceSink
+from gateway.services import Services
 from gateway.upstream.client import Upstream
 from gateway.wire.chat import ChatCompletions
 
@@ -25,7 +26,8 @@ CUT_STREAM_EVENT = (
 
 
 def build(upstream: Upstream, tracer: Tracer, *, engine: ContextEngine | None,
-          traces: TraceSink | None, max_body_bytes: int) -> ManagedRoute:
+          traces: TraceSink | None, max_body_bytes: int,
+          services: Services | None = None) -> ManagedRoute:
     return ManagedRoute(ChatCompletions(), upstream, tracer, engine=engine, traces=traces,
                         max_body_bytes=max_body_bytes, upstream_headers=openai_headers,
-                        cut_event=CUT_STREAM_EVENT)
+                        cut_event=CUT_STREAM_EVENT, services=services)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from typing import Any
 
 import httpx
 import orjson
@@ -28,9 +29,11 @@ from gateway.api.asgi import (
 from gateway.api.forwarding import is_bypass, relayed_headers, upstream_headers
 from gateway.api.route import Call, call_of
 from gateway.context.engine import HEADER_SESSION, CallContext, ContextEngine
+from gateway.context.fidelity import CallSignals
 from gateway.errors import GatewayError, UpstreamTimeout, UpstreamUnreachable
 from gateway.learner.traces import TraceEvent, TraceSink
 from gateway.observability.explain import account_of
+from gateway.services import Services
 from gateway.upstream.client import Upstream, timed_chunks
 from gateway.upstream.sse import SSEDecoder
 from gateway.wire.view import ChatView, WireFormat, unmarked
@@ -49,7 +52,8 @@ class ManagedRoute:
 
     def __init__(self, wire: WireFormat, upstream: Upstream, tracer: Tracer, *,
                  engine: ContextEngine | None, traces: TraceSink | None, max_body_bytes: int,
-                 upstream_headers: UpstreamHeaders, cut_event: bytes) -> None:
+                 upstream_headers: UpstreamHeaders, cut_event: bytes,
+                 services: Services | None = None) -> None:
         self._wire = wire
         self._upstream = upstream
         self._tracer = tracer
@@ -58,6 +62,7 @@ class ManagedRoute:
         self._max_body_bytes = max_body_bytes
         self._upstream_headers = upstream_headers
         self._cut_event = cut_event  # ends the client's stream when the upstream cuts it
+        self._services = services  # its `evidence` store gets each call's fidelity
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         call = call_of(scope)
@@ -68,12 +73,17 @@ class ManagedRoute:
         forward = raw
         if is_bypass(call.headers) or self._engine is None:
             call.task_class = "bypass"
+            call.sent_as_is = body
         else:
             view = self._wire.view(body)
             await self._fit(self._engine, view, call)
             fitted = call.fitted
             if fitted is not None and fitted.changed:
                 forward = orjson.dumps(self._wire.render(body, view, fitted))
+            if fitted is None:
+                call.sent_as_is = body
+            elif fitted.signals is not None:
+                await self._record(fitted.signals)
         await cancel_on_disconnect(
             receive, self._relay(send, forward, self._upstream_headers(call), call))
 
@@ -160,8 +170,37 @@ class ManagedRoute:
                 summary.add(data)
             call.response = summary.response()
 
+    async def _record(self, signals: CallSignals) -> None:
+        """One turn's fidelity signals (fidelity.py) to the metrics and the evidence store."""
+        if self._engine is not None:
+            self._engine.metrics.fidelity(
+                signals.task_class, signals.mode, signals.needed, signals.found,
+                signals.tool_calls, signals.refetches, signals.repeats)
+        if self._services is not None and self._services.evidence is not None:
+            await self._services.evidence.record(signals)
+
+    async def _observe_sent(self, call: Call, body: dict[str, Any]) -> None:
+        """A call forwarded as sent: its session's fidelity record and baseline signals."""
+        if self._engine is None:
+            return
+        try:
+            view = self._wire.view(body)
+            headers = call.headers
+            if view.session_key is not None and HEADER_SESSION not in headers:
+                headers = {**headers, HEADER_SESSION: view.session_key}
+            mode = "unmanaged" if call.task_class == "unmanaged" else "bypass"
+            signals = await self._engine.observe_sent(
+                view.body, CallContext(call.caller.tenant, call.trace_id, headers), mode)
+            if signals is not None:
+                await self._record(signals)
+        except Exception:
+            log.warning("fidelity signals of a call sent as is failed",
+                        extra={"trace_id": call.trace_id}, exc_info=True)
+
     async def after_response(self, call: Call) -> None:
         """Feed the forecast and the learner; never fails the (already sent) response."""
+        if call.sent_as_is is not None:
+            await self._observe_sent(call, call.sent_as_is)
         fitted = call.fitted
         if fitted is None or self._engine is None:
             return

@@ -23,6 +23,7 @@ from gateway.auth import ANONYMOUS, Principal, authenticate, tenant_of_token
 from gateway.context.engine import ContextEngine
 from gateway.errors import InvalidAPIKey
 from gateway.learner.traces import TraceSink
+from gateway.services import Services
 from gateway.settings import Settings
 from gateway.upstream.client import Upstream
 from gateway.wire.messages import Messages
@@ -68,11 +69,11 @@ class AnthropicHeaders:
 
 def build(upstream: Upstream, tracer: Tracer, settings: Settings, *,
           engine: ContextEngine | None, traces: TraceSink | None,
-          max_body_bytes: int) -> ManagedRoute:
+          max_body_bytes: int, services: Services | None = None) -> ManagedRoute:
     return ManagedRoute(Messages(), upstream, tracer, engine=engine, traces=traces,
                         max_body_bytes=max_body_bytes,
                         upstream_headers=AnthropicHeaders(settings, identity=True),
-                        cut_event=CUT_STREAM_EVENT)
+                        cut_event=CUT_STREAM_EVENT, services=services)
 
 
 def build_count_tokens(upstream: Upstream, tracer: Tracer, settings: Settings, *,

@@ -49,6 +49,7 @@ class Call:
     task_class: str = "none"
     stream: bool = False
     fitted: FittedCall | None = None
+    sent_as_is: dict[str, Any] | None = None  # bypassed or unmanaged: its body, for fidelity
     response: dict[str, Any] | None = None  # the upstream's answer, for the learners
     ttfb_s: float | None = None
     upstream_s: float = 0.0

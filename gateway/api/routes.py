@@ -77,12 +77,12 @@ def build_routes(services: Services, upstream: Upstream, tracer: Tracer,
     limit = settings.max_body_bytes
     engine, traces = services.engine, services.traces
     chat_app = chat.build(upstream, tracer, engine=engine, traces=traces,
-                          max_body_bytes=limit)
+                          max_body_bytes=limit, services=services)
     responses_app = responses.build(upstream, tracer, engine=engine, traces=traces,
-                                    max_body_bytes=limit)
+                                    max_body_bytes=limit, services=services)
     anthropic = anthropic or upstream
     messages_app = messages.build(anthropic, tracer, settings, engine=engine, traces=traces,
-                                  max_body_bytes=limit)
+                                  max_body_bytes=limit, services=services)
     anthropic_route = functools.partial(route, authenticate=messages.authenticate_anthropic,
                                         envelope=anthropic_envelope)
     exact: dict[tuple[str, str], ASGIApp] = {

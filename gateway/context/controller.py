@@ -19,17 +19,20 @@ Action = Literal["tighten", "loosen", "hold"]
 
 @dataclass(frozen=True, slots=True)
 class Counts:
-    """Evidence summed over calls: values needed and found, tool calls and refetches."""
+    """Evidence summed over calls: values needed and found, tool calls, refetches (repeats
+    of a compacted result; every repeat in bypass and unmanaged mode) and repeats."""
 
     calls: int = 0
     needed: int = 0
     found: int = 0
     tool_calls: int = 0
     refetches: int = 0
+    repeats: int = 0
 
     @classmethod
     def of(cls, signals: CallSignals) -> Counts:
-        return cls(1, signals.needed, signals.found, signals.tool_calls, signals.refetches)
+        return cls(1, signals.needed, signals.found, signals.tool_calls, signals.refetches,
+                   signals.repeats)
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> Counts:
@@ -55,9 +58,14 @@ class Counts:
         """Share of tool calls that re-fetched a compacted result (None: no tool call)."""
         return self.refetches / self.tool_calls if self.tool_calls else None
 
+    @property
+    def repeat_rate(self) -> float | None:
+        """Share of tool calls that repeated an earlier call, compacted or not."""
+        return self.repeats / self.tool_calls if self.tool_calls else None
+
 
 def _values(counts: Counts) -> tuple[int, ...]:
-    return (counts.calls, counts.needed, counts.found, counts.tool_calls, counts.refetches)
+    return tuple(getattr(counts, f.name) for f in fields(Counts))
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +99,11 @@ def decide(
     measured = baseline.refetch_rate if baseline.calls >= policy.min_evidence_calls else None
     allowed = (policy.refetch_baseline if measured is None else measured)
     allowed += policy.refetch_tolerance
-    action, reason = _verdict(policy, evidence, allowed)
+    # Like for like: against a measured baseline (every repeat of uncompacted calls, the
+    # agent's natural rate) the managed calls' every repeat is judged; against the
+    # configured one, only their repeats of what the gateway compacted.
+    rate = evidence.refetch_rate if measured is None else evidence.repeat_rate
+    action, reason = _verdict(policy, evidence, rate, allowed)
     if action == "loosen":
         calm = 0
     elif action == "tighten" and calm is not None:
@@ -111,8 +123,9 @@ def decide(
                      "configured" if measured is None else "measured", calm)
 
 
-def _verdict(policy: ForecastPolicy, evidence: Counts, allowed: float) -> tuple[Action, str]:
-    recall, refetch = evidence.recall, evidence.refetch_rate
+def _verdict(policy: ForecastPolicy, evidence: Counts, refetch: float | None,
+             allowed: float) -> tuple[Action, str]:
+    recall = evidence.recall
     target, slack = policy.recall_target, policy.hysteresis
     shown = f"recall {_pct(recall)} (target {target:.1%}), refetch {_pct(refetch)} " \
             f"(allowed {allowed:.1%}) over {evidence.calls} calls"

@@ -30,6 +30,7 @@ from gateway.context.classify import (
     system_text,
 )
 from gateway.context.controller import scaled_class
+from gateway.context.fidelity import CallSignals, observe
 from gateway.context.focus import task_focus
 from gateway.context.forecast import Budget, ForecastStore, forecast_budget
 from gateway.context.injection import InjectedBlock, PlaybookSource, inject_block
@@ -99,6 +100,8 @@ class FittedCall:
     plan: Plan | None = None
     block: InjectedBlock | None = None
     request: dict[str, Any] | None = None  # the client's body, for the explainer
+    # The fidelity of the turn that answered the session's previous call (fidelity.py).
+    signals: CallSignals | None = None
 
 
 def derive_session_id(tenant: str, messages: list[Mapping[str, Any]]) -> str:
@@ -403,6 +406,8 @@ class ContextEngine:
         messages = inject_block(fitted.messages, block) if block else fitted.messages
         # a request sent as is (compact=False) says nothing of the session's prefix
         stable = self._track_prefix(r.state, fitted.digests, cls) if fitted.digests else None
+        signals = observe(r.state, r.messages, fitted.plan, task_class=cls.name,
+                          mode="managed", extra=block.text if block else "")
         await self.sessions.save(call.tenant, r.session_id, r.state)
         self.drop_log.write_call(
             fitted.events,
@@ -411,6 +416,7 @@ class ContextEngine:
             tenant=call.tenant,
             task_class=cls.name,
             tokens=(r.tokens_before, fitted.tokens_after, block.tokens if block else 0),
+            signals=signals,
         )
         if fitted.prefix is not None:
             self.prefixes.put(call.tenant, r.session_id, fitted.prefix)
@@ -436,6 +442,7 @@ class ContextEngine:
             request=r.body,
             plan=fitted.plan,
             block=block,
+            signals=signals,
         )
 
     async def _fit_items(
@@ -626,6 +633,23 @@ class ContextEngine:
             int(completion) if isinstance(completion, int) else None,
             overflow=finish_reason == "length",
         )
+
+    async def observe_sent(
+        self, body: Mapping[str, Any], call: CallContext, mode: str
+    ) -> CallSignals | None:
+        """A call forwarded as sent (bypassed, or unmanaged when fitting failed): the
+        fidelity of the turn that answered its session's last call (`fidelity.py`), the
+        session's record updated. Its class: the header's, the session's, else by rules."""
+        messages = body.get("messages") or []
+        session_id = call.headers.get(HEADER_SESSION) or derive_session_id(call.tenant, messages)
+        state = await self.sessions.load(call.tenant, session_id)
+        named = call.headers.get(HEADER_CLASS) or state.task_class
+        if named not in self.classes:
+            named = self.classifier.by_rules(body) or DEFAULT_CLASS
+        state.dirty.clear()  # only the fidelity record is this call's to write
+        signals = observe(state, messages, None, task_class=named, mode=mode)
+        await self.sessions.save(call.tenant, session_id, state)
+        return signals
 
 
 def _stamp_step(decisions: dict[str, Decision], remembered: Mapping[str, Decision]) -> None:

@@ -1,12 +1,59 @@
 """Live fidelity signals: what one call's compaction cost the agent, from traffic alone.
 
-`CallSignals` is one call's account, recorded into the evidence store
-(`gateway/context/evidence.py`) that the forecast controller (`adjust.py`) reads.
+When call n+1 of a session arrives, its history holds the assistant turn that answered
+call n; the session's state holds what the gateway forwarded for call n (`lost`: each
+message of call n not forwarded as sent, with the text that went in its place or None
+when dropped) and an index of the session's earlier tool calls. From those, per turn:
+
+- *recall*: of the turn's needed values (`needed.py`, the yardstick's definition: action
+  values that occur in an earlier non-system message), the share present as substrings in
+  what was forwarded for call n (its messages as rendered, plus the playbook block);
+- *refetch*: of the turn's tool calls, those that repeat an earlier call of the session
+  whose every result the gateway had digested or dropped in call n. A call *repeats* an
+  earlier one when both have the same tool name and near-same arguments: the sets of
+  `[A-Za-z0-9_./:-]+` tokens of their argument values (the raw string when not JSON) have
+  a Jaccard similarity of at least 0.8 (exact when the two sets have at most 16 tokens
+  together, else estimated from bottom-16 MinHash sketches of 32-bit token hashes).
+
+Modes: `managed` (the engine fitted call n), `bypass` (`x-ctxgate-bypass`) and `unmanaged`
+(the engine failed and call n went out as sent). In the last two nothing was lost, so
+recall is the ceiling (1) and every repeat counts as a refetch: the agent's natural rate,
+the baseline a managed class's refetch is compared with.
+
+Cost: each of the turn's values is searched from call n's latest message back, until a
+message forwarded as sent holds it (what was rewritten is searched only for a value found
+nowhere else); the tool-call index (the latest 256 calls, a 16-hash sketch each) is
+decoded, extended with the new turns' calls only, and stored with the session; `lost` is
+stored only when it changes (at compaction steps).
 """
 
 from __future__ import annotations
 
+import hashlib
+import re
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from gateway.context.needed import (
+    action_values,
+    arguments,
+    is_system,
+    join,
+    searchable_text,
+    tool_calls,
+    tool_name,
+)
+from gateway.context.render import Plan
+from gateway.context.session import SessionState
+
+MODES = ("managed", "bypass", "unmanaged")
+NEAR_SAME = 0.8
+SKETCH_SIZE = 16
+MAX_INDEXED_CALLS = 256
+_TOKEN = re.compile(r"[A-Za-z0-9_./:-]+")
 
 
 @dataclass(frozen=True)
@@ -14,7 +61,11 @@ class CallSignals:
     """One call's signals: of the `needed` values the assistant's next action used that
     occurred earlier in the client's history, `found` were in what the gateway forwarded; of
     its `tool_calls`, `refetches` repeated an earlier call whose result had been compacted.
-    `mode` is managed | bypass | unmanaged (bypass and unmanaged are the baseline)."""
+    `mode` is managed | bypass | unmanaged (bypass and unmanaged are the baseline).
+
+    In bypass and unmanaged mode nothing was compacted, so `refetches` counts every repeat
+    (the agent's natural rate); `repeats` counts every repeat in every mode, so a managed
+    class's repeat rate can also be set against its baseline's like for like."""
 
     task_class: str
     mode: str
@@ -22,3 +73,231 @@ class CallSignals:
     found: int
     tool_calls: int
     refetches: int
+    repeats: int = 0
+
+    def to_log(self) -> dict[str, int]:
+        """The drop log call line's `fidelity` object."""
+        return {"needed": self.needed, "found": self.found, "tool_calls": self.tool_calls,
+                "refetches": self.refetches, "repeats": self.repeats}
+
+
+@dataclass(frozen=True, slots=True)
+class IndexedCall:
+    """An earlier tool call of the session, as the refetch signal compares it."""
+
+    name: str
+    sketch: tuple[int, ...]
+    result: int  # the message index of its result; -1 when it has none
+
+
+def _scalars(value: Any) -> Iterator[str]:
+    if isinstance(value, Mapping):
+        for v in value.values():
+            yield from _scalars(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _scalars(v)
+    elif value is not None:
+        yield str(value)
+
+
+def call_sketch(call: Mapping[str, Any]) -> tuple[int, ...]:
+    """The bottom-16 sketch of a tool call's argument tokens (32-bit hashes, ascending)."""
+    raw, parsed = arguments(call)
+    text = raw if parsed is None else "\n".join(_scalars(parsed))
+    hashes = {
+        int.from_bytes(hashlib.blake2b(t.encode(), digest_size=4).digest(), "big")
+        for t in set(_TOKEN.findall(text))
+    }
+    return tuple(sorted(hashes)[:SKETCH_SIZE])
+
+
+def similarity(a: Sequence[int], b: Sequence[int]) -> float:
+    """Jaccard similarity of two token sets from their sketches (two empty sets: 1)."""
+    if a == b:
+        return 1.0
+    set_a, set_b = set(a), set(b)
+    union = sorted(set_a | set_b)[:SKETCH_SIZE]
+    return sum(x in set_a and x in set_b for x in union) / len(union)
+
+
+def _results(messages: Sequence[Mapping[str, Any]], start: int) -> dict[Any, int]:
+    """Tool-call id → index of its result, for the results after messages[start]."""
+    out: dict[Any, int] = {}
+    for i in range(start + 1, len(messages)):
+        msg = messages[i]
+        if msg.get("role") == "assistant":
+            break
+        if msg.get("role") == "tool" and "tool_call_id" in msg:
+            out.setdefault(msg["tool_call_id"], i)
+    return out
+
+
+def index_calls(
+    messages: Sequence[Mapping[str, Any]], start: int, calls: list[IndexedCall]
+) -> list[IndexedCall]:
+    """`calls` with those of the assistant turns in messages[start:] (the latest 256)."""
+    calls = list(calls)
+    for i in range(start, len(messages)):
+        msg = messages[i]
+        made = tool_calls(msg) if msg.get("role") == "assistant" else []
+        if not made:
+            continue
+        results = _results(messages, i)
+        calls += [IndexedCall(tool_name(c), call_sketch(c), results.get(c.get("id"), -1))
+                  for c in made]
+    return calls[-MAX_INDEXED_CALLS:]
+
+
+def _digest(msg: Mapping[str, Any]) -> str:
+    try:
+        return hashlib.blake2b(orjson.dumps(msg), digest_size=8).hexdigest()
+    except TypeError:  # not JSON: no continuation can be told
+        return ""
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """What the session's state says of its last call."""
+
+    count: int  # its messages
+    last: str  # digest of its last message
+    calls: list[IndexedCall]
+    lost: dict[int, str | None]
+
+    @classmethod
+    def load(cls, state: SessionState) -> Record | None:
+        if not state.fidelity:
+            return None
+        raw = orjson.loads(state.fidelity)
+        lost = orjson.loads(state.lost) if state.lost else {}
+        return cls(int(raw["n"]), str(raw["last"]),
+                   [IndexedCall(n, tuple(s), r) for n, s, r in raw["calls"]],
+                   {int(i): text for i, text in lost.items()})
+
+    def continued_by(self, messages: Sequence[Mapping[str, Any]]) -> bool:
+        """Whether `messages` extend the last call's (its last message unchanged)."""
+        n = self.count
+        return 0 < n <= len(messages) and bool(self.last) and _digest(messages[n - 1]) == self.last
+
+
+def lost_messages(count: int, plan: Plan | None) -> dict[int, str | None]:
+    """Per message of a call not forwarded as sent: its new text, or None when dropped."""
+    if plan is None:
+        return {}
+    lost: dict[int, str | None] = dict.fromkeys(range(count))
+    for i, text in plan:
+        if text is None:
+            del lost[i]
+        else:
+            lost[i] = text
+    return lost
+
+
+def recall_counts(
+    turn: Mapping[str, Any], messages: Sequence[Mapping[str, Any]], count: int,
+    lost: Mapping[int, str | None], extra: str = "",
+) -> tuple[int, int]:
+    """(needed, found) of `turn` against the call made of messages[:count], as forwarded
+    under `lost` with `extra` (the playbook block). Each value is looked for from the latest
+    message back and is settled at its first occurrence in a message forwarded as sent,
+    so a value the agent just saw costs a few messages, not the history."""
+    values = action_values(turn)
+    if not values:
+        return 0, 0
+    texts: dict[int, str] = {}
+    rewritten: str | None = None  # what went in place of lost messages, system and block
+    needed = found = 0
+    for value in values:
+        seen = kept = False
+        for i in range(count - 1, -1, -1):
+            msg = messages[i]
+            if is_system(msg):
+                continue
+            text = texts.get(i)
+            if text is None:
+                text = texts[i] = searchable_text(msg)
+            if value in text:
+                seen = True
+                if i not in lost:
+                    kept = True
+                    break
+        if not seen:
+            continue
+        needed += 1
+        if not kept and rewritten is None:
+            rewritten = _rewritten(messages, count, lost, extra)
+        found += kept or value in (rewritten or "")
+    return needed, found
+
+
+def _rewritten(
+    messages: Sequence[Mapping[str, Any]], count: int, lost: Mapping[int, str | None],
+    extra: str,
+) -> str:
+    """What was forwarded besides the non-system messages sent as is."""
+    parts = [searchable_text(m) for m in messages[:count] if is_system(m)]
+    parts += [searchable_text({**messages[i], "content": text})
+              for i, text in sorted(lost.items()) if text is not None and i < count]
+    if extra:
+        parts.append(extra)
+    return join(parts)
+
+
+def refetch_counts(
+    turn: Mapping[str, Any], earlier: Sequence[IndexedCall], lost: Mapping[int, str | None]
+) -> tuple[int, int, int]:
+    """(tool calls, repeats, refetches) of `turn`: a repeat matches an earlier call; a
+    refetch is a repeat all of whose matches' results were lost."""
+    made = tool_calls(turn)
+    repeats = refetches = 0
+    for call in made:
+        name, sketch = tool_name(call), call_sketch(call)
+        matches = [c for c in earlier
+                   if c.name == name and similarity(c.sketch, sketch) >= NEAR_SAME]
+        if matches:
+            repeats += 1
+            refetches += all(c.result in lost for c in matches)
+    return len(made), repeats, refetches
+
+
+def observe(
+    state: SessionState, messages: Sequence[Mapping[str, Any]], plan: Plan | None, *,
+    task_class: str, mode: str, extra: str = "",
+) -> CallSignals | None:
+    """The signals of the turn that answered the session's last call (None: no such turn
+    in `messages`), and the state updated to remember this call (`plan`: how it renders;
+    None: as sent)."""
+    if not messages:
+        return None
+    record = Record.load(state)
+    signals = None
+    if record is None or not record.continued_by(messages):
+        calls = index_calls(messages, 0, [])
+    else:
+        count = record.count
+        if count < len(messages) and messages[count].get("role") == "assistant":
+            turn = messages[count]
+            needed, found = recall_counts(turn, messages, count, record.lost, extra)
+            made, repeats, refetches = refetch_counts(turn, record.calls, record.lost)
+            signals = CallSignals(task_class, mode, needed, found, made,
+                                  refetches if mode == "managed" else repeats, repeats)
+        calls = index_calls(messages, count, record.calls)
+    _remember(state, messages, plan, calls)
+    return signals
+
+
+def _remember(
+    state: SessionState, messages: Sequence[Mapping[str, Any]], plan: Plan | None,
+    calls: list[IndexedCall],
+) -> None:
+    state.fidelity = orjson.dumps({
+        "n": len(messages), "last": _digest(messages[-1]),
+        "calls": [[c.name, c.sketch, c.result] for c in calls],
+    })
+    state.dirty.add("fidelity")
+    lost = lost_messages(len(messages), plan)
+    raw = orjson.dumps({str(i): text for i, text in lost.items()}) if lost else None
+    if raw != (state.lost or None):
+        state.lost = raw
+        state.dirty.add("lost")

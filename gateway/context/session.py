@@ -69,6 +69,10 @@ class SessionState:
     # The playbook block pinned for this session (written by the playbook, read-only here):
     # loaded with the rest of the session, so an open session's block costs no round trip.
     playbook_pin: bytes | None = None
+    # The fidelity signals' record of the last call (`fidelity.py`), kept as stored: what
+    # was forwarded of it (`lost`, rewritten only when that changes) and the tool calls so far.
+    fidelity: bytes | None = None
+    lost: bytes | None = None
     dirty: set[str] = field(default_factory=set)
 
     def encode(self, name: str) -> bytes:
@@ -78,6 +82,8 @@ class SessionState:
             return (self.task_class or "").encode()
         if name == "horizon":
             return f"{self.horizon}:{self.calls}:{self.steps}".encode()
+        if name in ("fidelity", "lost"):
+            return getattr(self, name) or b""
         return self.prefix.encode()
 
     @classmethod
@@ -99,6 +105,7 @@ class SessionState:
             state.calls, state.steps = int(calls), int(steps or 0)
         state.prefix = raw.get(b"prefix", b"").decode()
         state.playbook_pin = raw.get(PLAYBOOK_PIN_FIELD)
+        state.fidelity, state.lost = raw.get(b"fidelity"), raw.get(b"lost")
         return state
 
 

@@ -26,12 +26,15 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import IO, TYPE_CHECKING, Any, Literal
 
 import orjson
 
 from gateway.observability.logging import redact
 from gateway.observability.metrics import Metrics
+
+if TYPE_CHECKING:
+    from gateway.context.fidelity import CallSignals
 
 Stage = Literal["select", "rerank", "cluster", "compress", "playbook"]
 Action = Literal["drop", "mask", "compress", "dedup", "prune"]
@@ -160,9 +163,11 @@ class DropLog:
         tenant: str,
         task_class: str,
         tokens: tuple[int, int, int],
+        signals: CallSignals | None = None,
     ) -> None:
         """A fitted call's events. `tokens`: before, after, and the playbook block's (in
-        `after`), so the events' savings add up to before - after + playbook."""
+        `after`), so the events' savings add up to before - after + playbook. `signals`:
+        the fidelity of the turn that answered the session's previous call."""
         if self._form == "items":
             self.write(events, trace_id=trace_id, session_id=session_id, tenant=tenant,
                        task_class=task_class)
@@ -175,7 +180,8 @@ class DropLog:
         records = [{**head, "event": "context.decision", "step": event.step,
                     **self._item(event)} for event in new]
         records.append({**head, "event": "context.call", **_call_fields(events, tokens),
-                        "new_decisions": len(new), "steps": steps, "excluded": excluded})
+                        "new_decisions": len(new), "steps": steps, "excluded": excluded,
+                        "fidelity": signals.to_log() if signals is not None else None})
         self._emit(records)
 
     def _decided(

@@ -22,6 +22,7 @@ class Metrics:
         self._request_metrics(self.registry)
         self._context_metrics(self.registry)
         self._learner_metrics(self.registry)
+        self._fidelity_metrics(self.registry)
 
     def _request_metrics(self, r: CollectorRegistry) -> None:
         self.requests = Counter(
@@ -89,6 +90,48 @@ class Metrics:
         self.trace_shard_failures = Counter(
             "ctxgate_trace_shard_failures_total", "Learner failures, per trace shard",
             ["shard", "reason"], registry=r)
+
+    def _fidelity_metrics(self, r: CollectorRegistry) -> None:
+        # Live fidelity signals (gateway/context/fidelity.py), per class and mode
+        # (managed | bypass | unmanaged); ratios are PromQL's: found / needed, refetches /
+        # tool calls.
+        labels = ["task_class", "mode"]
+        self.recall_turns = Counter(
+            "ctxgate_recall_turns_total",
+            "Assistant turns whose fidelity was measured (the answer to a session's call)",
+            labels, registry=r)
+        self.recall_needed = Counter(
+            "ctxgate_recall_needed_values_total",
+            "Values a turn's action used that occurred earlier in the client's history",
+            labels, registry=r)
+        self.recall_found = Counter(
+            "ctxgate_recall_found_values_total",
+            "Needed values present in what the gateway forwarded for the call",
+            labels, registry=r)
+        self.refetch_tool_calls = Counter(
+            "ctxgate_refetch_tool_calls_total", "Tool calls of the measured turns",
+            labels, registry=r)
+        self.refetch_refetches = Counter(
+            "ctxgate_refetch_refetches_total",
+            "Tool calls repeating an earlier call whose result was compacted (managed) or "
+            "any earlier call (bypass, unmanaged: the baseline)",
+            labels, registry=r)
+        self.refetch_repeats = Counter(
+            "ctxgate_refetch_repeats_total",
+            "Tool calls repeating an earlier call of the session (same tool, near-same "
+            "arguments), whatever became of its result",
+            labels, registry=r)
+
+    def fidelity(self, task_class: str, mode: str, needed: int, found: int,
+                 tool_calls: int, refetches: int, repeats: int) -> None:
+        """One measured turn's signals."""
+        labels = (task_class, mode)
+        self.recall_turns.labels(*labels).inc()
+        self.recall_needed.labels(*labels).inc(needed)
+        self.recall_found.labels(*labels).inc(found)
+        self.refetch_tool_calls.labels(*labels).inc(tool_calls)
+        self.refetch_refetches.labels(*labels).inc(refetches)
+        self.refetch_repeats.labels(*labels).inc(repeats)
 
     def worker_failure(self, reason: str, shard: int, n: int = 1) -> None:
         """One failure on `ctxgate_worker_failures_total{reason}` and on its shard's

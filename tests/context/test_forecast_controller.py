@@ -18,10 +18,14 @@ POLICY = ForecastPolicy(adjust=True, recall_target=0.98, refetch_baseline=0.05,
 NO_BASELINE = Counts()
 
 
-def batch(calls: int = 100, recall: float = 1.0, refetch: float = 0.0) -> Counts:
-    """`calls` calls needing 10 values each and making 2 tool calls each."""
+def batch(calls: int = 100, recall: float = 1.0, refetch: float = 0.0,
+          repeat: float | None = None) -> Counts:
+    """`calls` calls needing 10 values each and making 2 tool calls each; a refetch is a
+    repeat too (`repeat` defaults to the refetch rate)."""
     needed, tools = 10 * calls, 2 * calls
-    return Counts(calls, needed, round(recall * needed), tools, round(refetch * tools))
+    repeat = refetch if repeat is None else repeat
+    return Counts(calls, needed, round(recall * needed), tools, round(refetch * tools),
+                  round(repeat * tools))
 
 
 def test_tightens_when_recall_is_at_target_and_refetch_at_baseline() -> None:
@@ -43,6 +47,17 @@ def test_loosens_when_refetch_passes_the_measured_baseline() -> None:
     assert at_baseline.baseline == "measured" and at_baseline.refetch_allowed == 0.12
     over = decide(POLICY, 1.0, batch(refetch=0.20), measured)
     assert over is not None and over.action == "loosen" and "refetch degraded" in over.reason
+
+
+def test_a_measured_baseline_is_compared_with_every_managed_repeat() -> None:
+    # An agent that repeats half its calls on its own: bypassed calls count every repeat.
+    natural = batch(calls=80, refetch=0.5)
+    # Managed calls repeat as often, a quarter of them after a compaction: not a degradation.
+    same = decide(POLICY, 1.0, batch(refetch=0.25, repeat=0.5), natural)
+    assert same is not None and same.action == "tighten", same
+    # Managed calls repeating more than the agent does on its own: the compaction costs.
+    more = decide(POLICY, 1.0, batch(refetch=0.25, repeat=0.65), natural)
+    assert more is not None and more.action == "loosen" and "refetch degraded" in more.reason
 
 
 def test_a_small_baseline_is_not_trusted() -> None:
@@ -90,8 +105,8 @@ def test_never_beyond_the_bounds(scale: float, recall: float, refetch: float,
 
 
 def test_counts_add_and_subtract() -> None:
-    a, b = Counts(3, 30, 29, 6, 1), Counts(1, 10, 10, 2, 0)
-    assert a - b == Counts(2, 20, 19, 4, 1) and b + (a - b) == a
+    a, b = Counts(3, 30, 29, 6, 1, 2), Counts(1, 10, 10, 2, 0, 1)
+    assert a - b == Counts(2, 20, 19, 4, 1, 1) and b + (a - b) == a
     assert (a - b).recall == 0.95 and Counts().recall is None
 
 

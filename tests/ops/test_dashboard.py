@@ -27,6 +27,8 @@ INTERFACE_METRICS = {
     "ctxgate_reflection_duration_seconds", "ctxgate_trace_queue_depth",
     "ctxgate_worker_failures_total",
 }
+# INTERFACE.md names the live fidelity signals by prefix (labels task_class and mode).
+FIDELITY = re.compile(r"ctxgate_(recall|refetch)_[a-z_]+_total")
 
 
 def expressions() -> list[str]:
@@ -40,9 +42,11 @@ def base_name(name: str) -> str:
 
 def test_dashboard_uses_only_interface_metrics_and_covers_drops() -> None:
     used = {base_name(m) for e in expressions() for m in re.findall(r"ctxgate_[a-z_]+", e)}
-    assert used <= INTERFACE_METRICS, used - INTERFACE_METRICS
+    other = {name for name in used - INTERFACE_METRICS if not FIDELITY.fullmatch(name)}
+    assert not other, other
     assert {"ctxgate_dropped_items_total", "ctxgate_dropped_tokens_total",
-            "ctxgate_context_tokens_total"} <= used
+            "ctxgate_context_tokens_total", "ctxgate_recall_found_values_total",
+            "ctxgate_refetch_refetches_total"} <= used
 
 
 def test_gateway_exposes_every_interface_metric(gateway: Gateway) -> None:
@@ -71,6 +75,7 @@ def prometheus(gateway: Gateway, tmp_path_factory: pytest.TempPathFactory) -> It
         _wait_ready(url, process)
         client = openai.OpenAI(base_url=gateway.base_url, api_key="sk-dash-000000",
                                max_retries=0)
+        _fidelity_traffic(client)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:  # traffic across several scrapes, for rate()
             client.chat.completions.create(
@@ -81,6 +86,20 @@ def prometheus(gateway: Gateway, tmp_path_factory: pytest.TempPathFactory) -> It
         yield url
     finally:
         stop(process)
+
+
+def _fidelity_traffic(client: openai.OpenAI) -> None:
+    """A session's two calls, managed and bypassed: the second measures the first's answer."""
+    ask = [{"role": "user", "content": "Read src/app_01.py and fix it."}]
+    read = {"id": "c1", "type": "function",
+            "function": {"name": "read_file", "arguments": '{"path": "src/app_01.py"}'}}
+    answered = [*ask, {"role": "assistant", "content": "", "tool_calls": [read]},
+                {"role": "tool", "tool_call_id": "c1", "content": "print('hi')"}]
+    for bypass in ("false", "true"):
+        headers = {"x-ctxgate-bypass": bypass, "x-ctxgate-session-id": f"dash-{bypass}"}
+        for messages in (ask, answered):
+            client.chat.completions.create(model="m", messages=messages,  # type: ignore[arg-type]
+                                           extra_headers=headers)
 
 
 def _wait_ready(url: str, process: subprocess.Popen[bytes]) -> None:
@@ -122,3 +141,9 @@ def test_key_panels_have_data(prometheus: str) -> None:
     overhead = _query(prometheus, expressions()[1])
     assert overhead and float(overhead[0]["value"][1]) >= 0  # type: ignore[index]
     assert _query(prometheus, 'sum by (task_class, phase) (rate(ctxgate_context_tokens_total[5m]))')
+    modes = {r["metric"]["mode"] for r in _query(  # type: ignore[index]
+        prometheus, "sum by (task_class, mode) (ctxgate_recall_needed_values_total)")}
+    assert modes == {"managed", "bypass"}
+    recall = next(e for e in expressions() if "ctxgate_recall_found_values_total" in e)
+    assert {r["metric"]["mode"] for r in _query(prometheus, recall)} == {  # type: ignore[index]
+        "managed", "bypass"}
