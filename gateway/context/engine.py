@@ -456,7 +456,8 @@ class ContextEngine:
         if stepped:
             names = STAGE_ORDER if (over or turns_step) else ("select",)
             final = await self._run_stages(names, final, budget, ctx, over, seconds)
-        final = arrival_duplicates(final, ctx, _arrival_start(messages, first_call)).items
+        marked = parsed.layout.pins if parsed.layout else ()
+        final = arrival_duplicates(final, ctx, _arrival_start(messages, first_call), marked).items
         if over and first_call and ctx.target is not None:  # cut just enough
             final = give_back(before, final, ctx, ctx.target)
         if cls.compaction.ages:  # the instability budget counts this session's calls

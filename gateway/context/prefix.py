@@ -31,6 +31,7 @@ from gateway.context.caches import ContextCaches
 from gateway.context.items import Item, Layout, Part, message_items
 from gateway.context.render import Plan, Rendered, render_plan
 from gateway.context.session import Decision, SessionState
+from gateway.context.stages.cluster import ARRIVAL_KINDS
 from gateway.context.steps import horizon_after, stale_tokens
 from gateway.context.taskclass import TaskClass
 from gateway.context.tokens import TokenCounter
@@ -233,7 +234,7 @@ class Prefix:
         if opts is None or not opts.on_arrival:
             return False
         for item in tail:
-            if len(item.text) < opts.arrival_min_chars:
+            if item.kind not in ARRIVAL_KINDS or len(item.text) < opts.arrival_min_chars:
                 continue
             h = hash(item.text)
             if h in self.texts:

@@ -64,3 +64,15 @@ async def test_a_repeat_of_a_digested_output_stays_as_sent(engine: ContextEngine
     tools = [m["content"] for m in forwarded if m["role"] == "tool"]
     assert tools[0] != ROWS  # aged into a digest by a step
     assert tools[-1] == ROWS
+
+
+async def test_turns_and_wire_pinned_messages_are_never_pointers(engine: ContextEngine) -> None:
+    """Only tool results and user turns become pointers, and never a message a wire adapter
+    pinned (opaque content, a signed thinking block): those go upstream byte for byte."""
+    messages = _session([ROWS])
+    messages.append({"role": "assistant", "content": ROWS})  # the agent quotes the output
+    messages.append({"role": "user", "content": ROWS, "ctxgate_pinned": True})
+    fitted = await engine.fit({"messages": messages, "tools": TOOLS}, _call(uuid.uuid4().hex))
+    forwarded = fitted.body["messages"]
+    assert [m["content"] for m in forwarded[-3:]] == [ROWS, ROWS, ROWS]
+    assert not fitted.drops

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import MutableMapping
+from collections.abc import Collection, MutableMapping
 
 from datasketch import MinHash, MinHashLSH
 
@@ -81,9 +81,15 @@ async def cluster_items(items: list[Item], budget: Budget, ctx: StageContext) ->
     return decide(items, chosen, ctx)
 
 
-def arrival_duplicates(items: list[Item], ctx: StageContext, start: int) -> StageResult:
-    """Items of messages from `start` on that repeat, exactly, an item rendered verbatim
-    before them (`items`: as they will be sent) become pointers to it."""
+ARRIVAL_KINDS = frozenset({"tool_result", "user"})  # outputs and observations, never a turn
+
+
+def arrival_duplicates(
+    items: list[Item], ctx: StageContext, start: int, marked: Collection[int] = ()
+) -> StageResult:
+    """Tool results and user turns of messages from `start` on that repeat, exactly, one
+    rendered verbatim before them (`items`: as they will be sent) become pointers to it.
+    `marked`: messages a wire adapter pinned (opaque or signed content), never rewritten."""
     opts = ctx.task_class.stages.cluster
     if opts is None or not opts.on_arrival:
         return StageResult(items, {})
@@ -91,7 +97,8 @@ def arrival_duplicates(items: list[Item], ctx: StageContext, start: int) -> Stag
     chosen: dict[str, Decision] = {}
     for item in items:
         original = ctx.originals.get(item.id, item)
-        if len(original.text) < opts.arrival_min_chars or item.kind == "system" or item.goal:
+        if (len(original.text) < opts.arrival_min_chars or item.kind not in ARRIVAL_KINDS
+                or item.goal or item.message_index in marked):
             continue
         rep = verbatim.get(original.text)
         if (
