@@ -80,8 +80,9 @@ def apply_decisions(
     """The items as sent under a session's remembered decisions (pinned ones as they are)."""
     final: list[Item] = []
     for item in items:
-        decision = None if item.pinned else decisions.get(item.id)
-        if decision is None:
+        decision = decisions.get(item.id)
+        if decision is None or (item.pinned and decision.method != "dedup"):
+            # a pinned item is sent as is, unless it repeats another (cluster.on_arrival)
             final.append(item)
             continue
         new = apply_decision(item, decision, counter, encoding, known, memo)

@@ -40,6 +40,7 @@ from gateway.context.prefix import Prefix, PrefixCache
 from gateway.context.render import Plan, Rendered, materialize, render_messages
 from gateway.context.session import Decision, RedisSessionStore, SessionState, SessionStore
 from gateway.context.stages import STAGES, StageContext
+from gateway.context.stages.cluster import arrival_duplicates
 from gateway.context.stages.ladder import give_back, step_target
 from gateway.context.stale import stale_rule, stale_text
 from gateway.context.steps import stale_tokens, step_horizon
@@ -482,12 +483,14 @@ class ContextEngine:
             first_call=first_call,
         )
         stepped = over or turns_step or cls.select_every_call
+        before = final
         if stepped:
             names = STAGE_ORDER if (over or turns_step) else ("select",)
-            before = final
             final = await self._run_stages(names, final, budget, ctx, over, seconds)
-            if over and first_call and ctx.target is not None:  # cut just enough
-                final = give_back(before, final, ctx, ctx.target)
+        marked = parsed.layout.pins if parsed.layout else ()
+        final = arrival_duplicates(final, ctx, _arrival_start(messages, first_call), marked).items
+        if over and first_call and ctx.target is not None:  # cut just enough
+            final = give_back(before, final, ctx, ctx.target)
         if cls.compaction.ages:  # the instability budget counts this session's calls
             if horizon != state.horizon:
                 state.horizon = horizon
@@ -662,6 +665,16 @@ def _stamp_step(decisions: dict[str, Decision], remembered: Mapping[str, Decisio
             continue
         if old is None or replace(decision, step=old.step) != old:
             decisions[item_id] = replace(decision, step=step)
+
+
+def _arrival_start(messages: list[Mapping[str, Any]], first_call: bool) -> int:
+    """Where this call's new messages start: the latest assistant turn (a call ends right
+    before the next one), the latest message without one; all of them on a first call."""
+    if first_call:
+        return 0
+    last = next((i for i in range(len(messages) - 1, -1, -1)
+                 if messages[i].get("role") == "assistant"), None)
+    return len(messages) - 1 if last is None else last
 
 
 def _current_step(messages: list[Mapping[str, Any]]) -> str:

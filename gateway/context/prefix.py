@@ -31,6 +31,7 @@ from gateway.context.caches import ContextCaches
 from gateway.context.items import Item, Layout, Part, message_items
 from gateway.context.render import Plan, Rendered, render_plan
 from gateway.context.session import Decision, SessionState
+from gateway.context.stages.cluster import ARRIVAL_KINDS
 from gateway.context.steps import horizon_after, stale_tokens
 from gateway.context.taskclass import TaskClass
 from gateway.context.tokens import TokenCounter
@@ -85,6 +86,7 @@ class Prefix:
     digests: list[str]
     rolling: Any
     events: list[DropEvent]
+    texts: set[int]  # hashes of the items' texts: a new item repeating one takes the full path
     tail: list[Item] | None = None  # the new messages' items, between `extend` and `reuse`
     start: int = 0  # where the new messages start
 
@@ -131,6 +133,7 @@ class Prefix:
             digests=list(rendered.digests),
             rolling=rendered.rolling,
             events=list(events),
+            texts={hash(i.text) for i in items},
         )
 
     def extend(
@@ -190,6 +193,8 @@ class Prefix:
             return None  # the session's constant context changed
         if not self._restate_pins(decisions):
             return None  # a remembered decision applies to an item whose pin lapsed
+        if self._repeats(tail, cls):
+            return None  # cluster.on_arrival decides on the full path
         self._add_tail(messages, tail)
         pinned = fixed + self.system_tokens
         pinned += sum(_pinned_tokens(group) for group in self.watched.values())
@@ -213,7 +218,7 @@ class Prefix:
             old = self.watched[i]
             now = [self.layout.restate(x) for x in old]
             lapsed = (x for x, y in zip(old, now, strict=True) if x.pinned and not y.pinned)
-            if any(x.id in decisions for x in lapsed):
+            if any(x.id in decisions and decisions[x.id].method != "dedup" for x in lapsed):
                 return False
             self.compactable[i] = _compactable(now)
             if any(y.pinned and y.kind != "system" for y in now):
@@ -221,6 +226,21 @@ class Prefix:
             else:
                 del self.watched[i]
         return True
+
+    def _repeats(self, tail: list[Item], cls: TaskClass) -> bool:
+        """Whether a new item repeats an earlier one (or another new one) that
+        `cluster.on_arrival` could point it to."""
+        opts = cls.stages.cluster
+        if opts is None or not opts.on_arrival:
+            return False
+        for item in tail:
+            if item.kind not in ARRIVAL_KINDS or len(item.text) < opts.arrival_min_chars:
+                continue
+            h = hash(item.text)
+            if h in self.texts:
+                return True
+            self.texts.add(h)
+        return False
 
     def _add_tail(self, messages: Sequence[Mapping[str, Any]], tail: list[Item]) -> None:
         by_message: dict[int, list[Item]] = {}

@@ -168,6 +168,11 @@ class RerankOptions(_Settings):
 class ClusterOptions(_Settings):
     near_threshold: Share = 0.85  # MinHash Jaccard at which two texts are near duplicates
     min_chars: Count = 200
+    # A new tool result or turn that repeats, byte for byte, an item the model still reads
+    # verbatim goes out as a pointer from its first call on: lossless, and free for the
+    # prompt cache (it was never sent verbatim, so no sent prefix changes).
+    on_arrival: bool = False
+    arrival_min_chars: Count = 200  # shorter repeats stay as sent (a pointer is ~45 characters)
 
 
 class CompressOptions(_Settings):

@@ -5,13 +5,18 @@ Exact: same text once whitespace is normalised. Near: MinHash (datasketch) Jacca
 The representative is a pinned copy if there is one, else the earliest, so the rendered
 prefix stays as it was; the others become a one-line pointer to it (the message stays, so
 tool calls and results stay paired).
+
+On arrival (`on_arrival`, every call, step or not): an item of the call's newest messages
+that repeats, byte for byte, an item sent verbatim above it becomes a pointer at once, pinned
+or not. Nothing is lost (the copy the pointer names is in the same request), and nothing
+sent before changes: agents that repeat a command get the same output again and again.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import MutableMapping
+from collections.abc import Collection, MutableMapping
 
 from datasketch import MinHash, MinHashLSH
 
@@ -73,4 +78,36 @@ async def cluster_items(items: list[Item], budget: Budget, ctx: StageContext) ->
         key = f"{item.message_index:09d}{item.segment:04d}|{item.id}"
         exact.setdefault(digest, key)
         lsh.insert(key, mh)
+    return decide(items, chosen, ctx)
+
+
+ARRIVAL_KINDS = frozenset({"tool_result", "user"})  # outputs and observations, never a turn
+
+
+def arrival_duplicates(
+    items: list[Item], ctx: StageContext, start: int, marked: Collection[int] = ()
+) -> StageResult:
+    """Tool results and user turns of messages from `start` on that repeat, exactly, one
+    rendered verbatim before them (`items`: as they will be sent) become pointers to it.
+    `marked`: messages a wire adapter pinned (opaque or signed content), never rewritten."""
+    opts = ctx.task_class.stages.cluster
+    if opts is None or not opts.on_arrival:
+        return StageResult(items, {})
+    verbatim: dict[str, str] = {}  # text -> id of the first copy sent as is
+    chosen: dict[str, Decision] = {}
+    for item in items:
+        original = ctx.originals.get(item.id, item)
+        if (len(original.text) < opts.arrival_min_chars or item.kind not in ARRIVAL_KINDS
+                or item.goal or item.message_index in marked):
+            continue
+        rep = verbatim.get(original.text)
+        if (
+            rep is not None
+            and item.message_index >= start
+            and item.id not in ctx.decisions
+            and item.rewritable
+        ):
+            chosen[item.id] = Decision("cluster", "dedup", "duplicate", "dedup", arg=rep)
+        elif item.text == original.text and item.id not in ctx.decisions:
+            verbatim.setdefault(original.text, item.id)
     return decide(items, chosen, ctx)

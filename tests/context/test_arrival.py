@@ -1,0 +1,78 @@
+"""cluster.on_arrival: a new tool result that repeats, byte for byte, one the model still reads
+verbatim goes out as a pointer from its first call on. Nothing is lost (the copy is in the
+same request) and nothing sent before changes (every call extends the previous one)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from gateway.context.engine import CallContext, ContextEngine
+
+TOOLS = [{"type": "function",
+          "function": {"name": "execute_sql", "parameters": {"type": "object"}}}]
+ROWS = "\n".join(f"('City {k}', {1000 + k})" for k in range(40))  # ~800 characters
+
+
+def _call(session: str) -> CallContext:
+    return CallContext("t-arrival", uuid.uuid4().hex, {"x-ctxgate-session-id": session})
+
+
+def _session(outputs: list[str]) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You query a MySQL database with execute_sql."},
+        {"role": "user", "content": "How many cities have more than 1000 people?"},
+    ]
+    for k, out in enumerate(outputs):
+        messages.append({"role": "assistant", "content": "", "tool_calls": [
+            {"id": f"c{k}", "type": "function",
+             "function": {"name": "execute_sql", "arguments": '{"command": "SELECT 1"}'}}]})
+        messages.append({"role": "tool", "tool_call_id": f"c{k}", "content": out})
+    return messages
+
+
+async def test_a_repeated_output_is_a_pointer_from_its_first_call(engine: ContextEngine) -> None:
+    session = uuid.uuid4().hex
+    messages = _session(["Error: table cities does not exist", ROWS, ROWS, ROWS])
+    previous: list[Any] | None = None
+    for end in range(4, len(messages) + 1, 2):  # each call ends on a tool result
+        fitted = await engine.fit({"messages": messages[:end], "tools": TOOLS}, _call(session))
+        forwarded = fitted.body["messages"]
+        if previous is not None:
+            assert forwarded[: len(previous)] == previous  # the sent prefix never changes
+        assert sum(d.tokens_before - d.tokens_after for d in fitted.drops) == (
+            fitted.tokens_before - fitted.tokens_after
+        )
+        previous = list(forwarded)
+    contents = [m["content"] for m in previous or [] if m["role"] == "tool"]
+    assert contents[1] == ROWS  # the first copy stays as sent
+    assert contents[2].startswith("[ctxgate: same content as")
+    assert contents[3].startswith("[ctxgate: same content as")  # the latest one too
+    assert [d.reason for d in fitted.drops] == ["duplicate", "duplicate"]
+
+
+async def test_a_repeat_of_a_digested_output_stays_as_sent(engine: ContextEngine) -> None:
+    """The copy a pointer names must be there verbatim: once it was digested, a repeat of it
+    is the model's only full copy."""
+    session = uuid.uuid4().hex
+    other = [f"other output {k}\n" + "\n".join(f"line {k}.{i} of it" for i in range(60))
+             for k in range(6)]
+    messages = _session([ROWS, *other, ROWS])
+    for end in range(4, len(messages) + 1, 2):
+        fitted = await engine.fit({"messages": messages[:end], "tools": TOOLS}, _call(session))
+    forwarded = fitted.body["messages"]
+    tools = [m["content"] for m in forwarded if m["role"] == "tool"]
+    assert tools[0] != ROWS  # aged into a digest by a step
+    assert tools[-1] == ROWS
+
+
+async def test_turns_and_wire_pinned_messages_are_never_pointers(engine: ContextEngine) -> None:
+    """Only tool results and user turns become pointers, and never a message a wire adapter
+    pinned (opaque content, a signed thinking block): those go upstream byte for byte."""
+    messages = _session([ROWS])
+    messages.append({"role": "assistant", "content": ROWS})  # the agent quotes the output
+    messages.append({"role": "user", "content": ROWS, "ctxgate_pinned": True})
+    fitted = await engine.fit({"messages": messages, "tools": TOOLS}, _call(uuid.uuid4().hex))
+    forwarded = fitted.body["messages"]
+    assert [m["content"] for m in forwarded[-3:]] == [ROWS, ROWS, ROWS]
+    assert not fitted.drops
