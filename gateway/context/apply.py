@@ -15,9 +15,21 @@ from gateway.context.tokens import TokenCounter
 from gateway.observability.droplog import Action, DropEvent, Stage
 
 
+def _first_line(item: Item) -> str:
+    return next((line.strip() for line in item.text.splitlines() if line.strip()), "")
+
+
 def placeholder(item: Item) -> str:
-    first = next((line.strip() for line in item.text.splitlines() if line.strip()), "")
+    first = _first_line(item)
     return f"[ctxgate: {item.kind} {item.id} omitted ({item.tokens} tokens); began: {first[:100]}]"
+
+
+def pointer(rep: Item, near: bool = False) -> str:
+    """What a duplicate of `rep` is sent as: words the model can follow back to the copy it
+    sees (an item id means nothing to it), fixed when decided."""
+    same = "nearly the same" if near else "the same"
+    kind = rep.kind.replace("_", " ")
+    return f"[ctxgate: {same} content as the earlier {kind} that began: {_first_line(rep)[:48]}]"
 
 
 def rewritten_text(

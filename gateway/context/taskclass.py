@@ -172,7 +172,7 @@ class ClusterOptions(_Settings):
     # verbatim goes out as a pointer from its first call on: lossless, and free for the
     # prompt cache (it was never sent verbatim, so no sent prefix changes).
     on_arrival: bool = False
-    arrival_min_chars: Count = 200  # shorter repeats stay as sent (a pointer is ~45 characters)
+    arrival_min_chars: Count = 200  # shorter repeats stay as sent (a pointer is ~70-120 characters)
 
 
 class CompressOptions(_Settings):

@@ -20,6 +20,7 @@ from collections.abc import Collection, MutableMapping
 
 from datasketch import MinHash, MinHashLSH
 
+from gateway.context.apply import pointer
 from gateway.context.forecast import Budget
 from gateway.context.items import Item
 from gateway.context.session import Decision
@@ -59,6 +60,7 @@ async def cluster_items(items: list[Item], budget: Budget, ctx: StageContext) ->
     layouts[threshold] = (lsh.b, lsh.r)
     exact: dict[str, str] = {}
     chosen: dict[str, Decision] = {}
+    by_id = {item.id: item for item in candidates}
     for item in candidates:
         digest = _normal(item.text)
         rep = exact.get(digest)
@@ -73,7 +75,9 @@ async def cluster_items(items: list[Item], budget: Budget, ctx: StageContext) ->
             not item.pinned and item.id not in ctx.decisions and item.message_index < ctx.horizon
         )
         if rep is not None and may_change:
-            chosen[item.id] = Decision("cluster", "dedup", reason, "dedup", arg=rep.split("|")[1])
+            rep_item = by_id[rep.split("|")[1]]
+            chosen[item.id] = Decision("cluster", "dedup", reason, "dedup", arg=rep_item.id,
+                                       text=pointer(rep_item, reason == "near_duplicate"))
             continue
         key = f"{item.message_index:09d}{item.segment:04d}|{item.id}"
         exact.setdefault(digest, key)
@@ -93,7 +97,7 @@ def arrival_duplicates(
     opts = ctx.task_class.stages.cluster
     if opts is None or not opts.on_arrival:
         return StageResult(items, {})
-    verbatim: dict[str, str] = {}  # text -> id of the first copy sent as is
+    verbatim: dict[str, Item] = {}  # text -> the first copy sent as is
     chosen: dict[str, Decision] = {}
     for item in items:
         original = ctx.originals.get(item.id, item)
@@ -107,7 +111,8 @@ def arrival_duplicates(
             and item.id not in ctx.decisions
             and item.rewritable
         ):
-            chosen[item.id] = Decision("cluster", "dedup", "duplicate", "dedup", arg=rep)
+            chosen[item.id] = Decision("cluster", "dedup", "duplicate", "dedup", arg=rep.id,
+                                       text=pointer(rep))
         elif item.text == original.text and item.id not in ctx.decisions:
-            verbatim.setdefault(original.text, item.id)
+            verbatim.setdefault(original.text, item)
     return decide(items, chosen, ctx)
