@@ -26,10 +26,12 @@ def placeholder(item: Item) -> str:
 
 def pointer(rep: Item, near: bool = False) -> str:
     """What a duplicate of `rep` is sent as: words the model can follow back to the copy it
-    sees (an item id means nothing to it), fixed when decided."""
-    same = "nearly the same" if near else "the same"
-    kind = rep.kind.replace("_", " ")
-    return f"[ctxgate: {same} content as the earlier {kind} that began: {_first_line(rep)[:48]}]"
+    sees (an item id means nothing to it), fixed when decided; short, since repeats are
+    often short outputs."""
+    same = "nearly repeats" if near else "repeats"
+    first = _first_line(rep)
+    return f"[ctxgate: {same} an earlier {rep.kind.replace('_', ' ')}: {first[:32]}" \
+        f"{'…' if len(first) > 32 else ''}]"
 
 
 def rewritten_text(

@@ -46,8 +46,8 @@ async def test_a_repeated_output_is_a_pointer_from_its_first_call(engine: Contex
         previous = list(forwarded)
     contents = [m["content"] for m in previous or [] if m["role"] == "tool"]
     assert contents[1] == ROWS  # the first copy stays as sent
-    assert contents[2].startswith("[ctxgate: the same content as the earlier tool result that began: ")
-    assert contents[3].startswith("[ctxgate: the same content as the earlier tool result that began: ")  # the latest one too
+    assert contents[2].startswith("[ctxgate: repeats an earlier tool result: ")  # and the latest
+    assert contents[3].startswith("[ctxgate: repeats an earlier tool result: ")
     assert [d.reason for d in fitted.drops] == ["duplicate", "duplicate"]
 
 
