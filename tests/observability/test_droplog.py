@@ -31,3 +31,34 @@ def test_lines_have_exactly_the_interface_fields_and_metrics_move(tmp_path: Path
     assert saved == 100
     merged = metrics.dropped_items.labels("coding_agent", "cluster", "near_duplicate")
     assert merged._value.get() == 1
+
+
+def test_a_call_repeating_its_sessions_drops_logs_and_counts_like_a_new_list(
+    tmp_path: Path,
+) -> None:
+    """The engine hands a session's unchanged drops on as the same list; the call line and
+    the metrics come out as for an equal list never seen (the summary is reused, not redone
+    wrong)."""
+    events = [DropEvent("compress", "compress", "aged", f"i{n}", "tool_result", n, 100, 10,
+                        step=1) for n in range(3)]
+    events.append(DropEvent("select", "drop", "recency", "d", "assistant", 7, 40, 0, step=2))
+    lines: dict[str, list[dict[str, object]]] = {}
+    counted: dict[str, tuple[float, float]] = {}
+    for name, second in (("same", events), ("copy", list(events))):
+        metrics = Metrics()
+        path = tmp_path / f"{name}.jsonl"
+        log = DropLog(str(path), "none", metrics)
+        for trace, sent in (("c1", events), ("c2", second), ("c3", second)):
+            log.write_call(sent, trace_id=trace, session_id="s", tenant="t", task_class="x",
+                           tokens=(1000, 1000 - sum(e.tokens_saved for e in sent), 0))
+        log.close()
+        lines[name] = [{k: v for k, v in orjson.loads(raw).items() if k != "ts"}
+                       for raw in path.read_bytes().splitlines()]
+        counted[name] = (
+            metrics.dropped_items.labels("x", "compress", "aged")._value.get(),
+            metrics.dropped_tokens.labels("x", "select", "recency")._value.get())
+    assert lines["same"] == lines["copy"]
+    calls = [line for line in lines["same"] if line["event"] == "context.call"]
+    assert [c["new_decisions"] for c in calls] == [4, 0, 0]
+    assert all(c["steps"] == [1, 2] and c["dropped_tokens"] == 310 for c in calls)
+    assert counted["same"] == counted["copy"] == (9.0, 120.0)
