@@ -39,34 +39,37 @@ def rewritten_text(
     raise ValueError(f"unknown decision method {method!r}")
 
 
+Applied = tuple[str | None, int]  # an item's text under a decision (None: dropped), tokens
+AppliedMemo = MutableMapping[tuple[str, Decision, str], Applied]
+
+
 def apply_decision(
     item: Item,
     decision: Decision,
     counter: TokenCounter,
     encoding: str,
     known: frozenset[str] = frozenset(),
-    memo: MutableMapping[tuple[str, Decision], str | None] | None = None,
+    memo: AppliedMemo | None = None,
 ) -> Item | None:
     """The item as it will be sent, or None when dropped. Never makes an item longer.
 
     `known`: values the model sees anyway (the session's system prompt and task), which a
     summary need not list; constant per session, so a re-applied decision renders the same.
-    `memo` caches rewritten texts by (item id, decision): re-applying costs a lookup."""
+    `memo` keeps, per (item id, decision, encoding), the rewritten text and its tokens:
+    re-applying a decision costs one lookup."""
     if not item.rewritable and decision.method != "drop":
         return item
-    if decision.text is not None:  # a summary fixed when decided: no memo needed
-        text: str | None = decision.text
-    elif memo is None:
+    key = (item.id, decision, encoding)
+    hit = memo.get(key) if memo is not None else None
+    if hit is None:
         text = rewritten_text(item, decision, known)
-    else:
-        key = (item.id, decision)
-        if key in memo:
-            text = memo[key]
-        else:
-            text = memo[key] = rewritten_text(item, decision, known)
+        hit = (text, 0 if text is None else counter.count(text, encoding))
+        if memo is not None:
+            memo[key] = hit
+    text, text_tokens = hit
     if text is None:
         return None
-    tokens = counter.count(text, encoding) + item.fixed_tokens
+    tokens = text_tokens + item.fixed_tokens
     if tokens >= item.tokens:
         return item
     return _rewritten(item, text, tokens)
@@ -93,7 +96,7 @@ def apply_decisions(
     counter: TokenCounter,
     encoding: str,
     known: frozenset[str],
-    memo: MutableMapping[tuple[str, Decision], str | None] | None = None,
+    memo: AppliedMemo | None = None,
 ) -> list[Item]:
     """The items as sent under a session's remembered decisions (pinned ones as they are)."""
     final: list[Item] = []
