@@ -3,7 +3,7 @@ time grows with the new content only), for this checkout and optionally another 
 code before a change) in the same run, rounds interleaved so that both see the same load.
 
 Run through `bench/replay.py --timing [--against DIR] [--rounds N] [--turns N]
-[--seeds N] [--gateway]`. Each measurement runs in a child process started from the
+[--seeds N] [--web N] [--gateway]`. Each measurement runs in a child process started from the
 checkout it measures (`--tree`), so this file imports nothing of the project at module
 level and uses only what every checkout has: `tests.sessions` (the synthetic 300-call
 sessions), `gateway.context.replay` (the engine as `ctxgate replay` builds it: in-memory
@@ -13,7 +13,8 @@ the gateway's `x-ctxgate-overhead-ms` and the client's round trip, and whether t
 forwarded messages extend the previous call's (a call between compaction steps) or not (a
 step call).
 
-    python bench/timing.py --child engine|gateway --tree DIR [--turns N] [--seeds N]
+    python bench/timing.py --child engine|gateway --tree DIR [--turns N] [--seeds N] [--web N]
+        [--corpora DIR]
 """
 
 from __future__ import annotations
@@ -37,7 +38,10 @@ WARM_TURNS = 40  # a first session, not measured: classifier, embedder, caches w
 MODEL = "gpt-4o-mini"  # a model the gateway requires, with an exact tokenizer
 
 
-def _sessions(turns: int, seeds: int) -> list[tuple[str, list[dict[str, Any]]]]:
+def _sessions(turns: int, seeds: int, web: int, corpora: Path | None
+              ) -> list[tuple[str, list[dict[str, Any]]]]:
+    """The warm-up session, then `seeds` synthetic sessions of `turns` turns and the `web`
+    longest web-browsing sessions of the shared corpora (`../shared/corpora/`)."""
     from gateway.context.replay import calls_from_messages
     from tests.sessions import synthetic_session
 
@@ -45,6 +49,15 @@ def _sessions(turns: int, seeds: int) -> list[tuple[str, list[dict[str, Any]]]]:
     for seed in range(seeds):
         out.append((f"synthetic-{seed}-{turns}",
                     calls_from_messages(synthetic_session(seed, turns)[1], MODEL)))
+    if web and corpora is not None:
+        from bench.corpora import jsonl
+
+        longest = sorted(jsonl("webchorearena", corpora), key=lambda s: -len(s.messages))[:web]
+        for session in longest:
+            calls = calls_from_messages(session.messages, MODEL)
+            if session.tools:
+                calls = [{**body, "tools": session.tools} for body in calls]
+            out.append((session.id, calls))
     return out
 
 
@@ -52,7 +65,8 @@ def _extends(previous: list[Any] | None, forwarded: list[Any]) -> bool | None:
     return None if previous is None else forwarded[: len(previous)] == previous
 
 
-async def _engine_child(turns: int, seeds: int) -> dict[str, Any]:
+async def _engine_child(turns: int, seeds: int, web: int, corpora: Path | None
+                        ) -> dict[str, Any]:
     from gateway.context.engine import CallContext
     from gateway.context.replay import build_engine
     from gateway.settings import Settings
@@ -61,7 +75,7 @@ async def _engine_child(turns: int, seeds: int) -> dict[str, Any]:
     assert engine.embedder is not None
     await engine.embedder.embed(["warm up"])
     out: dict[str, Any] = {}
-    for name, calls in _sessions(turns, seeds):
+    for name, calls in _sessions(turns, seeds, web, corpora):
         ms, between, previous = [], [], None
         for n, body in enumerate(calls):
             call = CallContext("bench", f"{name}-{n}", {"x-ctxgate-session-id": name})
@@ -77,7 +91,7 @@ async def _engine_child(turns: int, seeds: int) -> dict[str, Any]:
     return out
 
 
-def _gateway_child(turns: int, seeds: int) -> dict[str, Any]:
+def _gateway_child(turns: int, seeds: int, web: int, corpora: Path | None) -> dict[str, Any]:
     import contextlib
 
     import httpx
@@ -96,7 +110,7 @@ def _gateway_child(turns: int, seeds: int) -> dict[str, Any]:
             "CTXGATE_WORKER": "off"}, wait_path="/readyz")
         stack.callback(stop, gateway.process)
         with httpx.Client(timeout=60) as client:
-            for name, calls in _sessions(turns, seeds):
+            for name, calls in _sessions(turns, seeds, web, corpora):
                 out[name] = _post_session(client, gateway.base_url, name, calls)
     out.pop("warm")
     return out
@@ -127,19 +141,22 @@ def child_main(argv: list[str]) -> None:
     parser.add_argument("--tree", type=Path, required=True)
     parser.add_argument("--turns", type=int, default=300)
     parser.add_argument("--seeds", type=int, default=1)
+    parser.add_argument("--web", type=int, default=0)
+    parser.add_argument("--corpora", type=Path)
     args = parser.parse_args(argv)
     sys.path.insert(0, str(args.tree.resolve()))
     if args.child == "engine":
-        result = asyncio.run(_engine_child(args.turns, args.seeds))
+        result = asyncio.run(_engine_child(args.turns, args.seeds, args.web, args.corpora))
     else:
-        result = _gateway_child(args.turns, args.seeds)
+        result = _gateway_child(args.turns, args.seeds, args.web, args.corpora)
     sys.stdout.buffer.write(orjson.dumps(result))
 
 
-def _run_child(kind: str, tree: Path, turns: int, seeds: int) -> dict[str, Any]:
+def _run_child(kind: str, tree: Path, turns: int, seeds: int, web: int, corpora: Path
+               ) -> dict[str, Any]:
     done = subprocess.run(
         [sys.executable, str(HERE), "--child", kind, "--tree", str(tree), "--turns", str(turns),
-         "--seeds", str(seeds)],
+         "--seeds", str(seeds), "--web", str(web), "--corpora", str(corpora.resolve())],
         cwd=tree, capture_output=True, check=False, env={**os.environ, "PYTHONPATH": ""})
     if done.returncode != 0:
         raise RuntimeError(f"timing child in {tree} failed:\n{done.stderr.decode()[-3000:]}")
@@ -165,7 +182,7 @@ def summarise(session: dict[str, Any], key: str = "ms") -> dict[str, float]:
 
 
 def run_timing(trees: list[tuple[str, Path]], kinds: list[str], rounds: int, turns: int,
-               seeds: int) -> dict[str, Any]:
+               seeds: int, web: int, corpora: Path) -> dict[str, Any]:
     """Every (kind, tree) measured once per round, in turn; per session, each figure's
     median over rounds."""
     load = [os.getloadavg()]
@@ -173,7 +190,8 @@ def run_timing(trees: list[tuple[str, Path]], kinds: list[str], rounds: int, tur
     for _ in range(rounds):
         for kind in kinds:
             for label, tree in trees:
-                runs.setdefault((kind, label), []).append(_run_child(kind, tree, turns, seeds))
+                result = _run_child(kind, tree, turns, seeds, web, corpora)
+                runs.setdefault((kind, label), []).append(result)
     load.append(os.getloadavg())
     table: dict[str, Any] = {}
     for (kind, label), results in runs.items():
