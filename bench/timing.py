@@ -107,7 +107,7 @@ def _gateway_child(turns: int, seeds: int, web: int, corpora: Path | None) -> di
         stack.callback(stop, upstream.process)
         gateway = Gateway.start(Path(tmp) / "gw", {
             "CTXGATE_UPSTREAM_URL": f"{upstream.url}/v1", "CTXGATE_REDIS_URL": redis.url,
-            "CTXGATE_WORKER": "off"}, wait_path="/readyz")
+            "CTXGATE_WORKER": "off"}, wait_path="/readyz", timeout_s=600)
         stack.callback(stop, gateway.process)
         with httpx.Client(timeout=60) as client:
             for name, calls in _sessions(turns, seeds, web, corpora):
