@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -91,27 +93,34 @@ async def _engine_child(turns: int, seeds: int, web: int, corpora: Path | None
     return out
 
 
-def _gateway_child(turns: int, seeds: int, web: int, corpora: Path | None) -> dict[str, Any]:
-    import contextlib
-
-    import httpx
-
+@contextlib.contextmanager
+def gateway_stack(tmp: Path, timeout_s: float = 600.0) -> Iterator[Any]:
+    """Embedded Redis, the scripted upstream and a gateway on them (learner worker off),
+    from the checkout first on `sys.path`; yields the `tests.harness.Gateway`. The wait
+    allows for loading the embedding model on a busy machine."""
     from gateway.store.embedded import EmbeddedRedis
     from tests.harness import Gateway, Upstream, stop
 
-    out: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
-        redis = EmbeddedRedis(Path(tmp) / "redis").start()
+    with contextlib.ExitStack() as stack:
+        redis = EmbeddedRedis(tmp / "redis").start()
         stack.callback(redis.stop)
-        upstream = Upstream.start(Path(tmp))
+        upstream = Upstream.start(tmp)
         stack.callback(stop, upstream.process)
-        gateway = Gateway.start(Path(tmp) / "gw", {
+        gateway = Gateway.start(tmp / "gw", {
             "CTXGATE_UPSTREAM_URL": f"{upstream.url}/v1", "CTXGATE_REDIS_URL": redis.url,
-            "CTXGATE_WORKER": "off"}, wait_path="/readyz", timeout_s=600)
+            "CTXGATE_WORKER": "off"}, wait_path="/readyz", timeout_s=timeout_s)
         stack.callback(stop, gateway.process)
-        with httpx.Client(timeout=60) as client:
-            for name, calls in _sessions(turns, seeds, web, corpora):
-                out[name] = _post_session(client, gateway.base_url, name, calls)
+        yield gateway
+
+
+def _gateway_child(turns: int, seeds: int, web: int, corpora: Path | None) -> dict[str, Any]:
+    import httpx
+
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as tmp, gateway_stack(Path(tmp)) as gateway, \
+            httpx.Client(timeout=60) as client:
+        for name, calls in _sessions(turns, seeds, web, corpora):
+            out[name] = _post_session(client, gateway.base_url, name, calls)
     out.pop("warm")
     return out
 
