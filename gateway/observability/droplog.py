@@ -112,12 +112,17 @@ class DropLog:
         form: Form = "decisions",
         *,
         sessions: int = 4096,
+        summaries: int = 256,
     ) -> None:
         self._preview_mode = preview_mode
         self._metrics = metrics
         self._form = form
         self._sessions: OrderedDict[tuple[str, str], _Logged] = OrderedDict()
         self._max_sessions = sessions
+        # Sessions whose latest drops (and so their texts) are kept for the lookup: as many
+        # as the engine keeps prefixes by default, so they are mostly the same lists.
+        self._summarised: OrderedDict[tuple[str, str], _Logged] = OrderedDict()
+        self._max_summarised = summaries
         self._lock = threading.Lock()
         self._out: IO[bytes]
         if destination == "stdout":
@@ -228,10 +233,21 @@ class DropLog:
             item for step in steps for item in logged.by_step.get(step, ()) if item not in present
         )
         counts, by_label = _counts(events)
-        logged.events = events
-        logged.summary = _CallSummary(steps, excluded, counts,
-                                      sum(event.tokens_saved for event in events), by_label)
-        return new, logged.summary
+        summary = _CallSummary(steps, excluded, counts,
+                               sum(event.tokens_saved for event in events), by_label)
+        self._remember(key, logged, events, summary)
+        return new, summary
+
+    def _remember(self, key: tuple[str, str], logged: _Logged, events: Sequence[DropEvent],
+                  summary: _CallSummary) -> None:
+        """Keep `events` and their summary for the session's next call, for a bounded
+        number of sessions (the least recent forget theirs)."""
+        logged.events, logged.summary = events, summary
+        self._summarised[key] = logged
+        self._summarised.move_to_end(key)
+        if len(self._summarised) > self._max_summarised:
+            _, oldest = self._summarised.popitem(last=False)
+            oldest.events = oldest.summary = None
 
     def close(self) -> None:
         if self._owned:

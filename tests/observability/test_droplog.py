@@ -62,3 +62,20 @@ def test_a_call_repeating_its_sessions_drops_logs_and_counts_like_a_new_list(
     assert [c["new_decisions"] for c in calls] == [4, 0, 0]
     assert all(c["steps"] == [1, 2] and c["dropped_tokens"] == 310 for c in calls)
     assert counted["same"] == counted["copy"] == (9.0, 120.0)
+
+
+def test_only_the_latest_sessions_keep_their_drops_for_the_lookup(tmp_path: Path) -> None:
+    """The drops kept for the lookup hold their texts: a bounded number of sessions keep
+    them, and a session that lost them is logged the same way (recomputed)."""
+    log = DropLog(str(tmp_path / "drops.jsonl"), "none", None, summaries=1)
+    events = [DropEvent("compress", "mask", "aged", "i", "tool_result", 2, 90, 9, step=1)]
+    for trace, session in (("a1", "s1"), ("b1", "s2"), ("a2", "s1")):
+        log.write_call(events, trace_id=trace, session_id=session, tenant="t",
+                       task_class="x", tokens=(500, 419, 0))
+        kept = [key for key, logged in log._sessions.items() if logged.events is not None]
+        assert kept == [("t", session)]
+    log.close()
+    lines = [orjson.loads(raw) for raw in (tmp_path / "drops.jsonl").read_bytes().splitlines()]
+    calls = {line["trace_id"]: line for line in lines if line["event"] == "context.call"}
+    assert calls["a2"]["new_decisions"] == 0 and calls["a2"]["dropped_tokens"] == 81
+    assert calls["a2"]["steps"] == calls["a1"]["steps"] == [1]
