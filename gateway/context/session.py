@@ -7,12 +7,14 @@ Redis: one hash per session. Each decision is a field of its own (`d:<item id>`)
 `decisions_version` token changes whenever they do, so that neither side of a call grows
 with the session: a read is one HMGET of the small fields (the decisions come from this
 process's decoded copy while the token is the same; another HGETALL only when it is not),
-a write one pipeline of the fields that changed (HSET, HDEL of decisions no longer in
-force, EXPIRE), and only when something changed. A session stored by an earlier version as
+a write sends only the fields that changed, and only when something changed. A step's
+decisions go through one Lua script (`session_save.lua`): HSET of those it changed, HDEL of
+those no longer in force, applied only if the stored token is still the one the call read;
+if another call changed them meanwhile, the step writes its decisions whole instead, so the
+last writer wins as with the single blob before. A session stored by an earlier version as
 one `decisions` blob is read from it and moved to fields by its next change of decisions.
-Two replicas stepping one session at once merge field by field (each decision is whole),
-where the blob let the last writer win. `MemorySessionStore` keeps the same fields in a
-dict and serves `ctxgate replay` without a server.
+`MemorySessionStore` keeps the same fields in a dict and serves `ctxgate replay` without a
+server.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import os
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from importlib import resources
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import orjson
@@ -201,6 +204,8 @@ class RedisSessionStore:
     def __init__(self, redis: aioredis.Redis) -> None:
         self._redis = redis
         self._decoded = DecodedDecisions()
+        source = resources.files("gateway.context").joinpath("session_save.lua").read_text()
+        self._save = redis.register_script(source)
 
     async def load(self, tenant: str, session_id: str) -> SessionState:
         key = keys.session(tenant, session_id)
@@ -222,16 +227,28 @@ class RedisSessionStore:
         if not state.dirty:
             return
         key = keys.session(tenant, session_id)
+        read_at = state.version
         mapping, deleted = state.changes()
-        async with self._redis.pipeline(transaction=False) as pipe:
-            pipe.hset(key, mapping=mapping)  # type: ignore[arg-type]
-            if deleted:
-                pipe.hdel(key, *deleted)
-            pipe.expire(key, SESSION_TTL_S)
-            await pipe.execute()
+        if "decisions" not in state.dirty:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                pipe.hset(key, mapping=mapping)  # type: ignore[arg-type]
+                pipe.expire(key, SESSION_TTL_S)
+                await pipe.execute()
+        elif not await self._save_decisions(key, read_at, "delta", mapping, deleted):
+            # Another call changed the decisions since this one read them: write them whole.
+            state.legacy = True
+            mapping, deleted = state.changes()
+            await self._save_decisions(key, read_at, "all", mapping, deleted)
         if "decisions" in state.dirty and state.version is not None:
             self._decoded.put((tenant, session_id), state.version, state.decisions)
         state.saved()
+
+    async def _save_decisions(self, key: str, read_at: bytes | None, mode: str,
+                              mapping: dict[bytes, bytes], deleted: list[bytes]) -> bool:
+        pairs = [part for item in mapping.items() for part in item]
+        args: list[bytes | str | int] = [read_at or b"", mode, SESSION_TTL_S, len(mapping),
+                                         *pairs, *deleted]
+        return bool(await self._save(keys=[key], args=args))
 
 
 class MemorySessionStore:

@@ -93,3 +93,21 @@ async def test_the_memory_store_keeps_the_same_fields() -> None:
     await store.save("t1", "s", state)
     assert set(store._raw[("t1", "s")]) == {b"class", b"d:b", b"decisions_version"}
     assert (await store.load("t1", "s")).decisions == {"b": DROP}
+
+
+async def test_two_replicas_stepping_at_once_leave_the_last_writers_decisions(
+        redis_client: aioredis.Redis) -> None:
+    one, two, session = RedisSessionStore(redis_client), RedisSessionStore(redis_client), \
+        uuid.uuid4().hex
+    await _saved(one, session, {"a": MASK})
+    first, second = await one.load("t1", session), await two.load("t1", session)
+    first.decisions = {"a": MASK, "b": DROP}  # both read the same version, then step
+    second.decisions = {"c": SUMMARY}
+    for store, state in ((one, first), (two, second)):
+        state.dirty.add("decisions")
+        await store.save("t1", session, state)
+    fields = set(await redis_client.hkeys(keys.session("t1", session)))
+    assert fields == {b"d:c", b"decisions_version"}  # the later delta did not merge
+    assert (await one.load("t1", session)).decisions == {"c": SUMMARY}
+    assert (await RedisSessionStore(redis_client).load("t1", session)).decisions == {
+        "c": SUMMARY}
