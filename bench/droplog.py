@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import statistics
 import sys
 import tempfile
@@ -29,6 +28,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.timing import gateway_stack
 from gateway.context.engine import CallContext, ContextEngine, FittedCall
 from gateway.context.replay import calls_from_messages
 from gateway.context.session import MemorySessionStore
@@ -36,8 +36,6 @@ from gateway.observability.droplog import DropLog
 from gateway.observability.metrics import Metrics
 from gateway.observability.reconstruct import reconstruct
 from gateway.settings import Settings
-from gateway.store.embedded import EmbeddedRedis
-from tests.harness import Gateway, Upstream, stop
 from tests.sessions import synthetic_session
 
 CONFIG = Path(__file__).resolve().parents[1] / "config" / "gateway.yaml"
@@ -114,15 +112,7 @@ def drop_log_figures(turns: int, budget: int) -> list[tuple[str, Any]]:
 def explainer_figures(turns: int, budget: int) -> list[tuple[str, Any]]:
     calls = session_calls(turns)
     key, session = "sk-bench-explain-00000000", uuid.uuid4().hex
-    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
-        redis = EmbeddedRedis(Path(tmp) / "redis").start()
-        stack.callback(redis.stop)
-        upstream = Upstream.start(Path(tmp))
-        stack.callback(stop, upstream.process)
-        gateway = Gateway.start(Path(tmp) / "gw", {
-            "CTXGATE_UPSTREAM_URL": f"{upstream.url}/v1", "CTXGATE_REDIS_URL": redis.url,
-            "CTXGATE_WORKER": "off"}, wait_path="/readyz")
-        stack.callback(stop, gateway.process)
+    with tempfile.TemporaryDirectory() as tmp, gateway_stack(Path(tmp)) as gateway:
         traces = []
         with httpx.Client(timeout=60) as client:
             for body in calls:

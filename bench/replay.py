@@ -13,6 +13,13 @@ next command, SWE-agent and 3 synthetic sessions) follow, unchanged.
         [--split all|tune|holdout] [--budget-calls N] [--no-legacy] [--json OUT]
         [--format chat|responses|messages]
 
+`--timing` measures only time per call on long synthetic sessions, first 20 calls against
+the last 20 (`bench/timing.py`): the engine alone, with `--gateway` also a real gateway, and
+with `--against DIR` another checkout's code in the same run, rounds interleaved.
+
+    .venv/bin/python bench/replay.py --timing [--against DIR] [--gateway] [--rounds N]
+        [--turns N] [--seeds N] [--web N] [--json OUT]
+
 `--format` sends each corpus call in that wire format (converted by `bench/wire_convert.py`,
 fitted through the format's adapter as its route does, the forwarded request read back as
 chat messages for the yardstick); budget mode and the earlier figures stay in chat form.
@@ -37,6 +44,7 @@ from bench import corpora
 from bench.corpora import CORPORA, CORPUS_NAMES, Session
 from bench.corpus_run import budget_calls, replay_corpus
 from bench.figures import corpus_figures, print_tables
+from bench.timing import print_timing, run_timing
 from bench.yardstick import call_ends
 from gateway.context.engine import CallContext
 from gateway.context.items import content_text, parse_request
@@ -332,7 +340,26 @@ def main() -> int:
     parser.add_argument("--json", type=Path)
     parser.add_argument("--format", choices=("chat", "responses", "messages"), default="chat",
                         help="the wire format each corpus call is sent in")
+    timing = parser.add_argument_group("time per call (--timing)")
+    timing.add_argument("--timing", action="store_true", help="only time per call")
+    timing.add_argument("--against", type=Path, help="also time this checkout's code")
+    timing.add_argument("--gateway", action="store_true", help="also through a real gateway")
+    timing.add_argument("--rounds", type=int, default=3)
+    timing.add_argument("--turns", type=int, default=300, help="turns of each session")
+    timing.add_argument("--seeds", type=int, default=1, help="sessions (one per seed)")
+    timing.add_argument("--web", type=int, default=0, help="longest web sessions timed too")
     args = parser.parse_args()
+    if args.timing:
+        trees = [("this", Path(__file__).resolve().parents[1])]
+        if args.against:
+            trees.append((f"against {args.against.name}", args.against.resolve()))
+        kinds = ["engine", "gateway"] if args.gateway else ["engine"]
+        report = run_timing(trees, kinds, args.rounds, args.turns, args.seeds, args.web,
+                            args.corpora)
+        print_timing(report)
+        if args.json:
+            args.json.write_text(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode())
+        return 0
     settings = Settings()
     sessions: dict[str, list[Session]] = {}
     for name in args.corpus or CORPUS_NAMES:

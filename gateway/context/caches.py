@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from gateway.context.session import Decision
 
 PARTS = 100_000  # a message's items by position and content: a seen message is a lookup
-REWRITTEN = 200_000  # an item's text under a decision: re-applying one costs a lookup
+REWRITTEN = 200_000  # an item's text and tokens under a decision: re-applying costs a lookup
 STALE = 100_000  # whether a stale pattern occurs in an item
 KNOWN = 10_000  # values of a session's constant context (system prompt, task statement)
 VALUES = 100_000  # values of a text, for summaries that skip what the model has read
@@ -36,7 +36,8 @@ def _lru(size: int) -> Callable[[], LRUCache[Any, Any]]:
 @dataclass(frozen=True, slots=True)
 class ContextCaches:
     parts: LRUCache[tuple[Any, ...], list[Part]] = field(default_factory=_lru(PARTS))
-    rewritten: LRUCache[tuple[str, Decision], str | None] = field(default_factory=_lru(REWRITTEN))
+    rewritten: LRUCache[tuple[str, Decision, str], tuple[str | None, int]] = field(
+        default_factory=_lru(REWRITTEN))
     stale: LRUCache[tuple[str, str], bool] = field(default_factory=_lru(STALE))
     known: LRUCache[str, frozenset[str]] = field(default_factory=_lru(KNOWN))
     values: LRUCache[str, frozenset[str]] = field(default_factory=_lru(VALUES))

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from gateway.context.adjust import ClassForecasts
 from gateway.context.agents import AgentClassStore, MemoryAgentClassStore, RedisAgentClassStore
-from gateway.context.apply import apply_decisions, drop_events
+from gateway.context.apply import apply_decisions, drop_events, same_texts
 from gateway.context.caches import ContextCaches
 from gateway.context.calibration import TokenCalibration
 from gateway.context.classify import (
@@ -553,9 +553,11 @@ class ContextEngine:
         if parsed.layout is None:
             return None
         if stepped:
-            final = self._apply_remembered(parsed.items, ctx.decisions, parsed.encoding, ctx.known)
-            rendered = render_messages(messages, parsed.items, final)
-            events = drop_events(parsed.items, final, ctx.decisions)
+            again = self._apply_remembered(parsed.items, ctx.decisions, parsed.encoding, ctx.known)
+            if not same_texts(final, again):  # most steps re-apply to what they sent
+                rendered = render_messages(messages, parsed.items, again)
+                events = drop_events(parsed.items, again, ctx.decisions)
+            final = again
         return Prefix.build(
             messages, parsed.items, final, parsed.layout, rendered, events, ctx.decisions,
             ctx.known, cls.name, parsed.encoding,

@@ -85,6 +85,8 @@ class Prefix:
     changed: bool
     digests: list[str]
     rolling: Any
+    # The drops in force: handed to every call that reuses this prefix as the same list,
+    # never changed in place (the drop log summarises a list it has seen by a lookup).
     events: list[DropEvent]
     texts: set[int]  # hashes of the items' texts: a new item repeating one takes the full path
     tail: list[Item] | None = None  # the new messages' items, between `extend` and `reuse`
@@ -132,7 +134,7 @@ class Prefix:
             changed=rendered.changed,
             digests=list(rendered.digests),
             rolling=rendered.rolling,
-            events=list(events),
+            events=events,
             texts={hash(i.text) for i in items},
         )
 
@@ -279,14 +281,16 @@ class Prefix:
         self.plan += plan
         self.changed = self.changed or changed
         self.digests += digests
-        self.events += drop_events(tail, final, decisions)
+        added = drop_events(tail, final, decisions)
+        if added:  # a new list: the one handed out before is never changed
+            self.events = self.events + added
         self.tail = None
         return Reuse(
             tokens_after=total,
             plan=self.plan,
             changed=self.changed,
             digests=self.digests,
-            events=list(self.events),
+            events=self.events,
         )
 
 

@@ -1,15 +1,29 @@
 """Per-session state: the decided task class and the remembered compaction decisions.
 
 Remembered decisions make compaction stable: an item masked or summarised once is rendered
-the same way on every later call, so consecutive calls share their rendered prefix. Redis:
-one HGETALL to read, one pipeline (HSET of the changed fields + EXPIRE) to write, and only
-when something changed. `MemorySessionStore` serves `ctxgate replay` without a server.
+the same way on every later call, so consecutive calls share their rendered prefix.
+
+Redis: one hash per session. Each decision is a field of its own (`d:<item id>`), and a
+`decisions_version` token changes whenever they do, so that neither side of a call grows
+with the session: a read is one HMGET of the small fields (the decisions come from this
+process's decoded copy while the token is the same; another HGETALL only when it is not),
+a write sends only the fields that changed, and only when something changed. A step's
+decisions go through one Lua script (`session_save.lua`): HSET of those it changed, HDEL of
+those no longer in force, applied only if the stored token is still the one the call read;
+if another call changed them meanwhile, the step writes its decisions whole instead, so the
+last writer wins as with the single blob before. A session stored by an earlier version as
+one `decisions` blob is read from it and moved to fields by its next change of decisions.
+`MemorySessionStore` keeps the same fields in a dict and serves `ctxgate replay` without a
+server.
 """
 
 from __future__ import annotations
 
+import os
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from importlib import resources
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import orjson
@@ -56,6 +70,11 @@ class Decision:
 
 
 PLAYBOOK_PIN_FIELD = b"playbook"  # the field gateway/playbook/inject.py pins a block in
+VERSION_FIELD = b"decisions_version"  # a new token whenever the decisions change
+DECISION_PREFIX = b"d:"  # one field per decision: d:<item id>
+LEGACY_FIELD = b"decisions"  # all decisions in one JSON blob (sessions stored before fields)
+SMALL_FIELDS = (b"class", b"horizon", b"prefix", PLAYBOOK_PIN_FIELD, VERSION_FIELD, LEGACY_FIELD,
+                b"fidelity", b"lost")  # the fidelity record (fidelity.py): a few kB at most
 
 
 @dataclass
@@ -74,10 +93,13 @@ class SessionState:
     fidelity: bytes | None = None
     lost: bytes | None = None
     dirty: set[str] = field(default_factory=set)
+    # The decisions as stored (fields `d:<id>`; empty for a legacy blob) and their token:
+    # a save writes only what differs from them.
+    stored: Mapping[str, Decision] = field(default_factory=dict)
+    version: bytes | None = None
+    legacy: bool = False  # stored as one blob: the next change of decisions rewrites all
 
     def encode(self, name: str) -> bytes:
-        if name == "decisions":
-            return orjson.dumps({k: d.dump() for k, d in self.decisions.items()})
         if name == "class":
             return (self.task_class or "").encode()
         if name == "horizon":
@@ -87,17 +109,12 @@ class SessionState:
         return self.prefix.encode()
 
     @classmethod
-    def decode(
-        cls, raw: dict[bytes, bytes], decoded: DecodedDecisions | None = None, key: Any = None
-    ) -> SessionState:
+    def decode(cls, raw: Mapping[bytes, bytes]) -> SessionState:
+        """The state from the session hash's small fields (decisions are read apart)."""
         state = cls()
-        if decoded is not None:
-            state.decisions = decoded.get(key, raw.get(b"decisions"))
         if not raw:
             return state
         state.task_class = raw.get(b"class", b"").decode() or None
-        if decoded is None and b"decisions" in raw:
-            state.decisions = decode_decisions(raw[b"decisions"])
         horizon, _, counts = raw.get(b"horizon", b"0").decode().partition(":")
         state.horizon = int(horizon)
         if counts:
@@ -106,39 +123,84 @@ class SessionState:
         state.prefix = raw.get(b"prefix", b"").decode()
         state.playbook_pin = raw.get(PLAYBOOK_PIN_FIELD)
         state.fidelity, state.lost = raw.get(b"fidelity"), raw.get(b"lost")
+        state.version = raw.get(VERSION_FIELD)
         return state
+
+    def changes(self) -> tuple[dict[bytes, bytes], list[bytes]]:
+        """The fields to write and the fields to delete for what is dirty; a new token
+        when the decisions changed (`self.version`)."""
+        mapping = {name.encode(): self.encode(name) for name in self.dirty if name != "decisions"}
+        deleted: list[bytes] = []
+        if "decisions" in self.dirty:
+            stored = {} if self.legacy else self.stored
+            for item_id, decision in self.decisions.items():
+                old = stored.get(item_id)
+                if old is not decision and old != decision:
+                    mapping[DECISION_PREFIX + item_id.encode()] = orjson.dumps(decision.dump())
+            deleted = [DECISION_PREFIX + k.encode() for k in stored if k not in self.decisions]
+            if self.legacy:
+                deleted.append(LEGACY_FIELD)
+            self.version = os.urandom(8).hex().encode()
+            mapping[VERSION_FIELD] = self.version
+        return mapping, deleted
+
+    def saved(self) -> None:
+        """What `changes` described is stored now."""
+        if "decisions" in self.dirty:
+            self.stored, self.legacy = self.decisions, False
+        self.dirty.clear()
 
 
 def decode_decisions(raw: bytes) -> dict[str, Decision]:
+    """A legacy `decisions` blob."""
     return {k: Decision.load(v) for k, v in orjson.loads(raw).items()}
 
 
+def decision_fields(raw: Mapping[bytes, bytes]) -> dict[str, Decision]:
+    """The decisions among a session hash's fields."""
+    n = len(DECISION_PREFIX)
+    return {k[n:].decode(): Decision.load(orjson.loads(v))
+            for k, v in raw.items() if k.startswith(DECISION_PREFIX)}
+
+
 class DecodedDecisions:
-    """Decoded decisions per session while their stored bytes stay the same (a bounded LRU
-    on the store): a call does not decode what the session's previous call saved or read.
-    The dicts handed out are shared, so they are never changed in place (the engine
-    replaces a session's decisions, it does not edit them)."""
+    """Decoded decisions per session while their version token stays the same (a bounded
+    LRU on the store): a call neither reads nor decodes what the session's previous call
+    saved or read. The dicts handed out are shared, so they are never changed in place
+    (the engine replaces a session's decisions, it does not edit them)."""
 
     def __init__(self, size: int = 4096) -> None:
         self._size = size
-        self._by_session: OrderedDict[Any, tuple[bytes | None, dict[str, Decision]]] = (
-            OrderedDict()
-        )
+        self._by_session: OrderedDict[Any, tuple[bytes, dict[str, Decision]]] = OrderedDict()
 
-    def get(self, key: Any, raw: bytes | None) -> dict[str, Decision]:
+    def get(self, key: Any, version: bytes) -> dict[str, Decision] | None:
         hit = self._by_session.get(key)
-        if hit is not None and hit[0] == raw:
-            self._by_session.move_to_end(key)
-            return hit[1]
-        decisions = decode_decisions(raw) if raw is not None else {}
-        self.put(key, raw, decisions)
-        return decisions
+        if hit is None or hit[0] != version:
+            return None
+        self._by_session.move_to_end(key)
+        return hit[1]
 
-    def put(self, key: Any, raw: bytes | None, decisions: dict[str, Decision]) -> None:
-        self._by_session[key] = (raw, decisions)
+    def put(self, key: Any, version: bytes, decisions: dict[str, Decision]) -> None:
+        self._by_session[key] = (version, decisions)
         self._by_session.move_to_end(key)
         if len(self._by_session) > self._size:
             self._by_session.popitem(last=False)
+
+
+def _with_decisions(
+    state: SessionState, raw: Mapping[bytes, bytes], decisions: dict[str, Decision] | None
+) -> SessionState:
+    """`state` given its decisions: the cached ones, else those of `raw` (legacy blob, or
+    the `d:` fields of a full read)."""
+    if decisions is None:
+        blob = raw.get(LEGACY_FIELD)
+        if state.version is None and blob is not None:
+            decisions, state.legacy = decode_decisions(blob), True
+        else:
+            decisions = decision_fields(raw)
+    state.decisions = decisions
+    state.stored = {} if state.legacy else decisions
+    return state
 
 
 class SessionStore(Protocol):
@@ -150,42 +212,74 @@ class RedisSessionStore:
     def __init__(self, redis: aioredis.Redis) -> None:
         self._redis = redis
         self._decoded = DecodedDecisions()
+        source = resources.files("gateway.context").joinpath("session_save.lua").read_text()
+        self._save = redis.register_script(source)
 
     async def load(self, tenant: str, session_id: str) -> SessionState:
-        raw = await self._redis.hgetall(keys.session(tenant, session_id))
-        return SessionState.decode(
-            cast(dict[bytes, bytes], raw), self._decoded, (tenant, session_id)
-        )
+        key = keys.session(tenant, session_id)
+        values = cast(list[bytes | None], await self._redis.hmget(key, list(SMALL_FIELDS)))
+        small = {name: v for name, v in zip(SMALL_FIELDS, values, strict=True) if v is not None}
+        state = SessionState.decode(small)
+        if state.version is None:  # no decisions, or a legacy blob (read above)
+            return _with_decisions(state, small, None)
+        decisions = self._decoded.get((tenant, session_id), state.version)
+        if decisions is None:
+            full = cast(dict[bytes, bytes], await self._redis.hgetall(key))
+            state.version = full.get(VERSION_FIELD)  # as read with the decisions
+            decisions = decision_fields(full)
+            if state.version is not None:
+                self._decoded.put((tenant, session_id), state.version, decisions)
+        return _with_decisions(state, small, decisions)
 
     async def save(self, tenant: str, session_id: str, state: SessionState) -> None:
         if not state.dirty:
             return
         key = keys.session(tenant, session_id)
-        mapping = {name: state.encode(name) for name in state.dirty}
-        async with self._redis.pipeline(transaction=False) as pipe:
-            pipe.hset(key, mapping=mapping)  # type: ignore[arg-type]
-            pipe.expire(key, SESSION_TTL_S)
-            await pipe.execute()
-        if "decisions" in mapping:
-            self._decoded.put((tenant, session_id), mapping["decisions"], state.decisions)
-        state.dirty.clear()
+        read_at = state.version
+        mapping, deleted = state.changes()
+        if "decisions" not in state.dirty:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                pipe.hset(key, mapping=mapping)  # type: ignore[arg-type]
+                pipe.expire(key, SESSION_TTL_S)
+                await pipe.execute()
+        elif not await self._save_decisions(key, read_at, "delta", mapping, deleted):
+            # Another call changed the decisions since this one read them: write them whole.
+            state.legacy = True
+            mapping, deleted = state.changes()
+            await self._save_decisions(key, read_at, "all", mapping, deleted)
+        if "decisions" in state.dirty and state.version is not None:
+            self._decoded.put((tenant, session_id), state.version, state.decisions)
+        state.saved()
+
+    async def _save_decisions(self, key: str, read_at: bytes | None, mode: str,
+                              mapping: dict[bytes, bytes], deleted: list[bytes]) -> bool:
+        pairs = [part for item in mapping.items() for part in item]
+        args: list[bytes | str | int] = [read_at or b"", mode, SESSION_TTL_S, len(mapping),
+                                         *pairs, *deleted]
+        return bool(await self._save(keys=[key], args=args))
 
 
 class MemorySessionStore:
-    """A throwaway store for replays: states live in this object only."""
+    """A throwaway store for replays: the same fields as in Redis, in this object only."""
 
     def __init__(self) -> None:
         self._raw: dict[tuple[str, str], dict[bytes, bytes]] = {}
         self._decoded = DecodedDecisions()
 
     async def load(self, tenant: str, session_id: str) -> SessionState:
-        raw = dict(self._raw.get((tenant, session_id), {}))
-        return SessionState.decode(raw, self._decoded, (tenant, session_id))
+        raw = self._raw.get((tenant, session_id), {})
+        state = SessionState.decode(raw)
+        cached = None
+        if state.version is not None:
+            cached = self._decoded.get((tenant, session_id), state.version)
+        return _with_decisions(state, raw, cached)
 
     async def save(self, tenant: str, session_id: str, state: SessionState) -> None:
         raw = self._raw.setdefault((tenant, session_id), {})
-        for name in state.dirty:
-            raw[name.encode()] = state.encode(name)
-        if "decisions" in state.dirty:
-            self._decoded.put((tenant, session_id), raw[b"decisions"], state.decisions)
-        state.dirty.clear()
+        mapping, deleted = state.changes()
+        raw.update(mapping)
+        for name in deleted:
+            raw.pop(name, None)
+        if "decisions" in state.dirty and state.version is not None:
+            self._decoded.put((tenant, session_id), state.version, state.decisions)
+        state.saved()

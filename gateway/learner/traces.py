@@ -71,13 +71,19 @@ class TraceEvent:
 def keep_recent(messages: list[dict[str, Any]], max_chars: int) -> list[dict[str, Any]]:
     """The first message and the newest ones within `max_chars` of JSON: the learner never
     shows more than that, so a long session's traces need not keep its whole history."""
-    sizes = [len(orjson.dumps(m)) for m in messages]
-    if sum(sizes) <= max_chars or len(messages) < 3:
+    if len(messages) < 3:
         return messages
-    budget, start = max_chars - sizes[0], len(messages)
-    while start > 1 and sizes[start - 1] <= budget:
+    # Sized from the newest back, only as far as they fit: a long session's trace costs
+    # what it keeps, not its whole history.
+    budget, start = max_chars - len(orjson.dumps(messages[0])), len(messages)
+    while start > 1:
+        size = len(orjson.dumps(messages[start - 1]))
+        if size > budget:
+            break
         start -= 1
-        budget -= sizes[start]
+        budget -= size
+    if start == 1:  # every message fits
+        return messages
     start = min(start, len(messages) - 1)  # the newest message is always kept
     while start > 1 and messages[start].get("role") == "tool":
         start -= 1  # never cut a tool exchange from the call that asked for it

@@ -24,6 +24,7 @@ import sys
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Literal
@@ -79,12 +80,28 @@ def preview(text: str, mode: str) -> str | None:
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+@dataclass(frozen=True, slots=True)
+class _CallSummary:
+    """What a call line says of a call's events, and what the metrics count of them."""
+
+    steps: list[int]
+    excluded: list[str]
+    counts: dict[str, dict[str, int]]  # "stage.reason" -> items, tokens saved
+    dropped_tokens: int
+    by_label: dict[tuple[str, str], tuple[int, int]]  # (stage, reason) -> items, tokens
+
+
 @dataclass
 class _Logged:
-    """What this process has logged of one session's decisions."""
+    """What this process has logged of one session's decisions, and its latest call's
+    events with their summary: a call whose events are that very list (the engine hands
+    the same list on while a session's decisions in force do not change) is summarised
+    by a lookup, so a call line costs what is new, not the history's drops."""
 
     lines: dict[tuple[str, int], tuple[Any, ...]] = field(default_factory=dict)
     by_step: dict[int, set[str]] = field(default_factory=dict)
+    events: Sequence[DropEvent] | None = None
+    summary: _CallSummary | None = None
 
 
 class DropLog:
@@ -98,12 +115,17 @@ class DropLog:
         form: Form = "decisions",
         *,
         sessions: int = 4096,
+        summaries: int = 256,
     ) -> None:
         self._preview_mode = preview_mode
         self._metrics = metrics
         self._form = form
         self._sessions: OrderedDict[tuple[str, str], _Logged] = OrderedDict()
         self._max_sessions = sessions
+        # Sessions whose latest drops (and so their texts) are kept for the lookup: as many
+        # as the engine keeps prefixes by default, so they are mostly the same lists.
+        self._summarised: OrderedDict[tuple[str, str], _Logged] = OrderedDict()
+        self._max_summarised = summaries
         self._lock = threading.Lock()
         self._out: IO[bytes]
         if destination == "stdout":
@@ -122,13 +144,13 @@ class DropLog:
             "preview": preview(event.text, self._preview_mode),
         }
 
-    def _count(self, events: list[DropEvent], task_class: str) -> None:
+    def _count(self, by_label: dict[tuple[str, str], tuple[int, int]], task_class: str) -> None:
+        """Move the drop metrics by every event (a label's events in one increment)."""
         if self._metrics is None:
             return
-        for event in events:
-            labels = (task_class, event.stage, event.reason)
-            self._metrics.dropped_items.labels(*labels).inc()
-            self._metrics.dropped_tokens.labels(*labels).inc(max(event.tokens_saved, 0))
+        for (stage, reason), (items, tokens) in by_label.items():
+            self._metrics.dropped_items.labels(task_class, stage, reason).inc(items)
+            self._metrics.dropped_tokens.labels(task_class, stage, reason).inc(tokens)
 
     def _emit(self, records: list[dict[str, Any]]) -> None:
         data = b"".join(orjson.dumps(record) + b"\n" for record in records)
@@ -138,7 +160,7 @@ class DropLog:
 
     def write(
         self,
-        events: list[DropEvent],
+        events: Sequence[DropEvent],
         *,
         trace_id: str,
         session_id: str,
@@ -151,12 +173,12 @@ class DropLog:
         event_name = "context.drop" if self._form == "items" else "playbook.drop"
         head = {"ts": time.time(), "event": event_name, "trace_id": trace_id,
                 "session_id": session_id, "tenant": tenant, "task_class": task_class}
-        self._count(events, task_class)
+        self._count(_by_label(events), task_class)
         self._emit([{**head, **self._item(event)} for event in events])
 
     def write_call(
         self,
-        events: list[DropEvent],
+        events: Sequence[DropEvent],
         *,
         trace_id: str,
         session_id: str,
@@ -172,23 +194,27 @@ class DropLog:
             self.write(events, trace_id=trace_id, session_id=session_id, tenant=tenant,
                        task_class=task_class)
             return
-        self._count(events, task_class)
         head = {"ts": time.time(), "trace_id": trace_id, "session_id": session_id,
                 "tenant": tenant, "task_class": task_class}
         with self._lock:
-            new, steps, excluded = self._decided(tenant, session_id, events)
+            new, summary = self._decided(tenant, session_id, events)
+        self._count(summary.by_label, task_class)
         records = [{**head, "event": "context.decision", "step": event.step,
                     **self._item(event)} for event in new]
-        records.append({**head, "event": "context.call", **_call_fields(events, tokens),
-                        "new_decisions": len(new), "steps": steps, "excluded": excluded,
+        before, after, playbook = tokens
+        records.append({**head, "event": "context.call", "tokens_before": before,
+                        "tokens_after": after, "playbook_tokens": playbook,
+                        "dropped_items": len(events), "dropped_tokens": summary.dropped_tokens,
+                        "counts": summary.counts, "new_decisions": len(new),
+                        "steps": summary.steps, "excluded": summary.excluded,
                         "fidelity": signals.to_log() if signals is not None else None})
         self._emit(records)
 
     def _decided(
-        self, tenant: str, session_id: str, events: list[DropEvent]
-    ) -> tuple[list[DropEvent], list[int], list[str]]:
-        """The events not logged yet for the session, the steps in force, and the items
-        logged at those steps that are not in force on this call."""
+        self, tenant: str, session_id: str, events: Sequence[DropEvent]
+    ) -> tuple[list[DropEvent], _CallSummary]:
+        """The events not logged yet for the session, and the call's summary (the steps in
+        force, the items logged at those steps that are not in force on this call...)."""
         key = (tenant, session_id)
         logged = self._sessions.get(key)
         if logged is None:
@@ -197,6 +223,8 @@ class DropLog:
                 self._sessions.popitem(last=False)
         else:
             self._sessions.move_to_end(key)
+        if events is logged.events and logged.summary is not None:
+            return [], logged.summary  # the previous call's events: all logged, same summary
         new = []
         for event in events:
             line = (event.item_id, event.step)
@@ -210,20 +238,44 @@ class DropLog:
         excluded = sorted(
             item for step in steps for item in logged.by_step.get(step, ()) if item not in present
         )
-        return new, steps, excluded
+        counts, by_label = _counts(events)
+        summary = _CallSummary(steps, excluded, counts,
+                               sum(event.tokens_saved for event in events), by_label)
+        self._remember(key, logged, events, summary)
+        return new, summary
+
+    def _remember(self, key: tuple[str, str], logged: _Logged, events: Sequence[DropEvent],
+                  summary: _CallSummary) -> None:
+        """Keep `events` and their summary for the session's next call, for a bounded
+        number of sessions (the least recent forget theirs)."""
+        logged.events, logged.summary = events, summary
+        self._summarised[key] = logged
+        self._summarised.move_to_end(key)
+        if len(self._summarised) > self._max_summarised:
+            _, oldest = self._summarised.popitem(last=False)
+            oldest.events = oldest.summary = None
 
     def close(self) -> None:
         if self._owned:
             self._out.close()
 
 
-def _call_fields(events: list[DropEvent], tokens: tuple[int, int, int]) -> dict[str, Any]:
+def _by_label(events: Sequence[DropEvent]) -> dict[tuple[str, str], tuple[int, int]]:
+    """Per (stage, reason): events, and tokens saved as the metric counts them (never < 0)."""
+    out: dict[tuple[str, str], tuple[int, int]] = {}
+    for event in events:
+        items, tokens = out.get((event.stage, event.reason), (0, 0))
+        out[(event.stage, event.reason)] = (items + 1, tokens + max(event.tokens_saved, 0))
+    return out
+
+
+def _counts(
+    events: Sequence[DropEvent],
+) -> tuple[dict[str, dict[str, int]], dict[tuple[str, str], tuple[int, int]]]:
+    """A call line's `counts` ("stage.reason": items, tokens saved) and the metrics' view."""
     counts: dict[str, dict[str, int]] = {}
     for event in events:
         count = counts.setdefault(f"{event.stage}.{event.reason}", {"items": 0, "tokens": 0})
         count["items"] += 1
         count["tokens"] += event.tokens_saved
-    before, after, playbook = tokens
-    return {"tokens_before": before, "tokens_after": after, "playbook_tokens": playbook,
-            "dropped_items": len(events),
-            "dropped_tokens": sum(event.tokens_saved for event in events), "counts": counts}
+    return counts, _by_label(events)

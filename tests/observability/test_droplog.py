@@ -31,3 +31,51 @@ def test_lines_have_exactly_the_interface_fields_and_metrics_move(tmp_path: Path
     assert saved == 100
     merged = metrics.dropped_items.labels("coding_agent", "cluster", "near_duplicate")
     assert merged._value.get() == 1
+
+
+def test_a_call_repeating_its_sessions_drops_logs_and_counts_like_a_new_list(
+    tmp_path: Path,
+) -> None:
+    """The engine hands a session's unchanged drops on as the same list; the call line and
+    the metrics come out as for an equal list never seen (the summary is reused, not redone
+    wrong)."""
+    events = [DropEvent("compress", "compress", "aged", f"i{n}", "tool_result", n, 100, 10,
+                        step=1) for n in range(3)]
+    events.append(DropEvent("select", "drop", "recency", "d", "assistant", 7, 40, 0, step=2))
+    lines: dict[str, list[dict[str, object]]] = {}
+    counted: dict[str, tuple[float, float]] = {}
+    for name, second in (("same", events), ("copy", list(events))):
+        metrics = Metrics()
+        path = tmp_path / f"{name}.jsonl"
+        log = DropLog(str(path), "none", metrics)
+        for trace, sent in (("c1", events), ("c2", second), ("c3", second)):
+            log.write_call(sent, trace_id=trace, session_id="s", tenant="t", task_class="x",
+                           tokens=(1000, 1000 - sum(e.tokens_saved for e in sent), 0))
+        log.close()
+        lines[name] = [{k: v for k, v in orjson.loads(raw).items() if k != "ts"}
+                       for raw in path.read_bytes().splitlines()]
+        counted[name] = (
+            metrics.dropped_items.labels("x", "compress", "aged")._value.get(),
+            metrics.dropped_tokens.labels("x", "select", "recency")._value.get())
+    assert lines["same"] == lines["copy"]
+    calls = [line for line in lines["same"] if line["event"] == "context.call"]
+    assert [c["new_decisions"] for c in calls] == [4, 0, 0]
+    assert all(c["steps"] == [1, 2] and c["dropped_tokens"] == 310 for c in calls)
+    assert counted["same"] == counted["copy"] == (9.0, 120.0)
+
+
+def test_only_the_latest_sessions_keep_their_drops_for_the_lookup(tmp_path: Path) -> None:
+    """The drops kept for the lookup hold their texts: a bounded number of sessions keep
+    them, and a session that lost them is logged the same way (recomputed)."""
+    log = DropLog(str(tmp_path / "drops.jsonl"), "none", None, summaries=1)
+    events = [DropEvent("compress", "mask", "aged", "i", "tool_result", 2, 90, 9, step=1)]
+    for trace, session in (("a1", "s1"), ("b1", "s2"), ("a2", "s1")):
+        log.write_call(events, trace_id=trace, session_id=session, tenant="t",
+                       task_class="x", tokens=(500, 419, 0))
+        kept = [key for key, logged in log._sessions.items() if logged.events is not None]
+        assert kept == [("t", session)]
+    log.close()
+    lines = [orjson.loads(raw) for raw in (tmp_path / "drops.jsonl").read_bytes().splitlines()]
+    calls = {line["trace_id"]: line for line in lines if line["event"] == "context.call"}
+    assert calls["a2"]["new_decisions"] == 0 and calls["a2"]["dropped_tokens"] == 81
+    assert calls["a2"]["steps"] == calls["a1"]["steps"] == [1]

@@ -1,0 +1,234 @@
+"""Time per call over long sessions, first 20 calls against the last 20 (issue 7: per-call
+time grows with the new content only), for this checkout and optionally another one (the
+code before a change) in the same run, rounds interleaved so that both see the same load.
+
+Run through `bench/replay.py --timing [--against DIR] [--rounds N] [--turns N]
+[--seeds N] [--web N] [--gateway]`. Each measurement runs in a child process started from the
+checkout it measures (`--tree`), so this file imports nothing of the project at module
+level and uses only what every checkout has: `tests.sessions` (the synthetic 300-call
+sessions), `gateway.context.replay` (the engine as `ctxgate replay` builds it: in-memory
+sessions, the drop log to /dev/null), and `tests.harness` (a real gateway with embedded
+Redis and the scripted upstream). Per call the child records the engine's `fit` time, or
+the gateway's `x-ctxgate-overhead-ms` and the client's round trip, and whether the call's
+forwarded messages extend the previous call's (a call between compaction steps) or not (a
+step call).
+
+    python bench/timing.py --child engine|gateway --tree DIR [--turns N] [--seeds N] [--web N]
+        [--corpora DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+HERE = Path(__file__).resolve()
+EDGE = 20  # calls at each end of a session
+WARM_TURNS = 40  # a first session, not measured: classifier, embedder, caches warm
+MODEL = "gpt-4o-mini"  # a model the gateway requires, with an exact tokenizer
+
+
+def _sessions(turns: int, seeds: int, web: int, corpora: Path | None
+              ) -> list[tuple[str, list[dict[str, Any]]]]:
+    """The warm-up session, then `seeds` synthetic sessions of `turns` turns and the `web`
+    longest web-browsing sessions of the shared corpora (`../shared/corpora/`)."""
+    from gateway.context.replay import calls_from_messages
+    from tests.sessions import synthetic_session
+
+    out = [("warm", calls_from_messages(synthetic_session(99, WARM_TURNS)[1], MODEL))]
+    for seed in range(seeds):
+        out.append((f"synthetic-{seed}-{turns}",
+                    calls_from_messages(synthetic_session(seed, turns)[1], MODEL)))
+    if web and corpora is not None:
+        from bench.corpora import jsonl
+
+        longest = sorted(jsonl("webchorearena", corpora), key=lambda s: -len(s.messages))[:web]
+        for session in longest:
+            calls = calls_from_messages(session.messages, MODEL)
+            if session.tools:
+                calls = [{**body, "tools": session.tools} for body in calls]
+            out.append((session.id, calls))
+    return out
+
+
+def _extends(previous: list[Any] | None, forwarded: list[Any]) -> bool | None:
+    return None if previous is None else forwarded[: len(previous)] == previous
+
+
+async def _engine_child(turns: int, seeds: int, web: int, corpora: Path | None
+                        ) -> dict[str, Any]:
+    from gateway.context.engine import CallContext
+    from gateway.context.replay import build_engine
+    from gateway.settings import Settings
+
+    engine = build_engine(Settings())
+    assert engine.embedder is not None
+    await engine.embedder.embed(["warm up"])
+    out: dict[str, Any] = {}
+    for name, calls in _sessions(turns, seeds, web, corpora):
+        ms, between, previous = [], [], None
+        for n, body in enumerate(calls):
+            call = CallContext("bench", f"{name}-{n}", {"x-ctxgate-session-id": name})
+            start = time.perf_counter()
+            fitted = await engine.fit(body, call)
+            ms.append(1000 * (time.perf_counter() - start))
+            forwarded = fitted.body["messages"]
+            between.append(_extends(previous, forwarded))
+            previous = list(forwarded)
+        out[name] = {"ms": ms, "between": between}
+    engine.embedder.close()
+    out.pop("warm")
+    return out
+
+
+@contextlib.contextmanager
+def gateway_stack(tmp: Path, timeout_s: float = 600.0) -> Iterator[Any]:
+    """Embedded Redis, the scripted upstream and a gateway on them (learner worker off),
+    from the checkout first on `sys.path`; yields the `tests.harness.Gateway`. The wait
+    allows for loading the embedding model on a busy machine."""
+    from gateway.store.embedded import EmbeddedRedis
+    from tests.harness import Gateway, Upstream, stop
+
+    with contextlib.ExitStack() as stack:
+        redis = EmbeddedRedis(tmp / "redis").start()
+        stack.callback(redis.stop)
+        upstream = Upstream.start(tmp)
+        stack.callback(stop, upstream.process)
+        gateway = Gateway.start(tmp / "gw", {
+            "CTXGATE_UPSTREAM_URL": f"{upstream.url}/v1", "CTXGATE_REDIS_URL": redis.url,
+            "CTXGATE_WORKER": "off"}, wait_path="/readyz", timeout_s=timeout_s)
+        stack.callback(stop, gateway.process)
+        yield gateway
+
+
+def _gateway_child(turns: int, seeds: int, web: int, corpora: Path | None) -> dict[str, Any]:
+    import httpx
+
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as tmp, gateway_stack(Path(tmp)) as gateway, \
+            httpx.Client(timeout=60) as client:
+        for name, calls in _sessions(turns, seeds, web, corpora):
+            out[name] = _post_session(client, gateway.base_url, name, calls)
+    out.pop("warm")
+    return out
+
+
+def _post_session(client: Any, base_url: str, name: str, calls: list[dict[str, Any]]
+                  ) -> dict[str, Any]:
+    headers = {"authorization": "Bearer sk-bench-timing-0000", "x-ctxgate-session-id": name}
+    ms, trip, between, previous = [], [], [], None
+    for body in calls:
+        start = time.perf_counter()
+        response = client.post(f"{base_url}/chat/completions", json=body, headers=headers)
+        trip.append(1000 * (time.perf_counter() - start))
+        if response.status_code != 200:
+            raise RuntimeError(f"call {len(ms)}: {response.status_code} {response.text[:300]}")
+        ms.append(float(response.headers["x-ctxgate-overhead-ms"]))
+        dropped = int(response.headers["x-ctxgate-dropped-items"])
+        # No forwarded body to compare over HTTP: a step is a call whose drop count moved
+        # by more than what its new messages could add.
+        between.append(None if previous is None else dropped == previous)
+        previous = dropped
+    return {"ms": ms, "round_trip_ms": trip, "between": between}
+
+
+def child_main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--child", choices=("engine", "gateway"), required=True)
+    parser.add_argument("--tree", type=Path, required=True)
+    parser.add_argument("--turns", type=int, default=300)
+    parser.add_argument("--seeds", type=int, default=1)
+    parser.add_argument("--web", type=int, default=0)
+    parser.add_argument("--corpora", type=Path)
+    args = parser.parse_args(argv)
+    sys.path.insert(0, str(args.tree.resolve()))
+    if args.child == "engine":
+        result = asyncio.run(_engine_child(args.turns, args.seeds, args.web, args.corpora))
+    else:
+        result = _gateway_child(args.turns, args.seeds, args.web, args.corpora)
+    sys.stdout.buffer.write(orjson.dumps(result))
+
+
+def _run_child(kind: str, tree: Path, turns: int, seeds: int, web: int, corpora: Path
+               ) -> dict[str, Any]:
+    done = subprocess.run(
+        [sys.executable, str(HERE), "--child", kind, "--tree", str(tree), "--turns", str(turns),
+         "--seeds", str(seeds), "--web", str(web), "--corpora", str(corpora.resolve())],
+        cwd=tree, capture_output=True, check=False, env={**os.environ, "PYTHONPATH": ""})
+    if done.returncode != 0:
+        raise RuntimeError(f"timing child in {tree} failed:\n{done.stderr.decode()[-3000:]}")
+    result: dict[str, Any] = orjson.loads(done.stdout)
+    return result
+
+
+def _mean(values: list[float]) -> float:
+    return statistics.mean(values) if values else float("nan")
+
+
+def summarise(session: dict[str, Any], key: str = "ms") -> dict[str, float]:
+    """First and last 20 calls' mean ms, and the same for calls between steps and for step
+    calls apart (the session's first call, which has no previous one, left out of both)."""
+    ms, between = session[key], session["between"]
+    calm = [t for t, b in zip(ms, between, strict=True) if b]
+    steps = [t for t, b in zip(ms, between, strict=True) if b is False]
+    first, last = _mean(ms[:EDGE]), _mean(ms[-EDGE:])
+    return {"first": first, "last": last, "ratio": last / first,
+            "calm_first": _mean(calm[:EDGE]), "calm_last": _mean(calm[-EDGE:]),
+            "step_first": _mean(steps[:5]), "step_last": _mean(steps[-5:]),
+            "steps": float(len(steps))}
+
+
+def run_timing(trees: list[tuple[str, Path]], kinds: list[str], rounds: int, turns: int,
+               seeds: int, web: int, corpora: Path) -> dict[str, Any]:
+    """Every (kind, tree) measured once per round, in turn; per session, each figure's
+    median over rounds."""
+    load = [os.getloadavg()]
+    runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for _ in range(rounds):
+        for kind in kinds:
+            for label, tree in trees:
+                result = _run_child(kind, tree, turns, seeds, web, corpora)
+                runs.setdefault((kind, label), []).append(result)
+    load.append(os.getloadavg())
+    table: dict[str, Any] = {}
+    for (kind, label), results in runs.items():
+        keys = ["ms", "round_trip_ms"] if kind == "gateway" else ["ms"]
+        for key in keys:
+            for session in results[0]:
+                per_round = [summarise(r[session], key) for r in results]
+                table[f"{kind}|{key}|{session}|{label}"] = {
+                    name: statistics.median(s[name] for s in per_round) for name in per_round[0]}
+    return {"load": load, "rounds": rounds, "rows": table}
+
+
+def print_timing(report: dict[str, Any]) -> None:
+    load = " → ".join(", ".join(f"{x:.1f}" for x in avg) for avg in report["load"])
+    print(f"\n### Time per call, first {EDGE} calls vs last {EDGE} (median of "
+          f"{report['rounds']} interleaved rounds; load average {load})")
+    head = ("measured", "session", "code", f"first {EDGE} ms", f"last {EDGE} ms", "last/first",
+            "between steps: first / last ms", "step calls: first 5 / last 5 ms", "steps")
+    print("| " + " | ".join(head) + " |\n|" + "---|" * len(head))
+    for key, r in report["rows"].items():
+        kind, what, session, label = key.split("|")
+        measured = {"engine": "engine.fit", "ms": "gateway overhead-ms",
+                    "round_trip_ms": "gateway round trip"}[kind if kind == "engine" else what]
+        cells = [measured, session, label, f"{r['first']:.2f}", f"{r['last']:.2f}",
+                 f"{r['ratio']:.2f}x", f"{r['calm_first']:.2f} / {r['calm_last']:.2f}",
+                 f"{r['step_first']:.2f} / {r['step_last']:.2f}", f"{r['steps']:.0f}"]
+        print("| " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    child_main(sys.argv[1:])

@@ -1,0 +1,113 @@
+"""The session store on real Redis writes and reads what changed, not the whole session:
+one field per decision, a version token, the decoded copy reused while it holds; a session
+stored as one blob by an earlier version is read and moved to fields on its next change."""
+
+from __future__ import annotations
+
+import uuid
+
+import orjson
+import redis.asyncio as aioredis
+
+from gateway.context.session import (
+    Decision,
+    MemorySessionStore,
+    RedisSessionStore,
+    SessionState,
+)
+from gateway.store import keys
+
+MASK = Decision("compress", "mask", "aged", "mask", step=1)
+DROP = Decision("select", "drop", "recency", "drop", step=1)
+SUMMARY = Decision("compress", "compress", "aged", "summary", text="digest", step=2)
+
+
+async def _saved(store: RedisSessionStore, session: str, decisions: dict[str, Decision],
+                 ) -> SessionState:
+    state = await store.load("t1", session)
+    state.decisions = decisions
+    state.dirty.add("decisions")
+    await store.save("t1", session, state)
+    return state
+
+
+async def test_a_step_writes_only_the_decisions_it_changed(
+        redis_client: aioredis.Redis) -> None:
+    store, session = RedisSessionStore(redis_client), uuid.uuid4().hex
+    key = keys.session("t1", session)
+    first = await _saved(store, session, {"a": MASK, "b": DROP})
+    assert set(await redis_client.hkeys(key)) == {b"d:a", b"d:b", b"decisions_version"}
+    state = await store.load("t1", session)
+    assert state.decisions is first.decisions  # same version: this process's copy
+    state.decisions = {"a": state.decisions["a"], "c": SUMMARY}
+    state.dirty.add("decisions")
+    mapping, deleted = state.changes()
+    assert set(mapping) == {b"d:c", b"decisions_version"} and deleted == [b"d:b"]
+    await store.save("t1", session, state)
+    assert set(await redis_client.hkeys(key)) == {b"d:a", b"d:c", b"decisions_version"}
+    replica = await RedisSessionStore(redis_client).load("t1", session)  # no decoded copy
+    assert replica.decisions == {"a": MASK, "c": SUMMARY}
+    assert replica.version == state.version != first.version
+
+
+async def test_a_replica_reads_decisions_another_one_changed(
+        redis_client: aioredis.Redis) -> None:
+    one, two, session = RedisSessionStore(redis_client), RedisSessionStore(redis_client), \
+        uuid.uuid4().hex
+    await _saved(one, session, {"a": MASK})
+    assert (await two.load("t1", session)).decisions == {"a": MASK}  # two caches it
+    await _saved(one, session, {"a": MASK, "b": DROP})
+    assert (await two.load("t1", session)).decisions == {"a": MASK, "b": DROP}
+
+
+async def test_a_session_stored_as_one_blob_is_read_and_moved_to_fields(
+        redis_client: aioredis.Redis) -> None:
+    session = uuid.uuid4().hex
+    key = keys.session("t1", session)
+    blob = orjson.dumps({"a": MASK.dump(), "b": DROP.dump()})
+    await redis_client.hset(key, mapping={b"class": b"coding_agent", b"decisions": blob,
+                                          b"horizon": b"7:20:3"})
+    store = RedisSessionStore(redis_client)
+    state = await store.load("t1", session)
+    assert state.decisions == {"a": MASK, "b": DROP} and state.legacy
+    assert (state.task_class, state.horizon, state.calls, state.steps) == (
+        "coding_agent", 7, 20, 3)
+    state.decisions = {**state.decisions, "c": SUMMARY}
+    state.dirty.add("decisions")
+    await store.save("t1", session, state)
+    fields = set(await redis_client.hkeys(key))
+    assert b"decisions" not in fields and {b"d:a", b"d:b", b"d:c"} <= fields
+    again = await RedisSessionStore(redis_client).load("t1", session)
+    assert again.decisions == {"a": MASK, "b": DROP, "c": SUMMARY} and not again.legacy
+
+
+async def test_the_memory_store_keeps_the_same_fields() -> None:
+    store = MemorySessionStore()
+    state = await store.load("t1", "s")
+    state.decisions, state.task_class = {"a": MASK, "b": DROP}, "x"
+    state.dirty |= {"decisions", "class"}
+    await store.save("t1", "s", state)
+    state = await store.load("t1", "s")
+    state.decisions = {"b": DROP}
+    state.dirty.add("decisions")
+    await store.save("t1", "s", state)
+    assert set(store._raw[("t1", "s")]) == {b"class", b"d:b", b"decisions_version"}
+    assert (await store.load("t1", "s")).decisions == {"b": DROP}
+
+
+async def test_two_replicas_stepping_at_once_leave_the_last_writers_decisions(
+        redis_client: aioredis.Redis) -> None:
+    one, two, session = RedisSessionStore(redis_client), RedisSessionStore(redis_client), \
+        uuid.uuid4().hex
+    await _saved(one, session, {"a": MASK})
+    first, second = await one.load("t1", session), await two.load("t1", session)
+    first.decisions = {"a": MASK, "b": DROP}  # both read the same version, then step
+    second.decisions = {"c": SUMMARY}
+    for store, state in ((one, first), (two, second)):
+        state.dirty.add("decisions")
+        await store.save("t1", session, state)
+    fields = set(await redis_client.hkeys(keys.session("t1", session)))
+    assert fields == {b"d:c", b"decisions_version"}  # the later delta did not merge
+    assert (await one.load("t1", session)).decisions == {"c": SUMMARY}
+    assert (await RedisSessionStore(redis_client).load("t1", session)).decisions == {
+        "c": SUMMARY}
