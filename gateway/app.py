@@ -18,9 +18,11 @@ import httpx
 from prometheus_client import CollectorRegistry
 
 from gateway.api.asgi import Receive, Scope, Send
+from gateway.api.fitting import Fitting
 from gateway.api.routes import build_routes
 from gateway.context.engine import ContextEngine
 from gateway.context.models import ENCODINGS
+from gateway.context.offload import FittingThread
 from gateway.embeddings import Embedder
 from gateway.learner.process import LearnerProcess
 from gateway.learner.traces import TraceSink
@@ -82,6 +84,14 @@ class Gateway:
             settings, redis, metrics, drop_log, embedder,
             PlaybookInjector.from_services(services))
         self._traces = services.traces = TraceSink.from_services(services)
+        self._fitting_thread = FittingThread(
+            lambda client: ContextEngine(settings, client, metrics, drop_log,
+                                         embedder.with_client(client),
+                                         PlaybookInjector(client, embedder.with_client(client),
+                                                          metrics)),
+            lambda: connect(settings))
+        services.fitting = Fitting(self._engine, metrics, settings.fit_timeout_s,
+                                   self._fitting_thread)
         self.services = services
         self._upstream = Upstream(settings.upstream_url, timeout_s=settings.upstream_timeout_s,
                                   transport=self._transport,
@@ -93,6 +103,7 @@ class Gateway:
         tracer, self._tracer_provider = build_tracer(settings.otel_endpoint)
         self._routes = build_routes(services, self._upstream, tracer, self._anthropic)
         self._background.append(asyncio.create_task(self._warm(), name="ctxgate-warm-up"))
+        self._fitting_thread.start(warm=_warm_encodings)
         if settings.worker == "inprocess":  # its own process: never on the request path
             self.learner = LearnerProcess(settings, metrics)
             self._background.append(asyncio.create_task(self.learner.run(),
@@ -132,6 +143,7 @@ class Gateway:
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
         services = self.services
+        await _quietly("fitting thread", self._fitting_thread.aclose())
         await _quietly("trace writer", self._traces.aclose())
         await _quietly("forecasts", self._engine.forecasts.flush())
         await _quietly("token calibration", self._engine.calibration.flush())
@@ -141,6 +153,12 @@ class Gateway:
         services.embedder.close()
         services.drop_log.close()
         self._tracer_provider.shutdown()
+
+
+async def _warm_encodings(engine: ContextEngine) -> None:
+    """The fitting thread's engine builds its token encodings before a large call needs them."""
+    for encoding in ENCODINGS:
+        engine.counter.encoding(encoding)
 
 
 async def _quietly(what: str, step: Awaitable[Any]) -> None:

@@ -18,6 +18,7 @@ from gateway.settings import Settings
 if TYPE_CHECKING:  # the engine and the sink import this module: types only, no cycle
     import redis.asyncio as aioredis
 
+    from gateway.api.fitting import Fitting
     from gateway.context.engine import ContextEngine
     from gateway.embeddings import Embedder
     from gateway.learner.traces import TraceSink
@@ -32,6 +33,7 @@ class Services:
     embedder: Embedder
     # Built by the gateway's lifespan; None in commands that run without the HTTP app.
     engine: ContextEngine | None = None
+    fitting: Fitting | None = None  # the engine as managed routes use it (time-bounded)
     traces: TraceSink | None = None
     # Set once the embedding model is loaded and the classes' examples embedded.
     warm: asyncio.Event = field(default_factory=asyncio.Event)

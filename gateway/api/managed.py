@@ -2,7 +2,8 @@
 
 The format's adapter (`gateway/wire/`) turns the request into the engine's chat view and
 the engine's plan back into the format's request; everything else here is shared by every
-format: fail-open fitting, the client's own bytes forwarded when nothing changed, the
+format: fail-open fitting within a time budget, off the event loop for a large call
+(`fitting.py`), the client's own bytes forwarded when nothing changed, the
 stream relayed event by event as it arrives (watched, never delayed), the x-ctxgate-*
 headers, and the forecast and trace after the response.
 """
@@ -25,15 +26,14 @@ from gateway.api.asgi import (
     parse_json_object,
     read_body,
 )
+from gateway.api.fitting import Fitting
 from gateway.api.forwarding import is_bypass, relayed_headers, upstream_headers
 from gateway.api.route import Call, call_of
-from gateway.context.engine import HEADER_SESSION, CallContext, ContextEngine
-from gateway.errors import GatewayError, UpstreamTimeout, UpstreamUnreachable
+from gateway.errors import UpstreamTimeout, UpstreamUnreachable
 from gateway.learner.traces import TraceEvent, TraceSink
-from gateway.observability.explain import account_of
 from gateway.upstream.client import Upstream, timed_chunks
 from gateway.upstream.sse import SSEDecoder
-from gateway.wire.view import ChatView, WireFormat, unmarked
+from gateway.wire.view import WireFormat
 
 log = logging.getLogger("ctxgate.managed")
 UpstreamHeaders = Callable[[Call], list[tuple[str, str]]]
@@ -48,12 +48,12 @@ class ManagedRoute:
     """One wire format's model-call route, as a pure ASGI app."""
 
     def __init__(self, wire: WireFormat, upstream: Upstream, tracer: Tracer, *,
-                 engine: ContextEngine | None, traces: TraceSink | None, max_body_bytes: int,
+                 fitting: Fitting | None, traces: TraceSink | None, max_body_bytes: int,
                  upstream_headers: UpstreamHeaders, cut_event: bytes) -> None:
         self._wire = wire
         self._upstream = upstream
         self._tracer = tracer
-        self._engine = engine  # None: every call goes out as sent
+        self._fitting = fitting  # None: every call goes out as sent
         self._traces = traces
         self._max_body_bytes = max_body_bytes
         self._upstream_headers = upstream_headers
@@ -62,39 +62,18 @@ class ManagedRoute:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         call = call_of(scope)
         raw = await read_body(receive, self._max_body_bytes, call.headers.get("content-length"))
-        body = parse_json_object(raw)
-        self._wire.validate(body)
-        call.stream = body.get("stream") is True
-        forward = raw
-        if is_bypass(call.headers) or self._engine is None:
+        if is_bypass(call.headers) or self._fitting is None:
+            body = parse_json_object(raw)
+            self._wire.validate(body)
+            call.stream = body.get("stream") is True
             call.task_class = "bypass"
+            forward = raw
         else:
-            view = self._wire.view(body)
-            await self._fit(self._engine, view, call)
-            fitted = call.fitted
-            if fitted is not None and fitted.changed:
-                forward = orjson.dumps(self._wire.render(body, view, fitted))
+            prepared = await self._fitting.prepare(self._wire, raw, call)
+            call.stream, call.task_class = prepared.stream, prepared.task_class
+            call.fitted, forward = prepared.fitted, prepared.forward
         await cancel_on_disconnect(
             receive, self._relay(send, forward, self._upstream_headers(call), call))
-
-    async def _fit(self, engine: ContextEngine, view: ChatView, call: Call) -> None:
-        """Fit the view; if the engine itself fails (Redis down, a bug), fail open: the
-        call goes out as the client sent it, task class `unmanaged`, the error logged."""
-        headers = call.headers
-        if view.session_key is not None and HEADER_SESSION not in headers:
-            headers = {**headers, HEADER_SESSION: view.session_key}
-        context = CallContext(call.caller.tenant, call.trace_id, headers)
-        try:
-            call.fitted = await engine.fit(view.body, context, compact=view.compact)
-        except GatewayError:
-            call.task_class = call.headers.get("x-ctxgate-task-class", "default")
-            raise
-        except Exception:
-            log.exception("context engine failed: forwarding unmanaged",
-                          extra={"trace_id": call.trace_id, "endpoint": self._wire.name})
-            call.task_class = "unmanaged"
-            return
-        call.task_class = call.fitted.task_class
 
     async def _relay(self, send: Send, forward: bytes, outgoing: list[tuple[str, str]],
                      call: Call) -> None:
@@ -162,20 +141,21 @@ class ManagedRoute:
 
     async def after_response(self, call: Call) -> None:
         """Feed the forecast and the learner; never fails the (already sent) response."""
-        fitted = call.fitted
-        if fitted is None or self._engine is None:
+        fitted, fitting = call.fitted, self._fitting
+        if fitted is None or fitting is None:
             return
         response = call.response or {}
         try:
-            await self._engine.observe(fitted, response.get("usage"),
-                                       response.get("finish_reason"))
+            await fitting.engine.observe(fitted, response.get("usage"),
+                                         response.get("finish_reason"))
             if self._traces is not None and response:
+                messages, account = await fitting.trace_parts(fitted)
                 self._traces.publish(TraceEvent(
                     tenant=call.caller.tenant, task_class=fitted.task_class,
                     session_id=fitted.session_id, trace_id=call.trace_id,
-                    messages=unmarked(fitted.body["messages"]), response=response,
+                    messages=messages, response=response,
                     injected_bullet_ids=fitted.injected_bullet_ids, ts=time.time(),
-                    account=account_of(fitted, fitted.budget_source),
+                    account=account,
                 ))
         except Exception:
             log.exception("after-response hook failed", extra={"trace_id": call.trace_id})

@@ -1,0 +1,139 @@
+"""How a managed route fits one call: inline or on the fitting thread, within its time budget.
+
+A large call (`offload.is_large`) is parsed, fitted and rendered on the fitting thread, so
+the event loop keeps answering other calls; a small one inline. Either way fitting has
+`CTXGATE_FIT_TIMEOUT_S` from the call's arrival (`offload.py` says how it stops). A call
+past it becomes what its task class's `on_fit_timeout` says: `passthrough` (the default)
+forwards it as the client sent it, task class `unmanaged`; `refuse` answers 503
+`context_fit_timeout`. Both are logged and counted (`ctxgate_fit_timeouts_total`). The
+class is the one the `x-ctxgate-task-class` header names, else `default`: a call's class
+is only known once fitting has decided it. An engine failure (Redis down, a bug) fails
+open the same way, logged as such.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from gateway.api.asgi import parse_json_object
+from gateway.context.engine import HEADER_CLASS, HEADER_SESSION, CallContext, FittedCall
+from gateway.context.offload import (
+    LARGE_MESSAGES,
+    Deadline,
+    FitDeadline,
+    fit_deadline,
+    is_large,
+)
+from gateway.context.taskclass import DEFAULT_CLASS
+from gateway.errors import ContextBudgetExceeded, ContextFitTimeout, GatewayError
+from gateway.observability.explain import account_of
+from gateway.wire.view import WireFormat, unmarked
+
+if TYPE_CHECKING:
+    from gateway.api.route import Call
+    from gateway.context.engine import ContextEngine
+    from gateway.context.offload import Cause, FittingThread
+    from gateway.observability.metrics import Metrics
+
+log = logging.getLogger("ctxgate.managed")
+UNMANAGED = "unmanaged"
+TraceParts = tuple[list[dict[str, Any]], dict[str, Any]]  # messages, account
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """A call ready to forward: the bytes to send and what fitting made of it."""
+
+    forward: bytes
+    task_class: str
+    fitted: FittedCall | None = None  # None: sent as the client sent it
+    stream: bool = False
+
+
+class Fitting:
+    """The engine as the managed routes use it: placed on or off the loop, time-bounded."""
+
+    def __init__(self, engine: ContextEngine, metrics: Metrics, timeout_s: float,
+                 thread: FittingThread | None = None) -> None:
+        self.engine = engine
+        self.thread = thread
+        self.timeout_s = timeout_s
+        self._timeouts = metrics.fit_timeouts
+
+    async def prepare(self, wire: WireFormat, raw: bytes, call: Call) -> Prepared:
+        """Parse, validate, fit and render `raw` within the call's time budget."""
+        spent = time.perf_counter() - call.started  # reading the body counts too
+        deadline = Deadline(time.monotonic() + self.timeout_s - spent)
+        try:
+            if self.thread is not None and is_large(raw):
+                return await self.thread.run(
+                    lambda engine: _prepare(engine, wire, raw, call), deadline)
+            async with fit_deadline(deadline):
+                return await _prepare(self.engine, wire, raw, call)
+        except FitDeadline as late:
+            return self._late(wire, raw, call, late.cause)
+        except ContextBudgetExceeded:
+            call.task_class = call.headers.get(HEADER_CLASS, DEFAULT_CLASS)
+            raise
+
+    def _late(self, wire: WireFormat, raw: bytes, call: Call, cause: Cause) -> Prepared:
+        named = call.headers.get(HEADER_CLASS, DEFAULT_CLASS)
+        cls = self.engine.classes.get(named) or self.engine.classes[DEFAULT_CLASS]
+        refuse = cls.on_fit_timeout == "refuse"
+        self._timeouts.labels(cls.name, cause, "refused" if refuse else UNMANAGED).inc()
+        log.warning("fitting took longer than the time budget: %s", "refused" if refuse
+                    else "forwarded unmanaged", extra={
+                        "trace_id": call.trace_id, "endpoint": wire.name, "cause": cause,
+                        "task_class": cls.name, "fit_timeout_s": self.timeout_s,
+                        "body_bytes": len(raw)})
+        if refuse:
+            call.task_class = cls.name
+            raise ContextFitTimeout(
+                f"Fitting this request's context took longer than its time budget of "
+                f"{self.timeout_s:g} s (CTXGATE_FIT_TIMEOUT_S"
+                f"{', the fitting queue was full' if cause == 'queue_full' else ''}); task "
+                f"class {cls.name!r} refuses such calls (on_fit_timeout: refuse). Retry, or "
+                "send a shorter history.")
+        return Prepared(raw, UNMANAGED)
+
+    async def trace_parts(self, fitted: FittedCall) -> TraceParts:
+        """What a call's trace stores; built on the fitting thread for a large call."""
+        if self.thread is None or len(fitted.body["messages"]) < LARGE_MESSAGES:
+            return _trace_parts(fitted)
+
+        async def build(_: ContextEngine) -> TraceParts:
+            return _trace_parts(fitted)
+
+        return await self.thread.run(build, Deadline(time.monotonic() + 10 * self.timeout_s))
+
+
+def _trace_parts(fitted: FittedCall) -> TraceParts:
+    return unmarked(fitted.body["messages"]), account_of(fitted, fitted.budget_source)
+
+
+async def _prepare(engine: ContextEngine, wire: WireFormat, raw: bytes, call: Call) -> Prepared:
+    """The call's body parsed, fitted and rendered, on whichever loop runs it: it reads
+    `call` and never writes it (a late result must not touch a call already sent on)."""
+    body = parse_json_object(raw)
+    wire.validate(body)
+    stream = body.get("stream") is True
+    view = wire.view(body)
+    headers = call.headers
+    if view.session_key is not None and HEADER_SESSION not in headers:
+        headers = {**headers, HEADER_SESSION: view.session_key}
+    context = CallContext(call.caller.tenant, call.trace_id, headers)
+    try:
+        fitted = await engine.fit(view.body, context, compact=view.compact)
+    except (GatewayError, FitDeadline):
+        raise
+    except Exception:
+        log.exception("context engine failed: forwarding unmanaged",
+                      extra={"trace_id": call.trace_id, "endpoint": wire.name})
+        return Prepared(raw, UNMANAGED, stream=stream)
+    forward = orjson.dumps(wire.render(body, view, fitted)) if fitted.changed else raw
+    return Prepared(forward, fitted.task_class, fitted, stream)
