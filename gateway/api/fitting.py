@@ -64,6 +64,7 @@ class Fitting:
         self.thread = thread
         self.timeout_s = timeout_s
         self._timeouts = metrics.fit_timeouts
+        self._large: set[int] = set()  # ids of large calls' fitted calls not yet released
 
     async def prepare(self, wire: WireFormat, raw: bytes, call: Call) -> Prepared:
         """Parse, validate, fit and render `raw` within the call's time budget."""
@@ -71,8 +72,8 @@ class Fitting:
         deadline = Deadline(time.monotonic() + self.timeout_s - spent)
         try:
             if self.thread is not None and is_large(raw):
-                return await self.thread.run(
-                    lambda engine: _prepare(engine, wire, raw, call), deadline)
+                return self._owned(await self.thread.run(
+                    lambda engine: _prepare(engine, wire, raw, call), deadline))
             async with fit_deadline(deadline):
                 return await _prepare(self.engine, wire, raw, call)
         except FitDeadline as late:
@@ -80,6 +81,24 @@ class Fitting:
         except ContextBudgetExceeded:
             call.task_class = call.headers.get(HEADER_CLASS, DEFAULT_CLASS)
             raise
+
+    def _owned(self, prepared: Prepared) -> Prepared:
+        """A large call's fitted call, to be freed on the fitting thread (`release`)."""
+        assert self.thread is not None
+        if prepared.fitted is None:
+            self.thread.let_go([])
+        else:
+            self._large.add(id(prepared.fitted))
+        return prepared
+
+    def release(self, call: Call) -> None:
+        """Done with `call.fitted`: a large call's is freed on the fitting thread."""
+        fitted = call.fitted
+        if fitted is not None and id(fitted) in self._large and self.thread is not None:
+            self._large.discard(id(fitted))
+            box: list[Any] = [fitted]
+            call.fitted = fitted = None
+            self.thread.let_go(box)
 
     def _late(self, wire: WireFormat, raw: bytes, call: Call, cause: Cause) -> Prepared:
         named = call.headers.get(HEADER_CLASS, DEFAULT_CLASS)
@@ -109,7 +128,9 @@ class Fitting:
         async def build(_: ContextEngine) -> TraceParts:
             return _trace_parts(fitted)
 
-        return await self.thread.run(build, Deadline(time.monotonic() + 10 * self.timeout_s))
+        parts = await self.thread.run(build, Deadline(time.monotonic() + 10 * self.timeout_s))
+        self.thread.let_go([])  # the parts go to the trace writer: freed where it drops them
+        return parts
 
 
 def _trace_parts(fitted: FittedCall) -> TraceParts:

@@ -72,8 +72,13 @@ class ManagedRoute:
             prepared = await self._fitting.prepare(self._wire, raw, call)
             call.stream, call.task_class = prepared.stream, prepared.task_class
             call.fitted, forward = prepared.fitted, prepared.forward
-        await cancel_on_disconnect(
-            receive, self._relay(send, forward, self._upstream_headers(call), call))
+            del prepared
+        try:
+            await cancel_on_disconnect(
+                receive, self._relay(send, forward, self._upstream_headers(call), call))
+        finally:
+            if call.status != 200 and self._fitting is not None:
+                self._fitting.release(call)  # no after_response: done with it now
 
     async def _relay(self, send: Send, forward: bytes, outgoing: list[tuple[str, str]],
                      call: Call) -> None:
@@ -159,6 +164,9 @@ class ManagedRoute:
                 ))
         except Exception:
             log.exception("after-response hook failed", extra={"trace_id": call.trace_id})
+        finally:
+            fitted = None  # the call's own reference is the last: freed where release says
+            fitting.release(call)
 
 
 def managed_headers(call: Call) -> list[tuple[bytes, bytes]]:
