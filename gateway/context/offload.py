@@ -8,10 +8,11 @@ route also stops waiting at the deadline (and cancels the fit at its next await)
 A large call (`is_large`: a big body or many messages) is parsed, fitted and rendered on
 the fitting thread, which runs its own event loop with its own engine (a redis-py asyncio
 client belongs to the loop it connects on), so the gateway's loop keeps serving every other
-call. Small calls stay inline: they take about a millisecond, less than a thread hop.
+call. Small calls stay inline: they take about a millisecond, and the hop to the thread
+and back would only add to it.
 Pure-Python fitting holds the GIL, so a second fitting thread would only take turns with
 the first; the loop gets the GIL back at each switch interval, which this module lowers
-to 1 ms while the thread runs (the default 5 ms would add up to 5 ms to every wake-up of
+to 0.2 ms while a large call is alive (the default 5 ms would add up to 5 ms to every wake-up of
 the loop). At most `CONCURRENT_FITS` calls fit on the thread at a time, `MAX_WAITING` more
 may wait for a turn (their wait counts against their own deadline); a large call that
 finds the queue full is treated at once as one whose deadline passed (`queue_full`).
@@ -47,7 +48,7 @@ LARGE_BODY_BYTES = 1 << 20  # parsing a body this size takes milliseconds by its
 LARGE_MESSAGES = 400  # fitting this many messages in one go takes ~10 ms or more
 CONCURRENT_FITS = 2  # on the fitting thread: they interleave at Redis round trips
 MAX_WAITING = 16
-SWITCH_INTERVAL_S = 0.001  # while the fitting thread runs (Python's default: 0.005)
+SWITCH_INTERVAL_S = 0.0002  # while the fitting thread runs (Python's default: 0.005)
 SUSPENDED_POLL_S = 0.05
 CHECK_EVERY = 256  # messages between deadline checks in a per-message loop
 
@@ -119,7 +120,7 @@ def not_counted() -> Iterator[None]:
 
 def is_large(raw: bytes) -> bool:
     """Whether a request is fitted off the loop: judged on its bytes before parsing (a
-    count of `"role"` keys is a C scan, ~1 ms for 3 MB)."""
+    count of `"role"` keys is a C scan, 1-3 ms for 3 MB)."""
     return len(raw) >= LARGE_BODY_BYTES or raw.count(b'"role"') >= LARGE_MESSAGES
 
 
@@ -260,7 +261,7 @@ class FittingThread:
     def _hold(self) -> None:
         """A large call's objects are alive: a full collection would walk all of them,
         holding the GIL for 0.1-0.6 s (measured), so there is none until they are freed;
-        and the loop gets the GIL back after 1 ms, not 5."""
+        and the loop gets the GIL back after 0.2 ms, not 5."""
         if self._held == 0:
             sys.setswitchinterval(SWITCH_INTERVAL_S)
             gc.disable()
