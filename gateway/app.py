@@ -12,7 +12,7 @@ import asyncio
 import gc
 import logging
 from collections.abc import Awaitable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 from prometheus_client import CollectorRegistry
@@ -34,6 +34,9 @@ from gateway.services import Services
 from gateway.settings import Settings
 from gateway.store.client import connect
 from gateway.upstream.client import Upstream
+
+if TYPE_CHECKING:
+    import redis.asyncio as aioredis
 
 log = logging.getLogger("ctxgate")
 
@@ -85,10 +88,7 @@ class Gateway:
             PlaybookInjector.from_services(services))
         self._traces = services.traces = TraceSink.from_services(services)
         self._fitting_thread = FittingThread(
-            lambda client: ContextEngine(settings, client, metrics, drop_log,
-                                         embedder.with_client(client),
-                                         PlaybookInjector(client, embedder.with_client(client),
-                                                          metrics)),
+            lambda client: _fitting_engine(settings, client, services),
             lambda: connect(settings))
         services.fitting = Fitting(self._engine, metrics, settings.fit_timeout_s,
                                    self._fitting_thread)
@@ -153,6 +153,15 @@ class Gateway:
         services.embedder.close()
         services.drop_log.close()
         self._tracer_provider.shutdown()
+
+
+def _fitting_engine(settings: Settings, client: aioredis.Redis,
+                    services: Services) -> ContextEngine:
+    """The fitting thread's engine: the app's model, metrics and drop log; its own Redis
+    client (one belongs to the loop it connects on) and memos."""
+    embedder = services.embedder.with_client(client)
+    return ContextEngine(settings, client, services.metrics, services.drop_log, embedder,
+                         PlaybookInjector(client, embedder, services.metrics))
 
 
 async def _warm_encodings(engine: ContextEngine) -> None:
