@@ -42,6 +42,7 @@ from bench import mix, servers
 from bench.learner_load import CURATOR, REFLECTOR, rss_mb, start_learner_llm
 from bench.overhead import CLIENT_KEY
 from gateway.store import keys
+from tests.harness import stop
 
 HEADERS = {"authorization": f"Bearer {CLIENT_KEY}", "content-type": "application/json"}
 WEIGHTS = {"mix": 0.85, "feedback": 0.10, "session": 0.05}
@@ -183,7 +184,7 @@ class Stack:
                                    cwd=servers.REPO, env={**os.environ, **self.env},
                                    stdout=log, stderr=subprocess.STDOUT,
                                    start_new_session=True)
-        self.stack.callback(_terminate, process)
+        self.stack.callback(stop, process)
         return process
 
     async def restart_redis(self) -> None:
@@ -205,15 +206,6 @@ class Stack:
         self.workers[0].kill()
         await asyncio.sleep(2)
         self.workers[0] = self.start_worker(0)
-
-
-def _terminate(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
 
 
 async def faults(stack: Stack, until: float, cycle_s: float) -> None:
