@@ -1,7 +1,8 @@
 """How a managed route fits one call: inline or on the fitting thread, within its time budget.
 
-A large call (`offload.is_large`) is parsed, fitted and rendered on the fitting thread, so
-the event loop keeps answering other calls; a small one inline. Either way fitting has
+A large call (`offload.is_large`) is parsed (a piece at a time: `pieces.py`), fitted and
+rendered on the fitting thread, so the event loop keeps answering other calls; a small
+one inline. Either way fitting has
 `CTXGATE_FIT_TIMEOUT_S` from the call's arrival (`offload.py` says how it stops). A call
 past it becomes what its task class's `on_fit_timeout` says: `passthrough` (the default)
 forwards it as the client sent it, task class `unmanaged`; `refuse` answers 503
@@ -15,12 +16,14 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from gateway.api.asgi import parse_json_object
+from gateway.api.pieces import parse_json_in_pieces
 from gateway.context.engine import HEADER_CLASS, HEADER_SESSION, CallContext, FittedCall
 from gateway.context.offload import (
     LARGE_MESSAGES,
@@ -73,9 +76,10 @@ class Fitting:
         try:
             if self.thread is not None and is_large(raw):
                 return self._owned(await self.thread.run(
-                    lambda engine: _prepare(engine, wire, raw, call), deadline))
+                    lambda engine: _prepare(engine, wire, raw, call, parse_json_in_pieces),
+                    deadline))
             async with fit_deadline(deadline):
-                return await _prepare(self.engine, wire, raw, call)
+                return await _prepare(self.engine, wire, raw, call, parse_json_object)
         except FitDeadline as late:
             return self._late(wire, raw, call, late.cause)
         except ContextBudgetExceeded:
@@ -137,10 +141,11 @@ def _trace_parts(fitted: FittedCall) -> TraceParts:
     return unmarked(fitted.body["messages"]), account_of(fitted, fitted.budget_source)
 
 
-async def _prepare(engine: ContextEngine, wire: WireFormat, raw: bytes, call: Call) -> Prepared:
+async def _prepare(engine: ContextEngine, wire: WireFormat, raw: bytes, call: Call,
+                   parse: Callable[[bytes], dict[str, Any]]) -> Prepared:
     """The call's body parsed, fitted and rendered, on whichever loop runs it: it reads
     `call` and never writes it (a late result must not touch a call already sent on)."""
-    body = parse_json_object(raw)
+    body = parse(raw)
     wire.validate(body)
     stream = body.get("stream") is True
     view = wire.view(body)
