@@ -81,13 +81,7 @@ def _object(text: str) -> dict[str, Any]:
             raise _Unsure("colon")
         at = _skip(text, at + 1)
         out[key], at = _array(text, at) if text[at] == "[" else _DECODE(text, at)
-        at = _skip(text, at)
-        if text[at] == ",":
-            at = _skip(text, at + 1)
-            if text[at] == "}":
-                raise _Unsure("trailing comma")
-        elif text[at] != "}":
-            raise _Unsure("separator")
+        at = _next(text, at, "}")
     if _skip(text, at + 1) != len(text):
         raise _Unsure("trailing data")
     return out
@@ -99,11 +93,17 @@ def _array(text: str, at: int) -> tuple[list[Any], int]:
     while text[at] != "]":
         value, at = _DECODE(text, at)
         out.append(value)
-        at = _skip(text, at)
-        if text[at] == ",":
-            at = _skip(text, at + 1)
-            if text[at] == "]":
-                raise _Unsure("trailing comma")
-        elif text[at] != "]":
-            raise _Unsure("separator")
+        at = _next(text, at, "]")
     return out, at + 1
+
+
+def _next(text: str, at: int, close: str) -> int:
+    """Past the comma after a member, or at the container's `close`."""
+    at = _skip(text, at)
+    if text[at] == ",":
+        at = _skip(text, at + 1)
+        if text[at] == close:
+            raise _Unsure("trailing comma")
+    elif text[at] != close:
+        raise _Unsure("separator")
+    return at
