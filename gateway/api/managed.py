@@ -76,9 +76,12 @@ class ManagedRoute:
         try:
             await cancel_on_disconnect(
                 receive, self._relay(send, forward, self._upstream_headers(call), call))
-        finally:
-            if call.status != 200 and self._fitting is not None:
-                self._fitting.release(call)  # no after_response: done with it now
+        except BaseException:  # a client gone mid-stream, an upstream error: no after_response
+            if self._fitting is not None:
+                self._fitting.release(call)
+            raise
+        if call.status != 200 and self._fitting is not None:
+            self._fitting.release(call)  # no after_response either: done with it now
 
     async def _relay(self, send: Send, forward: bytes, outgoing: list[tuple[str, str]],
                      call: Call) -> None:
