@@ -96,7 +96,8 @@ def one_large(url: str, n: int, timeout_s: float) -> dict[str, Any]:
                       answer_s=round(time.perf_counter() - started, 2),
                       tokens_before=answer.headers.get("x-ctxgate-tokens-before"),
                       tokens_after=answer.headers.get("x-ctxgate-tokens-after"),
-                      dropped=answer.headers.get("x-ctxgate-dropped-items"))
+                      dropped=answer.headers.get("x-ctxgate-dropped-items"),
+                      task_class=answer.headers.get("x-ctxgate-task-class"))
         finished = True
     except httpx.TimeoutException:
         result.update(status=None, answer_s=f">{timeout_s:g}")
@@ -110,13 +111,15 @@ def one_large(url: str, n: int, timeout_s: float) -> dict[str, Any]:
 
 
 def start_gateway(stack: contextlib.ExitStack, upstream: servers.Server, redis_url: str,
-                  log_dir: Path, name: str) -> servers.Server:
+                  log_dir: Path, name: str, fit_timeout_s: float | None) -> servers.Server:
     port = servers.free_port()
     env = {"CTXGATE_UPSTREAM_URL": upstream.base_url + "/v1", "CTXGATE_REDIS_URL": redis_url,
            "CTXGATE_PORT": str(port), "CTXGATE_HOST": "127.0.0.1", "CTXGATE_WORKER": "off",
            "CTXGATE_DROP_LOG": str(log_dir / f"{name}-drops.jsonl"),
            "CTXGATE_LOG_LEVEL": "warning", "CTXGATE_DATA_DIR": str(log_dir / f"{name}-data"),
            "HF_HUB_OFFLINE": "1"}
+    if fit_timeout_s is not None:
+        env["CTXGATE_FIT_TIMEOUT_S"] = str(fit_timeout_s)
     return servers.start(stack, name, [sys.executable, "-m", "gateway", "serve"], port=port,
                          health="/readyz", env=env, cpus=None, log_dir=log_dir,
                          timeout_s=300)
@@ -127,6 +130,8 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=SIZES)
     parser.add_argument("--timeout-s", type=float, default=90.0)
     parser.add_argument("--baseline-s", type=float, default=5.0)
+    parser.add_argument("--fit-timeout-s", type=float, default=None,
+                        help="CTXGATE_FIT_TIMEOUT_S for the gateway (default: its own, 1 s)")
     parser.add_argument("--out", type=Path, default=None, help="write the figures as JSON")
     args = parser.parse_args()
     log_dir = Path(tempfile.mkdtemp(prefix="bench-large-"))
@@ -135,7 +140,8 @@ def main() -> None:
     try:
         with contextlib.ExitStack() as stack:
             upstream = servers.start_upstream(stack, None, log_dir)
-            gateway = start_gateway(stack, upstream, redis.url, log_dir, "ctxgate-0")
+            gateway = start_gateway(stack, upstream, redis.url, log_dir, "ctxgate-0",
+                                    args.fit_timeout_s)
             base = baseline(gateway.base_url, args.baseline_s)
             print("baseline", base, flush=True)
             for index, n in enumerate(args.sizes):
@@ -148,7 +154,7 @@ def main() -> None:
                 if result["busy"]:  # still fitting: a fresh gateway for the next size
                     servers.stop(gateway, grace_s=2)
                     gateway = start_gateway(stack, upstream, redis.url, log_dir,
-                                            f"ctxgate-{index + 1}")
+                                            f"ctxgate-{index + 1}", args.fit_timeout_s)
     finally:
         redis.stop()
     if args.out:

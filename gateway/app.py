@@ -12,17 +12,19 @@ import asyncio
 import gc
 import logging
 from collections.abc import Awaitable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 from prometheus_client import CollectorRegistry
 
 from gateway.api.asgi import Receive, Scope, Send
+from gateway.api.fitting import Fitting
 from gateway.api.routes import build_routes
 from gateway.context.adjust import ForecastController
 from gateway.context.engine import ContextEngine
 from gateway.context.evidence import EvidenceStore
 from gateway.context.models import ENCODINGS
+from gateway.context.offload import FittingThread
 from gateway.embeddings import Embedder
 from gateway.learner.process import LearnerProcess
 from gateway.learner.traces import TraceSink
@@ -34,6 +36,9 @@ from gateway.services import Services
 from gateway.settings import Settings
 from gateway.store.client import connect
 from gateway.upstream.client import Upstream
+
+if TYPE_CHECKING:
+    import redis.asyncio as aioredis
 
 log = logging.getLogger("ctxgate")
 
@@ -88,6 +93,11 @@ class Gateway:
         services.forecasts = ForecastController(
             self._engine.classes, services.evidence, self._engine.class_forecasts,
             enabled=settings.forecast_adjust)
+        self._fitting_thread = FittingThread(
+            lambda client: _fitting_engine(settings, client, services),
+            lambda: connect(settings))
+        services.fitting = Fitting(self._engine, metrics, settings.fit_timeout_s,
+                                   self._fitting_thread)
         self.services = services
         self._upstream = Upstream(settings.upstream_url, timeout_s=settings.upstream_timeout_s,
                                   transport=self._transport,
@@ -103,6 +113,7 @@ class Gateway:
             self._background.append(asyncio.create_task(
                 services.forecasts.run(self._stop, settings.forecast_judge_every_s),
                 name="ctxgate-forecast"))
+        self._fitting_thread.start(warm=_warm_encodings)
         if settings.worker == "inprocess":  # its own process: never on the request path
             self.learner = LearnerProcess(settings, metrics)
             self._background.append(asyncio.create_task(self.learner.run(),
@@ -142,6 +153,7 @@ class Gateway:
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
         services = self.services
+        await _quietly("fitting thread", self._fitting_thread.aclose())
         await _quietly("trace writer", self._traces.aclose())
         await _quietly("forecasts", self._engine.forecasts.flush())
         if services.evidence is not None:
@@ -153,6 +165,21 @@ class Gateway:
         services.embedder.close()
         services.drop_log.close()
         self._tracer_provider.shutdown()
+
+
+def _fitting_engine(settings: Settings, client: aioredis.Redis,
+                    services: Services) -> ContextEngine:
+    """The fitting thread's engine: the app's model, metrics and drop log; its own Redis
+    client (one belongs to the loop it connects on) and memos."""
+    embedder = services.embedder.with_client(client)
+    return ContextEngine(settings, client, services.metrics, services.drop_log, embedder,
+                         PlaybookInjector(client, embedder, services.metrics))
+
+
+async def _warm_encodings(engine: ContextEngine) -> None:
+    """The fitting thread's engine builds its token encodings before a large call needs them."""
+    for encoding in ENCODINGS:
+        engine.counter.encoding(encoding)
 
 
 async def _quietly(what: str, step: Awaitable[Any]) -> None:

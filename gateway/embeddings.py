@@ -20,6 +20,7 @@ import numpy as np
 import numpy.typing as npt
 from cachetools import LRUCache
 
+from gateway.context.offload import not_counted
 from gateway.store import keys
 
 if TYPE_CHECKING:
@@ -57,8 +58,19 @@ class Embedder:
         self._load_lock = threading.Lock()
         # One thread: torch already uses the cores; more threads only contend.
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed")
+        self._owner: Embedder | None = None  # set on a twin (`with_client`)
+
+    def with_client(self, redis: aioredis.Redis | None) -> Embedder:
+        """This embedder's model and thread with another Redis client and its own memo: for
+        an engine on another event loop (a memo is not safe to share between threads)."""
+        twin = Embedder(self.model_name, redis, cache_size=int(self._cache.maxsize))
+        twin._pool.shutdown(wait=False)
+        twin._pool, twin._owner = self._pool, self
+        return twin
 
     def _load(self) -> Any:
+        if self._owner is not None:
+            return self._owner._load()
         with self._load_lock:
             if self._model is None:
                 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -93,7 +105,9 @@ class Embedder:
         if todo:
             items = sorted(todo.items())
             loop = asyncio.get_running_loop()
-            fresh = await loop.run_in_executor(self._pool, self._encode, [t for _, t in items])
+            with not_counted():  # in a call's fitting time budget (offload.py)
+                fresh = await loop.run_in_executor(self._pool, self._encode,
+                                                   [t for _, t in items])
             for (digest, _), vector in zip(items, fresh, strict=True):
                 self._remember(digest, vector)
             if self._redis is not None:
@@ -132,4 +146,6 @@ class Embedder:
             return
 
     def close(self) -> None:
+        if self._owner is not None:
+            return  # the thread is its owner's
         self._pool.shutdown(wait=False, cancel_futures=True)

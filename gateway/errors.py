@@ -11,6 +11,7 @@ in one place: the route skeleton (`gateway/api/route.py`), with the envelope its
     ├── TraceNotFound                 404     trace_not_found
     ├── MethodNotAllowed              405     method_not_allowed
     ├── RequestTooLarge               413     request_too_large
+    ├── ContextFitTimeout             503     context_fit_timeout
     ├── UpstreamUnreachable           502     upstream_unreachable
     ├── UpstreamTimeout               504     upstream_timeout
     └── InternalError                 500     internal_error  (a bug: logged with its trace)
@@ -75,6 +76,13 @@ class InvalidJSON(GatewayError):
 
 class InvalidRequest(GatewayError):
     status, code, type = 400, "invalid_request", "invalid_request_error"
+
+
+class ContextFitTimeout(GatewayError):
+    """Fitting took longer than CTXGATE_FIT_TIMEOUT_S and the task class refuses rather
+    than forwarding the call unmanaged (`on_fit_timeout: refuse`)."""
+
+    status, code, type = 503, "context_fit_timeout", "server_error"
 
 
 class ContextBudgetExceeded(GatewayError):

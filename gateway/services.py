@@ -18,6 +18,7 @@ from gateway.settings import Settings
 if TYPE_CHECKING:  # the engine and the sink import this module: types only, no cycle
     import redis.asyncio as aioredis
 
+    from gateway.api.fitting import Fitting
     from gateway.context.adjust import ForecastController
     from gateway.context.engine import ContextEngine
     from gateway.context.evidence import EvidenceStore
@@ -34,6 +35,7 @@ class Services:
     embedder: Embedder
     # Built by the gateway's lifespan; None in commands that run without the HTTP app.
     engine: ContextEngine | None = None
+    fitting: Fitting | None = None  # the engine as managed routes use it (time-bounded)
     traces: TraceSink | None = None
     # Live fidelity signals per class (`await evidence.record(signals)`), and the controller
     # that moves each class's forecast caps from them.

@@ -53,6 +53,9 @@ class Settings(BaseSettings):
     drop_log_form: Literal["decisions", "items"] = "decisions"
     otel_endpoint: str | None = None
     upstream_timeout_s: float = Field(default=600.0, gt=0)
+    # Each call's context fitting; past it the call goes out unmanaged or is refused, as
+    # its task class's `on_fit_timeout` says.
+    fit_timeout_s: float = Field(default=1.0, gt=0)
     max_body_bytes: int = Field(default=33_554_432, gt=0)
     # aiohttp's transport under httpx measured ~3x httpx's own pool here; `httpx` for HTTP/2.
     upstream_transport: Literal["aiohttp", "httpx"] = "aiohttp"

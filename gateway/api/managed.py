@@ -2,7 +2,8 @@
 
 The format's adapter (`gateway/wire/`) turns the request into the engine's chat view and
 the engine's plan back into the format's request; everything else here is shared by every
-format: fail-open fitting, the client's own bytes forwarded when nothing changed, the
+format: fail-open fitting within a time budget, off the event loop for a large call
+(`fitting.py`), the client's own bytes forwarded when nothing changed, the
 stream relayed event by event as it arrives (watched, never delayed), the x-ctxgate-*
 headers, and the forecast and trace after the response.
 """
@@ -26,17 +27,17 @@ from gateway.api.asgi import (
     parse_json_object,
     read_body,
 )
+from gateway.api.fitting import Fitting
 from gateway.api.forwarding import is_bypass, relayed_headers, upstream_headers
 from gateway.api.route import Call, call_of
-from gateway.context.engine import HEADER_SESSION, CallContext, ContextEngine
+from gateway.context.engine import HEADER_SESSION, CallContext
 from gateway.context.fidelity import CallSignals
-from gateway.errors import GatewayError, UpstreamTimeout, UpstreamUnreachable
+from gateway.errors import UpstreamTimeout, UpstreamUnreachable
 from gateway.learner.traces import TraceEvent, TraceSink
-from gateway.observability.explain import account_of
 from gateway.services import Services
 from gateway.upstream.client import Upstream, timed_chunks
 from gateway.upstream.sse import SSEDecoder
-from gateway.wire.view import ChatView, WireFormat, unmarked
+from gateway.wire.view import WireFormat
 
 log = logging.getLogger("ctxgate.managed")
 UpstreamHeaders = Callable[[Call], list[tuple[str, str]]]
@@ -51,13 +52,13 @@ class ManagedRoute:
     """One wire format's model-call route, as a pure ASGI app."""
 
     def __init__(self, wire: WireFormat, upstream: Upstream, tracer: Tracer, *,
-                 engine: ContextEngine | None, traces: TraceSink | None, max_body_bytes: int,
+                 fitting: Fitting | None, traces: TraceSink | None, max_body_bytes: int,
                  upstream_headers: UpstreamHeaders, cut_event: bytes,
                  services: Services | None = None) -> None:
         self._wire = wire
         self._upstream = upstream
         self._tracer = tracer
-        self._engine = engine  # None: every call goes out as sent
+        self._fitting = fitting  # None: every call goes out as sent
         self._traces = traces
         self._max_body_bytes = max_body_bytes
         self._upstream_headers = upstream_headers
@@ -67,44 +68,30 @@ class ManagedRoute:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         call = call_of(scope)
         raw = await read_body(receive, self._max_body_bytes, call.headers.get("content-length"))
-        body = parse_json_object(raw)
-        self._wire.validate(body)
-        call.stream = body.get("stream") is True
-        forward = raw
-        if is_bypass(call.headers) or self._engine is None:
+        if is_bypass(call.headers) or self._fitting is None:
+            body = parse_json_object(raw)
+            self._wire.validate(body)
+            call.stream = body.get("stream") is True
             call.task_class = "bypass"
             call.sent_as_is = body
+            forward = raw
         else:
-            view = self._wire.view(body)
-            await self._fit(self._engine, view, call)
-            fitted = call.fitted
-            if fitted is not None and fitted.changed:
-                forward = orjson.dumps(self._wire.render(body, view, fitted))
-            if fitted is None:
-                call.sent_as_is = body
-            elif fitted.signals is not None:
-                await self._record(fitted.signals)
-        await cancel_on_disconnect(
-            receive, self._relay(send, forward, self._upstream_headers(call), call))
-
-    async def _fit(self, engine: ContextEngine, view: ChatView, call: Call) -> None:
-        """Fit the view; if the engine itself fails (Redis down, a bug), fail open: the
-        call goes out as the client sent it, task class `unmanaged`, the error logged."""
-        headers = call.headers
-        if view.session_key is not None and HEADER_SESSION not in headers:
-            headers = {**headers, HEADER_SESSION: view.session_key}
-        context = CallContext(call.caller.tenant, call.trace_id, headers)
+            prepared = await self._fitting.prepare(self._wire, raw, call)
+            call.stream, call.task_class = prepared.stream, prepared.task_class
+            call.fitted, forward = prepared.fitted, prepared.forward
+            call.sent_as_is = prepared.sent
+            if prepared.fitted is not None and prepared.fitted.signals is not None:
+                await self._record(prepared.fitted.signals)
+            del prepared
         try:
-            call.fitted = await engine.fit(view.body, context, compact=view.compact)
-        except GatewayError:
-            call.task_class = call.headers.get("x-ctxgate-task-class", "default")
+            await cancel_on_disconnect(
+                receive, self._relay(send, forward, self._upstream_headers(call), call))
+        except BaseException:  # a client gone mid-stream, an upstream error: no after_response
+            if self._fitting is not None:
+                self._fitting.release(call)
             raise
-        except Exception:
-            log.exception("context engine failed: forwarding unmanaged",
-                          extra={"trace_id": call.trace_id, "endpoint": self._wire.name})
-            call.task_class = "unmanaged"
-            return
-        call.task_class = call.fitted.task_class
+        if call.status != 200 and self._fitting is not None:
+            self._fitting.release(call)  # no after_response either: done with it now
 
     async def _relay(self, send: Send, forward: bytes, outgoing: list[tuple[str, str]],
                      call: Call) -> None:
@@ -172,8 +159,8 @@ class ManagedRoute:
 
     async def _record(self, signals: CallSignals) -> None:
         """One turn's fidelity signals (fidelity.py) to the metrics and the evidence store."""
-        if self._engine is not None:
-            self._engine.metrics.fidelity(
+        if self._fitting is not None:
+            self._fitting.engine.metrics.fidelity(
                 signals.task_class, signals.mode, signals.needed, signals.found,
                 signals.tool_calls, signals.refetches, signals.repeats)
         if self._services is not None and self._services.evidence is not None:
@@ -181,7 +168,7 @@ class ManagedRoute:
 
     async def _observe_sent(self, call: Call, body: dict[str, Any]) -> None:
         """A call forwarded as sent: its session's fidelity record and baseline signals."""
-        if self._engine is None:
+        if self._fitting is None:
             return
         try:
             view = self._wire.view(body)
@@ -189,7 +176,7 @@ class ManagedRoute:
             if view.session_key is not None and HEADER_SESSION not in headers:
                 headers = {**headers, HEADER_SESSION: view.session_key}
             mode = "unmanaged" if call.task_class == "unmanaged" else "bypass"
-            signals = await self._engine.observe_sent(
+            signals = await self._fitting.engine.observe_sent(
                 view.body, CallContext(call.caller.tenant, call.trace_id, headers), mode)
             if signals is not None:
                 await self._record(signals)
@@ -201,23 +188,27 @@ class ManagedRoute:
         """Feed the forecast and the learner; never fails the (already sent) response."""
         if call.sent_as_is is not None:
             await self._observe_sent(call, call.sent_as_is)
-        fitted = call.fitted
-        if fitted is None or self._engine is None:
+        fitted, fitting = call.fitted, self._fitting
+        if fitted is None or fitting is None:
             return
         response = call.response or {}
         try:
-            await self._engine.observe(fitted, response.get("usage"),
-                                       response.get("finish_reason"))
+            await fitting.engine.observe(fitted, response.get("usage"),
+                                         response.get("finish_reason"))
             if self._traces is not None and response:
+                messages, account = await fitting.trace_parts(fitted)
                 self._traces.publish(TraceEvent(
                     tenant=call.caller.tenant, task_class=fitted.task_class,
                     session_id=fitted.session_id, trace_id=call.trace_id,
-                    messages=unmarked(fitted.body["messages"]), response=response,
+                    messages=messages, response=response,
                     injected_bullet_ids=fitted.injected_bullet_ids, ts=time.time(),
-                    account=account_of(fitted, fitted.budget_source),
+                    account=account,
                 ))
         except Exception:
             log.exception("after-response hook failed", extra={"trace_id": call.trace_id})
+        finally:
+            fitted = None  # the call's own reference is the last: freed where release says
+            fitting.release(call)
 
 
 def managed_headers(call: Call) -> list[tuple[bytes, bytes]]:

@@ -15,12 +15,12 @@ from collections.abc import Mapping
 
 from opentelemetry.trace import Tracer
 
+from gateway.api.fitting import Fitting
 from gateway.api.forwarding import upstream_headers
 from gateway.api.managed import ManagedRoute
 from gateway.api.passthrough import Passthrough
 from gateway.api.route import Call
 from gateway.auth import ANONYMOUS, Principal, authenticate, tenant_of_token
-from gateway.context.engine import ContextEngine
 from gateway.errors import InvalidAPIKey
 from gateway.learner.traces import TraceSink
 from gateway.services import Services
@@ -68,9 +68,10 @@ class AnthropicHeaders:
 
 
 def build(upstream: Upstream, tracer: Tracer, settings: Settings, *,
-          engine: ContextEngine | None, traces: TraceSink | None,
-          max_body_bytes: int, services: Services | None = None) -> ManagedRoute:
-    return ManagedRoute(Messages(), upstream, tracer, engine=engine, traces=traces,
+          fitting: Fitting | None, traces: TraceSink | None,
+          max_body_bytes: int,
+          services: Services | None = None) -> ManagedRoute:
+    return ManagedRoute(Messages(), upstream, tracer, fitting=fitting, traces=traces,
                         max_body_bytes=max_body_bytes,
                         upstream_headers=AnthropicHeaders(settings, identity=True),
                         cut_event=CUT_STREAM_EVENT, services=services)

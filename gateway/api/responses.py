@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from opentelemetry.trace import Tracer
 
+from gateway.api.fitting import Fitting
 from gateway.api.managed import ManagedRoute, openai_headers
-from gateway.context.engine import ContextEngine
 from gateway.learner.traces import TraceSink
 from gateway.services import Services
 from gateway.upstream.client import Upstream
@@ -23,9 +23,9 @@ CUT_STREAM_EVENT = (
 )
 
 
-def build(upstream: Upstream, tracer: Tracer, *, engine: ContextEngine | None,
+def build(upstream: Upstream, tracer: Tracer, *, fitting: Fitting | None,
           traces: TraceSink | None, max_body_bytes: int,
           services: Services | None = None) -> ManagedRoute:
-    return ManagedRoute(Responses(), upstream, tracer, engine=engine, traces=traces,
+    return ManagedRoute(Responses(), upstream, tracer, fitting=fitting, traces=traces,
                         max_body_bytes=max_body_bytes, upstream_headers=openai_headers,
                         cut_event=CUT_STREAM_EVENT, services=services)

@@ -75,13 +75,13 @@ def build_routes(services: Services, upstream: Upstream, tracer: Tracer,
     route = functools.partial(Route, settings=settings, metrics=services.metrics,
                               tracer=tracer)
     limit = settings.max_body_bytes
-    engine, traces = services.engine, services.traces
-    chat_app = chat.build(upstream, tracer, engine=engine, traces=traces,
+    fitting, traces = services.fitting, services.traces
+    chat_app = chat.build(upstream, tracer, fitting=fitting, traces=traces,
                           max_body_bytes=limit, services=services)
-    responses_app = responses.build(upstream, tracer, engine=engine, traces=traces,
+    responses_app = responses.build(upstream, tracer, fitting=fitting, traces=traces,
                                     max_body_bytes=limit, services=services)
     anthropic = anthropic or upstream
-    messages_app = messages.build(anthropic, tracer, settings, engine=engine, traces=traces,
+    messages_app = messages.build(anthropic, tracer, settings, fitting=fitting, traces=traces,
                                   max_body_bytes=limit, services=services)
     anthropic_route = functools.partial(route, authenticate=messages.authenticate_anthropic,
                                         envelope=anthropic_envelope)

@@ -36,6 +36,7 @@ from gateway.context.forecast import Budget, ForecastStore, forecast_budget
 from gateway.context.injection import InjectedBlock, PlaybookSource, inject_block
 from gateway.context.items import Item, ParsedRequest, base_tokens, content_text, parse_request
 from gateway.context.models import ModelTable
+from gateway.context.offload import check_deadline
 from gateway.context.prefix import Prefix, PrefixCache
 from gateway.context.render import Plan, Rendered, materialize, render_messages
 from gateway.context.session import Decision, RedisSessionStore, SessionState, SessionStore
@@ -312,6 +313,7 @@ class ContextEngine:
         seconds: dict[str, float] = {}
         request = await self._prepare(body, call)
         seconds["parse"] = time.perf_counter() - timer
+        check_deadline()  # each phase of a large call takes long: stop between them
         block_tokens = request.block.tokens if request.block else 0
         fitted = self._reused(request) if compact else _Fitted(
             request.messages, False, request.tokens_before + block_tokens, [], [], None)
@@ -320,6 +322,7 @@ class ContextEngine:
             if isinstance(full, FittedCall):  # pinned content over the budget, passed through
                 return full
             fitted = full
+        check_deadline()  # past the deadline nothing is saved: the call goes out unmanaged
         result = await self._finish(request, fitted, seconds)
         seconds["total"] = time.perf_counter() - timer
         for stage, spent in seconds.items():
@@ -387,6 +390,7 @@ class ContextEngine:
         final, ctx, stepped = await self._fit_items(
             r.messages, parsed, r.cls, r.budget, r.state, r.fixed, seconds
         )
+        check_deadline()
         tokens_after = r.fixed + sum(item.tokens for item in final)
         if tokens_after > r.budget.input:  # the ladder ends in drops: only pinned content left
             self.metrics.budget_exceeded.labels(r.cls.name).inc()
@@ -520,6 +524,7 @@ class ContextEngine:
             rerank = cls.stages.rerank
             if name == "rerank" and not over and rerank and rerank.min_relevance is None:
                 continue  # importance only orders budget cuts: a turns-only step skips it
+            check_deadline()
             start = time.perf_counter()
             items = (await STAGES[name](items, budget, ctx)).items
             seconds[name] = time.perf_counter() - start

@@ -18,6 +18,7 @@ from typing import Any
 
 import orjson
 
+from gateway.context.offload import CHECK_EVERY, check_deadline
 from gateway.context.segments import find_documents
 from gateway.context.tokens import REPLY_PRIMING, TOKENS_PER_MESSAGE, TOKENS_PER_NAME, TokenCounter
 from gateway.observability.droplog import Kind
@@ -251,6 +252,8 @@ def message_items(
     seen = n_turns - bisect_left(layout.turns, start)  # assistant messages from start on
     items: list[Item] = []
     for i in range(start, len(messages)):
+        if (i - start) % CHECK_EVERY == CHECK_EVERY - 1:
+            check_deadline()  # a call's time budget (offload.py): parsing 100k messages takes s
         msg = messages[i]
         role = str(msg.get("role", "user"))
         kind: Kind = _ROLE_KIND.get(role, "user")

@@ -241,6 +241,8 @@ class TaskClass(_Settings):
     compaction: Compaction = Compaction()
     stages: Stages = Stages()
     on_overflow: Literal["refuse", "passthrough"] = "refuse"
+    # fitting past CTXGATE_FIT_TIMEOUT_S: forward as sent (unmanaged), or 503 context_fit_timeout
+    on_fit_timeout: Literal["passthrough", "refuse"] = "passthrough"
     playbook: ClassPlaybook = ClassPlaybook()
     forecast: ForecastPolicy = ForecastPolicy()
 

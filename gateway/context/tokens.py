@@ -18,6 +18,8 @@ from importlib import resources
 import tiktoken
 from cachetools import LRUCache
 
+from gateway.context.offload import not_counted
+
 # tiktoken_ext/openai_public.py: the hash of the official o200k_base.tiktoken file.
 O200K_SHA256 = "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d"
 O200K_PATTERN = "|".join(
@@ -79,7 +81,8 @@ class TokenCounter:
     def encoding(self, name: str) -> tiktoken.Encoding:
         enc = self._encodings.get(name)
         if enc is None:
-            with self._lock:
+            # Loading once (0.5 s and more) is start-up, not this call's fitting time.
+            with not_counted(), self._lock:
                 enc = self._encodings.get(name)
                 if enc is None:
                     enc = load_encoding(name)

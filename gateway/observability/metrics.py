@@ -54,6 +54,11 @@ class Metrics:
         self.budget_exceeded = Counter(
             "ctxgate_budget_exceeded_total", "Calls whose pinned content exceeded the budget",
             ["task_class"], registry=r)
+        self.fit_timeouts = Counter(
+            "ctxgate_fit_timeouts_total",
+            "Calls whose fitting passed CTXGATE_FIT_TIMEOUT_S (cause: deadline, queue_full) "
+            "and went out unmanaged or were refused",
+            ["task_class", "cause", "outcome"], registry=r)
         self.stage_seconds = Histogram(
             "ctxgate_pipeline_stage_seconds", "Time per pipeline stage",
             ["stage"], buckets=_FAST, registry=r)
