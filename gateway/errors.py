@@ -12,6 +12,7 @@ in one place: the route skeleton (`gateway/api/route.py`), with the envelope its
     ├── MethodNotAllowed              405     method_not_allowed
     ├── RequestTooLarge               413     request_too_large
     ├── ContextFitTimeout             503     context_fit_timeout
+    ├── StoreUnavailable              503     store_unavailable  (Redis down: retry later)
     ├── UpstreamUnreachable           502     upstream_unreachable
     ├── UpstreamTimeout               504     upstream_timeout
     └── InternalError                 500     internal_error  (a bug: logged with its trace)
@@ -83,6 +84,18 @@ class ContextFitTimeout(GatewayError):
     than forwarding the call unmanaged (`on_fit_timeout: refuse`)."""
 
     status, code, type = 503, "context_fit_timeout", "server_error"
+
+
+class StoreUnavailable(GatewayError):
+    """Redis did not answer a route that cannot work without it (feedback, admin): the
+    caller is told to retry, nothing is half-written. Model calls never raise it: they
+    fail open instead."""
+
+    status, code, type = 503, "store_unavailable", "server_error"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.headers = [(b"retry-after", b"1")]
 
 
 class ContextBudgetExceeded(GatewayError):

@@ -18,10 +18,19 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry.trace import SpanKind, Tracer
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gateway.api.asgi import ASGIApp, Message, Receive, Scope, Send, request_headers, send_response
 from gateway.auth import Principal
-from gateway.errors import ClientGone, Envelope, GatewayError, InternalError, openai_envelope
+from gateway.errors import (
+    ClientGone,
+    Envelope,
+    GatewayError,
+    InternalError,
+    StoreUnavailable,
+    openai_envelope,
+)
 from gateway.observability.metrics import Metrics
 from gateway.observability.tracing import parent_context, trace_id_of
 from gateway.settings import Settings
@@ -30,6 +39,8 @@ from gateway.upstream.client import UpstreamWait
 if TYPE_CHECKING:
     from gateway.context.engine import FittedCall
 
+# Redis not answering (down, restarting, a cluster failing over).
+STORE_DOWN = (RedisConnectionError, RedisTimeoutError)
 log = logging.getLogger("ctxgate.route")
 CALL = "ctxgate.call"  # the scope key under which a route finds its Call
 CLIENT_CLOSED = 499  # nginx's "client closed request": the client hung up first
@@ -142,6 +153,12 @@ class Route:
             await self._fail(send, call, error, error.status)
         except ClientGone:
             call.status = CLIENT_CLOSED
+        except STORE_DOWN as error:  # feedback, admin: nothing to fail open to
+            log.warning("redis unavailable", extra={"trace_id": call.trace_id,
+                                                    "path": scope["path"],
+                                                    "error": type(error).__name__})
+            await self._fail(send, call, StoreUnavailable(
+                "The gateway's store (Redis) is not answering; retry shortly."), 503)
         except Exception:  # a bug: an enveloped 500 with its trace id, never a bare one
             log.exception("request failed", extra={"trace_id": call.trace_id,
                                                    "path": scope["path"]})

@@ -30,6 +30,14 @@ def test_redis_outage_forwards_unmanaged(tmp_path: Path, upstream: Upstream) -> 
         ready = httpx.get(f"{server.url}/readyz")
         assert ready.status_code == 503 and "redis" in ready.json()["reason"]
         assert httpx.get(f"{server.url}/metrics").status_code == 200
+        # Feedback cannot fail open: the caller is told to retry, in the OpenAI envelope.
+        trace_id = managed.headers["x-ctxgate-trace-id"]
+        feedback = httpx.post(f"{server.base_url}/feedback", json={
+            "trace_id": trace_id, "outcome": "failure"},
+            headers={"authorization": "Bearer sk-outage-0000"}, timeout=30)
+        assert feedback.status_code == 503, feedback.text
+        assert feedback.json()["error"]["code"] == "store_unavailable"
+        assert feedback.headers["retry-after"] == "1"
     finally:
         stop(server.process)
         redis.stop()
