@@ -36,14 +36,16 @@ class Load:
     parts: list[tuple[bytes, bytes]]
     headers: dict[str, str]
     first_number: int = 0  # `{n}` starts here, so no two runs send the same turn
+    path: str = CHAT_PATH  # the route every request is posted to
 
     @classmethod
-    def of(cls, bodies: Sequence[bytes], headers: dict[str, str], first_number: int) -> Load:
+    def of(cls, bodies: Sequence[bytes], headers: dict[str, str], first_number: int,
+           path: str = CHAT_PATH) -> Load:
         parts = []
         for body in bodies:
             head, _, tail = body.partition(b"{n}")
             parts.append((head, tail))
-        return cls(parts, headers, first_number)
+        return cls(parts, headers, first_number, path)
 
     def body(self, index: int) -> bytes:
         head, tail = self.parts[index % len(self.parts)]
@@ -109,7 +111,7 @@ def wrk_script(load: Load) -> str:
     headers = ",\n".join(f'  [ {_lua_string(k.encode())} ] = {_lua_string(v.encode())}'
                          for k, v in load.headers.items())
     return _LUA % {"parts": parts, "headers": headers, "first": load.first_number,
-                   "path": CHAT_PATH}
+                   "path": load.path}
 
 
 def find_wrk() -> str | None:
@@ -131,7 +133,7 @@ def run_wrk(wrk: str, base_url: str, load: Load, connections: int, seconds: floa
         script.write(wrk_script(load))
     try:
         command = [wrk, "-t1", f"-c{connections}", f"-d{max(1, round(seconds))}s",
-                   "--timeout", "30s", "-s", script.name, base_url + CHAT_PATH]
+                   "--timeout", "30s", "-s", script.name, base_url + load.path]
         completed = subprocess.run(
             command, capture_output=True, text=True, timeout=seconds + 60, check=False,
             preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
@@ -170,7 +172,7 @@ async def _python_load(base_url: str, load: Load, connections: int,
                 body = load.body(next(counter))
                 started = time.perf_counter()
                 try:
-                    async with session.post(base_url + CHAT_PATH, data=body,
+                    async with session.post(base_url + load.path, data=body,
                                             headers=load.headers) as response:
                         await response.read()
                         if response.status >= 400:

@@ -5,7 +5,8 @@ tools (asking for a tool call, and answering after a tool exchange), a retrieval
 question with a document chunk, and a longer multi-turn chat; half of them stream. Every
 request's last message carries `{n}`, which the load generator replaces with a per-request
 number, so each call brings one new turn after a history the gateway has seen before (as
-an agent's next call does) instead of a byte-identical replay.
+an agent's next call does) instead of a byte-identical replay. The same mix goes to the
+Responses and Messages routes converted to their formats (`in_route`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,12 @@ from typing import Any
 
 import orjson
 
+from bench.wire_convert import CONVERTERS
+
 MODEL = "gpt-4o-mini"
+# The three routes the mix is sent to, each in its own wire format.
+ROUTES = {"chat": "/v1/chat/completions", "responses": "/v1/responses",
+          "messages": "/v1/messages"}
 NONCE = "{n}"
 
 SUPPORT_SYSTEM = (
@@ -127,11 +133,26 @@ def requests() -> list[dict[str, Any]]:
     ]
 
 
-def bodies(kind: str = "all") -> list[bytes]:
+def in_route(request: dict[str, Any], route: str) -> dict[str, Any]:
+    """One request of the mix as `route` takes it: the same conversation as a Responses or
+    Messages request (`bench/wire_convert.py`), streaming as the chat request does (Messages
+    wants `max_tokens`: 1024 unless the request gives one)."""
+    if route == "chat":
+        return request
+    out = CONVERTERS[route](request)
+    if request.get("stream"):
+        out["stream"] = True
+    if route == "messages":
+        out.setdefault("max_tokens", 1024)
+    return out
+
+
+def bodies(kind: str = "all", route: str = "chat") -> list[bytes]:
     """The mix serialised once; every target gets these exact bytes (with `{n}` filled).
 
-    `kind` keeps all of it, or only the non-streaming (`whole`) or streaming requests.
+    `kind` keeps all of it, or only the non-streaming (`whole`) or streaming requests;
+    `route` (a key of ROUTES) gives it in that route's wire format.
     """
     chosen = [r for r in requests()
               if kind == "all" or (kind == "stream") == bool(r.get("stream"))]
-    return [orjson.dumps(request) for request in chosen]
+    return [orjson.dumps(in_route(request, route)) for request in chosen]

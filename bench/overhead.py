@@ -3,9 +3,11 @@
 One run measures the same request mix (`bench/mix.py`) against the scripted upstream
 directly, through ctxgate (bypass and engine, upstream transport aiohttp; bypass again with
 httpx's own pool) and through LiteLLM's proxy (one worker, from `bench/.litellm-venv`), at
-1 and 16 connections. On two or more cores the proxy under test (with its Redis) gets
-core 1 and the upstream, wrk and this script share core 0, so the proxy's core is its own
-and nothing it waits for competes with it.
+1 and 16 connections; and the same mix converted to the Responses and Messages formats
+against `/v1/responses` and `/v1/messages` (directly, ctxgate bypass and engine), so the
+three routes are compared side by side in one run. On two or more cores the proxy under
+test (with its Redis) gets core 1 and the upstream, wrk and this script share core 0, so
+the proxy's core is its own and nothing it waits for competes with it.
 
 Rounds interleave the targets (round 1: every target at every connection count, then
 round 2, ...) and each figure is the median over rounds, so a burst of other work on the
@@ -56,7 +58,24 @@ class Target:
     pids: dict[str, int]  # the processes whose CPU time is the target's: name -> pid
     gateway: bool = False
     expect_class: str | None = None  # ctxgate's x-ctxgate-task-class: "bypass" or not
+    route: str = "chat"  # a key of mix.ROUTES: the path and wire format of the mix sent
     runs: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+
+    @property
+    def path(self) -> str:
+        return mix.ROUTES[self.route]
+
+
+def named(name: str, route: str) -> str:
+    """A target's name on a route: `engine` on chat, `engine:responses` on the others."""
+    return name if route == "chat" else f"{name}:{route}"
+
+
+def route_headers(route: str) -> dict[str, str]:
+    """The client's credentials as that API's SDK sends them."""
+    if route == "messages":
+        return {"x-api-key": CLIENT_KEY, "anthropic-version": "2023-06-01"}
+    return {"authorization": f"Bearer {CLIENT_KEY}"}
 
 
 class CpuClock:
@@ -93,11 +112,11 @@ def _connection(base_url: str, timeout_s: float) -> http.client.HTTPConnection:
                                       timeout=timeout_s)
 
 
-def _request(base_url: str, body: bytes, headers: dict[str, str]) -> tuple[int, dict[str, str],
-                                                                           bytes]:
+def _request(base_url: str, path: str, body: bytes,
+             headers: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
     connection = _connection(base_url, timeout_s=120)
     try:
-        connection.request("POST", loadgen.CHAT_PATH, body=body,
+        connection.request("POST", path, body=body,
                            headers={**headers, "content-type": "application/json"})
         response = connection.getresponse()
         data = response.read()
@@ -106,26 +125,33 @@ def _request(base_url: str, body: bytes, headers: dict[str, str]) -> tuple[int, 
         connection.close()
 
 
+# Per route: the last event of a whole stream, and a key every whole answer has.
+FINISHED = {"chat": (b"data: [DONE]", "choices"),
+            "responses": (b"event: response.completed", "output"),
+            "messages": (b"event: message_stop", "content")}
+
+
 def check_target(target: Target, bodies: list[bytes]) -> None:
-    """Every request of the mix answers 200 with a whole completion or a whole stream."""
+    """Every request of the mix answers 200 with a whole answer or a whole stream."""
+    last_event, key = FINISHED[target.route]
     for index, template in enumerate(bodies):
         body = template.replace(b"{n}", b"check-%d" % index)
-        status, headers, data = _request(target.base_url, body, target.headers)
+        status, headers, data = _request(target.base_url, target.path, body, target.headers)
         if status != 200:
             raise RuntimeError(f"{target.name}: mix[{index}] answered {status}: {data[:300]!r}")
         if orjson.loads(body).get("stream"):
-            if b"data: [DONE]" not in data:
+            if last_event not in data:
                 raise RuntimeError(f"{target.name}: mix[{index}] stream did not finish")
-        elif "choices" not in orjson.loads(data):
-            raise RuntimeError(f"{target.name}: mix[{index}] is not a completion")
+        elif key not in orjson.loads(data):
+            raise RuntimeError(f"{target.name}: mix[{index}] is not a whole answer")
         if target.expect_class is not None:
             got = headers.get("x-ctxgate-task-class")
             if (got == "bypass") != (target.expect_class == "bypass"):
                 raise RuntimeError(f"{target.name}: mix[{index}] went through as {got!r}")
 
 
-def scrape_overhead(base_url: str) -> tuple[float, float, dict[float, float]]:
-    """ctxgate_overhead_seconds for chat completions: (count, sum, {le: cumulative})."""
+def scrape_overhead(base_url: str, endpoint: str) -> tuple[float, float, dict[float, float]]:
+    """ctxgate_overhead_seconds for one route: (count, sum, {le: cumulative})."""
     from prometheus_client.parser import text_string_to_metric_families
 
     connection = _connection(base_url, timeout_s=10)
@@ -139,7 +165,7 @@ def scrape_overhead(base_url: str) -> tuple[float, float, dict[float, float]]:
         if family.name != "ctxgate_overhead_seconds":
             continue
         for sample in family.samples:
-            if sample.labels.get("endpoint") != loadgen.CHAT_PATH:
+            if sample.labels.get("endpoint") != endpoint:
                 continue
             if sample.name.endswith("_count"):
                 count = sample.value
@@ -172,7 +198,7 @@ def overhead_between(before: tuple[float, float, dict[float, float]],
 
 def measure(target: Target, load: loadgen.Load, connections: int, seconds: float,
             wrk: str | None, cpus: set[int] | None, clock: CpuClock) -> dict[str, Any]:
-    before = scrape_overhead(target.base_url) if target.gateway else None
+    before = scrape_overhead(target.base_url, target.path) if target.gateway else None
     busy, ours = clock.machine_busy(), clock.ours()
     theirs = {name: clock.of([pid]) for name, pid in target.pids.items()}
     started = time.monotonic()
@@ -189,7 +215,8 @@ def measure(target: Target, load: loadgen.Load, connections: int, seconds: float
     run["cpu_cores_by_process"] = {name: round(cores, 3) for name, cores in used.items()}
     run["other_load_cores"] = round(max(other, 0.0) / elapsed, 3)
     if before is not None:
-        run["gateway_overhead"] = overhead_between(before, scrape_overhead(target.base_url))
+        run["gateway_overhead"] = overhead_between(
+            before, scrape_overhead(target.base_url, target.path))
     return run
 
 
@@ -205,6 +232,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--connections", default="1,16")
     parser.add_argument("--targets", default="direct,litellm,bypass,engine,bypass-httpx",
                         help="comma-separated subset of the default")
+    parser.add_argument("--routes", default="chat,responses,messages",
+                        help="routes the mix is sent to, each in its own format (direct, "
+                             "bypass and engine on each; LiteLLM and httpx on chat only)")
     parser.add_argument("--no-pin", action="store_true", help="do not pin processes to cores")
     parser.add_argument("--nice", type=int, default=0,
                         help="niceness of every benchmark process (root may go below 0 so "
@@ -234,16 +264,18 @@ def pick_loadgen(choice: str) -> str | None:
     return wrk
 
 
-def build_targets(stack: contextlib.ExitStack, names: list[str], args: argparse.Namespace,
-                  sut: set[int] | None, gen: set[int] | None, log_dir: Path) -> list[Target]:
+def build_targets(stack: contextlib.ExitStack, names: list[str], routes: list[str],
+                  args: argparse.Namespace, sut: set[int] | None, gen: set[int] | None,
+                  log_dir: Path) -> list[Target]:
+    """The targets named, on each route (LiteLLM and the httpx transport: chat only),
+    ordered by name, then route; one upstream and one ctxgate per transport serve them all."""
     from gateway.store.embedded import EmbeddedRedis
 
     upstream = servers.start_upstream(stack, gen, log_dir)
-    client = {"authorization": f"Bearer {CLIENT_KEY}"}
     targets: list[Target] = []
     if "direct" in names:
-        targets.append(Target("direct", upstream.base_url, client,
-                              {"upstream": upstream.pid}))
+        targets += [Target(named("direct", r), upstream.base_url, route_headers(r),
+                           {"upstream": upstream.pid}, route=r) for r in routes]
     if "litellm" in names:
         command = servers.ensure_litellm(args.litellm_spec)
         proxy, key = servers.start_litellm(stack, command, upstream=upstream, model=mix.MODEL,
@@ -251,7 +283,7 @@ def build_targets(stack: contextlib.ExitStack, names: list[str], args: argparse.
         targets.append(Target("litellm", proxy.base_url, {"authorization": f"Bearer {key}"},
                               {"litellm": proxy.pid}))
     gateways = {"aiohttp": any(n in names for n in ("bypass", "engine")),
-                "httpx": "bypass-httpx" in names}
+                "httpx": any(n in names for n in ("bypass-httpx", "engine-httpx"))}
     if any(gateways.values()):
         redis = EmbeddedRedis(log_dir / "redis").start()
         stack.callback(redis.stop)
@@ -266,15 +298,17 @@ def build_targets(stack: contextlib.ExitStack, names: list[str], args: argparse.
                                        log_dir=log_dir)
             pids = {"ctxgate": gw.pid, "redis": redis.process.pid}
             suffix = "" if transport == "aiohttp" else "-httpx"
-            if f"bypass{suffix}" in names:
-                targets.append(Target(f"bypass{suffix}", gw.base_url,
-                                      {**client, "x-ctxgate-bypass": "true"}, pids,
-                                      gateway=True, expect_class="bypass"))
-            if f"engine{suffix}" in names:
-                targets.append(Target(f"engine{suffix}", gw.base_url, client, pids,
-                                      gateway=True, expect_class="engine"))
+            for r in routes if transport == "aiohttp" else ["chat"]:
+                if f"bypass{suffix}" in names:
+                    targets.append(Target(named(f"bypass{suffix}", r), gw.base_url,
+                                          {**route_headers(r), "x-ctxgate-bypass": "true"},
+                                          pids, gateway=True, expect_class="bypass", route=r))
+                if f"engine{suffix}" in names:
+                    targets.append(Target(named(f"engine{suffix}", r), gw.base_url,
+                                          route_headers(r), pids, gateway=True,
+                                          expect_class="engine", route=r))
     order = {name: i for i, name in enumerate(names)}
-    return sorted(targets, key=lambda t: order[t.name])
+    return sorted(targets, key=lambda t: (order[t.name.split(":")[0]], routes.index(t.route)))
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -291,30 +325,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.nice:  # inherited by every process started below
         os.setpriority(os.PRIO_PROCESS, 0, args.nice)
     wrk = pick_loadgen(args.loadgen)
-    bodies = mix.bodies(args.mix)
+    routes = [r.strip() for r in args.routes.split(",") if r.strip()]
+    if unknown := set(routes) - set(mix.ROUTES):
+        raise SystemExit(f"unknown routes: {sorted(unknown)}")
+    bodies = {route: mix.bodies(args.mix, route) for route in routes or ["chat"]}
     log_dir = Path(tempfile.mkdtemp(prefix="ctxgate-bench-"))
     started = datetime.datetime.now(datetime.UTC)
     with contextlib.ExitStack() as stack:
-        targets = build_targets(stack, names, args, sut, gen, log_dir)
-        clock = CpuClock(sorted({pid for t in targets for pid in t.pids.values()}))
-        for target in targets:
-            check_target(target, bodies)
-        number = 0
-        for target in targets:  # warm-up: pools, caches, the embedding model, JIT-less paths
-            number += 10_000_000
-            load = loadgen.Load.of(bodies, target.headers, number)
-            measure(target, load, max(levels), args.warmup, wrk, gen, clock)
-        for round_index in range(args.rounds):
-            for target in targets:
-                for connections in levels:
-                    number += 10_000_000
-                    load = loadgen.Load.of(bodies, target.headers, number)
-                    result = measure(target, load, connections, args.duration, wrk, gen, clock)
-                    target.runs.setdefault(connections, []).append(result)
-                    print(f"round {round_index + 1} {target.name:>13} c={connections:<3} "
-                          f"{result['rps']:>9.1f} req/s  p50 {result['latency_ms']['p50']:.2f}"
-                          f" ms  other load {result['other_load_cores']:.2f} cores",
-                          file=sys.stderr, flush=True)
+        targets = build_targets(stack, names, routes or ["chat"], args, sut, gen, log_dir)
+        measure_all(targets, bodies, levels, args, wrk, gen)
     return {
         "date": started.isoformat(timespec="seconds"),
         "machine": {"cores": cores, "cpu": _cpu_model(), "python": platform.python_version(),
@@ -326,15 +345,43 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                      "loadgen_core": sorted(gen) if gen else None,
                      "loadgen": "wrk " + _wrk_version(wrk) if wrk else "python (aiohttp)",
                      "litellm": args.litellm_spec if "litellm" in names else None,
-                     "mix": f"{args.mix} ({len(bodies)} requests)",
+                     "mix": f"{args.mix} ({len(next(iter(bodies.values())))} requests)",
+                     "routes": routes,
                      "command": " ".join(["python -m bench.overhead", *sys.argv[1:]])},
         "targets": {t.name: {str(c): runs for c, runs in t.runs.items()} for t in targets},
         "rows": [row.as_dict() for row in summarise(targets, levels)],
     }
 
 
+def measure_all(targets: list[Target], bodies: dict[str, list[bytes]], levels: list[int],
+                args: argparse.Namespace, wrk: str | None, gen: set[int] | None) -> None:
+    """Check every target, warm each up, then measure in interleaved rounds (into
+    `target.runs`)."""
+    clock = CpuClock(sorted({pid for t in targets for pid in t.pids.values()}))
+    for target in targets:
+        check_target(target, bodies[target.route])
+    number = 0
+    for target in targets:  # warm-up: pools, caches, the embedding model, JIT-less paths
+        number += 10_000_000
+        load = loadgen.Load.of(bodies[target.route], target.headers, number, target.path)
+        measure(target, load, max(levels), args.warmup, wrk, gen, clock)
+    for round_index in range(args.rounds):
+        for target in targets:
+            for connections in levels:
+                number += 10_000_000
+                load = loadgen.Load.of(bodies[target.route], target.headers, number,
+                                       target.path)
+                result = measure(target, load, connections, args.duration, wrk, gen, clock)
+                target.runs.setdefault(connections, []).append(result)
+                print(f"round {round_index + 1} {target.name:>18} c={connections:<3} "
+                      f"{result['rps']:>9.1f} req/s  p50 {result['latency_ms']['p50']:.2f}"
+                      f" ms  other load {result['other_load_cores']:.2f} cores",
+                      file=sys.stderr, flush=True)
+
+
 def summarise(targets: list[Target], levels: list[int]) -> list[Row]:
-    """Medians over rounds, with ratios to LiteLLM and added median latency vs direct."""
+    """Medians over rounds, with ratios to LiteLLM (chat) and added median latency vs the
+    upstream directly on the same route."""
     def median(runs: list[dict[str, Any]], *path: str) -> float:
         values = []
         for run in runs:
@@ -365,10 +412,12 @@ def summarise(targets: list[Target], levels: list[int]) -> list[Row]:
     index = {(r.target, r.connections): r for r in rows}
     for row in rows:
         litellm = index.get(("litellm", row.connections))
-        direct = index.get(("direct", row.connections))
+        # the upstream answering directly on the row's own route
+        route = row.target.partition(":")[2] or "chat"
+        direct = index.get((named("direct", route), row.connections))
         if litellm is not None and "litellm" in by_name and litellm.rps > 0:
             row.vs_litellm = row.rps / litellm.rps
-        if direct is not None and "direct" in by_name:
+        if direct is not None:
             row.added_p50_ms = row.p50_ms - direct.p50_ms
     return rows
 

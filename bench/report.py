@@ -59,6 +59,16 @@ class Row:
                 for k, v in asdict(self).items()}
 
 
+ROUTE_LABELS = {"responses": "/v1/responses", "messages": "/v1/messages"}
+
+
+def label(target: str) -> str:
+    """`engine` -> its label; `engine:responses` -> its label on that route."""
+    name, _, route = target.partition(":")
+    text = LABELS.get(name, name)
+    return f"{text}, {ROUTE_LABELS.get(route, route)}" if route else text
+
+
 def _num(value: float | None, digits: int = 2, suffix: str = "") -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "–"
@@ -102,11 +112,11 @@ def render_markdown(results: dict[str, Any]) -> str:
         overhead = ("–" if math.isnan(r.overhead_mean_ms)
                     else f"{r.overhead_mean_ms:.3f} / {_num(r.overhead_p50_ms, 3)}")
         lines.append(
-            f"| {LABELS.get(r.target, r.target)} | {r.connections} | {_num(r.rps, 0)} "
+            f"| {label(r.target)} | {r.connections} | {_num(r.rps, 0)} "
             f"| {_num(r.vs_litellm, 1, '×')} | {_num(r.p50_ms)} | {_num(r.p99_ms)} "
             f"| {_num(r.added_p50_ms, 3)} | {overhead} | {_num(r.cpu_cores)} "
             f"| {_num(r.rps_per_core, 0)} | {r.errors} |")
-    lines += ["", *goal_lines(rows), *transport_lines(rows)]
+    lines += ["", *goal_lines(rows), *route_lines(rows), *transport_lines(rows)]
     return "\n".join(lines)
 
 
@@ -130,6 +140,29 @@ def goal_lines(rows: list[Row]) -> list[str]:
             met = value <= limit
             out.append(f"- {name}: +{value:.3f} ms (target ≤ {limit:g} ms): "
                        f"{'met' if met else 'NOT met'}")
+    return out
+
+
+def route_lines(rows: list[Row]) -> list[str]:
+    """Issue 9's target: overhead on /v1/responses and /v1/messages within the chat route's
+    figures (same run, same mix converted). Per route and mode: added median at one
+    connection and throughput at the highest count, each beside chat's."""
+    index = {(r.target, r.connections): r for r in rows}
+    levels = sorted({r.connections for r in rows})
+    out = []
+    for route in ROUTE_LABELS:
+        for mode in ("bypass", "engine"):
+            chat1, other1 = index.get((mode, 1)), index.get((f"{mode}:{route}", 1))
+            chat_n = index.get((mode, levels[-1])) if levels else None
+            other_n = index.get((f"{mode}:{route}", levels[-1])) if levels else None
+            if None in (chat1, other1, chat_n, other_n):
+                continue
+            assert chat1 and other1 and chat_n and other_n
+            out.append(
+                f"- {ROUTE_LABELS[route]} {mode} vs chat: added median at 1 connection "
+                f"+{other1.added_p50_ms:.3f} vs +{chat1.added_p50_ms:.3f} ms; "
+                f"{levels[-1]} connections {other_n.rps:,.0f} vs {chat_n.rps:,.0f} req/s "
+                f"({other_n.rps / chat_n.rps:.2f}×)")
     return out
 
 

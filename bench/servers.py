@@ -126,6 +126,7 @@ def start_ctxgate(stack: contextlib.ExitStack, name: str, *, upstream: Server, r
     port = free_port()
     env = {
         "CTXGATE_UPSTREAM_URL": upstream.base_url + "/v1",
+        "CTXGATE_ANTHROPIC_UPSTREAM_URL": upstream.base_url,  # /v1/messages: no /v1 here
         "CTXGATE_REDIS_URL": redis_url,
         "CTXGATE_PORT": str(port),
         "CTXGATE_HOST": "127.0.0.1",

@@ -9,7 +9,10 @@ Answers to `POST /v1/chat/completions`: a request that carries `tools` and ends 
 turn gets two tool calls, anything else a short text; `"stream": true` gets the same answer
 as server-sent events, one chunked-encoding chunk (and one socket write) per event, with a
 usage chunk when `stream_options.include_usage` asks for it. `GET /v1/models` lists the
-model. Everything else is a 404.
+model. `POST /v1/responses` and `POST /v1/messages` (Anthropic) answer the same way in their
+own formats (tool calls when the request has tools and ends with a user message; streams
+as those APIs' named events), built once with the stub upstream's own builders
+(`tests/stub_wire.py`). Everything else is a 404.
 
 Run: `python -m bench.upstream PORT`.
 """
@@ -24,6 +27,8 @@ from typing import Any, cast
 import httptools
 import orjson
 import uvloop
+
+from tests import stub_wire
 
 MODEL = "gpt-4o-mini"
 _USAGE = {"prompt_tokens": 412, "completion_tokens": 24, "total_tokens": 436}
@@ -71,7 +76,44 @@ def _events(message: dict[str, Any], finish: str, usage: bool) -> list[bytes]:
         chunks.append({**base, "choices": [], "usage": _USAGE})
     events = [b"data: " + orjson.dumps(c) + b"\n\n" for c in chunks]
     events.append(b"data: [DONE]\n\n")
+    return _chunked(events)
+
+
+def _chunked(events: list[bytes]) -> list[bytes]:
+    """Server-sent events as chunked-encoding chunks, one per event, and the last chunk."""
     return [b"%x\r\n%s\r\n" % (len(e), e) for e in events] + [b"0\r\n\r\n"]
+
+
+def _wire_answers() -> dict[tuple[str, str], dict[str, Any]]:
+    """(route, kind) -> the answer: the stub upstream's text answer, or `_TOOL_CALLS`."""
+    response = stub_wire.response_object({"model": MODEL, "input": _TEXT})
+    message = stub_wire.message_object(
+        {"model": MODEL, "messages": [{"role": "user", "content": _TEXT}]})
+    calls = [(c["id"], c["function"]["name"], c["function"]["arguments"]) for c in _TOOL_CALLS]
+    return {
+        ("responses", "text"): response,
+        ("responses", "tools"): {**response, "output": [
+            {"type": "function_call", "id": f"fc_{i}", "call_id": i, "name": name,
+             "arguments": arguments, "status": "completed"} for i, name, arguments in calls]},
+        ("messages", "text"): message,
+        ("messages", "tools"): {**message, "stop_reason": "tool_use", "content": [
+            {"type": "tool_use", "id": f"toolu_{i}", "name": name,
+             "input": orjson.loads(arguments)} for i, name, arguments in calls]},
+    }
+
+
+def _wire_kind(route: str, body: dict[str, Any]) -> str:
+    """`tools` for a request with tools that ends with the user's words, else `text`."""
+    if not body.get("tools"):
+        return "text"
+    items = body.get("input") if route == "responses" else body.get("messages")
+    if not isinstance(items, list):
+        return "tools"
+    last = items[-1] if items else {}
+    content = last.get("content")
+    answered = isinstance(content, list) and any(
+        isinstance(b, dict) and b.get("type") == "tool_result" for b in content)
+    return "tools" if last.get("role") == "user" and not answered else "text"
 
 
 def _head(status: bytes, content_type: bytes, length: int | None) -> bytes:
@@ -95,6 +137,15 @@ class Answers:
         models = orjson.dumps({"object": "list", "data": [
             {"id": MODEL, "object": "model", "created": 1, "owned_by": "bench"}]})
         self.models = _head(b"200 OK", b"application/json", len(models)) + models
+        self.wire_whole: dict[tuple[str, str], bytes] = {}
+        self.wire_stream: dict[tuple[str, str], list[bytes]] = {}
+        for (route, kind), answer in _wire_answers().items():
+            data = orjson.dumps(answer)
+            self.wire_whole[(route, kind)] = _head(b"200 OK", b"application/json",
+                                                   len(data)) + data
+            events = (stub_wire.response_events if route == "responses"
+                      else stub_wire.message_events)(answer)
+            self.wire_stream[(route, kind)] = _chunked(stub_wire.sse(events))
         missing = b'{"error": {"message": "no such route", "type": "invalid_request_error"}}'
         self.missing = _head(b"404 Not Found", b"application/json", len(missing)) + missing
 
@@ -136,6 +187,8 @@ class UpstreamProtocol(asyncio.Protocol):
         path = self._url.split(b"?", 1)[0]
         if method == b"POST" and path == b"/v1/chat/completions":
             self._chat(transport, b"".join(self._body))
+        elif method == b"POST" and path in (b"/v1/responses", b"/v1/messages"):
+            self._wire(transport, path.decode().rsplit("/", 1)[1], b"".join(self._body))
         elif method == b"GET" and path == b"/v1/models":
             transport.write(answers.models)
         else:
@@ -156,6 +209,16 @@ class UpstreamProtocol(asyncio.Protocol):
             data = self._answers.whole[kind]
             transport.write(_head(b"200 OK", b"application/json", len(data)) + data)
 
+
+    def _wire(self, transport: asyncio.Transport, route: str, raw: bytes) -> None:
+        body = orjson.loads(raw)
+        key = (route, _wire_kind(route, body))
+        if body.get("stream") is True:
+            transport.write(_head(b"200 OK", b"text/event-stream", None))
+            for event in self._answers.wire_stream[key]:
+                transport.write(event)
+        else:
+            transport.write(self._answers.wire_whole[key])
 
 async def serve(port: int, host: str = "127.0.0.1") -> None:
     loop = asyncio.get_running_loop()

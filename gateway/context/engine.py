@@ -465,11 +465,14 @@ class ContextEngine:
         known = self._known_values(parsed.items, cls)
         final = self._apply_remembered(parsed.items, remembered, parsed.encoding, known)
         stale = stale_tokens(parsed.items, state, cls, self.caches.stale)
-        horizon = step_horizon(messages, parsed.items, state, cls, stale)
         total = fixed + sum(item.tokens for item in final)
         over = total > cls.compaction.high_water * budget.input
-        turns_step = horizon != state.horizon
         first_call = not state.prefix and not state.decisions
+        # A later call over the budget ages what is due (`step_horizon`); a first call has
+        # no cached prefix to keep, and the ladder cuts it to the budget just enough.
+        forced = over and not first_call
+        horizon = step_horizon(messages, parsed.items, state, cls, stale, forced=forced)
+        turns_step = horizon != state.horizon
         ctx = StageContext(
             task_class=cls,
             counter=self.counter,

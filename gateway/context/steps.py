@@ -43,13 +43,15 @@ def step_horizon(
     state: SessionState,
     cls: TaskClass,
     stale: int = 0,
+    forced: bool = False,
 ) -> int:
     """Where age-based compaction reaches after this call (unchanged when no step is due).
 
     Verbatim = turns at or after the horizon. A step is due when they pass a high-water mark
     (in turns or in tokens of compactable items, `stale` tokens of the task statement
     included); it moves the horizon forward as far as needed to bring them to the low-water
-    marks."""
+    marks. `forced`: the call takes a step anyway (over the budget's high-water mark), so
+    the instability budget does not hold back an aging step up to its latest turn."""
     if not cls.compaction.ages:
         return state.horizon
     turns = [i for i, m in enumerate(messages) if m.get("role") == "assistant"]
@@ -57,7 +59,7 @@ def step_horizon(
     for item in items:
         if not (item.pinned or item.goal or item.kind == "system"):
             tokens_from[item.message_index] = tokens_from.get(item.message_index, 0) + item.tokens
-    return horizon_after(turns, tokens_from, len(messages), state, cls, stale)
+    return horizon_after(turns, tokens_from, len(messages), state, cls, stale, forced)
 
 
 def horizon_after(
@@ -67,6 +69,7 @@ def horizon_after(
     state: SessionState,
     cls: TaskClass,
     stale: int = 0,
+    forced: bool = False,
 ) -> int:
     """`step_horizon` from the assistant turns and the compactable tokens per message; only
     those at or after `state.horizon` count, so a caller may pass just those."""
@@ -88,17 +91,23 @@ def horizon_after(
     # Turns completed since the last step (the open one does not count): steps are spaced.
     since = sum(1 for i in turns if i > state.horizon)
     # An instability budget: a step changes the prefix, so a session may take one on at
-    # most `max_step_share` of its calls (counted over the session so far).
+    # most `max_step_share` of its calls (counted over the session so far). A call over the
+    # budget (`forced`) changes the prefix whatever: it ages what is due up to its latest
+    # turn, rather than leave the budget ladder to drop old exchanges whose values a digest
+    # keeps; the latest turn stays the ladder's to cut last.
     affordable = state.steps + 1 <= c.max_step_share * (state.calls + 1)
-    due = since >= c.min_step_turns and affordable and (over_turns or over_tokens)
+    due = since >= c.min_step_turns and (affordable or forced) and (over_turns or over_tokens)
     if not due:
         return state.horizon
+    reach = n_messages if affordable else max(turns[-1] if turns else 0, state.horizon)
     for start in [*turns, n_messages]:
         if start <= state.horizon:
             continue
+        if start >= reach:
+            return reach
         n_turns, n_tokens = verbatim(start)
         if (c.verbatim_turns_high is None or n_turns <= c.verbatim_turns_low) and (
             c.verbatim_tokens_high is None or n_tokens <= c.verbatim_tokens_low
         ):
             return start
-    return n_messages
+    return reach
