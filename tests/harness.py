@@ -53,6 +53,9 @@ def stop(process: subprocess.Popen[bytes]) -> None:
             process.wait()
 
 
+LEARNER_MODELS = frozenset({"reflector-stub", "curator-stub"})  # tests/conftest.py's
+
+
 @dataclass
 class Upstream:
     """The scripted upstream stub (tests/upstream_stub.py) in its own process."""
@@ -78,8 +81,14 @@ class Upstream:
         return recorded
 
     def last_body(self) -> dict[str, Any]:
-        body: dict[str, Any] = orjson.loads(self.requests()[-1]["body"])
-        return body
+        """The last request body the gateway forwarded for a client: the in-process
+        learner's calls to the same stub (its models, `LEARNER_MODELS`) are skipped, since
+        they may arrive in between."""
+        for request in reversed(self.requests()):
+            body: dict[str, Any] = orjson.loads(request["body"])
+            if not (isinstance(body, dict) and body.get("model") in LEARNER_MODELS):
+                return body
+        raise AssertionError("the upstream received no client request")
 
     def clear(self) -> None:
         httpx.delete(f"{self.url}/_requests")
