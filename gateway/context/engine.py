@@ -428,6 +428,7 @@ class ContextEngine:
         changed = fitted.changed or block is not None
         self.metrics.context_tokens.labels(cls.name, "before").inc(r.tokens_before)
         self.metrics.context_tokens.labels(cls.name, "after").inc(fitted.tokens_after)
+        self.metrics.budget_tokens.labels(cls.name, r.budget.source).observe(r.budget.input)
         return FittedCall(
             body={**r.body, "messages": messages} if changed else r.body,
             changed=changed,

@@ -12,6 +12,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 _FAST = (0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 _SLOW = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 _TOKENS = (0, 50, 100, 250, 500, 1000, 2000, 4000, 8000)
+_BUDGETS = (1000, 2000, 4000, 8000, 16000, 32000, 64000, 128000, 256000, 1000000)
 
 
 class Metrics:
@@ -59,6 +60,11 @@ class Metrics:
             "Calls whose fitting passed CTXGATE_FIT_TIMEOUT_S (cause: deadline, queue_full) "
             "and went out unmanaged or were refused",
             ["task_class", "cause", "outcome"], registry=r)
+        self.budget_tokens = Histogram(
+            "ctxgate_budget_tokens",
+            "Input budget each managed call was given, in the gateway's token count (as "
+            "ctxgate_context_tokens_total), by where it came from (x-ctxgate-budget-source)",
+            ["task_class", "source"], buckets=_BUDGETS, registry=r)
         self.stage_seconds = Histogram(
             "ctxgate_pipeline_stage_seconds", "Time per pipeline stage",
             ["stage"], buckets=_FAST, registry=r)
