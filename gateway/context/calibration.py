@@ -12,11 +12,11 @@ count most (the sums are halved whenever they pass DECAY_AT estimated tokens).
 
 from __future__ import annotations
 
-import asyncio
 import time
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from gateway.store import keys
+from gateway.store.batch import BatchedCounts
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
@@ -29,14 +29,13 @@ SCALE_KEY_TTL_S = 30 * 86400
 MAX_MODEL_NAME = 200
 
 
-class TokenCalibration:
-    """Per model: provider tokens per estimated token, learned from the provider's usage."""
+class TokenCalibration(BatchedCounts[str, list[float]]):
+    """Per model: provider tokens per estimated token, learned from the provider's usage.
+    The unsent counts are, per model, [estimated, reported]."""
 
     def __init__(self, redis: aioredis.Redis | None) -> None:
-        self._redis = redis
+        super().__init__(redis, FLUSH_EVERY_S)
         self._local: dict[str, tuple[float, float]] = {}  # model -> (fetched at, scale)
-        self._unsent: dict[str, list[float]] = {}  # model -> [estimated, reported]
-        self._flusher: asyncio.Task[None] | None = None
 
     async def scale(self, model: str) -> float:
         """The model's scale: 1.0 until enough of its calls have been observed."""
@@ -63,34 +62,23 @@ class TokenCalibration:
         counts = self._unsent.setdefault(model[:MAX_MODEL_NAME], [0.0, 0.0])
         counts[0] += estimated
         counts[1] += reported
-        if self._flusher is None or self._flusher.done():
-            self._flusher = asyncio.get_running_loop().create_task(self._flush_soon())
+        self._flusher.schedule()
 
-    async def _flush_soon(self) -> None:
-        await asyncio.sleep(FLUSH_EVERY_S)
-        await self.flush()
+    def _write(self, pipe: Any, key: str, counts: list[float]) -> None:
+        name = keys.token_scale(key)
+        pipe.hincrbyfloat(name, "estimated", counts[0])
+        pipe.hincrbyfloat(name, "reported", counts[1])
+        pipe.expire(name, SCALE_KEY_TTL_S)
 
-    async def flush(self) -> None:
-        """Add the counts observed so far to the models' sums (at shutdown, and in tests)."""
-        unsent, self._unsent = self._unsent, {}
-        if self._redis is None or not unsent:
-            return
-        try:
-            async with self._redis.pipeline(transaction=False) as pipe:
-                for model, (estimated, reported) in unsent.items():
-                    key = keys.token_scale(model)
-                    pipe.hincrbyfloat(key, "estimated", estimated)
-                    pipe.hincrbyfloat(key, "reported", reported)
-                    pipe.expire(key, SCALE_KEY_TTL_S)
-                totals = await pipe.execute()
-            for index, model in enumerate(unsent):
-                estimated, reported = float(totals[3 * index]), float(totals[3 * index + 1])
-                self._local[model] = (time.monotonic(), scale_of(estimated, reported))
-                if estimated > DECAY_AT:
-                    await self._redis.hset(keys.token_scale(model), mapping={
-                        "estimated": estimated / 2, "reported": reported / 2})
-        except Exception:  # a lost batch only slows the learning
-            return
+    async def _written(self, unsent: dict[str, list[float]], results: list[Any]) -> None:
+        """The models' sums as they now stand: the local scales, halved past DECAY_AT."""
+        assert self._redis is not None
+        for index, model in enumerate(unsent):
+            estimated, reported = float(results[3 * index]), float(results[3 * index + 1])
+            self._local[model] = (time.monotonic(), scale_of(estimated, reported))
+            if estimated > DECAY_AT:
+                await self._redis.hset(keys.token_scale(model), mapping={
+                    "estimated": estimated / 2, "reported": reported / 2})
 
 
 def scale_of(estimated: float, reported: float) -> float:

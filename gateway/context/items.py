@@ -67,14 +67,19 @@ class ParsedRequest:
         return self.base_tokens + sum(item.tokens for item in self.items)
 
 
-def content_text(content: Any) -> str:
+TEXT_PARTS = ("text", "input_text")
+
+
+def content_text(content: Any, kinds: tuple[str | None, ...] = TEXT_PARTS) -> str:
+    """A message's text: a string as is, a list of parts as its text parts (`kinds`)
+    joined by newlines."""
     if isinstance(content, str):
         return content
     if isinstance(content, list):
         return "\n".join(
             str(part.get("text", ""))
             for part in content
-            if isinstance(part, Mapping) and part.get("type") in ("text", "input_text")
+            if isinstance(part, Mapping) and part.get("type") in kinds
         )
     return "" if content is None else str(content)
 

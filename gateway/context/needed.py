@@ -26,6 +26,8 @@ import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+from gateway.context.items import TEXT_PARTS, content_text
+
 Message = Mapping[str, Any]
 
 TEXT_TOKEN = re.compile(r"[A-Za-z0-9_./:-]{4,}")
@@ -35,18 +37,8 @@ SYSTEM_ROLES = ("system", "developer")
 
 
 def text_content(content: Any) -> str:
-    """A message's text content: a string as is, a list of parts as its text parts joined."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(
-            str(part.get("text", ""))
-            for part in content
-            if isinstance(part, Mapping) and part.get("type") in ("text", "input_text", None)
-        )
-    return str(content)
+    """A message's text content as the yardstick reads it: parts with no `type` count too."""
+    return content_text(content, (*TEXT_PARTS, None))
 
 
 def leaves(value: Any) -> Iterator[str]:

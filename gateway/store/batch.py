@@ -43,6 +43,9 @@ class BatchedCounts(Generic[K, V]):
     def _write(self, pipe: Any, key: K, counts: V) -> None:
         raise NotImplementedError
 
+    async def _written(self, unsent: dict[K, V], results: list[Any]) -> None:
+        """What the pipeline answered for `unsent` (`_write`'s commands, in order)."""
+
     async def flush(self) -> None:
         """Write the counts observed so far (at shutdown, and in tests and benches)."""
         unsent, self._unsent = self._unsent, {}
@@ -52,6 +55,7 @@ class BatchedCounts(Generic[K, V]):
             async with self._redis.pipeline(transaction=False) as pipe:
                 for key, counts in unsent.items():
                     self._write(pipe, key, counts)
-                await pipe.execute()
+                results = await pipe.execute()
+            await self._written(unsent, results)
         except Exception:  # advisory counts: a lost batch only slows what learns from them
             return
