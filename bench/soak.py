@@ -95,11 +95,12 @@ class Traffic:
         self.answered = 0
         self.feedback_sent = 0
         self.trace_ids: collections.deque[str] = collections.deque(maxlen=1_000)
+        self.limit: int | None = None  # stop once this many requests were sent
 
     async def client(self, index: int, until: float) -> None:
         session: list[dict[str, Any]] = []
         async with httpx.AsyncClient(base_url=self.url, headers=HEADERS, timeout=30) as http:
-            while time.monotonic() < until:
+            while time.monotonic() < until and (self.limit is None or self.sent < self.limit):
                 kind = self.random.choices(list(WEIGHTS), list(WEIGHTS.values()))[0]
                 if kind == "feedback" and not self.trace_ids:
                     kind = "mix"
@@ -208,15 +209,16 @@ class Stack:
         self.workers[0] = self.start_worker(0)
 
 
-async def faults(stack: Stack, until: float, cycle_s: float) -> None:
-    """Each fault in turn, one every `cycle_s` / 4 seconds, until `until`."""
+async def faults(stack: Stack, until: float, cycle_s: float, done: asyncio.Event) -> None:
+    """Each fault in turn, one every `cycle_s` / 4 seconds, until `until` or `done`."""
     schedule: list[tuple[str, Callable[[], Any]]] = [
         ("redis restart", stack.restart_redis), ("upstream stall", stack.stall_upstream),
         ("upstream kill", stack.kill_upstream), ("worker kill", stack.kill_worker)]
     turn = 0
     while True:
-        await asyncio.sleep(cycle_s / len(schedule))
-        if time.monotonic() >= until:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(done.wait(), cycle_s / len(schedule))
+        if done.is_set() or time.monotonic() >= until:
             return
         name, fault = schedule[turn % len(schedule)]
         print(f"{time.strftime('%H:%M:%S')} fault: {name}", flush=True)
@@ -250,8 +252,15 @@ async def soak(args: argparse.Namespace, stack: Stack) -> dict[str, Any]:
     sent_before = traffic.sent
     started = time.monotonic()
     until = started + args.seconds
-    clients = [traffic.client(k, until) for k in range(args.clients)]
-    await asyncio.gather(faults(stack, until, args.cycle_s), *clients)
+    if args.requests is not None:
+        traffic.limit = sent_before + args.requests
+    done = asyncio.Event()
+
+    async def clients() -> None:
+        await asyncio.gather(*(traffic.client(k, until) for k in range(args.clients)))
+        done.set()
+
+    await asyncio.gather(faults(stack, until, args.cycle_s, done), clients())
     elapsed = time.monotonic() - started
     await asyncio.sleep(args.drain_s)  # the workers finish what the traffic queued
     return {"seconds": round(elapsed, 1), "clients": args.clients,
@@ -265,7 +274,9 @@ async def soak(args: argparse.Namespace, stack: Stack) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--seconds", type=float, default=600.0)
+    parser.add_argument("--seconds", type=float, default=600.0, help="at most this long")
+    parser.add_argument("--requests", type=int, default=None,
+                        help="stop once this many requests were sent after the warm-up")
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--cycle-s", type=float, default=60.0, help="all four faults, in turn")
     parser.add_argument("--drain-s", type=float, default=30.0)
