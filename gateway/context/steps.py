@@ -10,12 +10,13 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Mapping, MutableMapping
 from itertools import accumulate
+from math import ceil
 from typing import Any
 
 from gateway.context.items import Item
 from gateway.context.session import SessionState
 from gateway.context.stale import stale_rule
-from gateway.context.taskclass import TaskClass
+from gateway.context.taskclass import Compaction, TaskClass
 
 
 def stale_tokens(
@@ -62,6 +63,28 @@ def step_horizon(
     return horizon_after(turns, tokens_from, len(messages), state, cls, stale, forced)
 
 
+def calls_until_affordable(steps: int, calls: int, share: float) -> int | None:
+    """How many calls after this one the instability budget next allows a step on (0: this
+    one; None: never): the first w with `steps + 1 <= share * (calls + 1 + w)`."""
+    if share <= 0:
+        return None
+    return max(0, ceil((steps + 1) / share - (calls + 1) - 1e-9))
+
+
+def stale_cut_repays(stale: int, resend: int, steps: int, calls: int, c: Compaction) -> bool:
+    """Whether cutting `stale` tokens of the task statement now, ahead of the instability
+    budget, pays: a step re-sends the `resend` tokens after the cut at full price instead
+    of the cached price, while the cut saves the cached price of `stale` on every call until
+    the budget would have allowed the step. (Taken early, the step counts against the
+    budget: the session's next step comes as much later, not an extra prefix change.)"""
+    wait = calls_until_affordable(steps, calls, c.max_step_share)
+    if not wait:
+        return wait == 0
+    if steps > c.max_step_share * calls:  # one step ahead of the budget at most
+        return False
+    return c.cached_price * stale * wait >= (1 - c.cached_price) * resend
+
+
 def horizon_after(
     turns: list[int],
     tokens_from: dict[int, int],
@@ -85,6 +108,7 @@ def horizon_after(
         return len(turns) - bisect_left(turns, start), suffix[bisect_left(indexes, start)]
 
     n_turns, n_tokens = verbatim(state.horizon)
+    resend = n_tokens
     n_tokens += stale
     over_turns = c.verbatim_turns_high is not None and n_turns > c.verbatim_turns_high
     over_tokens = c.verbatim_tokens_high is not None and n_tokens > c.verbatim_tokens_high
@@ -96,6 +120,8 @@ def horizon_after(
     # turn, rather than leave the budget ladder to drop old exchanges whose values a digest
     # keeps; the latest turn stays the ladder's to cut last.
     affordable = state.steps + 1 <= c.max_step_share * (state.calls + 1)
+    if stale and not affordable:  # a large stale block need not wait for the budget
+        affordable = stale_cut_repays(stale, resend, state.steps, state.calls, c)
     due = since >= c.min_step_turns and (affordable or forced) and (over_turns or over_tokens)
     if not due:
         return state.horizon

@@ -319,7 +319,12 @@ def summarize(
     digest keeps the lines that carry most of them and lists their values first."""
     prose = kind in ("assistant", "tool_call")
     source = text if prose else _PROMPT.sub("", text)
-    # A digest drops a turn's prose: its words are listed (those not read above), not only names.
-    notable_only = prose and level < 3
+    # A turn's prose lists only the notable values it omits (names with digits, `_`, `.`, `/`,
+    # camelCase), at the digest level too: an aged turn is re-sent at full price once, at
+    # the step that digests it, then cached on every call, and its plain words are not what
+    # an agent re-types. Issue-7 yardstick, all sessions (bench/README.md, 2026-11-30 swecost7):
+    # cost saved @0.1 SWE-agent 10.3% -> 11.7%, web 65.5 -> 65.9, agentdojo 47.8 -> 48.4,
+    # late reduction +0.3..1.6 points, recall unchanged on every corpus.
+    notable_only = prose
     compact = _structured(text, kind, level, known, focus)
     return _mentions(source, compact, known, level, notable_only, focus)

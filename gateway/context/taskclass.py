@@ -97,11 +97,16 @@ class Compaction(_Settings):
     verbatim_tokens_low: int = 0
     min_step_turns: int = 0  # an aging step waits until this many turns are verbatim
     max_step_share: float = 1.0  # aging steps may start on at most this share of calls
+    # The price of a cached input token relative to a fresh one (the provider's prompt-cache
+    # discount): what a step's full-price re-send is weighed against (`steps.py`).
+    cached_price: float = 0.1
 
     @model_validator(mode="after")
     def _ordered(self) -> Compaction:
         if not 0 < self.low_water <= self.high_water <= 1:
             raise ValueError("need 0 < low_water <= high_water <= 1")
+        if not 0 < self.cached_price <= 1:
+            raise ValueError("need 0 < cached_price <= 1")
         turns, tokens = self.verbatim_turns_high, self.verbatim_tokens_high
         if turns is not None and not 0 <= self.verbatim_turns_low < turns:
             raise ValueError("need 0 <= verbatim_turns_low < verbatim_turns_high")

@@ -121,10 +121,12 @@ def test_digest_keeps_header_errors_and_values_not_lines() -> None:
     log = log.replace("INFO step_20", "ERROR disk full at /var/lib/x")
     out = summarize(log, "tool_result", 3)
     assert "disk full at /var/lib/x" in out and "step_39" in out and "INFO step_5\n" not in out
-    turn = "This will decrypt it based on the key.\n```\npython solve.py --key k1\n```"
-    out = summarize(turn, "assistant", 3, known=frozenset({"This", "will", "it", "the", "key"}))
+    turn = "This decrypts it with keys/k1.pem and k2.pem.\n```\npython solve.py --key k1\n```"
+    out = summarize(turn, "assistant", 3, known=frozenset({"k2.pem"}))
     assert out.startswith("```\npython solve.py --key k1\n```")
-    assert "decrypt" in out and "based" in out and " key" not in out.split("```")[-1]
+    # a turn's prose lists the names it omits (not read above), not its plain words
+    assert "keys/k1.pem" in out and "k2.pem" not in out
+    assert "decrypts" not in out and "with" not in out
 
 
 def test_digest_of_a_command_cuts_the_payload_it_pasted() -> None:
@@ -150,4 +152,4 @@ def test_digest_leaves_out_what_was_read_above_and_long_edits() -> None:
     assert out.startswith("```\nedit 1:1\ndef main():\n[…30 lines]\nend_of_edit\n```")
     assert out.split("[omitted")[0].rstrip().endswith("end_of_edit\n```")
     # the cut lines' names are listed, up to a cap, the last first (nearest the next step)
-    assert "mentions: step_29 step_28 " in out and "(+16 more)" in out
+    assert "mentions: step_29 step_28 " in out and "(+14 more)" in out

@@ -82,6 +82,7 @@ def test_a_class_without_a_playbook_section_takes_the_defaults(tmp_path: Path) -
         ({"budget": {"histroy": 5}}, "task_classes.c.budget.histroy"),
         ({"budget": {"total": True}}, "task_classes.c.budget.total"),
         ({"compaction": {"high_water": 0.5, "low_water": 0.7}}, "task_classes.c.compaction"),
+        ({"compaction": {"cached_price": 0}}, "task_classes.c.compaction"),
         ({"stages": {"sort": {}}}, "task_classes.c.stages.sort"),
         (
             {"stages": {"select": {"stale_patterns": [{"pattern": "(["}]}}},

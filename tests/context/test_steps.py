@@ -1,0 +1,58 @@
+"""When a session takes a compaction step (`steps.py`): the instability budget, and a stale
+task-statement block cut ahead of it when the cut repays its full-price re-send."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.context.session import SessionState
+from gateway.context.steps import calls_until_affordable, horizon_after, stale_cut_repays
+from gateway.context.taskclass import Compaction, TaskClass
+
+SHARE_5 = Compaction(verbatim_tokens_high=1000, verbatim_tokens_low=0, max_step_share=0.2)
+
+
+@pytest.mark.parametrize(
+    ("steps", "calls", "share", "wait"),
+    [
+        (0, 4, 0.2, 0),  # the fifth call: 1 <= 0.2 * 5
+        (0, 2, 0.2, 2),
+        (0, 0, 0.2, 4),
+        (1, 4, 0.2, 5),  # the second step on the tenth call
+        (2, 3, 0.5, 2),
+        (0, 7, 1.0, 0),
+        (3, 3, 0.0, None),
+    ],
+)
+def test_calls_until_affordable(steps: int, calls: int, share: float, wait: int | None) -> None:
+    assert calls_until_affordable(steps, calls, share) == wait
+
+
+def test_a_large_stale_block_repays_its_resend_before_the_budget_allows_a_step() -> None:
+    # 2 calls early: 0.1 * 8000 * 2 = 1600 saved against 0.9 * 600 = 540 re-sent
+    assert stale_cut_repays(8000, 600, 0, 2, SHARE_5)
+    # a small block (the INSTRUCTIONS alone) does not: 0.1 * 700 * 2 = 140 < 540
+    assert not stale_cut_repays(700, 600, 0, 2, SHARE_5)
+    # the price of a cached token decides: at 0.5 the re-send is as dear as what is saved
+    dear = SHARE_5.model_copy(update={"cached_price": 0.5})
+    assert stale_cut_repays(700, 600, 0, 2, dear)
+    assert not stale_cut_repays(200, 600, 0, 2, dear)
+
+
+def test_a_stale_cut_runs_at_most_one_step_ahead_of_the_budget() -> None:
+    assert stale_cut_repays(8000, 600, 0, 2, SHARE_5)
+    # one step taken early (on call 2): the next waits for the budget however large
+    assert not stale_cut_repays(80000, 10, 1, 3, SHARE_5)
+    assert stale_cut_repays(0, 10**6, 1, 9, SHARE_5)  # the budget allows it: no weighing
+
+
+def test_horizon_moves_early_for_a_stale_block_and_not_otherwise() -> None:
+    cls = TaskClass(name="c", compaction=SHARE_5)
+    turns = [2, 4]  # two assistant turns, each followed by a small tool output
+    tokens_from = {2: 100, 3: 200, 4: 100, 5: 200}
+    state = SessionState(horizon=0, calls=2, steps=0)
+    # over the high-water mark by the stale block alone, 2 calls before the budget's step
+    assert horizon_after(turns, tokens_from, 6, state, cls, stale=8000) == 6
+    assert horizon_after(turns, tokens_from, 6, state, cls, stale=900) == 0
+    # without stale tokens the budget holds the step back whatever the verbatim tokens
+    assert horizon_after(turns, {2: 900, 3: 900}, 6, state, cls) == 0
