@@ -120,7 +120,9 @@ def horizon_after(
     # turn, rather than leave the budget ladder to drop old exchanges whose values a digest
     # keeps; the latest turn stays the ladder's to cut last.
     affordable = state.steps + 1 <= c.max_step_share * (state.calls + 1)
-    if stale and not affordable:  # a large stale block need not wait for the budget
+    # A large stale block need not wait for the budget; a session's first call has no
+    # cached prefix to weigh (the budget ladder cuts it just enough).
+    if stale and not affordable and state.calls:
         affordable = stale_cut_repays(stale, resend, state.steps, state.calls, c)
     due = since >= c.min_step_turns and (affordable or forced) and (over_turns or over_tokens)
     if not due:

@@ -54,5 +54,8 @@ def test_horizon_moves_early_for_a_stale_block_and_not_otherwise() -> None:
     # over the high-water mark by the stale block alone, 2 calls before the budget's step
     assert horizon_after(turns, tokens_from, 6, state, cls, stale=8000) == 6
     assert horizon_after(turns, tokens_from, 6, state, cls, stale=900) == 0
+    # a session's first call: no cached prefix to weigh, no early step
+    first = SessionState(horizon=0, calls=0, steps=0)
+    assert horizon_after(turns, tokens_from, 6, first, cls, stale=80000) == 0
     # without stale tokens the budget holds the step back whatever the verbatim tokens
     assert horizon_after(turns, {2: 900, 3: 900}, 6, state, cls) == 0
