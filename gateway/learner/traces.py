@@ -303,8 +303,9 @@ class TraceSink:
         except TimeoutError:
             pass
         finally:
-            if self._retrier is not None:
+            if self._retrier is not None:  # its batch in flight goes back to the buffer
                 self._retrier.cancel()
+                await asyncio.gather(self._retrier, return_exceptions=True)
             if self._held:
                 left = self._held.take(len(self._held))
                 log.warning("%d traces not recorded: redis did not answer before shutdown",
