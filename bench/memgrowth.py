@@ -33,6 +33,7 @@ import orjson
 from bench.learner_load import rss_mb
 from bench.soak import Traffic
 from gateway.app import Gateway
+from gateway.context.caches import SizedLRU
 from gateway.settings import load_settings
 from gateway.store.embedded import EmbeddedRedis
 
@@ -114,7 +115,7 @@ def caches(app: Gateway) -> Iterator[tuple[str, Any, int | None]]:
         assert engine is not None
         for name in engine.caches.__dataclass_fields__:
             cache = getattr(engine.caches, name)
-            yield f"{where} caches.{name}", cache, int(cache.maxsize)
+            yield f"{where} caches.{name}", cache, int(cache.maxsize)  # SizedLRU: see inventory
         for encoding, cache in engine.counter._caches.items():
             yield f"{where} token counts {encoding}", cache, int(cache.maxsize)
         prefixes = engine.prefixes._entries
@@ -139,9 +140,17 @@ def caches(app: Gateway) -> Iterator[tuple[str, Any, int | None]]:
 
 
 def inventory(app: Gateway) -> list[dict[str, Any]]:
-    return [{"cache": name, "entries": len(cache), "bound": bound,
-             "mb_estimate": round(estimate(cache) / 2**20, 1)}
-            for name, cache, bound in caches(app)]
+    """Each cache's entries against its bound, its bytes estimated from a sample, and for
+    one bounded by size too (`SizedLRU`) the size it counts and its size bound."""
+    rows = []
+    for name, cache, bound in caches(app):
+        row = {"cache": name, "entries": len(cache), "bound": bound,
+               "mb_estimate": round(estimate(cache) / 2**20, 1)}
+        if isinstance(cache, SizedLRU):
+            row.update(bound=cache.max_entries, sized_mb=round(cache.currsize / 2**20, 1),
+                       sized_bound_mb=round(cache.maxsize / 2**20))
+        rows.append(row)
+    return rows
 
 
 async def drive(traffic: Traffic, requests: int, clients: int) -> None:
