@@ -139,6 +139,27 @@ def caches(app: Gateway) -> Iterator[tuple[str, Any, int | None]]:
     yield f"playbook token counts ({info.currsize})", {}, info.maxsize
 
 
+def scale_bounds(app: Gateway, scale: float) -> None:
+    """Give the engines' memos `scale` times their entry bounds (token counts, the
+    session-keyed LRUs and the size bounds as they are), so that they fill, and RSS should
+    level off, within a short run."""
+    from dataclasses import fields, replace
+
+    for engine in (app.services.engine, app._fitting_thread.engine):
+        assert engine is not None
+        small = {}
+        for f in fields(engine.caches):
+            cache = getattr(engine.caches, f.name)
+            entries = max(int((cache.max_entries if isinstance(cache, SizedLRU)
+                               else cache.maxsize) * scale), 1)
+            small[f.name] = (SizedLRU(entries, int(cache.maxsize), cache._size_of)
+                             if isinstance(cache, SizedLRU) else type(cache)(maxsize=entries))
+        engine.caches = replace(engine.caches, **small)
+        for name, cache in list(engine.counter._caches.items()):
+            engine.counter._caches[name] = SizedLRU(int(cache.max_entries * scale),
+                                                    int(cache.maxsize))
+
+
 def inventory(app: Gateway) -> list[dict[str, Any]]:
     """Each cache's entries against its bound, its bytes estimated from a sample, and for
     one bounded by size too (`SizedLRU`) the size it counts and its size bound."""
@@ -169,6 +190,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     await app.startup()
     try:
         await app.services.warm.wait()
+        if args.bounds_scale != 1.0:
+            scale_bounds(app, args.bounds_scale)
         traffic = Traffic("http://gateway.test", args.seed, httpx.ASGITransport(app=app))
         await drive(traffic, args.warm_up, args.clients)
         gc.collect()
@@ -214,6 +237,9 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--frames", type=int, default=1, help="tracemalloc frames kept")
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--bounds-scale", type=float, default=1.0,
+                        help="the engine memos' entry bounds times this (e.g. 0.02: they "
+                             "fill within a short run)")
     parser.add_argument("--seed", type=int, default=10)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
