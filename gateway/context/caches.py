@@ -35,7 +35,9 @@ LSH_PARAMS = 64  # MinHash LSH band layout per threshold (one per class setting)
 PARTS_BYTES = 128 << 20
 REWRITTEN_BYTES = 64 << 20
 VALUES_BYTES = 64 << 20
+KNOWN_BYTES = 16 << 20  # a session's constant context has ~100 values: ~5 kB an entry
 ENTRY_BYTES = 200
+TEXT_BYTES = 64  # a short text's own object, and its slot, inside a tuple or a set
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -43,13 +45,13 @@ V = TypeVar("V")
 
 def text_bytes(*parts: object) -> int:
     """The size of the texts in `parts` (texts, bytes, or tuples, lists and sets of them,
-    one level deep), plus ENTRY_BYTES."""
+    one level deep, each of those texts with TEXT_BYTES for its object), plus ENTRY_BYTES."""
     size = ENTRY_BYTES
     for part in parts:
         if isinstance(part, str | bytes):
             size += len(part)
         elif isinstance(part, tuple | list | frozenset | set):
-            size += sum(len(x) for x in part if isinstance(x, str | bytes))
+            size += sum(len(x) + TEXT_BYTES for x in part if isinstance(x, str | bytes))
     return size
 
 
@@ -98,7 +100,7 @@ class ContextCaches:
     rewritten: LRUCache[tuple[str, Decision, str], tuple[str | None, int]] = field(
         default_factory=_sized(REWRITTEN, REWRITTEN_BYTES))
     stale: LRUCache[tuple[str, str], bool] = field(default_factory=_lru(STALE))
-    known: LRUCache[str, frozenset[str]] = field(default_factory=_lru(KNOWN))
+    known: LRUCache[str, frozenset[str]] = field(default_factory=_sized(KNOWN, KNOWN_BYTES))
     values: LRUCache[str, frozenset[str]] = field(default_factory=_sized(VALUES, VALUES_BYTES))
     minhash: LRUCache[str, MinHash] = field(default_factory=_lru(MINHASH))
     lsh_params: LRUCache[float, tuple[int, int]] = field(default_factory=_lru(LSH_PARAMS))

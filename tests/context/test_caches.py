@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gateway.context.caches import ENTRY_BYTES, SizedLRU, text_bytes
+from gateway.context.caches import ENTRY_BYTES, TEXT_BYTES, SizedLRU, text_bytes
 from gateway.context.tokens import TokenCounter
 
 
@@ -32,8 +32,9 @@ def test_an_entry_larger_than_the_size_bound_is_not_kept() -> None:
 
 def test_text_bytes_counts_the_texts_of_keys_and_values() -> None:
     assert text_bytes("abc", 5) == ENTRY_BYTES + 3
-    assert text_bytes(("id", 3, "enc"), ("rewritten", 7)) == ENTRY_BYTES + 2 + 3 + 9
-    assert text_bytes("t", frozenset({"ab", "cde"})) == ENTRY_BYTES + 1 + 5
+    texts = ENTRY_BYTES + 2 + 3 + 9 + 3 * TEXT_BYTES
+    assert text_bytes(("id", 3, "enc"), ("rewritten", 7)) == texts
+    assert text_bytes("t", frozenset({"ab", "cde"})) == ENTRY_BYTES + 1 + 5 + 2 * TEXT_BYTES
 
 
 def test_token_counts_of_long_texts_stay_within_the_size_bound() -> None:
