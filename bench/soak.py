@@ -12,7 +12,9 @@ stalled (SIGSTOP for longer than the gateway's upstream timeout), the upstream k
 restarted (unreachable meanwhile), one worker killed with SIGKILL and restarted.
 
 Reported: requests sent and answered, answers by status and error code (transport errors
-by exception), the gateway's RSS after warm-up and at the end, and the learning queue:
+by exception), the gateway's RSS after warm-up, every `--rss-every-s` seconds (with the
+requests sent by then) and when 25/50/75/100% of the requests were sent, and the learning
+queue:
 jobs queued (trace entries and feedback the stream received), acknowledged, dead-lettered,
 still pending; the playbook bullets learned.
 """
@@ -86,8 +88,10 @@ class RedisServer:
 class Traffic:
     """Clients sending the mix, feedback and long-session calls; answers tallied by cause."""
 
-    def __init__(self, url: str, seed: int) -> None:
+    def __init__(self, url: str, seed: int,
+                 transport: httpx.AsyncBaseTransport | None = None) -> None:
         self.url = url
+        self.transport = transport  # an in-process app's (bench/memgrowth.py), else TCP
         self.random = random.Random(seed)
         self.bodies = mix.bodies()
         self.outcomes: collections.Counter[str] = collections.Counter()
@@ -99,7 +103,8 @@ class Traffic:
 
     async def client(self, index: int, until: float) -> None:
         session: list[dict[str, Any]] = []
-        async with httpx.AsyncClient(base_url=self.url, headers=HEADERS, timeout=30) as http:
+        async with httpx.AsyncClient(base_url=self.url, headers=HEADERS, timeout=30,
+                                     transport=self.transport) as http:
             while time.monotonic() < until and (self.limit is None or self.sent < self.limit):
                 kind = self.random.choices(list(WEIGHTS), list(WEIGHTS.values()))[0]
                 if kind == "feedback" and not self.trace_ids:
@@ -227,6 +232,32 @@ async def faults(stack: Stack, until: float, cycle_s: float, done: asyncio.Event
         turn += 1
 
 
+async def sample_rss(stack: Stack, traffic: Traffic, sent_before: int, every_s: float,
+                     done: asyncio.Event, samples: list[dict[str, float]]) -> None:
+    """The gateway's RSS every `every_s` seconds while the traffic runs (and once at its
+    end): seconds since the warm-up, requests sent since, RSS in MB."""
+    started = time.monotonic()
+    while True:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(done.wait(), every_s)
+        samples.append({"s": round(time.monotonic() - started, 1),
+                        "requests": traffic.sent - sent_before,
+                        "rss_mb": rss_mb([stack.gateway.pid])})
+        if done.is_set():
+            return
+
+
+def rss_by_share(samples: list[dict[str, float]], total: int) -> dict[str, float]:
+    """RSS when 25, 50, 75 and 100% of the requests had been sent (the first sample at or
+    past each share)."""
+    out = {}
+    for share in (25, 50, 75, 100):
+        at = next((x for x in samples if x["requests"] >= total * share / 100), None)
+        if at is not None:
+            out[f"{share}%"] = at["rss_mb"]
+    return out
+
+
 def learning_queue(url: str) -> dict[str, int]:
     """The trace stream's state: entries queued, unacknowledged, never delivered, parked."""
     client = redis.Redis.from_url(url)
@@ -255,12 +286,15 @@ async def soak(args: argparse.Namespace, stack: Stack) -> dict[str, Any]:
     if args.requests is not None:
         traffic.limit = sent_before + args.requests
     done = asyncio.Event()
+    samples: list[dict[str, float]] = []
 
     async def clients() -> None:
         await asyncio.gather(*(traffic.client(k, until) for k in range(args.clients)))
         done.set()
 
-    await asyncio.gather(faults(stack, until, args.cycle_s, done), clients())
+    await asyncio.gather(faults(stack, until, args.cycle_s, done), clients(),
+                         sample_rss(stack, traffic, sent_before, args.rss_every_s, done,
+                                    samples))
     elapsed = time.monotonic() - started
     await asyncio.sleep(args.drain_s)  # the workers finish what the traffic queued
     return {"seconds": round(elapsed, 1), "clients": args.clients,
@@ -269,6 +303,8 @@ async def soak(args: argparse.Namespace, stack: Stack) -> dict[str, Any]:
             "outcomes": dict(traffic.outcomes.most_common()),
             "feedback_sent": traffic.feedback_sent, "faults": dict(stack.restarts),
             "rss_mb_start": rss_start, "rss_mb_end": rss_mb([stack.gateway.pid]),
+            "rss_mb_by_share": rss_by_share(samples, traffic.sent - sent_before),
+            "rss_samples": samples,
             "learning": learning_queue(stack.redis.url)}
 
 
@@ -281,6 +317,8 @@ def main() -> None:
     parser.add_argument("--cycle-s", type=float, default=60.0, help="all four faults, in turn")
     parser.add_argument("--drain-s", type=float, default=30.0)
     parser.add_argument("--seed", type=int, default=10)
+    parser.add_argument("--rss-every-s", type=float, default=10.0,
+                        help="sample the gateway's RSS this often")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     log_dir = Path(tempfile.mkdtemp(prefix="bench-soak-"))

@@ -9,7 +9,8 @@ forwards it as the client sent it, task class `unmanaged`; `refuse` answers 503
 `context_fit_timeout`. Both are logged and counted (`ctxgate_fit_timeouts_total`). The
 class is the one the `x-ctxgate-task-class` header names, else `default`: a call's class
 is only known once fitting has decided it. An engine failure (Redis down, a bug) fails
-open the same way, logged as such.
+open the same way, logged as such; when the failure is Redis being down, the call is
+still traced (`outage_trace`) so that feedback and the learner get it once Redis is back.
 """
 
 from __future__ import annotations
@@ -24,7 +25,13 @@ import orjson
 
 from gateway.api.asgi import parse_json_object
 from gateway.api.pieces import parse_json_in_pieces
-from gateway.context.engine import HEADER_CLASS, HEADER_SESSION, CallContext, FittedCall
+from gateway.context.engine import (
+    HEADER_CLASS,
+    HEADER_SESSION,
+    CallContext,
+    FittedCall,
+    derive_session_id,
+)
 from gateway.context.offload import (
     LARGE_MESSAGES,
     Deadline,
@@ -34,7 +41,9 @@ from gateway.context.offload import (
 )
 from gateway.context.taskclass import DEFAULT_CLASS
 from gateway.errors import ContextBudgetExceeded, ContextFitTimeout, GatewayError
+from gateway.learner.traces import TraceEvent
 from gateway.observability.explain import account_of
+from gateway.store import STORE_DOWN
 from gateway.wire.view import WireFormat, unmarked
 
 if TYPE_CHECKING:
@@ -59,6 +68,7 @@ class Prepared:
     # A call sent as it came whose body was parsed: its session's fidelity record and the
     # baseline signals are taken from it after the response (a timed-out call has none).
     sent: dict[str, Any] | None = None
+    outage: bool = False  # fitting failed open because Redis is down: traced all the same
 
 
 class Fitting:
@@ -127,6 +137,23 @@ class Fitting:
                 "send a shorter history.")
         return Prepared(raw, UNMANAGED)
 
+    def outage_trace(self, wire: WireFormat, call: Call, response: dict[str, Any]) -> TraceEvent:
+        """The trace of a call sent as is because Redis was down: what it forwarded (the
+        client's messages) under the class the header or the rules name (the session's
+        remembered class is in Redis), no playbook injected, no explainer account."""
+        assert call.sent_as_is is not None
+        view = wire.view(call.sent_as_is)
+        messages = view.body.get("messages") or []
+        named = call.headers.get(HEADER_CLASS)
+        if named not in self.engine.classes:
+            named = self.engine.classifier.by_rules(view.body) or DEFAULT_CLASS
+        tenant = call.caller.tenant
+        session_id = (call.headers.get(HEADER_SESSION) or view.session_key
+                      or derive_session_id(tenant, messages))
+        return TraceEvent(tenant=tenant, task_class=named, session_id=session_id,
+                          trace_id=call.trace_id, messages=messages, response=response,
+                          ts=time.time())
+
     async def trace_parts(self, fitted: FittedCall) -> TraceParts:
         """What a call's trace stores; built on the fitting thread for a large call."""
         if self.thread is None or len(fitted.body["messages"]) < LARGE_MESSAGES:
@@ -160,9 +187,10 @@ async def _prepare(engine: ContextEngine, wire: WireFormat, raw: bytes, call: Ca
         fitted = await engine.fit(view.body, context, compact=view.compact)
     except (GatewayError, FitDeadline):
         raise
-    except Exception:
+    except Exception as exc:
         log.exception("context engine failed: forwarding unmanaged",
                       extra={"trace_id": call.trace_id, "endpoint": wire.name})
-        return Prepared(raw, UNMANAGED, stream=stream, sent=body)
+        return Prepared(raw, UNMANAGED, stream=stream, sent=body,
+                        outage=isinstance(exc, STORE_DOWN))
     forward = orjson.dumps(wire.render(body, view, fitted)) if fitted.changed else raw
     return Prepared(forward, fitted.task_class, fitted, stream)

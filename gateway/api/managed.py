@@ -79,7 +79,7 @@ class ManagedRoute:
             prepared = await self._fitting.prepare(self._wire, raw, call)
             call.stream, call.task_class = prepared.stream, prepared.task_class
             call.fitted, forward = prepared.fitted, prepared.forward
-            call.sent_as_is = prepared.sent
+            call.sent_as_is, call.outage = prepared.sent, prepared.outage
             if prepared.fitted is not None and prepared.fitted.signals is not None:
                 await self._record(prepared.fitted.signals)
             del prepared
@@ -127,7 +127,7 @@ class ManagedRoute:
         status = response.status_code
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": data, "more_body": False})
-        if status == 200 and call.fitted is not None:
+        if status == 200 and _traced(call):
             try:
                 call.response = self._wire.summary(orjson.loads(data))
             except (orjson.JSONDecodeError, AttributeError, TypeError):
@@ -137,7 +137,7 @@ class ManagedRoute:
         headers = [*relayed_headers(response), *managed_headers(call)]
         await send({"type": "http.response.start", "status": response.status_code,
                     "headers": headers})
-        watch = call.fitted is not None
+        watch = _traced(call)
         decoder, summary = SSEDecoder(), self._wire.stream_summary()
         try:
             async for chunk in timed_chunks(response, call.wait):
@@ -184,11 +184,23 @@ class ManagedRoute:
             log.warning("fidelity signals of a call sent as is failed",
                         extra={"trace_id": call.trace_id}, exc_info=True)
 
+    def _trace_outage(self, call: Call) -> None:
+        """A call sent as is because Redis was down: its trace waits for Redis (traces.py)."""
+        if self._fitting is None or self._traces is None or not call.response:
+            return
+        try:
+            self._traces.publish(self._fitting.outage_trace(self._wire, call, call.response))
+        except Exception:
+            log.exception("tracing a call made while redis was down failed",
+                          extra={"trace_id": call.trace_id})
+
     async def after_response(self, call: Call) -> None:
         """Feed the forecast and the learner; never fails the (already sent) response."""
         if call.sent_as_is is not None:
             await self._observe_sent(call, call.sent_as_is)
         fitted, fitting = call.fitted, self._fitting
+        if call.outage:
+            self._trace_outage(call)
         if fitted is None or fitting is None:
             return
         response = call.response or {}
@@ -209,6 +221,11 @@ class ManagedRoute:
         finally:
             fitted = None  # the call's own reference is the last: freed where release says
             fitting.release(call)
+
+
+def _traced(call: Call) -> bool:
+    """Whether the call's answer is summarised for its trace."""
+    return call.fitted is not None or call.outage
 
 
 def managed_headers(call: Call) -> list[tuple[bytes, bytes]]:

@@ -18,8 +18,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry.trace import SpanKind, Tracer
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gateway.api.asgi import ASGIApp, Message, Receive, Scope, Send, request_headers, send_response
 from gateway.auth import Principal
@@ -34,13 +32,12 @@ from gateway.errors import (
 from gateway.observability.metrics import Metrics
 from gateway.observability.tracing import parent_context, trace_id_of
 from gateway.settings import Settings
+from gateway.store import STORE_DOWN
 from gateway.upstream.client import UpstreamWait
 
 if TYPE_CHECKING:
     from gateway.context.engine import FittedCall
 
-# Redis not answering (down, restarting, a cluster failing over).
-STORE_DOWN = (RedisConnectionError, RedisTimeoutError)
 log = logging.getLogger("ctxgate.route")
 CALL = "ctxgate.call"  # the scope key under which a route finds its Call
 CLIENT_CLOSED = 499  # nginx's "client closed request": the client hung up first
@@ -61,6 +58,7 @@ class Call:
     stream: bool = False
     fitted: FittedCall | None = None
     sent_as_is: dict[str, Any] | None = None  # bypassed or unmanaged: its body, for fidelity
+    outage: bool = False  # sent as is because Redis is down: still traced from `sent_as_is`
     response: dict[str, Any] | None = None  # the upstream's answer, for the learners
     ttfb_s: float | None = None
     upstream_s: float = 0.0

@@ -4,13 +4,16 @@ Each maps content to what was computed from it (a message's items, a rewritten t
 MinHash...), so a hit is always right and an eviction only costs the work again. All are
 least-recently-used caches from `cachetools`: a hit keeps an entry, the coldest goes first.
 One `ContextCaches` lives on the engine for its lifetime and is passed where it is needed.
+Those that hold texts (a message's, a rewritten one) are bounded by their texts' size too
+(`SizedLRU`): an agent's tool results run to tens of kilobytes each, and a bound by count
+alone would let 100,000 of them stay (measured: bench/memgrowth.py, bench/README.md "Soak").
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from cachetools import LRUCache
 
@@ -27,19 +30,77 @@ KNOWN = 10_000  # values of a session's constant context (system prompt, task st
 VALUES = 100_000  # values of a text, for summaries that skip what the model has read
 MINHASH = 50_000  # a text's MinHash, for near duplicates
 LSH_PARAMS = 64  # MinHash LSH band layout per threshold (one per class setting)
+# Bytes of text (as characters: exact for ASCII) each text-holding memo keeps at most, with
+# ENTRY_BYTES per entry for the objects around the text.
+PARTS_BYTES = 128 << 20
+REWRITTEN_BYTES = 64 << 20
+VALUES_BYTES = 64 << 20
+KNOWN_BYTES = 16 << 20  # a session's constant context has ~100 values: ~5 kB an entry
+ENTRY_BYTES = 200
+TEXT_BYTES = 64  # a short text's own object, and its slot, inside a tuple or a set
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+def text_bytes(*parts: object) -> int:
+    """The size of the texts in `parts` (texts, bytes, or tuples, lists and sets of them,
+    one level deep, each of those texts with TEXT_BYTES for its object), plus ENTRY_BYTES."""
+    size = ENTRY_BYTES
+    for part in parts:
+        if isinstance(part, str | bytes):
+            size += len(part)
+        elif isinstance(part, tuple | list | frozenset | set):
+            size += sum(len(x) + TEXT_BYTES for x in part if isinstance(x, str | bytes))
+    return size
+
+
+def _parts_bytes(key: tuple[Any, ...], parts: list[Part]) -> int:
+    return text_bytes(key) + sum(len(part[3]) for part in parts)
+
+
+class SizedLRU(LRUCache[K, V]):
+    """An LRU bounded by entries and by the size of what they hold (`size_of(key, value)`,
+    estimated): the coldest entries go first past either bound; an entry larger than the
+    whole size bound is not kept."""
+
+    def __init__(self, max_entries: int, max_bytes: int,
+                 size_of: Callable[[Any, Any], int] = text_bytes) -> None:
+        self._next_size = 0  # the entry being set's: cachetools sizes values, not entries
+        super().__init__(maxsize=max_bytes, getsizeof=self._entry_size)
+        self.max_entries = max_entries
+        self._size_of = size_of
+
+    def _entry_size(self, value: V) -> int:
+        return self._next_size
+
+    def __setitem__(self, key: K, value: V) -> None:
+        size = self._size_of(key, value)
+        if size > self.maxsize:
+            return
+        self._next_size = size
+        super().__setitem__(key, value)
+        while len(self) > self.max_entries:
+            self.popitem()
 
 
 def _lru(size: int) -> Callable[[], LRUCache[Any, Any]]:
     return lambda: LRUCache(maxsize=size)
 
 
+def _sized(entries: int, max_bytes: int,
+           size_of: Callable[[Any, Any], int] = text_bytes) -> Callable[[], SizedLRU[Any, Any]]:
+    return lambda: SizedLRU(entries, max_bytes, size_of)
+
+
 @dataclass(frozen=True, slots=True)
 class ContextCaches:
-    parts: LRUCache[tuple[Any, ...], list[Part]] = field(default_factory=_lru(PARTS))
+    parts: LRUCache[tuple[Any, ...], list[Part]] = field(
+        default_factory=_sized(PARTS, PARTS_BYTES, _parts_bytes))
     rewritten: LRUCache[tuple[str, Decision, str], tuple[str | None, int]] = field(
-        default_factory=_lru(REWRITTEN))
+        default_factory=_sized(REWRITTEN, REWRITTEN_BYTES))
     stale: LRUCache[tuple[str, str], bool] = field(default_factory=_lru(STALE))
-    known: LRUCache[str, frozenset[str]] = field(default_factory=_lru(KNOWN))
-    values: LRUCache[str, frozenset[str]] = field(default_factory=_lru(VALUES))
+    known: LRUCache[str, frozenset[str]] = field(default_factory=_sized(KNOWN, KNOWN_BYTES))
+    values: LRUCache[str, frozenset[str]] = field(default_factory=_sized(VALUES, VALUES_BYTES))
     minhash: LRUCache[str, MinHash] = field(default_factory=_lru(MINHASH))
     lsh_params: LRUCache[float, tuple[int, int]] = field(default_factory=_lru(LSH_PARAMS))

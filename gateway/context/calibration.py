@@ -15,6 +15,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, cast
 
+from cachetools import LRUCache
+
 from gateway.store import keys
 from gateway.store.batch import BatchedCounts
 
@@ -27,6 +29,7 @@ SCALE_TTL_S = 10.0  # how long a replica trusts its copy of a model's scale
 FLUSH_EVERY_S = 1.0
 SCALE_KEY_TTL_S = 30 * 86400
 MAX_MODEL_NAME = 200
+LOCAL_MODELS = 1_024  # models whose scale a replica keeps a copy of
 
 
 class TokenCalibration(BatchedCounts[str, list[float]]):
@@ -35,7 +38,8 @@ class TokenCalibration(BatchedCounts[str, list[float]]):
 
     def __init__(self, redis: aioredis.Redis | None) -> None:
         super().__init__(redis, FLUSH_EVERY_S)
-        self._local: dict[str, tuple[float, float]] = {}  # model -> (fetched at, scale)
+        # model -> (fetched at, scale); models are named by clients: an LRU, not a dict
+        self._local: LRUCache[str, tuple[float, float]] = LRUCache(maxsize=LOCAL_MODELS)
 
     async def scale(self, model: str) -> float:
         """The model's scale: 1.0 until enough of its calls have been observed."""

@@ -19,6 +19,8 @@ import time
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, cast
 
+from cachetools import LRUCache
+
 from gateway.context.models import ModelInfo
 from gateway.context.taskclass import BudgetSplit, TaskClass
 from gateway.store import keys
@@ -30,6 +32,7 @@ if TYPE_CHECKING:
 MIN_SAMPLES = 5
 STATS_TTL_S = 10.0  # how long a replica trusts its copy of a class's stats
 FLUSH_EVERY_S = 1.0  # observed completions reach Redis batched, one write a second at most
+LOCAL_STATS = 10_000  # (tenant, class) pairs whose stats a replica keeps a copy of
 FORECAST_TTL_S = 30 * 86400
 
 
@@ -118,7 +121,9 @@ class ForecastStore(BatchedCounts[tuple[str, str], list[float]]):
     def __init__(self, redis: aioredis.Redis | None) -> None:
         # unsent: calls, sum, sum of squares, overflows observed here and not yet in Redis
         super().__init__(redis, FLUSH_EVERY_S)
-        self._local: dict[tuple[str, str], tuple[float, UsageStats]] = {}
+        # One entry per (tenant, class) seen: tenants are unbounded, so an LRU.
+        self._local: LRUCache[tuple[str, str], tuple[float, UsageStats]] = LRUCache(
+            maxsize=LOCAL_STATS)
 
     async def stats(self, tenant: str, task_class: str) -> UsageStats:
         hit = self._local.get((tenant, task_class))

@@ -16,8 +16,8 @@ import threading
 from importlib import resources
 
 import tiktoken
-from cachetools import LRUCache
 
+from gateway.context.caches import SizedLRU
 from gateway.context.offload import not_counted
 
 # tiktoken_ext/openai_public.py: the hash of the official o200k_base.tiktoken file.
@@ -67,15 +67,18 @@ def load_encoding(name: str) -> tiktoken.Encoding:
 
 
 COUNTS_CACHED = 200_000  # distinct texts whose count is kept, per encoding
+COUNTS_BYTES = 64 << 20  # and the size of those texts at most (they are the cache's keys)
 
 
 class TokenCounter:
-    """Counts tokens of texts; each distinct text is encoded once (bounded LRU per encoding)."""
+    """Counts tokens of texts; each distinct text is encoded once (an LRU per encoding,
+    bounded by texts and by their size)."""
 
-    def __init__(self, cache_size: int = COUNTS_CACHED) -> None:
+    def __init__(self, cache_size: int = COUNTS_CACHED, cache_bytes: int = COUNTS_BYTES) -> None:
         self._encodings: dict[str, tiktoken.Encoding] = {}
-        self._caches: dict[str, LRUCache[str, int]] = {}
+        self._caches: dict[str, SizedLRU[str, int]] = {}
         self._cache_size = cache_size
+        self._cache_bytes = cache_bytes
         self._lock = threading.Lock()
 
     def encoding(self, name: str) -> tiktoken.Encoding:
@@ -87,7 +90,7 @@ class TokenCounter:
                 if enc is None:
                     enc = load_encoding(name)
                     self._encodings[name] = enc
-                    self._caches[name] = LRUCache(maxsize=self._cache_size)
+                    self._caches[name] = SizedLRU(self._cache_size, self._cache_bytes)
         return enc
 
     def count(self, text: str, encoding: str) -> int:

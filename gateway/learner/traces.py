@@ -7,7 +7,8 @@ learner's TTL (so `POST /v1/feedback` can find it, and only for its own tenant),
 announced on the trace stream that the workers consume only when it may teach something
 (`signals.may_teach`: a trailing tool exchange in a class with a playbook). A call with no
 signal costs the learner nothing; explicit feedback on it queues it later
-(`record_feedback`).
+(`record_feedback`). While Redis is down, traces are held in memory (bounded: `outage.py`)
+and written back in order once it answers; shutdown waits a few seconds for that.
 """
 
 from __future__ import annotations
@@ -21,11 +22,12 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from gateway.learner.outage import OutageBuffer, TraceRecord
 from gateway.learner.signals import may_teach
 from gateway.observability.explain import ACCOUNT_FIELD
 from gateway.playbook.config import ClassPlaybook, class_playbook, learner_settings
 from gateway.services import Services
-from gateway.store import keys
+from gateway.store import STORE_DOWN, keys
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
@@ -36,6 +38,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 BATCH = 64  # traces per pipeline: one round trip carries many under load
+RETRY_FIRST_S = 0.5  # first wait before writing held traces back; doubles up to
+RETRY_MAX_S = 10.0  # this while Redis stays down
+SHUTDOWN_WAIT_S = 5.0  # how long shutdown keeps trying to write held traces
 EVENT_FIELD = "event"
 FEEDBACK_FIELD = "feedback"
 
@@ -110,7 +115,9 @@ class TraceSink:
     """Writes trace events to Redis in the background, batched; `aclose` flushes them.
 
     `teaches` decides which events are queued for the workers (all of them when None);
-    every event is stored for feedback either way.
+    every event is stored for feedback either way. While Redis is down, traces wait in a
+    bounded `OutageBuffer` and are written back in order, with backoff, once it answers;
+    newer traces queue behind them so that a session's traces stay in order.
     """
 
     def __init__(
@@ -124,6 +131,8 @@ class TraceSink:
         keep_chars: int = 48_000,
         teaches: Callable[[TraceEvent], bool] | None = None,
         shards: int = 1,
+        outage_traces: int = 5000,
+        outage_bytes: int = 64 << 20,
     ) -> None:
         self._redis = redis
         self._shards = shards
@@ -136,6 +145,9 @@ class TraceSink:
         self._queue: deque[tuple[TraceEvent, bool]] = deque()
         self._in_flight = 0
         self._writer: asyncio.Task[None] | None = None
+        self._held = OutageBuffer(outage_traces, outage_bytes)
+        self._writing_back = asyncio.Lock()  # one write-back at a time, in order
+        self._retrier: asyncio.Task[None] | None = None
 
     @classmethod
     def from_services(cls, services: Services) -> TraceSink:
@@ -144,11 +156,13 @@ class TraceSink:
         return cls(services.redis, services.metrics, ttl_s=learner.trace_ttl_s,
                    stream_maxlen=learner.stream_maxlen, max_pending=learner.pending_tasks,
                    keep_chars=2 * learner.max_trace_chars,
-                   teaches=TeachingFilter(services.settings), shards=learner.trace_shards)
+                   teaches=TeachingFilter(services.settings), shards=learner.trace_shards,
+                   outage_traces=learner.outage_buffer_traces,
+                   outage_bytes=learner.outage_buffer_bytes)
 
     def publish(self, event: TraceEvent) -> None:
         """Queue `event`; one writer task sends queued events in batched pipelines."""
-        if self.pending >= self._max_pending:
+        if len(self._queue) + self._in_flight >= self._max_pending:
             if self._metrics is not None:  # Redis is slower than traffic: shed, never block
                 self._metrics.worker_failure(
                     "trace_shed", keys.trace_shard(event.tenant, self._shards))
@@ -163,49 +177,141 @@ class TraceSink:
             batch = [self._queue.popleft() for _ in range(min(BATCH, len(self._queue)))]
             self._in_flight = len(batch)
             try:
-                await self._write(batch)
+                records = [self._record(event, teaches) for event, teaches in batch]
+                del batch
+                if self._holding:  # older traces wait for the store: these go after them
+                    self._hold(records)
+                else:
+                    await self._write(records)
             finally:
                 self._in_flight = 0
 
-    async def _write(self, batch: list[tuple[TraceEvent, bool]]) -> None:
+    def _record(self, event: TraceEvent, teaches: bool) -> TraceRecord:
+        """The bytes the stored trace holds: messages trimmed, the account beside them."""
+        kept = replace(event, messages=keep_recent(event.messages, self._keep_chars),
+                       account=None)
+        account = orjson.dumps(event.account) if event.account is not None else None
+        return TraceRecord(event.tenant, event.trace_id, kept.to_json(), account, teaches)
+
+    async def _write(self, records: list[TraceRecord]) -> None:
         try:
-            async with self._redis.pipeline(transaction=False) as pipe:
-                for event, teaches in batch:
-                    trace_key = keys.trace(event.tenant, event.trace_id)
-                    kept = replace(event, messages=keep_recent(event.messages, self._keep_chars),
-                                   account=None)
-                    pipe.hset(trace_key, EVENT_FIELD, kept.to_json())
-                    if event.account is not None:
-                        pipe.hset(trace_key, ACCOUNT_FIELD, orjson.dumps(event.account))
-                        pipe.set(keys.trace_owner(event.trace_id), event.tenant, ex=self._ttl_s)
-                    pipe.expire(trace_key, self._ttl_s)
-                    if not teaches:
-                        continue  # stored for feedback; nothing for a worker to do now
-                    pipe.xadd(
-                        keys.trace_stream(keys.trace_shard(event.tenant, self._shards)),
-                        {"kind": "trace", "tenant": event.tenant, "trace_id": event.trace_id},
-                        maxlen=self._maxlen, approximate=True,
-                    )
-                await pipe.execute()
+            await self._send(records)
+        except STORE_DOWN:  # kept until Redis answers again
+            self._hold(records)
         except Exception:  # a lost trace costs a lesson, never a response
-            log.warning("%d traces not recorded", len(batch), exc_info=True)
-            if self._metrics is not None:
-                per_shard = Counter(keys.trace_shard(event.tenant, self._shards)
-                                    for event, _ in batch)
-                for shard, n in sorted(per_shard.items()):
-                    self._metrics.worker_failure("trace_write", shard, n)
+            log.warning("%d traces not recorded", len(records), exc_info=True)
+            self._count("trace_write", records)
+
+    async def _send(self, records: list[TraceRecord]) -> None:
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for record in records:
+                trace_key = keys.trace(record.tenant, record.trace_id)
+                pipe.hset(trace_key, EVENT_FIELD, record.event)
+                if record.account is not None:
+                    pipe.hset(trace_key, ACCOUNT_FIELD, record.account)
+                    pipe.set(keys.trace_owner(record.trace_id), record.tenant, ex=self._ttl_s)
+                pipe.expire(trace_key, self._ttl_s)
+                if not record.teaches:
+                    continue  # stored for feedback; nothing for a worker to do now
+                pipe.xadd(
+                    keys.trace_stream(keys.trace_shard(record.tenant, self._shards)),
+                    {"kind": "trace", "tenant": record.tenant, "trace_id": record.trace_id},
+                    maxlen=self._maxlen, approximate=True,
+                )
+            await pipe.execute()
+
+    @property
+    def _holding(self) -> bool:
+        """Traces wait for the store (or are being written back): newer ones queue behind."""
+        return bool(self._held) or self._writing_back.locked()
+
+    def _hold(self, records: list[TraceRecord]) -> None:
+        """Keep `records` for when Redis answers (the oldest shed past the bounds)."""
+        self._update(self._held.extend(records))
+        if self._retrier is None or self._retrier.done():
+            log.warning("redis unavailable: keeping traces in memory until it answers",
+                        extra={"buffered": len(self._held)})
+            self._retrier = asyncio.get_running_loop().create_task(self._retry())
+
+    def _update(self, shed: list[TraceRecord] | None = None) -> None:
+        """Count the traces shed from the buffer, and show what it holds."""
+        if shed:
+            self._count("trace_outage_shed", shed)
+        if self._metrics is not None:
+            self._metrics.trace_outage_buffered.set(len(self._held))
+            self._metrics.trace_outage_buffered_bytes.set(self._held.bytes)
+
+    def _count(self, reason: str, records: list[TraceRecord]) -> None:
+        if self._metrics is None:
+            return
+        per_shard = Counter(keys.trace_shard(r.tenant, self._shards) for r in records)
+        for shard, n in sorted(per_shard.items()):
+            self._metrics.worker_failure(reason, shard, n)
+
+    async def _retry(self) -> None:
+        """Write the held traces back once Redis answers, backing off while it does not."""
+        delay = RETRY_FIRST_S
+        while True:
+            await asyncio.sleep(delay)
+            if await self._write_back():
+                return
+            delay = min(delay * 2, RETRY_MAX_S)
+
+    async def _write_back(self) -> bool:
+        """Write the held traces, oldest first; False when Redis still does not answer."""
+        async with self._writing_back:
+            written = 0
+            while self._held:
+                batch = self._held.take(BATCH)
+                try:
+                    await self._send(batch)
+                except STORE_DOWN:
+                    self._update(self._held.put_back(batch))
+                    return False
+                except asyncio.CancelledError:  # shutdown's wait ran out: still held
+                    self._held.put_back(batch)
+                    raise
+                except Exception:
+                    log.warning("%d traces not recorded", len(batch), exc_info=True)
+                    self._count("trace_write", batch)
+                written += len(batch)
+                self._update()
+            if written:
+                log.info("redis answers again: held traces written", extra={"traces": written})
+            return True
 
     @property
     def pending(self) -> int:
-        return len(self._queue) + self._in_flight
+        """Traces published but not yet in Redis (held through an outage included)."""
+        return len(self._queue) + self._in_flight + len(self._held)
 
     async def flush(self) -> None:
-        """Wait until every trace published so far has been written (or given up on)."""
+        """Wait until every trace published so far has been written or given up on, and
+        try once to write back the traces held through an outage."""
         while self._writer is not None and not self._writer.done():
             await asyncio.shield(self._writer)
+        if self._held:
+            await self._write_back()
 
-    async def aclose(self) -> None:
-        await self.flush()
+    async def aclose(self, timeout_s: float = SHUTDOWN_WAIT_S) -> None:
+        """Flush, retrying the held traces for at most `timeout_s`; count what is left."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self.flush()
+                while self._held and not await self._write_back():
+                    await asyncio.sleep(RETRY_FIRST_S)
+        except TimeoutError:
+            pass
+        finally:
+            if self._retrier is not None:  # its batch in flight goes back to the buffer
+                self._retrier.cancel()
+                await asyncio.gather(self._retrier, return_exceptions=True)
+            if self._held:
+                left = self._held.take(len(self._held))
+                log.warning("%d traces not recorded: redis did not answer before shutdown",
+                            len(left))
+                self._update()
+                self._count("trace_outage_shed", left)
 
 
 async def load_trace(

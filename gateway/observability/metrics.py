@@ -93,6 +93,15 @@ class Metrics:
             "ctxgate_trace_queue_depth", "Trace events waiting for a worker", registry=r)
         self.worker_failures = Counter(
             "ctxgate_worker_failures_total", "Learner failures", ["reason"], registry=r)
+        # Not in INTERFACE.md's table: traces held in memory while Redis is down (those
+        # shed past the bounds count on ctxgate_worker_failures_total{reason=trace_outage_shed}).
+        self.trace_outage_buffered = Gauge(
+            "ctxgate_trace_outage_buffered",
+            "Traces held in memory while Redis is down, to be written when it answers",
+            registry=r)
+        self.trace_outage_buffered_bytes = Gauge(
+            "ctxgate_trace_outage_buffered_bytes", "Bytes of the traces held while Redis is down",
+            registry=r)
         # Per trace shard (learner.trace_shards): not in INTERFACE.md's table, whose two
         # metrics above keep their labels and count every shard.
         self.trace_shard_depth = Gauge(

@@ -86,6 +86,10 @@ class LearnerSettings(_Strict):
     trace_shards: int = Field(default=1, gt=0)  # trace streams, tenant-hashed (keys.py)
     max_trace_chars: int = Field(default=24_000, gt=0)  # of the trace shown to the Reflector
     pending_tasks: int = Field(default=1000, gt=0)  # TraceSink: XADDs in flight before shedding
+    # Traces held in memory while Redis is down, written back when it answers; past either
+    # bound the oldest are shed (ctxgate_worker_failures_total{reason="trace_outage_shed"}).
+    outage_buffer_traces: int = Field(default=5000, ge=0)
+    outage_buffer_bytes: int = Field(default=64 << 20, ge=0)
 
 
 def problems(exc: ValidationError, name: str) -> str:

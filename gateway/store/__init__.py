@@ -1,5 +1,12 @@
 """Redis: the embedded server, the client, and every key name (see keys.py)."""
 
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+# Redis not answering (down, restarting, loading its data, a cluster failing over): what
+# the gateway fails open on, and what the trace writer keeps traces through.
+STORE_DOWN = (RedisConnectionError, RedisTimeoutError)
+
 
 def as_text(value: object) -> str:
     """A Redis reply (bytes: the clients run with decode_responses off) as text."""

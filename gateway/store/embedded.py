@@ -62,7 +62,7 @@ class EmbeddedRedis:
         if running is not None:  # another serve on this data dir owns it: share it
             self.port = running
             return self
-        self.port = _free_port()
+        self.port = self.port or _free_port()  # a restart keeps its port: clients reconnect
         args = [
             REDIS_SERVER_PATH, "--port", str(self.port), "--bind", "127.0.0.1",
             "--dir", str(self.data_dir.resolve()), "--appendonly", "yes",

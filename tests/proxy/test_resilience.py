@@ -1,44 +1,192 @@
-"""When Redis goes away the gateway fails open: agents keep working, /readyz says why."""
+"""When Redis goes away the gateway fails open: agents keep working, /readyz says why, and
+the traces of the calls made meanwhile are kept in memory (bounded) and written once Redis
+answers again, in order, so that feedback and the learner still get them."""
 
 from __future__ import annotations
 
-from pathlib import Path
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import openai
+import pytest
+import redis
 
+from gateway.auth import tenant_of_token
+from gateway.learner.traces import TraceEvent
+from gateway.store import keys
 from gateway.store.embedded import EmbeddedRedis
 from tests.harness import Gateway, Upstream, stop
 
+HELD = 3  # learner.outage_buffer_traces of this module's gateway
 
-def test_redis_outage_forwards_unmanaged(tmp_path: Path, upstream: Upstream) -> None:
-    redis = EmbeddedRedis(tmp_path / "redis").start()
-    server = Gateway.start(tmp_path / "gw", {"CTXGATE_UPSTREAM_URL": f"{upstream.url}/v1",
-                                             "CTXGATE_REDIS_URL": redis.url,
-                                             "CTXGATE_WORKER": "off"})
-    api = openai.OpenAI(base_url=server.base_url, api_key="sk-outage-0000", max_retries=0)
-    messages = [{"role": "user", "content": "still there?"}]
+
+@pytest.fixture(scope="module")
+def outage_stack(tmp_path_factory: pytest.TempPathFactory,
+                 upstream: Upstream) -> Iterator[tuple[EmbeddedRedis, Gateway]]:
+    """A gateway and a Redis of their own (these tests stop it), shared by the module;
+    each test leaves Redis running again."""
+    tmp = tmp_path_factory.mktemp("outage")
+    store = EmbeddedRedis(tmp / "redis").start()
+    server = Gateway.start(tmp / "gw", {
+        "CTXGATE_UPSTREAM_URL": f"{upstream.url}/v1", "CTXGATE_REDIS_URL": store.url,
+        "CTXGATE_WORKER": "off", "CTXGATE_LEARNER": json.dumps({"outage_buffer_traces": HELD}),
+    }, wait_path="/readyz")
     try:
-        managed = api.chat.completions.with_raw_response.create(model="m", messages=messages)  # type: ignore[arg-type]
-        assert managed.headers["x-ctxgate-task-class"] != "unmanaged"
-        redis.stop()
-        upstream.clear()
-        degraded = api.chat.completions.with_raw_response.create(model="m", messages=messages)  # type: ignore[arg-type]
-        assert degraded.headers["x-ctxgate-task-class"] == "unmanaged"
-        assert degraded.parse().choices[0].message.content == "echo: still there?"
-        assert upstream.last_body()["messages"] == messages
-        ready = httpx.get(f"{server.url}/readyz")
-        assert ready.status_code == 503 and "redis" in ready.json()["reason"]
-        assert httpx.get(f"{server.url}/metrics").status_code == 200
-        # Feedback cannot fail open: the caller is told to retry, in the OpenAI envelope.
-        trace_id = managed.headers["x-ctxgate-trace-id"]
-        feedback = httpx.post(f"{server.base_url}/feedback", json={
-            "trace_id": trace_id, "outcome": "failure"},
-            headers={"authorization": "Bearer sk-outage-0000"}, timeout=30)
-        assert feedback.status_code == 503, feedback.text
-        assert feedback.json()["error"]["code"] == "store_unavailable"
-        assert feedback.headers["retry-after"] == "1"
+        yield store, server
     finally:
         stop(server.process)
-        redis.stop()
+        store.stop()
+
+
+@pytest.fixture
+def stack(outage_stack: tuple[EmbeddedRedis, Gateway]) -> Iterator[tuple[EmbeddedRedis, Gateway]]:
+    store, server = outage_stack
+    try:
+        yield outage_stack
+    finally:
+        if store.process is None:
+            store.start()
+        wait_metric(server, "ctxgate_trace_outage_buffered", 0, timeout_s=30)
+
+
+def test_redis_outage_forwards_unmanaged(stack: tuple[EmbeddedRedis, Gateway],
+                                         upstream: Upstream) -> None:
+    store, server = stack
+    api = openai.OpenAI(base_url=server.base_url, api_key="sk-outage-0000", max_retries=0)
+    messages = [{"role": "user", "content": "still there?"}]
+    managed = api.chat.completions.with_raw_response.create(model="m", messages=messages)  # type: ignore[arg-type]
+    assert managed.headers["x-ctxgate-task-class"] != "unmanaged"
+    store.stop()
+    upstream.clear()
+    degraded = api.chat.completions.with_raw_response.create(model="m", messages=messages)  # type: ignore[arg-type]
+    assert degraded.headers["x-ctxgate-task-class"] == "unmanaged"
+    assert degraded.parse().choices[0].message.content == "echo: still there?"
+    assert upstream.last_body()["messages"] == messages
+    ready = httpx.get(f"{server.url}/readyz")
+    assert ready.status_code == 503 and "redis" in ready.json()["reason"]
+    assert httpx.get(f"{server.url}/metrics").status_code == 200
+    # Feedback cannot fail open: the caller is told to retry, in the OpenAI envelope.
+    trace_id = managed.headers["x-ctxgate-trace-id"]
+    feedback = post_feedback(server, "sk-outage-0000", trace_id)
+    assert feedback.status_code == 503, feedback.text
+    assert feedback.json()["error"]["code"] == "store_unavailable"
+    assert feedback.headers["retry-after"] == "1"
     assert "context engine failed: forwarding unmanaged" in server.log
+
+
+def agent_step(n: int) -> list[dict[str, Any]]:
+    """A coding agent's call whose last tool result failed: a call that may teach."""
+    call = {"id": f"call_{n}", "type": "function",
+            "function": {"name": "bash", "arguments": '{"command": "pytest"}'}}
+    return [{"role": "system", "content": "You are a coding agent."},
+            {"role": "user", "content": f"Fix the failing test number {n}."},
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": f"call_{n}",
+             "content": "Traceback (most recent call last):\nAssertionError: 1 != 2"}]
+
+
+BASH = [{"type": "function", "function": {"name": "bash", "parameters": {
+    "type": "object", "properties": {"command": {"type": "string"}}}}}]
+
+
+def outage_calls(server: Gateway, key: str, n: int) -> list[tuple[str, list[dict[str, Any]]]]:
+    """`n` agent calls answered while Redis is down: their trace ids and messages."""
+    api = openai.OpenAI(base_url=server.base_url, api_key=key, max_retries=0)
+    made = []
+    for i in range(n):
+        messages = agent_step(i)
+        raw = api.chat.completions.with_raw_response.create(
+            model="m", messages=messages, tools=BASH)  # type: ignore[arg-type]
+        assert raw.headers["x-ctxgate-task-class"] == "unmanaged"
+        made.append((raw.headers["x-ctxgate-trace-id"], messages))
+    return made
+
+
+def post_feedback(server: Gateway, key: str, trace_id: str) -> httpx.Response:
+    return httpx.post(f"{server.base_url}/feedback", json={
+        "trace_id": trace_id, "outcome": "failure"},
+        headers={"authorization": f"Bearer {key}"}, timeout=30)
+
+
+def stored(store: EmbeddedRedis, tenant: str, trace_id: str) -> TraceEvent | None:
+    raw = redis.Redis(port=store.port).hget(keys.trace(tenant, trace_id), "event")
+    return TraceEvent.from_json(raw) if raw else None  # type: ignore[arg-type]
+
+
+def wait_stored(store: EmbeddedRedis, tenant: str, trace_id: str) -> TraceEvent:
+    deadline = time.monotonic() + 30  # the writer retries with backoff (at most 10 s)
+    while time.monotonic() < deadline:
+        event = stored(store, tenant, trace_id)
+        if event is not None:
+            return event
+        time.sleep(0.1)
+    raise AssertionError(f"trace {trace_id} never written")
+
+
+def wait_metric(server: Gateway, name: str, value: float, timeout_s: float = 10,
+                **labels: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while server.metric(name, **labels) != value:
+        assert time.monotonic() < deadline, f"{name}{labels} = {server.metric(name, **labels)}"
+        time.sleep(0.05)
+
+
+def test_traces_made_during_an_outage_are_written_once_redis_answers(
+        stack: tuple[EmbeddedRedis, Gateway]) -> None:
+    store, server = stack
+    key = "sk-outage-held-0001"
+    tenant = tenant_of_token(key)
+    store.stop()
+    made = outage_calls(server, key, 2)
+    wait_metric(server, "ctxgate_trace_outage_buffered", 2)
+    assert post_feedback(server, key, made[0][0]).status_code == 503
+    store.start()  # same port: the gateway's client reconnects
+    # Written back by the writer on its own (no feedback sent since Redis returned).
+    last = wait_stored(store, tenant, made[1][0])
+    assert last.task_class == "coding_agent"  # by the class rules (its bash tool)
+    assert last.messages == made[1][1]
+    assert last.response["content"].startswith("echo: ")
+    # In order, and both queued for the workers (each may teach: a failed tool result).
+    entries = redis.Redis(port=store.port).xrange(keys.TRACE_STREAM)
+    queued = [fields[b"trace_id"].decode() for _, fields in entries]
+    assert queued == [trace_id for trace_id, _ in made]
+    wait_metric(server, "ctxgate_trace_outage_buffered", 0)
+    feedback = post_feedback(server, key, made[0][0])
+    assert feedback.status_code == 202, feedback.text
+    assert feedback.json() == {"status": "accepted", "trace_id": made[0][0]}
+    assert redis.Redis(port=store.port).hget(keys.trace(tenant, made[0][0]), "feedback")
+
+
+def test_feedback_right_after_redis_returns_finds_a_held_trace(
+        stack: tuple[EmbeddedRedis, Gateway]) -> None:
+    store, server = stack
+    key = "sk-outage-held-0002"
+    store.stop()
+    [(trace_id, _)] = outage_calls(server, key, 1)
+    wait_metric(server, "ctxgate_trace_outage_buffered", 1)
+    store.start()
+    # Before the writer's next retry: feedback writes the held traces back first.
+    feedback = post_feedback(server, key, trace_id)
+    assert feedback.status_code == 202, feedback.text
+    assert stored(store, tenant_of_token(key), trace_id) is not None
+
+
+def test_past_the_bound_the_oldest_held_traces_are_shed_and_counted(
+        stack: tuple[EmbeddedRedis, Gateway]) -> None:
+    store, server = stack
+    key = "sk-outage-shed-0003"
+    tenant = tenant_of_token(key)
+    shed_before = server.metric("ctxgate_worker_failures_total", reason="trace_outage_shed")
+    store.stop()
+    made = outage_calls(server, key, HELD + 2)
+    wait_metric(server, "ctxgate_worker_failures_total", shed_before + 2,
+                reason="trace_outage_shed")
+    assert server.metric("ctxgate_trace_outage_buffered") == HELD
+    store.start()
+    for trace_id, _ in made[2:]:
+        wait_stored(store, tenant, trace_id)
+    assert [stored(store, tenant, trace_id) for trace_id, _ in made[:2]] == [None, None]
+    assert post_feedback(server, key, made[0][0]).status_code == 404

@@ -18,7 +18,7 @@ import hashlib
 import re
 from collections.abc import Collection, MutableMapping
 
-from datasketch import MinHash, MinHashLSH
+from datasketch import LeanMinHash, MinHash, MinHashLSH
 
 from gateway.context.apply import pointer
 from gateway.context.forecast import Budget
@@ -41,9 +41,10 @@ def _minhash(text: str, memo: MutableMapping[str, MinHash]) -> MinHash:
     if found is None:
         words = _WORD.findall(text)
         shingles = {" ".join(words[i : i + 5]).encode() for i in range(max(len(words) - 4, 1))}
-        found = MinHash(num_perm=NUM_PERM, seed=7)
-        found.update_batch(list(shingles))
-        memo[key] = found
+        sketch = MinHash(num_perm=NUM_PERM, seed=7)
+        sketch.update_batch(list(shingles))
+        # Kept lean: its hash values only, not the 1 kB of permutations every MinHash has.
+        found = memo[key] = LeanMinHash(sketch)
     return found
 
 

@@ -1,0 +1,47 @@
+"""The engine's memos stay within their bounds: entries, and the size of the texts held."""
+
+from __future__ import annotations
+
+from gateway.context.caches import ENTRY_BYTES, TEXT_BYTES, SizedLRU, text_bytes
+from gateway.context.tokens import TokenCounter
+
+
+def test_the_size_bound_evicts_the_coldest() -> None:
+    cache: SizedLRU[str, int] = SizedLRU(100, 3 * (ENTRY_BYTES + 1000))
+    for name in "abc":
+        cache[name * 1000] = 1
+    assert cache.get("a" * 1000) == 1  # "a" is now the most recently used
+    cache["d" * 1000] = 1
+    assert set(cache) == {"a" * 1000, "c" * 1000, "d" * 1000}
+    assert cache.currsize == 3 * (ENTRY_BYTES + 1000)
+
+
+def test_the_entry_bound_holds_for_small_entries() -> None:
+    cache: SizedLRU[str, int] = SizedLRU(3, 10**9)
+    for n in range(10):
+        cache[str(n)] = n
+    assert sorted(cache) == ["7", "8", "9"]
+
+
+def test_an_entry_larger_than_the_size_bound_is_not_kept() -> None:
+    cache: SizedLRU[str, int] = SizedLRU(10, 5000)
+    cache["small"] = 1
+    cache["x" * 10_000] = 2  # no ValueError: the call still gets its answer
+    assert list(cache) == ["small"]
+
+
+def test_text_bytes_counts_the_texts_of_keys_and_values() -> None:
+    assert text_bytes("abc", 5) == ENTRY_BYTES + 3
+    texts = ENTRY_BYTES + 2 + 3 + 9 + 3 * TEXT_BYTES
+    assert text_bytes(("id", 3, "enc"), ("rewritten", 7)) == texts
+    assert text_bytes("t", frozenset({"ab", "cde"})) == ENTRY_BYTES + 1 + 5 + 2 * TEXT_BYTES
+
+
+def test_token_counts_of_long_texts_stay_within_the_size_bound() -> None:
+    counter = TokenCounter(cache_bytes=20 * (ENTRY_BYTES + 5000))  # small, to test quickly
+    for n in range(100):
+        text = f"{n:05d}" + " word" * 999
+        assert counter.count(text, "cl100k_base") > 900
+    cache = counter._caches["cl100k_base"]
+    assert len(cache) <= 20 and cache.currsize <= cache.maxsize
+    assert counter.count(f"{99:05d}" + " word" * 999, "cl100k_base") > 900
