@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import os
 import statistics
 import subprocess
@@ -76,6 +77,10 @@ async def _engine_child(turns: int, seeds: int, web: int, corpora: Path | None
     engine = build_engine(Settings())
     assert engine.embedder is not None
     await engine.embedder.embed(["warm up"])
+    # As the gateway does once warm (app.py): the model's ~500k long-lived objects out of
+    # the collector's sight, else every full collection walks them within some call's time.
+    gc.collect()
+    gc.freeze()
     out: dict[str, Any] = {}
     for name, calls in _sessions(turns, seeds, web, corpora):
         ms, between, previous = [], [], None
