@@ -170,7 +170,12 @@ class Record:
     def load(cls, state: SessionState, seen: Haystack | None = None) -> Record | None:
         if not state.fidelity:
             return None
-        raw = orjson.loads(state.fidelity)
+        if seen is not None and seen.record_raw == state.fidelity:
+            count, last, calls = seen.record  # what an earlier call of this process wrote
+        else:
+            raw = orjson.loads(state.fidelity)
+            count, last = int(raw["n"]), str(raw["last"])
+            calls = [IndexedCall(n, tuple(s), r) for n, s, r in raw["calls"]]
         if seen is not None and seen.lost_raw is not None and seen.lost_raw == state.lost:
             lost = seen.lost  # decoded by an earlier call: `lost` changes at steps only
         else:
@@ -178,8 +183,7 @@ class Record:
             lost = {int(i): text for i, text in decoded.items()}
             if seen is not None:
                 seen.lost_raw, seen.lost = state.lost, lost
-        return cls(int(raw["n"]), str(raw["last"]),
-                   [IndexedCall(n, tuple(s), r) for n, s, r in raw["calls"]], lost)
+        return cls(count, last, calls, lost)
 
     def continued_by(self, messages: Sequence[Mapping[str, Any]]) -> bool:
         """Whether `messages` extend the last call's (its last message unchanged)."""
@@ -257,13 +261,16 @@ class Haystack:
     call reads only the messages added since (the engine keeps it with the session's prefix,
     `prefix.py`, which has checked those messages are byte for byte the ones read before),
     all of them joined for a one-pass test of values found nowhere; and the session's `lost`
-    as last decoded."""
+    and fidelity record as this process last wrote or decoded them (read again only when
+    the state holds other bytes: another replica's)."""
 
     def __init__(self) -> None:
         self.texts: list[str | None] = []  # per message; None: a system message
         self.joined = ""
         self.lost_raw: bytes | None = None
         self.lost: dict[int, str | None] = {}
+        self.record_raw: bytes | None = None  # the session's fidelity record, as last written
+        self.record: tuple[int, str, list[IndexedCall]] = (0, "", [])
 
     def cover(self, messages: Sequence[Mapping[str, Any]], count: int) -> list[str | None]:
         """The texts of messages[:count] (what they held so far must be those messages')."""
@@ -340,11 +347,13 @@ def _remember(
     state: SessionState, messages: Sequence[Mapping[str, Any]], plan: Plan | None,
     calls: list[IndexedCall], haystack: Haystack | None = None,
 ) -> None:
+    last = _digest(messages[-1])
     state.fidelity = orjson.dumps({
-        "n": len(messages), "last": _digest(messages[-1]),
-        "calls": [[c.name, c.sketch, c.result] for c in calls],
+        "n": len(messages), "last": last, "calls": [[c.name, c.sketch, c.result] for c in calls],
     })
     state.dirty.add("fidelity")
+    if haystack is not None:
+        haystack.record_raw, haystack.record = state.fidelity, (len(messages), last, calls)
     lost = lost_messages(len(messages), plan)
     raw = orjson.dumps({str(i): text for i, text in lost.items()}) if lost else None
     if raw != (state.lost or None):
