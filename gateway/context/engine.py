@@ -475,10 +475,9 @@ class ContextEngine:
         """The items as sent, the stages' context, whether stages ran (a step), and the
         items as the session's decisions before this call send them."""
         remembered = dict(state.decisions)
-        applied = _Applied(state.decisions, [])
         known = self._known_values(parsed.items, cls)
         final = self._apply_remembered(parsed.items, remembered, parsed.encoding, known)
-        applied.items[:] = final
+        applied = _Applied(state.decisions, final)  # the stages return new lists
         stale = stale_tokens(parsed.items, state, cls, self.caches.stale)
         total = fixed + sum(item.tokens for item in final)
         over = total > cls.compaction.high_water * budget.input
