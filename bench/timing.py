@@ -8,8 +8,9 @@ checkout it measures (`--tree`), so this file imports nothing of the project at 
 level and uses only what every checkout has: `tests.sessions` (the synthetic 300-call
 sessions), `gateway.context.replay` (the engine as `ctxgate replay` builds it: in-memory
 sessions, the drop log to /dev/null), and `tests.harness` (a real gateway with embedded
-Redis and the scripted upstream). Per call the child records the engine's `fit` time, or
-the gateway's `x-ctxgate-overhead-ms` and the client's round trip, and whether the call's
+Redis and the scripted upstream). Per call the child records the engine's `fit` time (wall
+clock, and the process's CPU time, which other processes on a loaded machine disturb far
+less), or the gateway's `x-ctxgate-overhead-ms` and the client's round trip, and whether the call's
 forwarded messages extend the previous call's (a call between compaction steps) or not (a
 step call).
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import os
 import statistics
 import subprocess
@@ -76,18 +78,23 @@ async def _engine_child(turns: int, seeds: int, web: int, corpora: Path | None
     engine = build_engine(Settings())
     assert engine.embedder is not None
     await engine.embedder.embed(["warm up"])
+    # As the gateway does once warm (app.py): the model's ~500k long-lived objects out of
+    # the collector's sight, else every full collection walks them within some call's time.
+    gc.collect()
+    gc.freeze()
     out: dict[str, Any] = {}
     for name, calls in _sessions(turns, seeds, web, corpora):
-        ms, between, previous = [], [], None
+        ms, cpu, between, previous = [], [], [], None
         for n, body in enumerate(calls):
             call = CallContext("bench", f"{name}-{n}", {"x-ctxgate-session-id": name})
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             fitted = await engine.fit(body, call)
             ms.append(1000 * (time.perf_counter() - start))
+            cpu.append(1000 * (time.process_time() - start_cpu))
             forwarded = fitted.body["messages"]
             between.append(_extends(previous, forwarded))
             previous = list(forwarded)
-        out[name] = {"ms": ms, "between": between}
+        out[name] = {"ms": ms, "cpu_ms": cpu, "between": between}
     engine.embedder.close()
     out.pop("warm")
     return out
@@ -204,7 +211,7 @@ def run_timing(trees: list[tuple[str, Path]], kinds: list[str], rounds: int, tur
     load.append(os.getloadavg())
     table: dict[str, Any] = {}
     for (kind, label), results in runs.items():
-        keys = ["ms", "round_trip_ms"] if kind == "gateway" else ["ms"]
+        keys = ["ms", "round_trip_ms"] if kind == "gateway" else ["ms", "cpu_ms"]
         for key in keys:
             for session in results[0]:
                 per_round = [summarise(r[session], key) for r in results]
@@ -222,8 +229,9 @@ def print_timing(report: dict[str, Any]) -> None:
     print("| " + " | ".join(head) + " |\n|" + "---|" * len(head))
     for key, r in report["rows"].items():
         kind, what, session, label = key.split("|")
-        measured = {"engine": "engine.fit", "ms": "gateway overhead-ms",
-                    "round_trip_ms": "gateway round trip"}[kind if kind == "engine" else what]
+        measured = {"engine|ms": "engine.fit", "engine|cpu_ms": "engine.fit CPU",
+                    "gateway|ms": "gateway overhead-ms",
+                    "gateway|round_trip_ms": "gateway round trip"}[f"{kind}|{what}"]
         cells = [measured, session, label, f"{r['first']:.2f}", f"{r['last']:.2f}",
                  f"{r['ratio']:.2f}x", f"{r['calm_first']:.2f} / {r['calm_last']:.2f}",
                  f"{r['step_first']:.2f} / {r['step_last']:.2f}", f"{r['steps']:.0f}"]

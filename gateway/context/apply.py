@@ -126,6 +126,32 @@ def apply_decisions(
     return final
 
 
+def reapply(
+    items: Iterable[Item],
+    decisions: Mapping[str, Decision],
+    earlier: Mapping[str, Decision],
+    applied: Iterable[Item],
+    counter: TokenCounter,
+    encoding: str,
+    known: frozenset[str],
+    memo: AppliedMemo | None = None,
+) -> list[Item]:
+    """`apply_decisions(items, decisions, ...)`, given `applied`, what it returned for the
+    same items under `earlier` decisions: an item whose decision is the same is taken from
+    there (a step changes few of a session's decisions), any other applied anew."""
+    before = {item.id: item for item in applied}
+    final: list[Item] = []
+    for item in items:
+        decision, old = decisions.get(item.id), earlier.get(item.id)
+        if decision is old or decision == old:
+            same = before.get(item.id)
+            if same is not None:  # absent: dropped under that decision
+                final.append(same)
+        else:
+            final += apply_decisions((item,), decisions, counter, encoding, known, memo)
+    return final
+
+
 def same_texts(a: Sequence[Item], b: Sequence[Item]) -> bool:
     """Whether two fittings of one call send the same items with the same texts, so they
     render and log alike (scores and ages, which neither does, may differ)."""

@@ -15,11 +15,11 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from gateway.context.adjust import ClassForecasts
 from gateway.context.agents import AgentClassStore, MemoryAgentClassStore, RedisAgentClassStore
-from gateway.context.apply import apply_decisions, drop_events, same_texts
+from gateway.context.apply import apply_decisions, drop_events, reapply, same_texts
 from gateway.context.caches import ContextCaches
 from gateway.context.calibration import TokenCalibration
 from gateway.context.classify import (
@@ -30,7 +30,7 @@ from gateway.context.classify import (
     system_text,
 )
 from gateway.context.controller import scaled_class
-from gateway.context.fidelity import CallSignals, observe
+from gateway.context.fidelity import CallSignals, Haystack, observe
 from gateway.context.focus import task_focus
 from gateway.context.forecast import Budget, ForecastStore, forecast_budget
 from gateway.context.injection import InjectedBlock, PlaybookSource, inject_block
@@ -159,6 +159,13 @@ class _Request:
     block: InjectedBlock | None
     fixed: int  # tokens outside the items: reply priming, tool definitions, playbook block
     calibrate: str | None = None  # the model, when its counts are estimates (calibration.py)
+
+
+class _Applied(NamedTuple):
+    """A call's items as the session's decisions before it send them."""
+
+    decisions: Mapping[str, Decision]
+    items: list[Item]
 
 
 @dataclass(frozen=True)
@@ -387,7 +394,7 @@ class ContextEngine:
         pinned = r.fixed + sum(item.tokens for item in parsed.items if item.pinned)
         if pinned > r.budget.input:
             return await self._overflow(r, parsed, pinned)
-        final, ctx, stepped = await self._fit_items(
+        final, ctx, stepped, applied = await self._fit_items(
             r.messages, parsed, r.cls, r.budget, r.state, r.fixed, seconds
         )
         check_deadline()
@@ -397,7 +404,8 @@ class ContextEngine:
             raise ContextBudgetExceeded(tokens_after, r.budget.input)
         rendered = render_messages(r.messages, parsed.items, final)
         events = drop_events(parsed.items, final, ctx.decisions)
-        prefix = self._prefix(r.messages, parsed, final, rendered, events, ctx, stepped, r.cls)
+        prefix = self._prefix(r.messages, parsed, final, rendered, events, ctx, stepped, r.cls,
+                              applied, r.prefix)
         return _Fitted(
             rendered.messages, rendered.changed, tokens_after, events, rendered.digests, prefix,
             rendered.plan if rendered.changed else None,
@@ -411,8 +419,11 @@ class ContextEngine:
         messages = inject_block(fitted.messages, block) if block else fitted.messages
         # a request sent as is (compact=False) says nothing of the session's prefix
         stable = self._track_prefix(r.state, fitted.digests, cls) if fitted.digests else None
+        seen = (r.prefix.haystack if r.prefix else None) or Haystack()
         signals = observe(r.state, r.messages, fitted.plan, task_class=cls.name,
-                          mode="managed", extra=block.text if block else "")
+                          mode="managed", extra=block.text if block else "", haystack=seen)
+        if fitted.prefix is not None:
+            fitted.prefix.haystack = seen
         await self.sessions.save(call.tenant, r.session_id, r.state)
         self.drop_log.write_call(
             fitted.events,
@@ -460,11 +471,13 @@ class ContextEngine:
         state: SessionState,
         fixed: int,
         seconds: dict[str, float],
-    ) -> tuple[list[Item], StageContext, bool]:
-        """The items as sent, the stages' context, and whether stages ran (a step)."""
+    ) -> tuple[list[Item], StageContext, bool, _Applied]:
+        """The items as sent, the stages' context, whether stages ran (a step), and the
+        items as the session's decisions before this call send them."""
         remembered = dict(state.decisions)
         known = self._known_values(parsed.items, cls)
         final = self._apply_remembered(parsed.items, remembered, parsed.encoding, known)
+        applied = _Applied(state.decisions, final)  # the stages return new lists
         stale = stale_tokens(parsed.items, state, cls, self.caches.stale)
         total = fixed + sum(item.tokens for item in final)
         over = total > cls.compaction.high_water * budget.input
@@ -509,7 +522,7 @@ class ContextEngine:
         if ctx.decisions != state.decisions:
             state.decisions = ctx.decisions
             state.dirty.add("decisions")
-        return final, ctx, stepped
+        return final, ctx, stepped, applied
 
     async def _run_stages(
         self,
@@ -555,21 +568,26 @@ class ContextEngine:
         ctx: StageContext,
         stepped: bool,
         cls: TaskClass,
+        applied: _Applied,
+        extended: Prefix | None,
     ) -> Prefix | None:
         """What the session's next call can reuse. After a step, the next call renders the
         old messages by re-applying the step's decisions, not as the stages returned them,
-        so that is what is kept."""
+        so that is what is kept (`applied`: what the decisions before the step gave, kept
+        for the items whose decision the step left alone). `extended`: the session's
+        previous prefix, extended by this call's messages (their fingerprint is known)."""
         if parsed.layout is None:
             return None
         if stepped:
-            again = self._apply_remembered(parsed.items, ctx.decisions, parsed.encoding, ctx.known)
+            again = reapply(parsed.items, ctx.decisions, applied.decisions, applied.items,
+                            self.counter, parsed.encoding, ctx.known, self.caches.rewritten)
             if not same_texts(final, again):  # most steps re-apply to what they sent
                 rendered = render_messages(messages, parsed.items, again)
                 events = drop_events(parsed.items, again, ctx.decisions)
             final = again
         return Prefix.build(
             messages, parsed.items, final, parsed.layout, rendered, events, ctx.decisions,
-            ctx.known, cls.name, parsed.encoding,
+            ctx.known, cls.name, parsed.encoding, extended,
         )
 
     def _known_values(self, items: list[Item], cls: TaskClass) -> frozenset[str]:

@@ -38,6 +38,7 @@ from typing import Any
 import orjson
 
 from gateway.context.needed import (
+    SEPARATOR,
     action_values,
     arguments,
     is_system,
@@ -166,14 +167,23 @@ class Record:
     lost: dict[int, str | None]
 
     @classmethod
-    def load(cls, state: SessionState) -> Record | None:
+    def load(cls, state: SessionState, seen: Haystack | None = None) -> Record | None:
         if not state.fidelity:
             return None
-        raw = orjson.loads(state.fidelity)
-        lost = orjson.loads(state.lost) if state.lost else {}
-        return cls(int(raw["n"]), str(raw["last"]),
-                   [IndexedCall(n, tuple(s), r) for n, s, r in raw["calls"]],
-                   {int(i): text for i, text in lost.items()})
+        if seen is not None and seen.record_raw == state.fidelity:
+            count, last, calls = seen.record  # what an earlier call of this process wrote
+        else:
+            raw = orjson.loads(state.fidelity)
+            count, last = int(raw["n"]), str(raw["last"])
+            calls = [IndexedCall(n, tuple(s), r) for n, s, r in raw["calls"]]
+        if seen is not None and seen.lost_raw is not None and seen.lost_raw == state.lost:
+            lost = seen.lost  # decoded by an earlier call: `lost` changes at steps only
+        else:
+            decoded = orjson.loads(state.lost) if state.lost else {}
+            lost = {int(i): text for i, text in decoded.items()}
+            if seen is not None:
+                seen.lost_raw, seen.lost = state.lost, lost
+        return cls(count, last, calls, lost)
 
     def continued_by(self, messages: Sequence[Mapping[str, Any]]) -> bool:
         """Whether `messages` extend the last call's (its last message unchanged)."""
@@ -196,27 +206,29 @@ def lost_messages(count: int, plan: Plan | None) -> dict[int, str | None]:
 
 def recall_counts(
     turn: Mapping[str, Any], messages: Sequence[Mapping[str, Any]], count: int,
-    lost: Mapping[int, str | None], extra: str = "",
+    lost: Mapping[int, str | None], extra: str = "", haystack: Haystack | None = None,
 ) -> tuple[int, int]:
     """(needed, found) of `turn` against the call made of messages[:count], as forwarded
     under `lost` with `extra` (the playbook block). Each value is looked for from the latest
     message back and is settled at its first occurrence in a message forwarded as sent,
-    so a value the agent just saw costs a few messages, not the history."""
+    so a value the agent just saw costs a few messages, not the history; a value in no
+    message costs one scan of `haystack`, which keeps the messages' searchable texts
+    between a session's calls (`Haystack`)."""
     values = action_values(turn)
     if not values:
         return 0, 0
-    texts: dict[int, str] = {}
+    texts: Mapping[int, str | None] | Sequence[str | None] = (
+        _Lazy(messages) if haystack is None else haystack.cover(messages, count))
     rewritten: str | None = None  # what went in place of lost messages, system and block
     needed = found = 0
     for value in values:
         seen = kept = False
+        if haystack is not None and value not in haystack.joined:
+            continue  # in no message: one C-speed scan says so
         for i in range(count - 1, -1, -1):
-            msg = messages[i]
-            if is_system(msg):
+            text = texts[i]
+            if text is None:  # a system message
                 continue
-            text = texts.get(i)
-            if text is None:
-                text = texts[i] = searchable_text(msg)
             if value in text:
                 seen = True
                 if i not in lost:
@@ -244,6 +256,48 @@ def _rewritten(
     return join(parts)
 
 
+class Haystack:
+    """The searchable texts of a session's messages[:count], kept from call to call so a
+    call reads only the messages added since (the engine keeps it with the session's prefix,
+    `prefix.py`, which has checked those messages are byte for byte the ones read before),
+    all of them joined for a one-pass test of values found nowhere; and the session's `lost`
+    and fidelity record as this process last wrote or decoded them (read again only when
+    the state holds other bytes: another replica's)."""
+
+    def __init__(self) -> None:
+        self.texts: list[str | None] = []  # per message; None: a system message
+        self.joined = ""
+        self.lost_raw: bytes | None = None
+        self.lost: dict[int, str | None] = {}
+        self.record_raw: bytes | None = None  # the session's fidelity record, as last written
+        self.record: tuple[int, str, list[IndexedCall]] = (0, "", [])
+
+    def cover(self, messages: Sequence[Mapping[str, Any]], count: int) -> list[str | None]:
+        """The texts of messages[:count] (what they held so far must be those messages')."""
+        if count < len(self.texts):  # a shorter history than the one read: read it anew
+            self.texts, self.joined = [], ""
+        added = [None if is_system(m) else searchable_text(m)
+                 for m in messages[len(self.texts):count]]
+        if added:
+            self.texts += added
+            new = SEPARATOR.join(t for t in added if t is not None)
+            self.joined = f"{self.joined}{SEPARATOR}{new}" if self.joined else new
+        return self.texts
+
+
+class _Lazy(dict[int, str | None]):
+    """Messages' searchable texts, each read when first asked for (no `Haystack` kept)."""
+
+    def __init__(self, messages: Sequence[Mapping[str, Any]]) -> None:
+        super().__init__()
+        self.messages = messages
+
+    def __missing__(self, i: int) -> str | None:
+        msg = self.messages[i]
+        text = self[i] = None if is_system(msg) else searchable_text(msg)
+        return text
+
+
 def refetch_counts(
     turn: Mapping[str, Any], earlier: Sequence[IndexedCall], lost: Mapping[int, str | None]
 ) -> tuple[int, int, int]:
@@ -263,14 +317,15 @@ def refetch_counts(
 
 def observe(
     state: SessionState, messages: Sequence[Mapping[str, Any]], plan: Plan | None, *,
-    task_class: str, mode: str, extra: str = "",
+    task_class: str, mode: str, extra: str = "", haystack: Haystack | None = None,
 ) -> CallSignals | None:
     """The signals of the turn that answered the session's last call (None: no such turn
     in `messages`), and the state updated to remember this call (`plan`: how it renders;
-    None: as sent)."""
+    None: as sent). `haystack`: what an earlier call of the session read of these same
+    messages (see `Haystack`), extended here."""
     if not messages:
         return None
-    record = Record.load(state)
+    record = Record.load(state, haystack)
     signals = None
     if record is None or not record.continued_by(messages):
         calls = index_calls(messages, 0, [])
@@ -278,26 +333,31 @@ def observe(
         count = record.count
         if count < len(messages) and messages[count].get("role") == "assistant":
             turn = messages[count]
-            needed, found = recall_counts(turn, messages, count, record.lost, extra)
+            needed, found = recall_counts(turn, messages, count, record.lost, extra,
+                                          haystack)
             made, repeats, refetches = refetch_counts(turn, record.calls, record.lost)
             signals = CallSignals(task_class, mode, needed, found, made,
                                   refetches if mode == "managed" else repeats, repeats)
         calls = index_calls(messages, count, record.calls)
-    _remember(state, messages, plan, calls)
+    _remember(state, messages, plan, calls, haystack)
     return signals
 
 
 def _remember(
     state: SessionState, messages: Sequence[Mapping[str, Any]], plan: Plan | None,
-    calls: list[IndexedCall],
+    calls: list[IndexedCall], haystack: Haystack | None = None,
 ) -> None:
+    last = _digest(messages[-1])
     state.fidelity = orjson.dumps({
-        "n": len(messages), "last": _digest(messages[-1]),
-        "calls": [[c.name, c.sketch, c.result] for c in calls],
+        "n": len(messages), "last": last, "calls": [[c.name, c.sketch, c.result] for c in calls],
     })
     state.dirty.add("fidelity")
+    if haystack is not None:
+        haystack.record_raw, haystack.record = state.fidelity, (len(messages), last, calls)
     lost = lost_messages(len(messages), plan)
     raw = orjson.dumps({str(i): text for i, text in lost.items()}) if lost else None
     if raw != (state.lost or None):
         state.lost = raw
         state.dirty.add("lost")
+    if haystack is not None:  # the next call need not decode what this one wrote
+        haystack.lost_raw, haystack.lost = raw, lost

@@ -28,6 +28,7 @@ from cachetools import LRUCache
 
 from gateway.context.apply import apply_decisions, drop_events
 from gateway.context.caches import ContextCaches
+from gateway.context.fidelity import Haystack
 from gateway.context.items import Item, Layout, Part, message_items
 from gateway.context.render import Plan, Rendered, render_plan
 from gateway.context.session import Decision, SessionState
@@ -91,6 +92,9 @@ class Prefix:
     texts: set[int]  # hashes of the items' texts: a new item repeating one takes the full path
     tail: list[Item] | None = None  # the new messages' items, between `extend` and `reuse`
     start: int = 0  # where the new messages start
+    # The messages' searchable texts the fidelity signals read (fidelity.py), which these
+    # messages' checked bytes make safe to keep for the next call.
+    haystack: Haystack | None = None
 
     @classmethod
     def build(
@@ -105,8 +109,15 @@ class Prefix:
         known: frozenset[str],
         task_class: str,
         encoding: str,
+        extended: Prefix | None = None,
     ) -> Prefix | None:
-        digest = _fingerprint(messages)
+        """`extended`: the session's previous prefix extended by these messages, whose
+        fingerprint it already holds (else it is taken here)."""
+        if extended is not None and extended.bounds[-1] == len(messages):
+            digest: bytes | None = extended.digest
+            bounds = list(extended.bounds)
+        else:
+            digest, bounds = _fingerprint(messages), [len(messages)]
         if digest is None:
             return None
         by_message: list[list[Item]] = [[] for _ in messages]
@@ -117,7 +128,7 @@ class Prefix:
             task_class=task_class,
             decisions=decisions,
             known=known,
-            bounds=[len(messages)],
+            bounds=bounds,
             digest=digest,
             layout=layout,
             item_tokens=sum(i.tokens for i in items),

@@ -45,6 +45,7 @@ def _seen(fitted: FittedCall) -> tuple[Any, ...]:
         fitted.drops,
         fitted.prefix_stable,
         fitted.budget,
+        fitted.signals,  # read from the haystack the cache keeps, or afresh
     )
 
 

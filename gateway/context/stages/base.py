@@ -101,14 +101,16 @@ def decide(items: list[Item], chosen: Mapping[str, Decision], ctx: StageContext)
     decisions = _by_unit(items, chosen)
     kept: list[Item] = []
     seen: set[str] = set(ctx.known)  # values the model reads before the current item
-    for item in items:
+    until = _last_summary(items, decisions, ctx)  # no summary after it reads `seen`
+    for pos, item in enumerate(items):
         decision = decisions.get(item.id)
         if decision is None:
             kept.append(item)
-            seen |= item_values(item.text, ctx)
+            if pos < until:
+                seen |= item_values(item.text, ctx)
             continue
         original = ctx.originals.get(item.id, item)
-        if decision.method == "summary" and decision.text is None and original.rewritable:
+        if _needs_summary(item, decision, ctx):
             # A summary need not repeat what the model has already read above it.
             decision = replace(
                 decision,
@@ -123,8 +125,25 @@ def decide(items: list[Item], chosen: Mapping[str, Decision], ctx: StageContext)
         )
         if new is not None:
             kept.append(new if new.score == item.score else replace(new, score=item.score))
-            seen |= item_values(new.text, ctx)
+            if pos < until:
+                seen |= item_values(new.text, ctx)
     return StageResult(kept, decisions)
+
+
+def _needs_summary(item: Item, decision: Decision | None, ctx: StageContext) -> bool:
+    return (decision is not None and decision.method == "summary" and decision.text is None
+            and ctx.originals.get(item.id, item).rewritable)
+
+
+def _last_summary(items: list[Item], decisions: Mapping[str, Decision], ctx: StageContext
+                  ) -> int:
+    """The position of the last item `decide` summarises (-1: none): the values the model
+    read above it matter to it, those of the items after it to nothing."""
+    for pos in range(len(items) - 1, -1, -1):
+        item = items[pos]
+        if _needs_summary(item, decisions.get(item.id), ctx):
+            return pos
+    return -1
 
 
 def item_values(text: str, ctx: StageContext) -> frozenset[str]:

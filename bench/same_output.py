@@ -1,0 +1,136 @@
+"""Same output before and after a change that must not change behaviour: every call of every
+corpus replayed through this checkout's engine and another checkout's, compared call by call.
+
+Per call: SHA-256 of the forwarded messages and of the drop events, tokens before and
+after, the prefix-stable flag and the fidelity signals of the turn that answered the
+previous call. Sessions: the shared corpora (swe-agent, webchorearena, agentdojo,
+intercode), synthetic 3 × 100 + 1 × 300 calls, and the 300-call session again under a
+budget header of 60% of its last call (over-budget steps, the ladder). Each checkout runs in
+its own child process (`--tree`), both at once.
+
+    python -m bench.same_output --against DIR [--corpora DIR] [--quick]
+    python bench/same_output.py --child --tree DIR [--corpora DIR] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+HERE = Path(__file__).resolve()
+CORPORA = HERE.parents[2] / "shared" / "corpora"
+MODEL = "gpt-4o-mini"
+
+
+def _sessions(corpora: Path, quick: bool) -> list[tuple[str, list[dict[str, Any]], dict[str, str]]]:
+    """(session name, calls, extra headers) for every session replayed."""
+    from bench.corpora import load, synthetic_session
+    from gateway.context.replay import calls_from_messages
+
+    out = []
+    names = ("synthetic",) if quick else ("swe-agent", "webchorearena", "agentdojo", "intercode",
+                                          "synthetic")
+    for corpus in names:
+        for session in load(corpus, corpora):
+            calls = calls_from_messages(session.messages, MODEL)
+            if session.tools:
+                calls = [{**body, "tools": session.tools} for body in calls]
+            out.append((f"{corpus}:{session.id}", calls, {}))
+    long = synthetic_session(0, 300)
+    calls = calls_from_messages(long.messages, MODEL)
+    out.append(("synthetic-300", calls, {}))
+    out.append(("synthetic-300-budget", calls, {"x-ctxgate-budget-tokens": "12000"}))
+    return out
+
+
+def _sha(value: Any) -> str:
+    return hashlib.sha256(orjson.dumps(value)).hexdigest()[:16]
+
+
+async def _child(corpora: Path, quick: bool) -> list[list[Any]]:
+    from gateway.context.engine import CallContext
+    from gateway.context.replay import build_engine
+    from gateway.errors import ContextBudgetExceeded
+    from gateway.settings import Settings
+
+    engine = build_engine(Settings())
+    rows: list[list[Any]] = []
+    try:
+        for name, calls, extra in _sessions(corpora, quick):
+            headers = {"x-ctxgate-session-id": name, **extra}
+            for n, body in enumerate(calls):
+                call = CallContext("same", f"{name}-{n}", headers)
+                try:
+                    fitted = await engine.fit(body, call)
+                except ContextBudgetExceeded as exc:
+                    rows.append([name, n, "refused", exc.message])
+                    continue
+                signals = fitted.signals.to_log() if fitted.signals else None
+                rows.append([name, n, _sha(fitted.body["messages"]), _sha(fitted.drops),
+                             fitted.tokens_before, fitted.tokens_after, fitted.prefix_stable,
+                             signals])
+    finally:
+        if engine.embedder is not None:
+            engine.embedder.close()
+    return rows
+
+
+def _start(tree: Path, corpora: Path, quick: bool) -> subprocess.Popen[bytes]:
+    argv = [sys.executable, str(HERE), "--child", "--tree", str(tree.resolve()),
+            "--corpora", str(corpora.resolve())] + (["--quick"] if quick else [])
+    return subprocess.Popen(argv, cwd=tree, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={**os.environ, "PYTHONPATH": ""})
+
+
+def _rows(process: subprocess.Popen[bytes], tree: Path) -> list[list[Any]]:
+    out, err = process.communicate()
+    if process.returncode != 0:
+        raise RuntimeError(f"child in {tree} failed:\n{err.decode()[-3000:]}")
+    rows: list[list[Any]] = orjson.loads(out)
+    return rows
+
+
+def compare(ours: list[list[Any]], theirs: list[list[Any]]) -> list[str]:
+    """Each call whose record differs (at most 20 named), or a count mismatch."""
+    diffs = [f"{a[0]} call {a[1]}: {a[2:]} != {b[2:]}"
+             for a, b in zip(ours, theirs, strict=False) if a != b]
+    if len(ours) != len(theirs):
+        diffs.append(f"{len(ours)} calls here, {len(theirs)} there")
+    return diffs
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--child", action="store_true")
+    parser.add_argument("--tree", type=Path, default=HERE.parents[1])
+    parser.add_argument("--against", type=Path)
+    parser.add_argument("--corpora", type=Path, default=CORPORA)
+    parser.add_argument("--quick", action="store_true", help="synthetic sessions only")
+    args = parser.parse_args(argv)
+    if args.child:
+        sys.path.insert(0, str(args.tree))
+        sys.stdout.buffer.write(orjson.dumps(asyncio.run(_child(args.corpora, args.quick))))
+        return 0
+    if args.against is None:
+        parser.error("--against DIR is required")
+    trees = [HERE.parents[1], args.against]
+    children = [_start(tree, args.corpora, args.quick) for tree in trees]
+    ours, theirs = (_rows(p, t) for p, t in zip(children, trees, strict=True))
+    diffs = compare(ours, theirs)
+    sessions = len({row[0] for row in ours})
+    print(f"{len(ours)} calls in {sessions} sessions; {len(diffs)} differ")
+    for line in diffs[:20]:
+        print("  " + line)
+    return 1 if diffs else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
