@@ -197,12 +197,17 @@ def child_main(settings: Settings, conn: Connection, nice: int, grace_s: float) 
 
 
 async def _serve(settings: Settings, conn: Connection, grace_s: float) -> None:
+    from gateway.learner.throttle import Budget, Throttle, gateway_pid
     from gateway.learner.worker import run_worker
+    from gateway.playbook.config import learner_settings
     from gateway.services import open_services
 
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    learner = learner_settings(settings)
+    busy_share = min(learner.busy_cpu_share, learner.max_cpu_share)
+    throttle = Throttle(Budget(learner.max_cpu_share, busy_share), gateway_pid())
     async with open_services(settings) as services:
         for name in RELAYED:
             setattr(services.metrics, name, MetricRelay(name, conn))
-        await run_worker(services, stop=stop, grace_s=grace_s)
+        await run_worker(services, stop=stop, grace_s=grace_s, throttle=throttle)

@@ -86,6 +86,10 @@ class LearnerSettings(_Strict):
     trace_shards: int = Field(default=1, gt=0)  # trace streams, tenant-hashed (keys.py)
     max_trace_chars: int = Field(default=24_000, gt=0)  # of the trace shown to the Reflector
     pending_tasks: int = Field(default=1000, gt=0)  # TraceSink: XADDs in flight before shedding
+    # The in-process learner's CPU, of one core: while the gateway is quiet, and while it
+    # serves calls (learner/throttle.py). `ctxgate worker` is not throttled.
+    max_cpu_share: float = Field(default=0.1, gt=0, le=1)
+    busy_cpu_share: float = Field(default=0.02, gt=0, le=1)
 
 
 def problems(exc: ValidationError, name: str) -> str:
