@@ -17,7 +17,8 @@ as long again, while the in-process learner works through what the burst queued.
 also runs against the upstream directly; *added latency* is the probe's median through the
 gateway minus the direct median of the same round. Rounds alternate the order of the two
 gateways, and before each measurement the in-process learner's queue is left to drain
-(bounded), so its work never lands on the other gateway's figures. Figures are medians over
+(bounded; entries pending and never delivered, since Redis 6 reports no lag), so its work
+never lands on the other gateway's figures. Figures are medians over
 rounds. On two or more cores the gateways (and the learner they start) share core 1; the
 upstreams, Redis, wrk and the probe get core 0.
 """

@@ -4,11 +4,14 @@ The learner's work (JSON of long traces, the embedding model for its near-duplic
 checks, LLM calls) must never compete with requests for the gateway's event loop, nor take
 more than a bounded share of the CPU. So `serve` runs it in a child process of its own
 (multiprocessing spawn: a fresh interpreter given the same Settings), at the lowest
-priority (Linux's SCHED_IDLE, else nice +19: it gets only the CPU time requests leave) and
-with one thread for the model (at most about one core). Under sustained saturation it
-falls behind; the trace stream is capped and the traces expire, so it never grows without
-bound. The gateway restarts the child when it dies and stops it first on shutdown
-(SIGTERM: it takes no new entry and finishes or hands back the one in flight).
+priority (Linux's SCHED_IDLE, else nice +19: it gets only the CPU time requests leave),
+with one thread for the model, and within a CPU budget (`learner/throttle.py`): at most
+`learner.max_cpu_share` of a core, `learner.busy_cpu_share` while the gateway serves calls,
+since what it runs even in idle time slowed requests down (bench/README.md, "Learner
+load"). Under sustained traffic it falls behind; the trace stream is capped and the traces
+expire, so it never grows without bound. The gateway restarts the child when it dies and
+stops it first on shutdown (SIGTERM: it takes no new entry and finishes or hands back the
+one in flight).
 
 The child's learner metrics are relayed to the gateway over a pipe and counted in the
 gateway's own registry, so one scrape of the gateway still shows the whole ACE loop.
