@@ -106,10 +106,10 @@ async def held_share(throttle: Throttle, units: int, unit_s: float) -> float:
 
 
 async def test_throttle_holds_the_share_while_the_gateway_is_quiet() -> None:
-    throttle = Throttle(Budget(share=0.2, busy_share=0.02, burst_s=0.01))
-    share = await held_share(throttle, units=20, unit_s=0.01)
-    assert share <= 0.25 and throttle.rested_s > 0.5
-    assert not throttle.busy
+    throttle = Throttle(Budget(share=0.05, busy_share=0.01, burst_s=0.01))
+    share = await held_share(throttle, units=10, unit_s=0.01)
+    assert share <= 0.06 and throttle.rested_s > 0  # unthrottled it would use a whole core
+    assert not throttle.busy  # no gateway to watch: never busy
 
 
 async def test_throttle_drops_to_the_busy_share_while_the_gateway_works(burner: int) -> None:
