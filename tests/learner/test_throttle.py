@@ -9,10 +9,14 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 import redis.asyncio as aioredis
+import yaml
 
+from gateway.auth import tenant_of_token
 from gateway.learner.throttle import (
     BUSY_WINDOW_S,
     Budget,
@@ -23,7 +27,8 @@ from gateway.learner.throttle import (
 )
 from gateway.learner.worker import run_worker
 from gateway.playbook.store import PlaybookStore
-from tests.harness import Upstream
+from tests.conftest import gateway_env
+from tests.harness import ROOT, Gateway, Upstream, stop
 from tests.learner.conftest import (
     curation,
     failed_step_event,
@@ -31,6 +36,7 @@ from tests.learner.conftest import (
     make_settings,
     reflection,
 )
+from tests.learner.test_shutdown import CLASS, failed_step
 from tests.learner.test_worker import pending, publish
 
 BUDGET = Budget(share=0.1, busy_share=0.02, burst_s=0.05, max_pause_s=2.0)
@@ -144,3 +150,48 @@ async def test_throttled_worker_drains_the_queue_and_learns(
     assert throttle.rested_s > 0
     # within the budget: the share over the run plus the small burst and one unpaid read
     assert used <= 0.05 * took + 0.01 + 0.05, (used, took)
+
+
+@pytest.fixture
+def tight_gateway(tmp_path: Path, upstream: Upstream, redis_url: str,
+                  models: tuple[str, str]) -> Iterator[Gateway]:
+    """`ctxgate serve` whose in-process learner has a tiny CPU budget in its YAML."""
+    config: dict[str, Any] = yaml.safe_load((ROOT / "config" / "gateway.yaml").read_text())
+    config["learner"].update(max_cpu_share=0.02, busy_cpu_share=0.01)
+    path = tmp_path / "gateway.yaml"
+    path.write_text(yaml.safe_dump(config))
+    env = gateway_env(upstream, redis_url.rsplit("/", 1)[0] + "/10")
+    env.update(CTXGATE_CONFIG=str(path), CTXGATE_WORKER="inprocess",
+               CTXGATE_MODELS_FILE=str(ROOT / "config" / "models.yaml"),
+               CTXGATE_REFLECTOR_MODEL=models[0], CTXGATE_CURATOR_MODEL=models[1],
+               CTXGATE_UPSTREAM_TIMEOUT_S="30")
+    server = Gateway.start(tmp_path / "gateway", env)
+    yield server
+    stop(server.process)
+
+
+def test_serve_with_a_tight_budget_still_learns_every_lesson(
+    tight_gateway: Gateway, upstream: Upstream, models: tuple[str, str]
+) -> None:
+    key = f"sk-tight-{uuid.uuid4().hex[:8]}"
+    lessons = ["Pin dependency versions in requirements files before running pytest.",
+               "Read the full traceback and open the failing file at the reported line.",
+               "Never delete a test to make the suite pass; fix the code under test."]
+    upstream.script(models[0], [reflection(insight=lesson) for lesson in lessons])
+    upstream.script(models[1], [curation([{"type": "ADD", "section": "common_mistakes",
+                                           "content": lesson}]) for lesson in lessons])
+    for n in range(len(lessons)):
+        answer = httpx.post(f"{tight_gateway.base_url}/chat/completions", timeout=30,
+                            headers={"authorization": f"Bearer {key}",
+                                     "x-ctxgate-task-class": CLASS,
+                                     "x-ctxgate-session-id": f"tight-{n}"},
+                            json={"model": "gpt-4o-mini", "messages": failed_step()})
+        assert answer.status_code == 200
+    url = f"{tight_gateway.url}/admin/playbooks/{tenant_of_token(key)}/{CLASS}/bullets"
+    deadline = time.monotonic() + 120
+    contents: list[str] = []
+    while sorted(contents) != sorted(lessons):
+        assert time.monotonic() < deadline, (contents, tight_gateway.log[-2000:])
+        time.sleep(0.5)
+        contents = [b["content"] for b in httpx.get(url, headers={
+            "authorization": f"Bearer {tight_gateway.admin_key}"}).json()["bullets"]]
