@@ -2,11 +2,13 @@
 gateway is busy.
 
 Idle priority alone did not keep the learner child from slowing requests down (bench/
-README.md, "Learner load"): what it runs in the gaps between requests still evicts the
-gateway's caches, adds round trips to the Redis the requests wait on, and delays the loop's
-next wake-up. So the learner keeps a CPU balance, a token bucket in CPU seconds: it earns
-`share` of each second that passes and spends the CPU its process uses. Its worker settles
-the balance before and after each entry and rests while the balance is negative.
+README.md, "Learner load"): with the learner stopped the in-process gateway was as fast as
+one without a learner, but what the learner runs in the gaps between requests (about 8 ms
+of CPU a job: JSON, prompts, HTTP, Redis) still slowed the requests of any process on its
+core, through the caches, the Redis it shares and the time until it is preempted. So the
+learner keeps a CPU balance, a token bucket in CPU seconds: it earns `share` of each second
+that passes and spends the CPU its process uses. Its worker settles the balance before it
+takes entries and rests while the balance is negative.
 `share` is `learner.max_cpu_share` while the gateway's own process is quiet, and
 `learner.busy_cpu_share` (a small floor, so the queue still drains under steady traffic)
 while it uses more than `BUSY_GATEWAY_SHARE` of a core.
