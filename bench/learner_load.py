@@ -17,9 +17,15 @@ as long again, while the in-process learner works through what the burst queued.
 also runs against the upstream directly; *added latency* is the probe's median through the
 gateway minus the direct median of the same round. Rounds alternate the order of the two
 gateways, and before each measurement the in-process learner's queue is left to drain
-(bounded), so its work never lands on the other gateway's figures. Figures are medians over
+(bounded; entries pending and never delivered, since Redis 6 reports no lag), so its work
+never lands on the other gateway's figures. Figures are medians over
 rounds. On two or more cores the gateways (and the learner they start) share core 1; the
 upstreams, Redis, wrk and the probe get core 0.
+
+`--unthrottled` adds a third gateway, `worker: inprocess` with its learner's CPU budget
+lifted (`learner.max_cpu_share` and `learner.busy_cpu_share` 1: the learner as it ran
+before the budget), measured in the same rounds, so the budget's effect is seen side by
+side under the same conditions.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from typing import Any
 
 import orjson
 import redis
+import yaml
 
 from bench import loadgen, mix, servers
 from bench.overhead import CLIENT_KEY, CpuClock, pick_loadgen
@@ -76,9 +83,18 @@ def start_learner_llm(stack: contextlib.ExitStack, cpus: set[int] | None,
     return server
 
 
+def unthrottled_config(log_dir: Path) -> Path:
+    """The shipped config with the learner's CPU budget lifted (a whole core, busy or not)."""
+    config = yaml.safe_load((servers.REPO / "config" / "gateway.yaml").read_text())
+    config["learner"].update(max_cpu_share=1.0, busy_cpu_share=1.0)
+    path = log_dir / "unthrottled.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
 def start_gateway(stack: contextlib.ExitStack, name: str, worker: str, *, upstream: str,
                   learner_llm: str, redis_url: str, cpus: set[int] | None,
-                  log_dir: Path) -> servers.Server:
+                  log_dir: Path, config: Path | None = None) -> servers.Server:
     port = servers.free_port()
     env = {
         "CTXGATE_UPSTREAM_URL": upstream + "/v1", "CTXGATE_REDIS_URL": redis_url,
@@ -87,6 +103,7 @@ def start_gateway(stack: contextlib.ExitStack, name: str, worker: str, *, upstre
         "CTXGATE_CURATOR_MODEL": CURATOR, "CTXGATE_LOG_LEVEL": "warning",
         "CTXGATE_DROP_LOG": str(log_dir / f"{name}-drops.jsonl"),
         "CTXGATE_DATA_DIR": str(log_dir / f"{name}-data"), "HF_HUB_OFFLINE": "1",
+        **({"CTXGATE_CONFIG": str(config)} if config else {}),
     }
     return servers.start(stack, name, [sys.executable, "-m", "gateway", "serve"], port=port,
                          health="/readyz", env=env, cpus=cpus, log_dir=log_dir)
@@ -148,14 +165,19 @@ def learner_backlog(client: redis.Redis) -> int:
         return int(client.exists("ctxgate:traces"))
     for group in groups:
         if group["name"] in (b"learners", "learners"):
-            return int(group["pending"]) + int(group.get("lag") or 0)
+            # Redis 6 reports no `lag`: count what was never delivered ourselves
+            last = group["last-delivered-id"]
+            last = last.decode() if isinstance(last, bytes) else last
+            undelivered = len(client.xrange("ctxgate:traces", f"({last}", "+", count=100_000))
+            return int(group["pending"]) + undelivered
     return int(client.xlen("ctxgate:traces"))
 
 
-def drain(client: redis.Redis, limit_s: float) -> float:
-    """Wait (at most `limit_s`) until the learner's queue is empty; the seconds waited."""
+def drain(clients: list[redis.Redis], limit_s: float) -> float:
+    """Wait (at most `limit_s`) until the learners' queues are empty; the seconds waited."""
     started = time.monotonic()
-    while learner_backlog(client) and time.monotonic() - started < limit_s:
+    while (any(learner_backlog(c) for c in clients)
+           and time.monotonic() - started < limit_s):
         time.sleep(0.5)
     return time.monotonic() - started
 
@@ -218,6 +240,15 @@ def measure(gateway: servers.Server, direct: str, load: loadgen.Load, args: argp
     return result
 
 
+def variants(args: argparse.Namespace, log_dir: Path) -> dict[str, tuple[str, int, Path | None]]:
+    """Gateway name -> (worker, Redis database, config file or the shipped one)."""
+    found: dict[str, tuple[str, int, Path | None]] = {"inprocess": ("inprocess", 1, None),
+                                                      "off": ("off", 2, None)}
+    if args.unthrottled:
+        found["unthrottled"] = ("inprocess", 3, unthrottled_config(log_dir))
+    return found
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from gateway.store.embedded import EmbeddedRedis
 
@@ -228,43 +259,48 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     wrk = pick_loadgen(args.loadgen)
     log_dir = Path(tempfile.mkdtemp(prefix="ctxgate-learner-bench-"))
     started = datetime.datetime.now(datetime.UTC)
-    results: dict[str, list[dict[str, Any]]] = {"inprocess": [], "off": []}
+    kinds = variants(args, log_dir)
+    results: dict[str, list[dict[str, Any]]] = {name: [] for name in kinds}
     with contextlib.ExitStack() as stack:
         upstream = servers.start_upstream(stack, gen, log_dir)
         learner_llm = start_learner_llm(stack, gen, log_dir)
         store = EmbeddedRedis(log_dir / "redis").start()
         stack.callback(store.stop)
         base = store.url.rsplit("/", 1)[0]
-        gateways = {worker: start_gateway(stack, f"ctxgate-{worker}", worker,
-                                          upstream=upstream.base_url,
-                                          learner_llm=learner_llm.base_url,
-                                          redis_url=f"{base}/{db}", cpus=sut, log_dir=log_dir)
-                    for worker, db in (("inprocess", 1), ("off", 2))}
-        backlog = redis.Redis.from_url(f"{base}/1")
+        gateways = {name: start_gateway(stack, f"ctxgate-{name}", worker,
+                                        upstream=upstream.base_url,
+                                        learner_llm=learner_llm.base_url,
+                                        redis_url=f"{base}/{db}", cpus=sut, log_dir=log_dir,
+                                        config=config)
+                    for name, (worker, db, config) in kinds.items()}
+        backlogs = {name: redis.Redis.from_url(f"{base}/{db}")
+                    for name, (worker, db, _) in kinds.items() if worker == "inprocess"}
+        stack.callback(lambda: [client.close() for client in backlogs.values()])
         bodies = mix.bodies("all")
         headers = {"authorization": f"Bearer {CLIENT_KEY}", "content-type": "application/json"}
         for gateway in gateways.values():  # warm: caches, and the learner's model loaded
             loadgen.run_python(gateway.base_url, loadgen.Load.of(bodies, headers, 90_000_000),
                                2, 2.0)
-        warm_up_s = drain(backlog, args.drain_limit)
+        warm_up_s = drain(list(backlogs.values()), args.drain_limit)
         ours = [upstream.pid, learner_llm.pid, *(g.pid for g in gateways.values()),
-                *children_of(gateways["inprocess"].pid)]
+                *(kid for name in backlogs for kid in children_of(gateways[name].pid))]
         clock = CpuClock([*ours, *([store.process.pid] if store.process else [])])
+        names = list(kinds)
         for round_no in range(args.rounds):
-            order = ["inprocess", "off"] if round_no % 2 == 0 else ["off", "inprocess"]
-            for worker in order:
-                waited = drain(backlog, args.drain_limit)
+            order = names[round_no % len(names):] + names[:round_no % len(names)]
+            for name in order:
+                waited = drain(list(backlogs.values()), args.drain_limit)
                 load = loadgen.Load.of(bodies, headers, first_number=(
-                    round_no * 2 + order.index(worker)) * 10_000_000)
-                result = measure(gateways[worker], upstream.base_url, load, args, wrk, gen,
+                    round_no * len(names) + order.index(name)) * 10_000_000)
+                result = measure(gateways[name], upstream.base_url, load, args, wrk, gen,
                                  clock)
                 result["drained_before_s"] = round(waited, 1)
-                result["learner_backlog_after"] = learner_backlog(backlog)
-                results[worker].append(result)
-                print(f"round {round_no + 1} {worker}: {orjson.dumps(result).decode()}",
+                result["learner_backlog_after"] = (learner_backlog(backlogs[name])
+                                                   if name in backlogs else 0)
+                results[name].append(result)
+                print(f"round {round_no + 1} {name}: {orjson.dumps(result).decode()}",
                       file=sys.stderr)
-        learned = drain(backlog, args.drain_limit)
-        backlog.close()
+        learned = drain(list(backlogs.values()), args.drain_limit)
     return {"started": started.isoformat(timespec="seconds"), "cores": os.cpu_count(),
             "pinned": pin, "loadgen": "wrk" if wrk else "python", "args": vars(args),
             "warm_up_drain_s": round(warm_up_s, 1), "final_drain_s": round(learned, 1),
@@ -298,15 +334,18 @@ def table(report: dict[str, Any]) -> str:
             f"{_median(runs, 'burst', 'rps'):.0f} | "
             f"{_median(runs, 'cpu_cores', 'learner'):.2f} | "
             f"{_median(runs, 'other_load_cores'):.2f} |")
-    inproc, off = report["results"]["inprocess"], report["results"]["off"]
-    for phase in ("during", "after"):  # paired: the two gateways of one round, back to back
-        ratios = [a[phase]["added_ms"] / b[phase]["added_ms"]
-                  for a, b in zip(inproc, off, strict=True)
-                  if a[phase].get("added_ms") and b[phase].get("added_ms")]
-        if ratios:
-            rows.append(f"\nIn-process against off, {phase} the burst, per round: "
-                        + ", ".join(f"{r:.2f}" for r in ratios)
-                        + f" (median {statistics.median(ratios):.2f}).")
+    off = report["results"]["off"]
+    labels = {"inprocess": "In-process", "unthrottled": "In-process unthrottled"}
+    for name, label in labels.items():
+        runs = report["results"].get(name)
+        for phase in ("during", "after"):  # paired: the gateways of one round, back to back
+            ratios = [a[phase]["added_ms"] / b[phase]["added_ms"]
+                      for a, b in zip(runs or [], off, strict=True)
+                      if a[phase].get("added_ms") and b[phase].get("added_ms")]
+            if ratios:
+                rows.append(f"\n{label} against off, {phase} the burst, per round: "
+                            + ", ".join(f"{r:.2f}" for r in ratios)
+                            + f" (median {statistics.median(ratios):.2f}).")
     return "\n".join(rows)
 
 
@@ -321,6 +360,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="longest wait for the learner's queue before a measurement")
     parser.add_argument("--loadgen", choices=("auto", "python"), default="auto")
     parser.add_argument("--no-pin", action="store_true")
+    parser.add_argument("--unthrottled", action="store_true",
+                        help="also measure an in-process learner without its CPU budget")
     parser.add_argument("--json", type=Path, help="write every figure here as JSON")
     args = parser.parse_args(argv)
     report = run(args)

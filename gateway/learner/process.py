@@ -4,11 +4,14 @@ The learner's work (JSON of long traces, the embedding model for its near-duplic
 checks, LLM calls) must never compete with requests for the gateway's event loop, nor take
 more than a bounded share of the CPU. So `serve` runs it in a child process of its own
 (multiprocessing spawn: a fresh interpreter given the same Settings), at the lowest
-priority (Linux's SCHED_IDLE, else nice +19: it gets only the CPU time requests leave) and
-with one thread for the model (at most about one core). Under sustained saturation it
-falls behind; the trace stream is capped and the traces expire, so it never grows without
-bound. The gateway restarts the child when it dies and stops it first on shutdown
-(SIGTERM: it takes no new entry and finishes or hands back the one in flight).
+priority (Linux's SCHED_IDLE, else nice +19: it gets only the CPU time requests leave),
+with one thread for the model, and within a CPU budget (`learner/throttle.py`): at most
+`learner.max_cpu_share` of a core, `learner.busy_cpu_share` while the gateway serves calls,
+since what it runs even in idle time slowed requests down (bench/README.md, "Learner
+load"). Under sustained traffic it falls behind; the trace stream is capped and the traces
+expire, so it never grows without bound. The gateway restarts the child when it dies and
+stops it first on shutdown (SIGTERM: it takes no new entry and finishes or hands back the
+one in flight).
 
 The child's learner metrics are relayed to the gateway over a pipe and counted in the
 gateway's own registry, so one scrape of the gateway still shows the whole ACE loop.
@@ -197,12 +200,17 @@ def child_main(settings: Settings, conn: Connection, nice: int, grace_s: float) 
 
 
 async def _serve(settings: Settings, conn: Connection, grace_s: float) -> None:
+    from gateway.learner.throttle import Budget, Throttle, gateway_pid
     from gateway.learner.worker import run_worker
+    from gateway.playbook.config import learner_settings
     from gateway.services import open_services
 
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    learner = learner_settings(settings)
+    busy_share = min(learner.busy_cpu_share, learner.max_cpu_share)
+    throttle = Throttle(Budget(learner.max_cpu_share, busy_share), gateway_pid())
     async with open_services(settings) as services:
         for name in RELAYED:
             setattr(services.metrics, name, MetricRelay(name, conn))
-        await run_worker(services, stop=stop, grace_s=grace_s)
+        await run_worker(services, stop=stop, grace_s=grace_s, throttle=throttle)

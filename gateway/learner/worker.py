@@ -23,6 +23,7 @@ from redis.exceptions import RedisError, ResponseError
 from gateway.learner.build import build_learner, build_llm
 from gateway.learner.episodes import TraceLearner
 from gateway.learner.llm import LearnerUnavailable, MalformedOutput
+from gateway.learner.throttle import Throttle
 from gateway.observability.gauges import set_queue_depths, trace_queue_depths
 from gateway.playbook.config import LearnerSettings, learner_settings
 from gateway.store import as_text, keys
@@ -58,6 +59,7 @@ class StreamConsumer:
     def __init__(
         self, redis: aioredis.Redis, learner: TraceLearner, settings: LearnerSettings,
         consumer: str, metrics: Metrics | None = None, shard: int = 0,
+        throttle: Throttle | None = None,
     ) -> None:
         self._redis = redis
         self.shard = shard
@@ -67,6 +69,7 @@ class StreamConsumer:
         self._settings = settings
         self.name = consumer
         self._metrics = metrics
+        self._throttle = throttle
         self.in_flight: str | None = None  # the entry being learned from, if any
         self._depth_reported = 0.0
 
@@ -153,6 +156,8 @@ class StreamConsumer:
     async def run(self, stop: asyncio.Event, burst: bool) -> None:
         await ensure_group(self._redis, self.shard)
         while not stop.is_set():
+            if self._throttle is not None:  # before taking entries: none waits unheartbeated
+                await self._throttle.rest()
             entries = await self.reclaim()
             if not entries:
                 entries = await self.read_new(None if burst else 1000)
@@ -180,6 +185,7 @@ async def run_worker(
     burst: bool = False,
     consumer: str | None = None,
     grace_s: float = 5.0,
+    throttle: Throttle | None = None,
 ) -> None:
     """Consume the trace stream until `stop` is set (or, in burst mode, until it is empty).
 
@@ -192,8 +198,8 @@ async def run_worker(
     settings = learner_settings(services.settings)
     learner = build_learner(services, llm)
     name = consumer or default_consumer_name()
-    workers = [StreamConsumer(services.redis, learner, settings, name, services.metrics, shard)
-               for shard in range(settings.trace_shards)]
+    workers = [StreamConsumer(services.redis, learner, settings, name, services.metrics, shard,
+                              throttle) for shard in range(settings.trace_shards)]
     consuming = asyncio.create_task(_consume_all(workers, stop, burst))
     stopping = asyncio.create_task(stop.wait())
     try:

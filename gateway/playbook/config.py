@@ -90,6 +90,10 @@ class LearnerSettings(_Strict):
     # bound the oldest are shed (ctxgate_worker_failures_total{reason="trace_outage_shed"}).
     outage_buffer_traces: int = Field(default=5000, ge=0)
     outage_buffer_bytes: int = Field(default=64 << 20, ge=0)
+    # The in-process learner's CPU, of one core: while the gateway is quiet, and while it
+    # serves calls (learner/throttle.py). `ctxgate worker` is not throttled.
+    max_cpu_share: float = Field(default=0.1, gt=0, le=1)
+    busy_cpu_share: float = Field(default=0.02, gt=0, le=1)
 
 
 def problems(exc: ValidationError, name: str) -> str:
