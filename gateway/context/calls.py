@@ -13,16 +13,25 @@ Anthropic `tool_use.input`: the result parses to a JSON object with the original
 - `cut_arguments`: long string values of an aged call cut to their start with a marker
   saying how much was cut; values a later call repeats are kept whole.
 
-`repeated_calls` finds the repeats of a chat message list. Not wired into the engine yet:
-`bench/call_args.py` measures what they would save on the forwarded calls.
+`repeated_calls` finds the repeats of a chat message list; `point_repeats` applies them to
+a fitted call (the engine, with `cluster.on_arrival`, on every call after the fit): the
+forwarded messages with the pointers, the arguments per call id for the wire adapters, and
+the drop events, so that the log still adds up. The repeats are found in the forwarded
+messages alone, which a session only appends to between steps: a call's rendering never
+changes once sent. `cut_arguments` is not used by the engine (`bench/call_args.py`: cutting
+aged calls on every call costs the prefix cache more than it saves).
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
+
+from gateway.context.items import PINNED, content_text, message_id
+from gateway.observability.droplog import DropEvent
 
 REPEAT_MIN_CHARS = 120  # shorter arguments stay: a pointer is ~50 characters
 CUT_KEEP_CHARS = 40
@@ -86,11 +95,25 @@ def _arguments(call: Mapping[str, Any]) -> str | None:
     return raw if isinstance(raw, str) else None
 
 
+def _call_ids(messages: Sequence[Mapping[str, Any]]) -> set[str]:
+    """Call ids that name one call each (an adapter finds a call by its id)."""
+    seen: set[str] = set()
+    twice: set[str] = set()
+    for msg in messages:
+        for call in msg.get("tool_calls") or ():
+            cid = call.get("id") if isinstance(call, Mapping) else None
+            if isinstance(cid, str) and cid:
+                (twice if cid in seen else seen).add(cid)
+    return seen - twice
+
+
 def repeated_calls(
     messages: Sequence[Mapping[str, Any]], min_chars: int = REPEAT_MIN_CHARS
 ) -> dict[tuple[int, int], str]:
     """Per (message index, call index): the arguments a repeated call is sent with, for
-    every call whose arguments (`min_chars` or more) repeat an earlier call's."""
+    every call whose arguments (`min_chars` or more) repeat an earlier call's. Only calls
+    with an id of their own count; messages a wire adapter pinned are never rewritten."""
+    ids = _call_ids(messages)
     first: dict[str, str] = {}  # arguments -> id of the first call that used them
     out: dict[tuple[int, int], str] = {}
     for i, msg in enumerate(messages):
@@ -98,13 +121,76 @@ def repeated_calls(
             continue
         for k, call in enumerate(msg.get("tool_calls") or ()):
             raw = _arguments(call) if isinstance(call, Mapping) else None
-            if raw is None or len(raw) < min_chars:
+            if raw is None or len(raw) < min_chars or call.get("id") not in ids:
                 continue
             earlier = first.get(raw)
             if earlier is None:
-                first[raw] = str(call.get("id", ""))
+                first[raw] = str(call["id"])
                 continue
-            pointer = repeat_pointer(raw, earlier)
+            pointer = None if msg.get(PINNED) else repeat_pointer(raw, earlier)
             if pointer is not None and len(pointer) < len(raw):
                 out[(i, k)] = pointer
+    return out
+
+
+@dataclass(frozen=True)
+class Pointed:
+    """A fitted call with its repeated calls' arguments as pointers."""
+
+    messages: list[Mapping[str, Any]]
+    arguments: dict[str, str]  # call id -> the arguments it is sent with
+    events: list[DropEvent]
+    saved: int  # tokens
+
+
+def point_repeats(
+    forwarded: Sequence[Mapping[str, Any]],
+    indexes: Sequence[int],
+    events: list[DropEvent],
+    count: Callable[[str], int],
+    min_chars: int = REPEAT_MIN_CHARS,
+) -> Pointed | None:
+    """`forwarded` (message k is the client's message `indexes[k]`) with repeated calls'
+    arguments as pointers, and `events` with each such message's saving: added to its
+    event when it has one (its text was rewritten too), else a `dedup` event of its own
+    (tokens: of the arguments). None when no call repeats."""
+    repeats = repeated_calls(forwarded, min_chars)
+    if not repeats:
+        return None
+    messages = list(forwarded)
+    arguments: dict[str, str] = {}
+    saving: dict[int, tuple[int, int, str]] = {}  # client index -> before, after, sent text
+    for (k, c), pointer in repeats.items():
+        msg = messages[k]
+        calls = list(msg["tool_calls"])
+        raw = calls[c]["function"]["arguments"]
+        calls[c] = {**calls[c], "function": {**calls[c]["function"], "arguments": pointer}}
+        messages[k] = {**msg, "tool_calls": calls}
+        arguments[str(calls[c]["id"])] = pointer
+        before, after, text = saving.get(k, (0, 0, ""))
+        saving[k] = (before + count(raw), after + count(pointer), text or raw)
+    by_index = {indexes[k]: v for k, v in saving.items()}
+    out = _merged(events, by_index)
+    for k, (before, after, text) in saving.items():
+        if indexes[k] not in {e.message_index for e in events}:
+            msg = forwarded[k]
+            out.append(DropEvent(
+                stage="cluster", action="dedup", reason="repeated_call",
+                item_id=message_id(indexes[k], "assistant", content_text(msg.get("content")),
+                                   msg),
+                kind="tool_call", message_index=indexes[k], tokens_before=before,
+                tokens_after=after, text=text))
+    out.sort(key=lambda e: -1 if e.message_index is None else e.message_index)
+    return Pointed(messages, arguments, out,
+                   sum(before - after for before, after, _ in saving.values()))
+
+
+def _merged(events: list[DropEvent], by_index: Mapping[int, tuple[int, int, str]]
+            ) -> list[DropEvent]:
+    out = []
+    for event in events:
+        extra = by_index.get(event.message_index) if event.message_index is not None else None
+        if extra is not None:
+            event = replace(event, tokens_after=max(event.tokens_after - extra[0] + extra[1], 0))
+        out.append(event)
     return out
