@@ -1,12 +1,15 @@
-"""What rewriting old tool-call arguments would add to the engine (gateway/context/calls.py).
+"""What rewriting old tool-call arguments adds on top of the engine (gateway/context/calls.py).
 
 Replays each corpus through the engine as `bench/replay.py` does and rewrites the forwarded
 calls' tool-call arguments afterwards: repeats of an earlier call's arguments as pointers
-(`repeated_calls`, lossless while the first copy is sent), and optionally, on top, long
-string values of calls at least A turns old cut (`cut_arguments`), keeping values a later
-call of the same request repeats. Measured with the yardstick: late reduction, recall (all
-calls), cost saved @0.1 with prompt caching, and the share of calls whose forwarded
-serialization extends the previous call's (the yardstick's view of prefix stability).
+(`repeated_calls`; the engine does this itself with `cluster.on_arrival`, at 120
+characters: the rows at 40 show what a lower threshold adds), on top of which long string
+values of calls at least A turns old are cut (`cut_arguments`, values a later call of the
+same request repeats kept), or those of calls whose tool result the engine sends rewritten.
+Measured with the yardstick: late reduction, recall (all calls), cost saved @0.1 with
+prompt caching, and the share of calls whose forwarded serialization extends the previous
+call's (the yardstick's view of prefix stability). Cuts lose the first copy the pointers
+name: recall falls to 68-85% on intercode, so the engine does not cut.
 
     .venv/bin/python -m bench.call_args [--corpus NAME ...] [--split tune|holdout|all]
 """
@@ -31,6 +34,7 @@ from bench.yardstick import (
     needed_values,
     recall,
     serialized,
+    text_content,
 )
 from gateway.context.calls import cut_arguments, repeated_calls
 from gateway.context.engine import CallContext
@@ -76,16 +80,35 @@ def rewrite(messages: Sequence[Message], min_chars: int, cut_age: int | None,
 
 VARIANTS: dict[str, tuple[int, int | None] | None] = {
     "ctxgate": None,
-    "+repeats >=120": (120, None),
     "+repeats >=40": (40, None),
     "+repeats >=40, cut age>=5": (40, 5),
     "+repeats >=40, cut age>=3": (40, 3),
 }
+DIGESTED = {"ctxgate (engine)": 0, "engine + cut when output rewritten >80": 80,
+            "engine + cut when output rewritten >200": 200}
+
+
+def cut_digested(messages: Sequence[Message], max_chars: int) -> list[Message]:
+    """Long values of calls whose tool result the engine sends rewritten, cut."""
+    rewritten = {m.get("tool_call_id") for m in messages if (m.get("role") == "tool"
+                 and text_content(m.get("content")).startswith(("[ctxgate", "Old env")))
+                 or (m.get("role") == "tool" and "[omitted text mentions" in
+                     text_content(m.get("content")))}
+    out = []
+    for m in messages:
+        new = {}
+        for k, c in enumerate(m.get("tool_calls") or ()):
+            if c.get("id") in rewritten and max_chars:
+                cut = cut_arguments(c["function"].get("arguments", ""), max_chars)
+                if cut is not None:
+                    new[k] = cut
+        out.append(with_arguments(m, new) if new else m)
+    return out
 
 
 async def measure(name: str, sessions: list[corpora.Session], split: str) -> dict[str, Any]:
     engine = build_engine(Settings())
-    methods = [*VARIANTS, "keep-1", "none"]
+    methods = [*VARIANTS, *DIGESTED, "keep-1", "none"]
     late = {m: [0.0, 0] for m in methods}
     rec = {m: [0.0, 0] for m in methods}
     cost = dict.fromkeys(methods, 0.0)
@@ -109,6 +132,7 @@ async def measure(name: str, sessions: list[corpora.Session], split: str) -> dic
             for m in methods:
                 v = VARIANTS.get(m)
                 out = (prefix if m == "none" else mask_keep(prefix, 1) if m == "keep-1"
+                       else cut_digested(forwarded, DIGESTED[m]) if m in DIGESTED
                        else forwarded if v is None else rewrite(forwarded, *v))
                 r = recall(needed, out)
                 if r is not None:
