@@ -320,6 +320,12 @@ class ContextEngine:
         seconds["parse"] = time.perf_counter() - timer
         check_deadline()  # each phase of a large call takes long: stop between them
         block_tokens = request.block.tokens if request.block else 0
+        # a session's first call over the budget is cut just enough (ladder.give_back):
+        # pointers found after that fit would leave it under the budget's band
+        point = compact and not (
+            not request.state.prefix and not request.state.decisions
+            and request.tokens_before + block_tokens
+            > request.cls.compaction.high_water * request.budget.input)
         fitted = self._reused(request) if compact else _Fitted(
             request.messages, False, request.tokens_before + block_tokens, [], [], None)
         if fitted is None:
@@ -327,7 +333,7 @@ class ContextEngine:
             if isinstance(full, FittedCall):  # pinned content over the budget, passed through
                 return full
             fitted = full
-        if compact:
+        if point:
             fitted = self._point_repeats(request, fitted)
         check_deadline()  # past the deadline nothing is saved: the call goes out unmanaged
         result = await self._finish(request, fitted, seconds)

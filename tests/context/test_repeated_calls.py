@@ -100,3 +100,21 @@ async def test_short_or_unparsable_repeats_go_as_sent(engine: ContextEngine) -> 
     fitted = await engine.fit({"messages": messages, "tools": TOOLS}, _call(uuid.uuid4().hex))
     assert fitted.arguments is None
     assert not [d for d in fitted.drops if d.reason == "repeated_call"]
+
+
+async def test_a_first_call_cut_to_its_budget_gets_no_pointers(engine: ContextEngine) -> None:
+    """A session's first call over its budget is cut just enough to land in the budget's
+    band; pointers found after that fit would leave it below, so it goes without them."""
+    rows = "\n".join(f"('City {k}', {1000 + k})" for k in range(300))
+    messages = _session([QUERY, QUERY])
+    messages[3]["content"] = rows  # the first call's output: most of the request
+    body = {"messages": messages, "tools": TOOLS}
+    unbudgeted = await engine.fit(body, _call(uuid.uuid4().hex))
+    assert unbudgeted.arguments is not None  # the same call within its budget: a pointer
+    call = CallContext("t-calls", uuid.uuid4().hex, {
+        "x-ctxgate-session-id": uuid.uuid4().hex,
+        "x-ctxgate-budget-tokens": str(unbudgeted.tokens_before * 8 // 10)})
+    fitted = await engine.fit(body, call)
+    assert fitted.tokens_after < fitted.tokens_before
+    assert fitted.arguments is None
+    assert not [d for d in fitted.drops if d.reason == "repeated_call"]
