@@ -22,6 +22,7 @@ from gateway.context.agents import AgentClassStore, MemoryAgentClassStore, Redis
 from gateway.context.apply import apply_decisions, drop_events, reapply, same_texts
 from gateway.context.caches import ContextCaches
 from gateway.context.calibration import TokenCalibration
+from gateway.context.calls import point_repeats
 from gateway.context.classify import (
     Classifier,
     agent_fingerprint,
@@ -104,6 +105,9 @@ class FittedCall:
     request: dict[str, Any] | None = None  # the client's body, for the explainer
     # The fidelity of the turn that answered the session's previous call (fidelity.py).
     signals: CallSignals | None = None
+    # Per tool-call id: the arguments it is sent with, when not as the client sent them
+    # (a repeated call's pointer, calls.py); chat messages in `body` carry them already.
+    arguments: dict[str, str] | None = None
 
 
 def derive_session_id(tenant: str, messages: list[Mapping[str, Any]]) -> str:
@@ -179,6 +183,7 @@ class _Fitted:
     digests: list[str]
     prefix: Prefix | None  # what the session's next call may reuse
     plan: Plan | None = None  # how the messages rendered (None: all as sent)
+    arguments: dict[str, str] | None = None  # call id -> arguments sent (calls.py)
 
 
 class ContextEngine:
@@ -322,6 +327,12 @@ class ContextEngine:
         seconds["parse"] = time.perf_counter() - timer
         check_deadline()  # each phase of a large call takes long: stop between them
         block_tokens = request.block.tokens if request.block else 0
+        # a session's first call over the budget is cut just enough (ladder.give_back):
+        # pointers found after that fit would leave it under the budget's band
+        point = compact and not (
+            not request.state.prefix and not request.state.decisions
+            and request.tokens_before + block_tokens
+            > request.cls.compaction.high_water * request.budget.input)
         fitted = self._reused(request) if compact else _Fitted(
             request.messages, False, request.tokens_before + block_tokens, [], [], None)
         if fitted is None:
@@ -329,6 +340,8 @@ class ContextEngine:
             if isinstance(full, FittedCall):  # pinned content over the budget, passed through
                 return full
             fitted = full
+        if point:
+            fitted = self._point_repeats(request, fitted)
         check_deadline()  # past the deadline nothing is saved: the call goes out unmanaged
         result = await self._finish(request, fitted, seconds)
         seconds["total"] = time.perf_counter() - timer
@@ -460,7 +473,27 @@ class ContextEngine:
             plan=fitted.plan,
             block=block,
             signals=signals,
+            arguments=fitted.arguments,
         )
+
+    def _point_repeats(self, r: _Request, fitted: _Fitted) -> _Fitted:
+        """Tool calls repeating an earlier call's arguments sent as pointers to it
+        (`cluster.on_arrival`, calls.py): found in the forwarded messages alone, so every
+        call renders an earlier message the same way."""
+        opts = r.cls.stages.cluster
+        if opts is None or not opts.on_arrival:
+            return fitted
+        plan = fitted.plan
+        indexes = [i for i, _ in plan] if plan is not None else range(len(fitted.messages))
+        pointed = point_repeats(
+            fitted.messages, indexes, fitted.events,
+            lambda text: self.counter.count(text, r.encoding), opts.arrival_min_chars,
+        )
+        if pointed is None:
+            return fitted
+        return replace(fitted, messages=pointed.messages, changed=True,
+                       tokens_after=fitted.tokens_after - pointed.saved,
+                       events=pointed.events, arguments=pointed.arguments)
 
     async def _fit_items(
         self,

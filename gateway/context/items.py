@@ -161,6 +161,11 @@ def _fixed_tokens(msg: Mapping[str, Any], counter: TokenCounter, encoding: str) 
     return fixed
 
 
+def message_id(i: int, role: str, text: str, msg: Mapping[str, Any]) -> str:
+    """The id of a message sent as one item (its text, its tool calls, its place)."""
+    return _digest(str(i), role, text, orjson.dumps(msg.get("tool_calls")).decode())
+
+
 Part = tuple[str, bool, int, str, int, int, bool]  # id, knowledge, segment, text, tokens, fixed, rw
 
 
@@ -184,8 +189,7 @@ def _message_parts(
         else None
     )
     if not spans or len(spans) == 1:
-        calls = orjson.dumps(msg.get("tool_calls")).decode()
-        item_id = _digest(str(i), role, text, calls)
+        item_id = message_id(i, role, text, msg)
         return [(item_id, False, 0, text, counter.count(text, encoding) + fixed, fixed, rewritable)]
     parts: list[Part] = []
     for k, span in enumerate(spans):

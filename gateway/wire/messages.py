@@ -191,6 +191,24 @@ def render(body: dict[str, Any], view: ChatView, plan: Plan | None,
     return out
 
 
+def with_arguments(body: dict[str, Any], arguments: Mapping[str, str]) -> dict[str, Any]:
+    """`body` with the `tool_use` blocks the engine named (by `id`) given new input (the
+    engine's arguments are a JSON object's text: `input` stays an object)."""
+    def block(b: Any) -> Any:
+        if not isinstance(b, Mapping) or b.get("type") != "tool_use":
+            return b
+        new = arguments.get(str(b.get("id", "")))
+        return b if new is None else {**b, "input": orjson.loads(new)}
+
+    messages = []
+    for message in body.get("messages") or []:
+        if (isinstance(message, Mapping) and message.get("role") == "assistant"
+                and isinstance(message.get("content"), list)):
+            message = {**message, "content": [block(b) for b in message["content"]]}
+        messages.append(message)
+    return {**body, "messages": messages}
+
+
 def _with_block(system: Any, block: str) -> Any:
     """The system prompt with the playbook appended: after the client's own blocks (and
     their cache breakpoints), so the client's cached prefix stays valid."""
@@ -320,7 +338,8 @@ class Messages:
 
     def render(self, body: dict[str, Any], view: ChatView,
                fitted: FittedCall) -> dict[str, Any]:
-        return render(body, view, fitted.plan, fitted.block.text if fitted.block else None)
+        out = render(body, view, fitted.plan, fitted.block.text if fitted.block else None)
+        return with_arguments(out, fitted.arguments) if fitted.arguments else out
 
     def summary(self, answer: Mapping[str, Any]) -> dict[str, Any]:
         return summary(answer)

@@ -202,6 +202,24 @@ def render(body: dict[str, Any], view: ChatView, plan: Plan | None,
     return out
 
 
+def with_arguments(body: dict[str, Any], arguments: Mapping[str, str]) -> dict[str, Any]:
+    """`body` with the calls the engine named (by `call_id`) sent with new arguments (a
+    JSON object's text: a function call's `arguments`, a custom tool call's `input`)."""
+    items = body.get("input")
+    if not isinstance(items, list):
+        return body
+
+    def rewritten(item: Any) -> Any:
+        if not isinstance(item, Mapping) or item_type(item) not in CALLS:
+            return item
+        new = arguments.get(str(item.get("call_id", "")))
+        if new is None:
+            return item
+        return {**item, "arguments" if item_type(item) == "function_call" else "input": new}
+
+    return {**body, "input": [rewritten(item) for item in items]}
+
+
 def validate(body: Mapping[str, Any]) -> None:
     if not isinstance(body.get("model"), str):
         raise InvalidRequest("'model' must be a string.", param="model")
@@ -283,7 +301,8 @@ class Responses:
 
     def render(self, body: dict[str, Any], view: ChatView,
                fitted: FittedCall) -> dict[str, Any]:
-        return render(body, view, fitted.plan, fitted.block.text if fitted.block else None)
+        out = render(body, view, fitted.plan, fitted.block.text if fitted.block else None)
+        return with_arguments(out, fitted.arguments) if fitted.arguments else out
 
     def summary(self, answer: Mapping[str, Any]) -> dict[str, Any]:
         return summary(answer)

@@ -1,0 +1,196 @@
+"""Tool-call arguments rendered shorter, still a JSON object with the same keys.
+
+An assistant turn's tool calls are sent as the model wrote them; on agents that re-run the
+same command (intercode: 38.5% of a late call's characters are tool-call JSON) they are what
+is left once old outputs are digested. Two renderings, both pure and deterministic, both
+valid for every wire format (Chat `arguments` string, Responses `function_call.arguments`,
+Anthropic `tool_use.input`: the result parses to a JSON object with the original keys):
+
+- `repeat_pointer`: a call whose arguments repeat, byte for byte, an earlier call's of the
+  same request: each string value becomes a pointer to that call. Nothing is lost while the
+  earlier call is sent as it came (its copy is in the same request), and nothing sent before
+  changes (the first copy stays; a repeat is known from the earlier messages alone).
+- `cut_arguments`: long string values of an aged call cut to their start with a marker
+  saying how much was cut; values a later call repeats are kept whole.
+
+`repeated_calls` finds the repeats of a chat message list; `point_repeats` applies them to
+a fitted call (the engine, with `cluster.on_arrival`, on every call after the fit): the
+forwarded messages with the pointers, the arguments per call id for the wire adapters, and
+the drop events, so that the log still adds up. The repeats are found in the forwarded
+messages alone, which a session only appends to between steps: a call's rendering never
+changes once sent. `cut_arguments` is not used by the engine (`bench/call_args.py`: cutting
+aged calls on every call costs the prefix cache more than it saves).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import orjson
+
+from gateway.context.items import PINNED, content_text, message_id
+from gateway.observability.droplog import DropEvent
+
+REPEAT_MIN_CHARS = 120  # shorter arguments stay: a pointer is ~50 characters
+CUT_KEEP_CHARS = 40
+
+
+def _object(arguments: str) -> dict[str, Any] | None:
+    try:
+        value = orjson.loads(arguments)
+    except orjson.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _map_strings(value: Any, change: Any) -> Any:
+    """`value` with every string leaf (not the keys) passed through `change`."""
+    if isinstance(value, str):
+        return change(value)
+    if isinstance(value, dict):
+        return {k: _map_strings(v, change) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_map_strings(v, change) for v in value]
+    return value
+
+
+def repeat_pointer(arguments: str, call_id: str) -> str | None:
+    """The arguments of a call repeating call `call_id`'s: each string value a pointer to
+    it. None when the arguments are not a JSON object."""
+    parsed = _object(arguments)
+    if parsed is None:
+        return None
+    note = f"[ctxgate: same as call {call_id}]"
+    return orjson.dumps(_map_strings(parsed, lambda _s: note)).decode()
+
+
+def cut_arguments(
+    arguments: str, max_chars: int, keep: Collection[str] = (), keep_chars: int = CUT_KEEP_CHARS
+) -> str | None:
+    """The arguments with string values over `max_chars` cut to their first `keep_chars`
+    and a marker; values in `keep` stay whole. None when nothing is cut or the arguments
+    are not a JSON object."""
+    parsed = _object(arguments)
+    if parsed is None:
+        return None
+
+    cuts = 0
+
+    def cut(s: str) -> str:
+        nonlocal cuts
+        if len(s) <= max_chars or s in keep:
+            return s
+        cuts += 1
+        return f"{s[:keep_chars]}…[ctxgate: {len(s) - keep_chars} chars cut]"
+
+    out = orjson.dumps(_map_strings(parsed, cut)).decode()
+    return out if cuts and len(out) < len(arguments) else None
+
+
+def _arguments(call: Mapping[str, Any]) -> str | None:
+    function = call.get("function")
+    raw = function.get("arguments") if isinstance(function, Mapping) else None
+    return raw if isinstance(raw, str) else None
+
+
+def _call_ids(messages: Sequence[Mapping[str, Any]]) -> set[str]:
+    """Call ids that name one call each (an adapter finds a call by its id)."""
+    seen: set[str] = set()
+    twice: set[str] = set()
+    for msg in messages:
+        for call in msg.get("tool_calls") or ():
+            cid = call.get("id") if isinstance(call, Mapping) else None
+            if isinstance(cid, str) and cid:
+                (twice if cid in seen else seen).add(cid)
+    return seen - twice
+
+
+def repeated_calls(
+    messages: Sequence[Mapping[str, Any]], min_chars: int = REPEAT_MIN_CHARS
+) -> dict[tuple[int, int], str]:
+    """Per (message index, call index): the arguments a repeated call is sent with, for
+    every call whose arguments (`min_chars` or more) repeat an earlier call's. Only calls
+    with an id of their own count; messages a wire adapter pinned are never rewritten."""
+    ids = _call_ids(messages)
+    first: dict[str, str] = {}  # arguments -> id of the first call that used them
+    out: dict[tuple[int, int], str] = {}
+    for i, msg in enumerate(messages):
+        if msg.get("role") != "assistant":
+            continue
+        for k, call in enumerate(msg.get("tool_calls") or ()):
+            raw = _arguments(call) if isinstance(call, Mapping) else None
+            if raw is None or len(raw) < min_chars or call.get("id") not in ids:
+                continue
+            earlier = first.get(raw)
+            if earlier is None:
+                first[raw] = str(call["id"])
+                continue
+            pointer = None if msg.get(PINNED) else repeat_pointer(raw, earlier)
+            if pointer is not None and len(pointer) < len(raw):
+                out[(i, k)] = pointer
+    return out
+
+
+@dataclass(frozen=True)
+class Pointed:
+    """A fitted call with its repeated calls' arguments as pointers."""
+
+    messages: list[Mapping[str, Any]]
+    arguments: dict[str, str]  # call id -> the arguments it is sent with
+    events: list[DropEvent]
+    saved: int  # tokens
+
+
+def point_repeats(
+    forwarded: Sequence[Mapping[str, Any]],
+    indexes: Sequence[int],
+    events: list[DropEvent],
+    count: Callable[[str], int],
+    min_chars: int = REPEAT_MIN_CHARS,
+) -> Pointed | None:
+    """`forwarded` (message k is the client's message `indexes[k]`) with repeated calls'
+    arguments as pointers, and `events` with each such message's saving: added to its
+    event when it has one (its text was rewritten too), else a `dedup` event of its own
+    (tokens: of the arguments). None when no call repeats."""
+    repeats = repeated_calls(forwarded, min_chars)
+    if not repeats:
+        return None
+    messages = list(forwarded)
+    arguments: dict[str, str] = {}
+    saving: dict[int, tuple[int, int, str]] = {}  # client index -> before, after, sent text
+    for (k, c), pointer in repeats.items():
+        msg = messages[k]
+        calls = list(msg["tool_calls"])
+        raw = calls[c]["function"]["arguments"]
+        calls[c] = {**calls[c], "function": {**calls[c]["function"], "arguments": pointer}}
+        messages[k] = {**msg, "tool_calls": calls}
+        arguments[str(calls[c]["id"])] = pointer
+        before, after, text = saving.get(k, (0, 0, ""))
+        saving[k] = (before + count(raw), after + count(pointer), text or raw)
+    by_index = {indexes[k]: v for k, v in saving.items()}
+    out = _merged(events, by_index)
+    for k, (before, after, text) in saving.items():
+        if indexes[k] not in {e.message_index for e in events}:
+            msg = forwarded[k]
+            out.append(DropEvent(
+                stage="cluster", action="dedup", reason="repeated_call",
+                item_id=message_id(indexes[k], "assistant", content_text(msg.get("content")),
+                                   msg),
+                kind="tool_call", message_index=indexes[k], tokens_before=before,
+                tokens_after=after, text=text))
+    out.sort(key=lambda e: -1 if e.message_index is None else e.message_index)
+    return Pointed(messages, arguments, out,
+                   sum(before - after for before, after, _ in saving.values()))
+
+
+def _merged(events: list[DropEvent], by_index: Mapping[int, tuple[int, int, str]]
+            ) -> list[DropEvent]:
+    out = []
+    for event in events:
+        extra = by_index.get(event.message_index) if event.message_index is not None else None
+        if extra is not None:
+            event = replace(event, tokens_after=max(event.tokens_after - extra[0] + extra[1], 0))
+        out.append(event)
+    return out

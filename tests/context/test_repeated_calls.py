@@ -1,0 +1,120 @@
+"""Repeated tool calls on arrival (`cluster.on_arrival`, gateway/context/calls.py): a call
+whose arguments repeat, byte for byte, an earlier forwarded call's goes out with pointers in
+place of its string values, in each wire format as that format carries arguments (Chat and
+Responses: a JSON object's text; Anthropic: `tool_use.input` an object). The first copy
+stays, nothing sent before changes, and the drop log still adds up."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+from bench.wire_convert import CONVERTERS
+from gateway.context.engine import CallContext, ContextEngine
+from gateway.context.replay import WIRE_FORMATS, fit_as
+
+TOOLS = [{"type": "function",
+          "function": {"name": "execute_sql", "parameters": {"type": "object"}}}]
+QUERY = ("SELECT city.Name FROM city JOIN country ON city.CountryCode = country.Code "
+         "WHERE country.Continent = 'Europe' AND country.Population > 1000000")
+POINTER = "[ctxgate: same as call call_0]"
+
+
+def _call(session: str) -> CallContext:
+    return CallContext("t-calls", uuid.uuid4().hex, {"x-ctxgate-session-id": session})
+
+
+def _session(commands: list[str]) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You query a MySQL database with execute_sql."},
+        {"role": "user", "content": "Which European cities have over a million people?"},
+    ]
+    for k, command in enumerate(commands):
+        messages.append({"role": "assistant", "content": None, "tool_calls": [
+            {"id": f"call_{k}", "type": "function",
+             "function": {"name": "execute_sql", "arguments": json.dumps({"command": command})}}]})
+        messages.append({"role": "tool", "tool_call_id": f"call_{k}", "content": f"({k},)"})
+    return messages
+
+
+def _arguments(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [json.loads(c["function"]["arguments"])
+            for m in messages for c in m.get("tool_calls") or ()]
+
+
+async def test_a_repeated_call_is_a_pointer_and_the_first_copy_stays(
+    engine: ContextEngine,
+) -> None:
+    session = uuid.uuid4().hex
+    messages = _session([QUERY, "SHOW TABLES", QUERY, QUERY])
+    previous: list[Any] | None = None
+    for end in range(4, len(messages) + 1, 2):  # each call ends on a tool result
+        fitted = await engine.fit({"messages": messages[:end], "tools": TOOLS}, _call(session))
+        forwarded = fitted.body["messages"]
+        if previous is not None:
+            assert forwarded[: len(previous)] == previous  # the sent prefix never changes
+        assert sum(d.tokens_before - d.tokens_after for d in fitted.drops) == (
+            fitted.tokens_before - fitted.tokens_after
+        )
+        previous = list(forwarded)
+    assert _arguments(previous or []) == [
+        {"command": QUERY}, {"command": "SHOW TABLES"}, {"command": POINTER},
+        {"command": POINTER}]
+    assert [(d.reason, d.kind, d.message_index) for d in fitted.drops] == [
+        ("repeated_call", "tool_call", 6), ("repeated_call", "tool_call", 8)]
+    assert fitted.arguments == {"call_2": json.dumps({"command": POINTER},
+                                                     separators=(",", ":")),
+                                "call_3": json.dumps({"command": POINTER},
+                                                     separators=(",", ":"))}
+
+
+async def test_each_wire_format_carries_the_pointer_as_its_own_arguments(
+    engine: ContextEngine,
+) -> None:
+    body = {"messages": _session([QUERY, QUERY]), "tools": TOOLS}
+    sent = {fmt: CONVERTERS[fmt](body) for fmt in ("responses", "messages")}
+    out = {}
+    for fmt, wire_body in sent.items():
+        fitted, out[fmt] = await fit_as(engine, WIRE_FORMATS[fmt], wire_body,
+                                        _call(uuid.uuid4().hex))
+        assert fitted.tokens_before - fitted.tokens_after == sum(
+            d.tokens_before - d.tokens_after for d in fitted.drops) > 0
+    calls = [i for i in out["responses"]["input"] if i.get("type") == "function_call"]
+    assert [json.loads(c["arguments"]) for c in calls] == [{"command": QUERY},
+                                                         {"command": POINTER}]
+    uses = [b for m in out["messages"]["messages"] if isinstance(m["content"], list)
+            for b in m["content"] if b.get("type") == "tool_use"]
+    assert [u["input"] for u in uses] == [{"command": QUERY}, {"command": POINTER}]
+    assert uses[1]["id"] == "call_1" and uses[1]["name"] == "execute_sql"
+
+
+async def test_short_or_unparsable_repeats_go_as_sent(engine: ContextEngine) -> None:
+    messages = _session(["SHOW TABLES", "SHOW TABLES"])
+    bad = {"id": "call_9", "type": "function",
+           "function": {"name": "execute_sql", "arguments": "not json " + QUERY}}
+    messages += [{"role": "assistant", "content": None, "tool_calls": [bad]},
+                 {"role": "tool", "tool_call_id": "call_9", "content": "error"},
+                 {"role": "assistant", "content": None, "tool_calls": [{**bad, "id": "c10"}]},
+                 {"role": "tool", "tool_call_id": "c10", "content": "error"}]
+    fitted = await engine.fit({"messages": messages, "tools": TOOLS}, _call(uuid.uuid4().hex))
+    assert fitted.arguments is None
+    assert not [d for d in fitted.drops if d.reason == "repeated_call"]
+
+
+async def test_a_first_call_cut_to_its_budget_gets_no_pointers(engine: ContextEngine) -> None:
+    """A session's first call over its budget is cut just enough to land in the budget's
+    band; pointers found after that fit would leave it below, so it goes without them."""
+    rows = "\n".join(f"('City {k}', {1000 + k})" for k in range(300))
+    messages = _session([QUERY, QUERY])
+    messages[3]["content"] = rows  # the first call's output: most of the request
+    body = {"messages": messages, "tools": TOOLS}
+    unbudgeted = await engine.fit(body, _call(uuid.uuid4().hex))
+    assert unbudgeted.arguments is not None  # the same call within its budget: a pointer
+    call = CallContext("t-calls", uuid.uuid4().hex, {
+        "x-ctxgate-session-id": uuid.uuid4().hex,
+        "x-ctxgate-budget-tokens": str(unbudgeted.tokens_before * 8 // 10)})
+    fitted = await engine.fit(body, call)
+    assert fitted.tokens_after < fitted.tokens_before
+    assert fitted.arguments is None
+    assert not [d for d in fitted.drops if d.reason == "repeated_call"]
