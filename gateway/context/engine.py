@@ -481,7 +481,7 @@ class ContextEngine:
         (`cluster.on_arrival`, calls.py): found in the forwarded messages alone, so every
         call renders an earlier message the same way."""
         opts = r.cls.stages.cluster
-        if opts is None or not opts.on_arrival:
+        if opts is None or not opts.on_arrival or not opts.arrival_calls:
             return fitted
         plan = fitted.plan
         indexes = [i for i, _ in plan] if plan is not None else range(len(fitted.messages))

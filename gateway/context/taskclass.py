@@ -178,6 +178,10 @@ class ClusterOptions(_Settings):
     # prompt cache (it was never sent verbatim, so no sent prefix changes).
     on_arrival: bool = False
     arrival_min_chars: Count = 200  # shorter repeats stay as sent (a pointer is ~70-120 characters)
+    # With on_arrival, a tool call whose arguments repeat an earlier forwarded call's goes out
+    # with pointers in place of its string values (calls.py). The model then reads its own
+    # past calls in that form: false keeps every call's arguments as the model wrote them.
+    arrival_calls: bool = True
 
 
 class CompressOptions(_Settings):

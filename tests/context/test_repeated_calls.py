@@ -118,3 +118,36 @@ async def test_a_first_call_cut_to_its_budget_gets_no_pointers(engine: ContextEn
     assert fitted.tokens_after < fitted.tokens_before
     assert fitted.arguments is None
     assert not [d for d in fitted.drops if d.reason == "repeated_call"]
+
+
+async def test_arrival_calls_false_keeps_every_call_as_written(
+    redis_client: Any, embedder: Any, tmp_path: Any,
+) -> None:
+    """`cluster.arrival_calls: false` (every class): the repeats go out as the model wrote
+    them, while repeated tool results are still pointers (`on_arrival` stays on)."""
+    import yaml
+
+    from gateway.observability.droplog import DropLog
+    from gateway.observability.metrics import Metrics
+    from gateway.settings import Settings
+    from tests.context.conftest import CONFIG
+
+    config = yaml.safe_load(CONFIG.read_text())
+    for spec in config["task_classes"].values():
+        cluster = (spec.get("stages") or {}).get("cluster")
+        if isinstance(cluster, dict):
+            cluster["arrival_calls"] = False
+    path = tmp_path / "gateway.yaml"
+    path.write_text(yaml.safe_dump(config))
+    metrics = Metrics()
+    log = DropLog(str(tmp_path / "drops.jsonl"), "hash", metrics)
+    engine = ContextEngine(Settings(config=path), redis_client, metrics, log, embedder)
+    try:
+        session = uuid.uuid4().hex
+        messages = _session([QUERY, "SHOW TABLES", QUERY, QUERY])
+        for end in range(4, len(messages) + 1, 2):
+            fitted = await engine.fit({"messages": messages[:end], "tools": TOOLS},
+                                      _call(session))
+            assert _arguments(fitted.body["messages"]) == _arguments(messages[:end])
+    finally:
+        log.close()
