@@ -26,6 +26,7 @@ from gateway.learner.llm import LearnerUnavailable, MalformedOutput
 from gateway.observability.gauges import set_queue_depths, trace_queue_depths
 from gateway.playbook.config import LearnerSettings, learner_settings
 from gateway.store import as_text, keys
+from gateway.store.client import blocking_ms
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
@@ -58,8 +59,10 @@ class StreamConsumer:
     def __init__(
         self, redis: aioredis.Redis, learner: TraceLearner, settings: LearnerSettings,
         consumer: str, metrics: Metrics | None = None, shard: int = 0,
+        block_ms: int = 1000,  # below the client's socket timeout (`blocking_ms`)
     ) -> None:
         self._redis = redis
+        self._block_ms = block_ms
         self.shard = shard
         self._stream = keys.trace_stream(shard)
         self._dead = keys.trace_dead_letter(shard)
@@ -155,7 +158,7 @@ class StreamConsumer:
         while not stop.is_set():
             entries = await self.reclaim()
             if not entries:
-                entries = await self.read_new(None if burst else 1000)
+                entries = await self.read_new(None if burst else self._block_ms)
             if not entries and burst:
                 return
             for entry_id, fields in entries:
@@ -192,8 +195,9 @@ async def run_worker(
     settings = learner_settings(services.settings)
     learner = build_learner(services, llm)
     name = consumer or default_consumer_name()
-    workers = [StreamConsumer(services.redis, learner, settings, name, services.metrics, shard)
-               for shard in range(settings.trace_shards)]
+    block_ms = blocking_ms(services.settings, 1000)
+    workers = [StreamConsumer(services.redis, learner, settings, name, services.metrics, shard,
+                              block_ms) for shard in range(settings.trace_shards)]
     consuming = asyncio.create_task(_consume_all(workers, stop, burst))
     stopping = asyncio.create_task(stop.wait())
     try:
