@@ -36,6 +36,9 @@ class Settings(BaseSettings):
     keys: dict[str, str] = Field(default_factory=dict, repr=False)
     redis_url: str | None = None
     redis_cluster: bool = False  # True: redis_url names one node of a Redis Cluster
+    # A Redis that keeps the connection but stops answering (SIGSTOPped, a network black
+    # hole) fails each command after this long, as if it were down: nothing waits forever.
+    redis_timeout_s: float = Field(default=2.0, gt=0)
     data_dir: Path = Path("./.ctxgate")
     config: Path = DEFAULT_CONFIG
     host: str = "127.0.0.1"

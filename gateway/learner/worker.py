@@ -27,6 +27,7 @@ from gateway.learner.throttle import Throttle
 from gateway.observability.gauges import set_queue_depths, trace_queue_depths
 from gateway.playbook.config import LearnerSettings, learner_settings
 from gateway.store import as_text, keys
+from gateway.store.client import blocking_ms
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
@@ -60,8 +61,10 @@ class StreamConsumer:
         self, redis: aioredis.Redis, learner: TraceLearner, settings: LearnerSettings,
         consumer: str, metrics: Metrics | None = None, shard: int = 0,
         throttle: Throttle | None = None,
+        block_ms: int = 1000,  # below the client's socket timeout (`blocking_ms`)
     ) -> None:
         self._redis = redis
+        self._block_ms = block_ms
         self.shard = shard
         self._stream = keys.trace_stream(shard)
         self._dead = keys.trace_dead_letter(shard)
@@ -160,7 +163,7 @@ class StreamConsumer:
                 await self._throttle.rest()
             entries = await self.reclaim()
             if not entries:
-                entries = await self.read_new(None if burst else 1000)
+                entries = await self.read_new(None if burst else self._block_ms)
             if not entries and burst:
                 return
             for entry_id, fields in entries:
@@ -198,8 +201,9 @@ async def run_worker(
     settings = learner_settings(services.settings)
     learner = build_learner(services, llm)
     name = consumer or default_consumer_name()
+    block_ms = blocking_ms(services.settings, 1000)
     workers = [StreamConsumer(services.redis, learner, settings, name, services.metrics, shard,
-                              throttle) for shard in range(settings.trace_shards)]
+                              throttle, block_ms) for shard in range(settings.trace_shards)]
     consuming = asyncio.create_task(_consume_all(workers, stop, burst))
     stopping = asyncio.create_task(stop.wait())
     try:

@@ -4,6 +4,10 @@
 node and the client discovers the others. The gateway uses only what both clients offer:
 single-key commands, non-transactional pipelines, and Lua scripts and transactions whose
 keys share one hash tag (see keys.py), so the rest of the code types it as `Redis`.
+
+Every client connects and reads within `CTXGATE_REDIS_TIMEOUT_S`: a Redis that hangs raises
+`TimeoutError` (one of `STORE_DOWN`) like one that is down, and the timed-out connection is
+dropped, not reused. A blocking command must block for less (`blocking_ms`).
 """
 
 from __future__ import annotations
@@ -19,9 +23,18 @@ from gateway.store.embedded import resolve_redis_url
 
 def connect(settings: Settings) -> aioredis.Redis:
     """An async client for the configured Redis (or Redis Cluster, or embedded server)."""
+    timeouts = {"socket_timeout": settings.redis_timeout_s,
+                "socket_connect_timeout": settings.redis_timeout_s}
     if settings.redis_cluster:
         if not settings.redis_url:
             raise RuntimeError("CTXGATE_REDIS_CLUSTER=true needs CTXGATE_REDIS_URL (one node)")
         # Same command surface for everything the gateway calls (see the module docstring).
-        return cast(aioredis.Redis, RedisCluster.from_url(settings.redis_url))
-    return aioredis.from_url(resolve_redis_url(settings.redis_url, settings.data_dir))
+        return cast(aioredis.Redis, RedisCluster.from_url(settings.redis_url, **timeouts))
+    return aioredis.from_url(resolve_redis_url(settings.redis_url, settings.data_dir),
+                             **timeouts)
+
+
+def blocking_ms(settings: Settings, wanted_ms: int) -> int:
+    """How long a blocking command (XREADGROUP BLOCK) may block: `wanted_ms`, but at most
+    half the socket timeout, so that an idle wait is never taken for a hung Redis."""
+    return max(1, min(wanted_ms, int(settings.redis_timeout_s * 500)))

@@ -1,10 +1,12 @@
 """When Redis goes away the gateway fails open: agents keep working, /readyz says why, and
 the traces of the calls made meanwhile are kept in memory (bounded) and written once Redis
-answers again, in order, so that feedback and the learner still get them."""
+answers again, in order, so that feedback and the learner still get them. A Redis that
+hangs (keeps the connection, never answers) is taken for one that is down."""
 
 from __future__ import annotations
 
 import json
+import signal
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -21,6 +23,9 @@ from gateway.store.embedded import EmbeddedRedis
 from tests.harness import Gateway, Upstream, stop
 
 HELD = 3  # learner.outage_buffer_traces of this module's gateway
+# CTXGATE_REDIS_TIMEOUT_S of this module's gateway: below its fit timeout (1 s), so that a
+# call during a hang takes the outage path (traced, held), not the fit-timeout one.
+REDIS_TIMEOUT_S = 0.5
 
 
 @pytest.fixture(scope="module")
@@ -33,6 +38,7 @@ def outage_stack(tmp_path_factory: pytest.TempPathFactory,
     server = Gateway.start(tmp / "gw", {
         "CTXGATE_UPSTREAM_URL": f"{upstream.url}/v1", "CTXGATE_REDIS_URL": store.url,
         "CTXGATE_WORKER": "off", "CTXGATE_LEARNER": json.dumps({"outage_buffer_traces": HELD}),
+        "CTXGATE_REDIS_TIMEOUT_S": str(REDIS_TIMEOUT_S),
     }, wait_path="/readyz")
     try:
         yield store, server
@@ -190,3 +196,46 @@ def test_past_the_bound_the_oldest_held_traces_are_shed_and_counted(
         wait_stored(store, tenant, trace_id)
     assert [stored(store, tenant, trace_id) for trace_id, _ in made[:2]] == [None, None]
     assert post_feedback(server, key, made[0][0]).status_code == 404
+
+
+def test_a_hung_redis_is_taken_for_down_and_left_behind_once_it_answers(
+        stack: tuple[EmbeddedRedis, Gateway], upstream: Upstream) -> None:
+    store, server = stack
+    key = "sk-hang-0004"
+    api = openai.OpenAI(base_url=server.base_url, api_key=key, max_retries=0, timeout=30)
+    messages = [{"role": "user", "content": "anyone home?"}]
+    before = api.chat.completions.with_raw_response.create(model="m", messages=messages)  # type: ignore[arg-type]
+    assert before.headers["x-ctxgate-task-class"] != "unmanaged"
+    trace_id = before.headers["x-ctxgate-trace-id"]
+    wait_stored(store, tenant_of_token(key), trace_id)
+    assert store.process is not None
+    store.process.send_signal(signal.SIGSTOP)  # the connection stays open; nothing answers
+    try:
+        for _ in range(3):
+            started = time.monotonic()
+            raw = api.chat.completions.with_raw_response.create(model="m", messages=messages)  # type: ignore[arg-type]
+            assert time.monotonic() - started < REDIS_TIMEOUT_S + 3
+            assert raw.headers["x-ctxgate-task-class"] == "unmanaged"
+            assert raw.parse().choices[0].message.content == "echo: anyone home?"
+        # Their traces' writes time out as well: held, as through an outage.
+        deadline = time.monotonic() + REDIS_TIMEOUT_S + 3
+        while not server.metric("ctxgate_trace_outage_buffered"):
+            assert time.monotonic() < deadline, "no trace held while Redis hangs"
+            time.sleep(0.05)
+        ready = httpx.get(f"{server.url}/readyz", timeout=30)
+        assert ready.status_code == 503 and "redis" in ready.json()["reason"]
+        started = time.monotonic()
+        feedback = post_feedback(server, key, trace_id)
+        assert feedback.status_code == 503, feedback.text
+        assert feedback.json()["error"]["code"] == "store_unavailable"
+        assert time.monotonic() - started < REDIS_TIMEOUT_S + 3
+    finally:
+        store.process.send_signal(signal.SIGCONT)
+    deadline = time.monotonic() + 30
+    while httpx.get(f"{server.url}/readyz", timeout=30).status_code != 200:
+        assert time.monotonic() < deadline, "never ready again"
+        time.sleep(0.1)
+    after = api.chat.completions.with_raw_response.create(model="m", messages=messages)  # type: ignore[arg-type]
+    assert after.headers["x-ctxgate-task-class"] != "unmanaged"
+    feedback = post_feedback(server, key, trace_id)
+    assert feedback.status_code == 202, feedback.text
