@@ -249,6 +249,29 @@ def variants(args: argparse.Namespace, log_dir: Path) -> dict[str, tuple[str, in
     return found
 
 
+def share_playbooks(base: str, kinds: dict[str, tuple[str, int, Path | None]]) -> int:
+    """Give every gateway the playbooks the first in-process learner learned in the warm-up.
+
+    Without this only the gateways whose learner runs inject a playbook block into their
+    calls (the `off` one never learns), so the comparison would weigh the playbook's
+    injection (a feature, whoever learns the lessons) as if it were the learner's CPU."""
+    dbs = [db for worker, db, _ in kinds.values()]
+    source = next(db for worker, db, _ in kinds.values() if worker == "inprocess")
+    copied = 0
+    with contextlib.closing(redis.Redis.from_url(f"{base}/{source}")) as src:
+        keys = [k for k in src.scan_iter(match="*:pb:*", count=1000) if b":pb:delta:" not in k]
+        for db in dbs:
+            if db == source:
+                continue
+            with contextlib.closing(redis.Redis.from_url(f"{base}/{db}")) as dst:
+                for key in keys:
+                    dumped = src.dump(key)
+                    if dumped is not None:
+                        dst.restore(key, 0, dumped, replace=True)
+                        copied += 1
+    return copied
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from gateway.store.embedded import EmbeddedRedis
 
@@ -282,6 +305,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             loadgen.run_python(gateway.base_url, loadgen.Load.of(bodies, headers, 90_000_000),
                                2, 2.0)
         warm_up_s = drain(list(backlogs.values()), args.drain_limit)
+        seeded = share_playbooks(base, kinds)
         ours = [upstream.pid, learner_llm.pid, *(g.pid for g in gateways.values()),
                 *(kid for name in backlogs for kid in children_of(gateways[name].pid))]
         clock = CpuClock([*ours, *([store.process.pid] if store.process else [])])
@@ -304,6 +328,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return {"started": started.isoformat(timespec="seconds"), "cores": os.cpu_count(),
             "pinned": pin, "loadgen": "wrk" if wrk else "python", "args": vars(args),
             "warm_up_drain_s": round(warm_up_s, 1), "final_drain_s": round(learned, 1),
+            "playbook_keys_shared": seeded,
             "results": results}
 
 
