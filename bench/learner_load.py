@@ -314,6 +314,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             order = names[round_no % len(names):] + names[:round_no % len(names)]
             for name in order:
                 waited = drain(list(backlogs.values()), args.drain_limit)
+                seeded = share_playbooks(base, kinds)  # what was learned since, to all
                 load = loadgen.Load.of(bodies, headers, first_number=(
                     round_no * len(names) + order.index(name)) * 10_000_000)
                 result = measure(gateways[name], upstream.base_url, load, args, wrk, gen,
