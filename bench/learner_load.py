@@ -10,17 +10,20 @@ job runs the whole
 path: load the trace, judge it, reflect, curate, check for near-duplicates (the embedding
 model is loaded in the learner on the first check), merge.
 
-Each round, per gateway: a burst of managed calls (the overhead benchmark's mix, wrk at
-16 connections; one call in eight ends with a failing tool result, i.e. a learning job)
-while one connection probes with a small managed chat call, then the same probe alone for
-as long again, while the in-process learner works through what the burst queued. The probe
-also runs against the upstream directly; *added latency* is the probe's median through the
-gateway minus the direct median of the same round. Rounds alternate the order of the two
-gateways, and before each measurement the in-process learner's queue is left to drain
-(bounded; entries pending and never delivered, since Redis 6 reports no lag), so its work
-never lands on the other gateway's figures. Figures are medians over
-rounds. On two or more cores the gateways (and the learner they start) share core 1; the
-upstreams, Redis, wrk and the probe get core 0.
+Each round, per gateway: a fresh gateway process is started, warmed for 2 s (its learner
+loads its model on the jobs this queues, and the queue is drained), then a burst of managed
+calls (the overhead benchmark's mix, wrk at 16 connections; one call in eight ends with a
+failing tool result, i.e. a learning job) runs while one connection probes with a small
+managed chat call, then the same probe alone for as long again, while the in-process
+learner works through what the burst queued; then the gateway is stopped. The probe also
+runs against the upstream directly; *added latency* is the probe's median through the
+gateway minus the direct median of the same round. A gateway is started for every
+measurement because two processes of one configuration differ by several percent in CPU
+per request (`--control` measures that: a second `worker: off` gateway, whose ratio to
+`off` is what noise alone gives); a process kept for every round would put its own luck
+into every ratio. Rounds rotate the order of the gateways; figures are medians over rounds.
+On two or more cores the gateways (and the learner they start) share core 1; the upstreams,
+Redis, wrk and the probe get core 0.
 
 `--unthrottled` adds a third gateway, `worker: inprocess` with its learner's CPU budget
 lifted (`learner.max_cpu_share` and `learner.busy_cpu_share` 1: the learner as it ran
@@ -246,6 +249,8 @@ def variants(args: argparse.Namespace, log_dir: Path) -> dict[str, tuple[str, in
                                                       "off": ("off", 2, None)}
     if args.unthrottled:
         found["unthrottled"] = ("inprocess", 3, unthrottled_config(log_dir))
+    if args.control:
+        found["off-b"] = ("off", 4, None)
     return found
 
 
@@ -272,64 +277,99 @@ def share_playbooks(base: str, kinds: dict[str, tuple[str, int, Path | None]]) -
     return copied
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    from gateway.store.embedded import EmbeddedRedis
+class Bench:
+    """The servers every measurement shares, and a fresh gateway for each measurement.
 
+    A gateway is started for each measurement and stopped after it: two processes of one
+    configuration differ by several percent in CPU a request (hash seeds, memory layout;
+    `--control` measures it), so a gateway kept for every round would carry its own
+    process's luck into every ratio. The Redis databases (and the playbooks learned in
+    them) carry over; the trace stream is emptied between measurements, so each learner
+    starts with only what its own warm-up and burst queue."""
+
+    def __init__(self, stack: contextlib.ExitStack, args: argparse.Namespace,
+                 log_dir: Path, sut: set[int] | None, gen: set[int] | None) -> None:
+        from gateway.store.embedded import EmbeddedRedis
+
+        self.args, self.log_dir, self.sut, self.gen = args, log_dir, sut, gen
+        self.kinds = variants(args, log_dir)
+        self.upstream = servers.start_upstream(stack, gen, log_dir)
+        self.learner_llm = start_learner_llm(stack, gen, log_dir)
+        self.store = EmbeddedRedis(log_dir / "redis").start()
+        stack.callback(self.store.stop)
+        self.base = self.store.url.rsplit("/", 1)[0]
+        self.bodies = mix.bodies("all")
+        self.headers = {"authorization": f"Bearer {CLIENT_KEY}",
+                        "content-type": "application/json"}
+        self.wrk = pick_loadgen(args.loadgen)
+        self.started = 0
+
+    def client(self, name: str) -> redis.Redis:
+        return redis.Redis.from_url(f"{self.base}/{self.kinds[name][1]}")
+
+    def warm(self, name: str, stack: contextlib.ExitStack) -> tuple[servers.Server, float]:
+        """A fresh gateway, warmed (caches, and its learner's model loaded by the jobs the
+        warm-up queues) and its learner's queue drained; and the seconds that drain took."""
+        worker, db, config = self.kinds[name]
+        self.started += 1
+        gateway = start_gateway(stack, f"ctxgate-{name}-{self.started}", worker,
+                                upstream=self.upstream.base_url,
+                                learner_llm=self.learner_llm.base_url,
+                                redis_url=f"{self.base}/{db}", cpus=self.sut,
+                                log_dir=self.log_dir, config=config)
+        loadgen.run_python(gateway.base_url, loadgen.Load.of(
+            self.bodies, self.headers, 90_000_000 + self.started * 100_000), 2, 2.0)
+        with contextlib.closing(self.client(name)) as client:
+            waited = drain([client] if worker == "inprocess" else [], self.args.drain_limit)
+        return gateway, waited
+
+    def measurement(self, name: str, first_number: int) -> dict[str, Any]:
+        with contextlib.ExitStack() as stack:
+            gateway, waited = self.warm(name, stack)
+            seeded = share_playbooks(self.base, self.kinds)  # what was learned so far, to all
+            ours = [self.upstream.pid, self.learner_llm.pid, gateway.pid,
+                    *children_of(gateway.pid),
+                    *([self.store.process.pid] if self.store.process else [])]
+            load = loadgen.Load.of(self.bodies, self.headers, first_number=first_number)
+            result = measure(gateway, self.upstream.base_url, load, self.args, self.wrk,
+                             self.gen, CpuClock(ours))
+            with contextlib.closing(self.client(name)) as client:
+                result["learner_backlog_after"] = (learner_backlog(client)
+                                                   if self.kinds[name][0] == "inprocess"
+                                                   else 0)
+                result["drained_before_s"] = round(waited, 1)
+                result["playbook_keys_shared"] = seeded
+        with contextlib.closing(self.client(name)) as client:
+            client.delete("ctxgate:traces")  # its learner is gone: the next one starts afresh
+        return result
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
     pin = not args.no_pin and (os.cpu_count() or 1) >= 2
     sut, gen = ({1}, {0}) if pin else (None, None)
     if gen:
         os.sched_setaffinity(0, gen)
-    wrk = pick_loadgen(args.loadgen)
     log_dir = Path(tempfile.mkdtemp(prefix="ctxgate-learner-bench-"))
     started = datetime.datetime.now(datetime.UTC)
-    kinds = variants(args, log_dir)
-    results: dict[str, list[dict[str, Any]]] = {name: [] for name in kinds}
     with contextlib.ExitStack() as stack:
-        upstream = servers.start_upstream(stack, gen, log_dir)
-        learner_llm = start_learner_llm(stack, gen, log_dir)
-        store = EmbeddedRedis(log_dir / "redis").start()
-        stack.callback(store.stop)
-        base = store.url.rsplit("/", 1)[0]
-        gateways = {name: start_gateway(stack, f"ctxgate-{name}", worker,
-                                        upstream=upstream.base_url,
-                                        learner_llm=learner_llm.base_url,
-                                        redis_url=f"{base}/{db}", cpus=sut, log_dir=log_dir,
-                                        config=config)
-                    for name, (worker, db, config) in kinds.items()}
-        backlogs = {name: redis.Redis.from_url(f"{base}/{db}")
-                    for name, (worker, db, _) in kinds.items() if worker == "inprocess"}
-        stack.callback(lambda: [client.close() for client in backlogs.values()])
-        bodies = mix.bodies("all")
-        headers = {"authorization": f"Bearer {CLIENT_KEY}", "content-type": "application/json"}
-        for gateway in gateways.values():  # warm: caches, and the learner's model loaded
-            loadgen.run_python(gateway.base_url, loadgen.Load.of(bodies, headers, 90_000_000),
-                               2, 2.0)
-        warm_up_s = drain(list(backlogs.values()), args.drain_limit)
-        seeded = share_playbooks(base, kinds)
-        ours = [upstream.pid, learner_llm.pid, *(g.pid for g in gateways.values()),
-                *(kid for name in backlogs for kid in children_of(gateways[name].pid))]
-        clock = CpuClock([*ours, *([store.process.pid] if store.process else [])])
-        names = list(kinds)
+        bench = Bench(stack, args, log_dir, sut, gen)
+        names = list(bench.kinds)
+        results: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
+        warm_up_s = 0.0
+        for name in names:  # the in-process learner first: the playbooks all start from;
+            with contextlib.ExitStack() as first:  # then every database's embedding cache
+                warm_up_s += bench.warm(name, first)[1]
         for round_no in range(args.rounds):
             order = names[round_no % len(names):] + names[:round_no % len(names)]
             for name in order:
-                waited = drain(list(backlogs.values()), args.drain_limit)
-                seeded = share_playbooks(base, kinds)  # what was learned since, to all
-                load = loadgen.Load.of(bodies, headers, first_number=(
-                    round_no * len(names) + order.index(name)) * 10_000_000)
-                result = measure(gateways[name], upstream.base_url, load, args, wrk, gen,
-                                 clock)
-                result["drained_before_s"] = round(waited, 1)
-                result["learner_backlog_after"] = (learner_backlog(backlogs[name])
-                                                   if name in backlogs else 0)
+                number = (round_no * len(names) + order.index(name)) * 10_000_000
+                result = bench.measurement(name, number)
                 results[name].append(result)
                 print(f"round {round_no + 1} {name}: {orjson.dumps(result).decode()}",
                       file=sys.stderr)
-        learned = drain(list(backlogs.values()), args.drain_limit)
     return {"started": started.isoformat(timespec="seconds"), "cores": os.cpu_count(),
-            "pinned": pin, "loadgen": "wrk" if wrk else "python", "args": vars(args),
-            "warm_up_drain_s": round(warm_up_s, 1), "final_drain_s": round(learned, 1),
-            "playbook_keys_shared": seeded,
+            "pinned": pin, "loadgen": "wrk" if bench.wrk else "python", "args": vars(args),
+            "warm_up_drain_s": round(warm_up_s, 1), "gateways_started": bench.started,
             "results": results}
 
 
@@ -361,12 +401,15 @@ def table(report: dict[str, Any]) -> str:
             f"{_median(runs, 'cpu_cores', 'learner'):.2f} | "
             f"{_median(runs, 'other_load_cores'):.2f} |")
     off = report["results"]["off"]
-    labels = {"inprocess": "In-process", "unthrottled": "In-process unthrottled"}
+    labels = {"inprocess": "In-process", "unthrottled": "In-process unthrottled",
+              "off-b": "Control (a second `worker: off` gateway)"}
     for name, label in labels.items():
         runs = report["results"].get(name)
+        if runs is None:
+            continue
         for phase in ("during", "after"):  # paired: the gateways of one round, back to back
             ratios = [a[phase]["added_ms"] / b[phase]["added_ms"]
-                      for a, b in zip(runs or [], off, strict=True)
+                      for a, b in zip(runs, off, strict=True)
                       if a[phase].get("added_ms") and b[phase].get("added_ms")]
             if ratios:
                 rows.append(f"\n{label} against off, {phase} the burst, per round: "
@@ -388,6 +431,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-pin", action="store_true")
     parser.add_argument("--unthrottled", action="store_true",
                         help="also measure an in-process learner without its CPU budget")
+    parser.add_argument("--control", action="store_true",
+                        help="also measure a second `worker: off` gateway: the ratio two "
+                             "gateways of one configuration show (the benchmark's own noise)")
     parser.add_argument("--json", type=Path, help="write every figure here as JSON")
     args = parser.parse_args(argv)
     report = run(args)
