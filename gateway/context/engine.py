@@ -622,6 +622,7 @@ class ContextEngine:
         return Prefix.build(
             messages, parsed.items, final, parsed.layout, rendered, events, ctx.decisions,
             ctx.known, cls.name, parsed.encoding, extended,
+            cls.stages.compress if cls.compaction.ages else None,
         )
 
     def _known_values(self, items: list[Item], cls: TaskClass) -> frozenset[str]:

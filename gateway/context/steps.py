@@ -8,7 +8,7 @@ horizon of age-based compaction forward far enough to last a while.
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Mapping, MutableMapping, Sequence
+from collections.abc import Iterable, Mapping, MutableMapping
 from itertools import accumulate
 from math import ceil
 from typing import Any
@@ -44,24 +44,23 @@ def ages_out(item: Item, opts: CompressOptions) -> bool:
             and item.tokens >= opts.min_tokens and item.rewritable)
 
 
-def lagging_tokens(items: Sequence[Item], state: SessionState, cls: TaskClass) -> int:
+def lagging_tokens(items: Iterable[Item], state: SessionState, cls: TaskClass) -> int:
     """Tokens behind the horizon that no step has aged yet: the exchange still unanswered
     (pinned) when the last step ran waits verbatim in the cached prefix until the next one.
     Like a stale block, a large one can repay an early step (`stale_cut_repays`): an 8k
     file view the agent has read waits, cached, 4 calls for the next step; a step now
-    re-sends the little after it. Walks back from the newest item to the newest one the
-    session has decided on."""
+    re-sends the little after it. `items`: all of a call's, or any superset of those that
+    can lag (the incremental path's candidates, `prefix.py`)."""
     opts = cls.stages.compress
     if opts is None or not cls.compaction.ages:
         return 0
-    total = 0
-    for item in reversed(items):
-        if item.message_index >= state.horizon:
-            continue
-        if item.id in state.decisions or item.goal or item.kind == "system":
-            break
-        total += item.tokens if ages_out(item, opts) else 0
-    return total
+    return sum(
+        item.tokens
+        for item in items
+        if item.message_index < state.horizon
+        and item.id not in state.decisions
+        and ages_out(item, opts)
+    )
 
 
 def step_horizon(

@@ -90,6 +90,11 @@ def test_the_exchange_left_open_at_a_step_lags_until_the_next() -> None:
     assert lag == by_message[5].tokens > 1000  # the view, not the output decided before it
     assert lagging_tokens(items, SessionState(decisions=decided, horizon=4), cls) == 0
     assert lagging_tokens(items, state, TaskClass(name="still")) == 0  # a class that never ages
+    # whatever the order and however many other items come with them (the incremental path
+    # passes its candidates, in the order their pins lapsed)
+    assert lagging_tokens([by_message[5], *reversed(items)], state, cls) == 2 * lag
+    undecided = SessionState(horizon=6, calls=5, steps=1)
+    assert lagging_tokens(items, undecided, cls) == lag + by_message[3].tokens
     # the lagging view repays a step now, a call after the budget's last one (1 of 5 calls)
     turns = [2, 4, 6]
     assert horizon_after(turns, {6: 8}, 8, state, cls, stale=lag) == 8
