@@ -11,7 +11,9 @@ Level 2 is stricter than level 1. Level 3 is a digest for aged output the agent 
 already: the first line (the command's header: `[File: ...]`, the first output line), up to two
 error lines, the lines that carry the most terms of the task and of the agent's latest tool
 calls (`focus.py`), the last line, and then the values of the rest, never the rest's lines
-(values the focus names listed first); an assistant turn keeps its commands.
+(values the focus names listed first); a kept line whose values the model has read above is
+left out. An assistant turn keeps its commands: one of the agent's latest turns whole, an
+older one's long commands their first and last lines.
 """
 
 from __future__ import annotations
