@@ -45,7 +45,7 @@ from gateway.context.stages import STAGES, StageContext
 from gateway.context.stages.cluster import arrival_duplicates
 from gateway.context.stages.ladder import give_back, step_target
 from gateway.context.stale import stale_rule, stale_text
-from gateway.context.steps import stale_tokens, step_horizon
+from gateway.context.steps import lagging_tokens, stale_tokens, step_horizon
 from gateway.context.summarize import values as summarize_values
 from gateway.context.taskclass import (
     DEFAULT_CLASS,
@@ -512,6 +512,7 @@ class ContextEngine:
         final = self._apply_remembered(parsed.items, remembered, parsed.encoding, known)
         applied = _Applied(state.decisions, final)  # the stages return new lists
         stale = stale_tokens(parsed.items, state, cls, self.caches.stale)
+        stale += lagging_tokens(parsed.items, state, cls) if state.calls else 0
         total = fixed + sum(item.tokens for item in final)
         over = total > cls.compaction.high_water * budget.input
         first_call = not state.prefix and not state.decisions
@@ -621,6 +622,7 @@ class ContextEngine:
         return Prefix.build(
             messages, parsed.items, final, parsed.layout, rendered, events, ctx.decisions,
             ctx.known, cls.name, parsed.encoding, extended,
+            cls.stages.compress if cls.compaction.ages else None,
         )
 
     def _known_values(self, items: list[Item], cls: TaskClass) -> frozenset[str]:

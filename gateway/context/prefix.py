@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 from bisect import bisect_left
 from collections.abc import Mapping, MutableMapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -33,8 +33,8 @@ from gateway.context.items import Item, Layout, Part, message_items
 from gateway.context.render import Plan, Rendered, render_plan
 from gateway.context.session import Decision, SessionState
 from gateway.context.stages.cluster import ARRIVAL_KINDS
-from gateway.context.steps import horizon_after, stale_tokens
-from gateway.context.taskclass import TaskClass
+from gateway.context.steps import ages_out, horizon_after, lagging_tokens, stale_tokens
+from gateway.context.taskclass import CompressOptions, TaskClass
 from gateway.context.tokens import TokenCounter
 from gateway.observability.droplog import DropEvent
 
@@ -91,6 +91,10 @@ class Prefix:
     events: list[DropEvent]
     texts: set[int]  # hashes of the items' texts: a new item repeating one takes the full path
     tail: list[Item] | None = None  # the new messages' items, between `extend` and `reuse`
+    # The items that can lag behind the horizon undecided (`steps.lagging_tokens`): those
+    # aging would take but no decision has, and those whose pin lapsed since (the exchange
+    # that was open at the last step).
+    lagging: list[Item] = field(default_factory=list)
     start: int = 0  # where the new messages start
     # The messages' searchable texts the fidelity signals read (fidelity.py), which these
     # messages' checked bytes make safe to keep for the next call.
@@ -110,9 +114,11 @@ class Prefix:
         task_class: str,
         encoding: str,
         extended: Prefix | None = None,
+        ages: CompressOptions | None = None,
     ) -> Prefix | None:
         """`extended`: the session's previous prefix extended by these messages, whose
-        fingerprint it already holds (else it is taken here)."""
+        fingerprint it already holds (else it is taken here). `ages`: the class's aging
+        (None: it does not age)."""
         if extended is not None and extended.bounds[-1] == len(messages):
             digest: bytes | None = extended.digest
             bounds = list(extended.bounds)
@@ -147,6 +153,9 @@ class Prefix:
             rolling=rendered.rolling,
             events=events,
             texts={hash(i.text) for i in items},
+            lagging=[] if ages is None else [
+                i for i in items if i.id not in decisions and ages_out(i, ages)
+            ],
         )
 
     def extend(
@@ -230,9 +239,10 @@ class Prefix:
         for i in list(self.watched):
             old = self.watched[i]
             now = [self.layout.restate(x) for x in old]
-            lapsed = (x for x, y in zip(old, now, strict=True) if x.pinned and not y.pinned)
+            lapsed = [y for x, y in zip(old, now, strict=True) if x.pinned and not y.pinned]
             if any(x.id in decisions and decisions[x.id].method != "dedup" for x in lapsed):
                 return False
+            self.lagging += lapsed
             self.compactable[i] = _compactable(now)
             if any(y.pinned and y.kind != "system" for y in now):
                 self.watched[i] = now
@@ -272,6 +282,7 @@ class Prefix:
         layout, horizon = self.layout, state.horizon
         goal = [layout.restate(i) for i in self.goal_items]
         stale = stale_tokens(goal, state, cls, caches.stale)
+        stale += lagging_tokens(self.lagging, state, cls)
         turns = layout.turns[bisect_left(layout.turns, horizon) :]
         tokens_from = {
             i: self.compactable[i] for i in range(horizon, n_messages) if self.compactable[i]

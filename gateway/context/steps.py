@@ -8,7 +8,7 @@ horizon of age-based compaction forward far enough to last a while.
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Iterable, Mapping, MutableMapping
 from itertools import accumulate
 from math import ceil
 from typing import Any
@@ -16,7 +16,7 @@ from typing import Any
 from gateway.context.items import Item
 from gateway.context.session import SessionState
 from gateway.context.stale import stale_rule
-from gateway.context.taskclass import Compaction, TaskClass
+from gateway.context.taskclass import Compaction, CompressOptions, TaskClass
 
 
 def stale_tokens(
@@ -35,6 +35,31 @@ def stale_tokens(
         and not item.pinned
         and item.id not in state.decisions
         and stale_rule(item, rules, memo) is not None
+    )
+
+
+def ages_out(item: Item, opts: CompressOptions) -> bool:
+    """Whether compress's aging digests this item once it is behind the horizon."""
+    return (not item.pinned and not item.goal and item.kind in opts.kinds
+            and item.tokens >= opts.min_tokens and item.rewritable)
+
+
+def lagging_tokens(items: Iterable[Item], state: SessionState, cls: TaskClass) -> int:
+    """Tokens behind the horizon that no step has aged yet: the exchange still unanswered
+    (pinned) when the last step ran waits verbatim in the cached prefix until the next one.
+    Like a stale block, a large one can repay an early step (`stale_cut_repays`): an 8k
+    file view the agent has read waits, cached, 4 calls for the next step; a step now
+    re-sends the little after it. `items`: all of a call's, or any superset of those that
+    can lag (the incremental path's candidates, `prefix.py`)."""
+    opts = cls.stages.compress
+    if opts is None or not cls.compaction.ages:
+        return 0
+    return sum(
+        item.tokens
+        for item in items
+        if item.message_index < state.horizon
+        and item.id not in state.decisions
+        and ages_out(item, opts)
     )
 
 

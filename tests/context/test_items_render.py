@@ -152,4 +152,27 @@ def test_digest_leaves_out_what_was_read_above_and_long_edits() -> None:
     assert out.startswith("```\nedit 1:1\ndef main():\n[…30 lines]\nend_of_edit\n```")
     assert out.split("[omitted")[0].rstrip().endswith("end_of_edit\n```")
     # the cut lines' names are listed, up to a cap, the last first (nearest the next step)
-    assert "mentions: step_29 step_28 " in out and "(+14 more)" in out
+    assert "mentions: step_29 step_28 " in out and "(+20 more)" in out
+    # one of the agent's latest turns keeps its command whole: the code it edits next
+    whole = summarize(edit, "assistant", 3, whole_commands=True)
+    assert script in whole and "Rewrite" not in whole and "[…" not in whole
+
+
+def test_digest_leaves_out_a_header_read_above() -> None:
+    header = "[File: /repo/run.py (9 lines total)]"
+    view = "\n".join([header, *[f"{k}:y_{k} = {k}" for k in range(9)]])
+    assert summarize(view, "user", 3).startswith(f"{header}\n")
+    known = frozenset(values(header))
+    out = summarize(view, "user", 3, known=known)
+    assert "[File:" not in out and out.startswith("[…9 lines]")
+
+
+def test_a_long_number_is_a_value_and_a_hex_digest_is_not() -> None:
+    text = "\n".join(
+        ["Decompilation Found!", *[f"  local_{k} = {k};" for k in range(12)],
+         'basic_string("FLAG23456912365453475897834567");',
+         "commit 3f1c9a0b7d2e4f6a8b9c0d1e2f3a4b5c6d7e8f90", "return;"]
+    )
+    out = summarize(text, "tool_result", 3)
+    assert "FLAG23456912365453475897834567" in out
+    assert "3f1c9a0b7d2e4f6a8b9c0d1e2f3a4b5c6d7e8f90" not in out

@@ -116,3 +116,22 @@ async def test_rerank_scores_goal_and_relevance(embedder: Embedder) -> None:
     result = await STAGES["rerank"](items, BUDGET, _ctx(_cls({"rerank": {}}), items, 0, embedder))
     scores = {i.message_index: i.score for i in result.items}
     assert scores[0] > scores[4] > scores[2]
+
+
+async def test_digests_keep_the_latest_turns_commands_whole() -> None:
+    msgs: list[dict[str, Any]] = [{"role": "user", "content": "goal: fix parser.py"}]
+    for t in range(4):
+        script = "\n".join(f"    value_{t}_{k} = parse_{k}(line)" for k in range(20))
+        edit = f"Rewrite it.\n```\nedit 1:1\n{script}\nend_of_edit\n```"
+        msgs += [
+            {"role": "assistant", "content": edit},
+            {"role": "user", "content": f"File updated {t}."},
+        ]
+    items = _items(msgs)
+    cls = _cls({"compress": {"kinds": ["assistant"], "min_tokens": 25, "level": 3}})
+    out = await STAGES["compress"](items, BUDGET, _ctx(cls, items, horizon=len(msgs)))
+    texts = {i.message_index: i.text for i in out.items}
+    # ages 3 and 2: the edit's middle cut; ages 1 and 0: the agent's latest code kept whole
+    assert "value_0_10" not in texts[1] and "value_1_10" not in texts[3]
+    assert "value_2_10 = parse_10(line)" in texts[5] and "value_3_10" in texts[7]
+    assert all("Rewrite" not in texts[i] for i in (1, 3, 5, 7))

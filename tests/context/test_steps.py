@@ -5,9 +5,16 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.context.session import SessionState
-from gateway.context.steps import calls_until_affordable, horizon_after, stale_cut_repays
-from gateway.context.taskclass import Compaction, TaskClass
+from gateway.context.items import parse_request
+from gateway.context.session import Decision, SessionState
+from gateway.context.steps import (
+    calls_until_affordable,
+    horizon_after,
+    lagging_tokens,
+    stale_cut_repays,
+)
+from gateway.context.taskclass import Compaction, TaskClass, task_class
+from gateway.context.tokens import TokenCounter
 
 SHARE_5 = Compaction(verbatim_tokens_high=1000, verbatim_tokens_low=0, max_step_share=0.2)
 
@@ -59,3 +66,36 @@ def test_horizon_moves_early_for_a_stale_block_and_not_otherwise() -> None:
     assert horizon_after(turns, tokens_from, 6, first, cls, stale=80000) == 0
     # without stale tokens the budget holds the step back whatever the verbatim tokens
     assert horizon_after(turns, {2: 900, 3: 900}, 6, state, cls) == 0
+
+
+def test_the_exchange_left_open_at_a_step_lags_until_the_next() -> None:
+    view = "\n".join(f"{k}: value_{k} = compute({k})" for k in range(300))
+    msgs = [
+        {"role": "system", "content": "You are an agent."},
+        {"role": "user", "content": "goal: fix parser.py"},
+        {"role": "assistant", "content": "```\nopen parser.py\n```"},
+        {"role": "user", "content": "short output of the first command, long enough " * 4},
+        {"role": "assistant", "content": "```\nopen big.py\n```"},
+        {"role": "user", "content": view},  # the latest output when the step ran
+        {"role": "assistant", "content": "```\npython big.py\n```"},
+        {"role": "user", "content": "ok"},
+    ]
+    items = parse_request({"messages": msgs}, TokenCounter(), "o200k_base").items
+    cls = task_class("c", {"compaction": {"verbatim_tokens_high": 1000},
+                           "stages": {"compress": {"kinds": ["user"], "min_tokens": 25}}})
+    by_message = {i.message_index: i for i in items}
+    decided = {by_message[3].id: Decision("compress", "compress", "aged", "summary", 3)}
+    state = SessionState(decisions=decided, horizon=6, calls=5, steps=1)
+    lag = lagging_tokens(items, state, cls)
+    assert lag == by_message[5].tokens > 1000  # the view, not the output decided before it
+    assert lagging_tokens(items, SessionState(decisions=decided, horizon=4), cls) == 0
+    assert lagging_tokens(items, state, TaskClass(name="still")) == 0  # a class that never ages
+    # whatever the order and however many other items come with them (the incremental path
+    # passes its candidates, in the order their pins lapsed)
+    assert lagging_tokens([by_message[5], *reversed(items)], state, cls) == 2 * lag
+    undecided = SessionState(horizon=6, calls=5, steps=1)
+    assert lagging_tokens(items, undecided, cls) == lag + by_message[3].tokens
+    # the lagging view repays a step now, a call after the budget's last one (1 of 5 calls)
+    turns = [2, 4, 6]
+    assert horizon_after(turns, {6: 8}, 8, state, cls, stale=lag) == 8
+    assert horizon_after(turns, {6: 8}, 8, state, cls, stale=0) == 6

@@ -24,6 +24,11 @@ if TYPE_CHECKING:
     from gateway.embeddings import Embedder
 
 
+# A digested turn among the agent's latest this many keeps its commands whole: the code it
+# just wrote is what it edits next, and the digest is kept for good (swe7b, bench/README.md).
+RECENT_COMMAND_TURNS = 1
+
+
 @dataclass
 class StageContext:
     task_class: TaskClass
@@ -115,7 +120,8 @@ def decide(items: list[Item], chosen: Mapping[str, Decision], ctx: StageContext)
             decision = replace(
                 decision,
                 text=summarize(
-                    original.text, original.kind, decision.level, frozenset(seen), ctx.focus
+                    original.text, original.kind, decision.level, frozenset(seen), ctx.focus,
+                    whole_commands=item.age <= RECENT_COMMAND_TURNS,
                 ),
             )
             decisions[item.id] = decision

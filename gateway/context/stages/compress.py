@@ -19,6 +19,7 @@ from gateway.context.items import Item
 from gateway.context.session import Decision
 from gateway.context.stages.base import StageContext, StageResult, decide
 from gateway.context.stages.ladder import cut
+from gateway.context.steps import ages_out
 from gateway.context.taskclass import CompressOptions
 
 EXPIRED_MIN_TOKENS = 60  # a shorter digest is left as it is: a placeholder saves too little
@@ -53,18 +54,13 @@ def _expired_digests(
 
 async def compress_items(items: list[Item], budget: Budget, ctx: StageContext) -> StageResult:
     opts = ctx.task_class.stages.compress or CompressOptions()
-    kinds, min_tokens = set(opts.kinds), opts.min_tokens
     aged = {
         item.id: Decision("compress", "compress", "aged", "summary", opts.level)
         for item in items
         if ctx.task_class.compaction.ages
-        and not item.pinned
-        and not item.goal
         and item.id not in ctx.decisions
         and item.message_index < ctx.horizon
-        and item.kind in kinds
-        and item.tokens >= min_tokens
-        and item.rewritable
+        and ages_out(item, opts)
     }
     aged.update(_expired_digests(items, ctx, opts))
     result = decide(items, aged, ctx)
