@@ -160,9 +160,11 @@ def render_text(explained: Mapping[str, Any]) -> str:
         f"session {explained['session_id']}",
         f"class {explained['task_class']}  model {explained['model']}"
         + (f"  ({explained['unmanaged']})" if explained.get("unmanaged") else ""),
-        f"budget {budget['tokens']} tokens ({budget['source']}: {budget['why']})",
+        f"budget {budget['tokens']} tokens ({budget['source']}: {budget['why']})"
+        if budget["tokens"] is not None else f"budget none ({budget['why']})",
         f"tokens {tokens['before']} -> {tokens['after']}  (drops saved "
-        f"{tokens['saved_by_drops']}, playbook block {tokens['playbook']})",
+        f"{tokens['saved_by_drops']}, playbook block {tokens['playbook']})"
+        if tokens["before"] is not None else "tokens not counted (sent as the client sent it)",
         f"upstream got {explained['upstream']['messages']} of {len(explained['messages'])} "
         "messages",
         "",
