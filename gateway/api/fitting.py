@@ -42,7 +42,7 @@ from gateway.context.offload import (
 from gateway.context.taskclass import DEFAULT_CLASS
 from gateway.errors import ContextBudgetExceeded, ContextFitTimeout, GatewayError
 from gateway.learner.traces import TraceEvent
-from gateway.observability.explain import account_of
+from gateway.observability.explain import account_of, unmanaged_account
 from gateway.store import STORE_DOWN
 from gateway.wire.view import WireFormat, unmarked
 
@@ -140,7 +140,8 @@ class Fitting:
     def outage_trace(self, wire: WireFormat, call: Call, response: dict[str, Any]) -> TraceEvent:
         """The trace of a call sent as is because Redis was down: what it forwarded (the
         client's messages) under the class the header or the rules name (the session's
-        remembered class is in Redis), no playbook injected, no explainer account."""
+        remembered class is in Redis), no playbook injected, and the explainer's account of
+        a call that was not fitted: failed open, the store unavailable."""
         assert call.sent_as_is is not None
         view = wire.view(call.sent_as_is)
         messages = view.body.get("messages") or []
@@ -152,7 +153,9 @@ class Fitting:
                       or derive_session_id(tenant, messages))
         return TraceEvent(tenant=tenant, task_class=named, session_id=session_id,
                           trace_id=call.trace_id, messages=messages, response=response,
-                          ts=time.time())
+                          ts=time.time(),
+                          account=unmanaged_account(messages, session_id,
+                                                    view.body.get("model")))
 
     async def trace_parts(self, fitted: FittedCall) -> TraceParts:
         """What a call's trace stores; built on the fitting thread for a large call."""

@@ -5,6 +5,13 @@ Entries another consumer left pending longer than `learner.reclaim_idle_s` are c
 XAUTOCLAIM; an entry delivered more than `learner.max_deliveries` times, or whose learner
 output stays malformed after the retries, is parked in the dead-letter stream with the
 reason and acknowledged. Malformed output never reaches the playbook.
+
+One trace can be queued twice (a trace write that timed out on a hung Redis may still land,
+and the outage buffer writes it again): the first entry of a trace (per kind: trace or
+feedback) to be taken claims it (`keys.trace_learned`, SET NX, kept as long as traces are);
+any other entry for it is acknowledged unlearned and counted as
+`ctxgate_worker_failures_total{reason="duplicate_trace"}`. The claiming entry's own
+redeliveries (a worker that died mid-job) are still learned from.
 """
 
 from __future__ import annotations
@@ -39,7 +46,13 @@ log = logging.getLogger(__name__)
 Entry = tuple[str, dict[str, str]]
 DEAD_LETTER_MAXLEN = 10_000
 DEPTH_EVERY_S = 5.0  # the queue-depth gauge scans the stream on Redis 6: not after every job
-
+# 1 when entry ARGV[1] is the one its trace is learned from (it claims it now, or did
+# before), 0 when another entry did: one key, so one round trip, atomic on a cluster too.
+CLAIM_TRACE = """
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'EX', ARGV[2]) then return 1 end
+if redis.call('GET', KEYS[1]) == ARGV[1] then return 1 end
+return 0
+"""
 
 
 def _entry(raw_id: Any, raw_fields: dict[Any, Any]) -> Entry:
@@ -75,6 +88,7 @@ class StreamConsumer:
         self._throttle = throttle
         self.in_flight: str | None = None  # the entry being learned from, if any
         self._depth_reported = 0.0
+        self._claim_trace = redis.register_script(CLAIM_TRACE)
 
     async def reclaim(self) -> list[Entry]:
         """Entries idle past the reclaim time, now ours."""
@@ -117,6 +131,12 @@ class StreamConsumer:
         if state[1] > self._settings.max_deliveries:
             await self.dead_letter(entry_id, fields, "max_deliveries")
             return
+        if not await self._first_for_trace(entry_id, fields):
+            log.info("%s repeats a trace already queued: not learned from twice", entry_id,
+                     extra={"trace_id": fields.get("trace_id")})
+            await self._redis.xack(self._stream, keys.TRACE_GROUP, entry_id)
+            self._fail("duplicate_trace")
+            return
         heartbeat = asyncio.create_task(self._keep_claimed(entry_id))
         try:
             await self._learner.handle(fields)
@@ -134,6 +154,16 @@ class StreamConsumer:
         finally:
             heartbeat.cancel()
         await self._redis.xack(self._stream, keys.TRACE_GROUP, entry_id)
+
+    async def _first_for_trace(self, entry_id: str, fields: dict[str, str]) -> bool:
+        """Whether `entry_id` is the entry its trace is learned from (see the module doc)."""
+        tenant, trace_id = fields.get("tenant"), fields.get("trace_id")
+        if not tenant or not trace_id:
+            return True  # nothing to key it by: the learner finds no trace either
+        key = keys.trace_learned(tenant, trace_id, fields.get("kind", "trace"))
+        first = await self._claim_trace(keys=[key],
+                                        args=[entry_id, self._settings.trace_ttl_s])
+        return bool(first)
 
     async def dead_letter(self, entry_id: str, fields: dict[str, str], reason: str) -> None:
         parked = {**fields, "entry_id": entry_id, "reason": reason[:500],

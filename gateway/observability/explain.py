@@ -34,7 +34,9 @@ WHY = {
     "window",
     "config": "the class's caps, bounded by the model's window less the configured (or the "
     "request's own max_tokens) output reserve",
+    "unmanaged": "none: the call was not fitted",
 }
+STORE_DOWN_REASON = "failed open: store unavailable"
 
 
 def account_of(fitted: FittedCall, budget_source: str) -> dict[str, Any]:
@@ -63,6 +65,20 @@ def account_of(fitted: FittedCall, budget_source: str) -> dict[str, Any]:
     }
 
 
+def unmanaged_account(messages: list[dict[str, Any]], session_id: str, model: Any,
+                      reason: str = STORE_DOWN_REASON) -> dict[str, Any]:
+    """The account of a call that went upstream exactly as the client sent it (fitting
+    failed open): every message sent as is, nothing dropped, no budget, no playbook."""
+    return {
+        "v": 1, "task_class": "unmanaged", "unmanaged": reason, "session_id": session_id,
+        "model": model, "budget": None, "budget_source": "unmanaged",
+        "tokens_before": None, "tokens_after": None,
+        "roles": [str(m.get("role")) for m in messages],
+        "plan": None,  # every message, in order, as sent
+        "drops": [], "playbook": None,
+    }
+
+
 def _playbook_target(roles: list[str], sent: list[int]) -> int | None:
     """Where `inject_block` put the block: the first system/developer message sent (its
     index among the sent messages), or None when it opened a new system message."""
@@ -77,7 +93,8 @@ def explain(account: Mapping[str, Any], trace_id: str, tenant: str) -> dict[str,
     roles: list[str] = list(account["roles"])
     sent: list[int] = []
     digests: dict[int, str] = {}
-    for entry in account["plan"]:
+    plan = account["plan"]
+    for entry in range(len(roles)) if plan is None else plan:
         if isinstance(entry, int):
             sent.append(entry)
         else:
@@ -109,6 +126,7 @@ def explain(account: Mapping[str, Any], trace_id: str, tenant: str) -> dict[str,
     return {
         "trace_id": trace_id, "tenant": tenant, "session_id": account["session_id"],
         "task_class": account["task_class"], "model": account.get("model"),
+        "unmanaged": account.get("unmanaged"),  # why the call was not fitted, if it was not
         "budget": {"tokens": account["budget"], "source": source, "why": WHY.get(source, "")},
         "tokens": {"before": account["tokens_before"], "after": account["tokens_after"],
                    "playbook": playbook["tokens"] if playbook else 0, "saved_by_drops": saved},
@@ -140,10 +158,13 @@ def render_text(explained: Mapping[str, Any]) -> str:
     out = [
         f"trace {explained['trace_id']}  tenant {explained['tenant']}  "
         f"session {explained['session_id']}",
-        f"class {explained['task_class']}  model {explained['model']}",
-        f"budget {budget['tokens']} tokens ({budget['source']}: {budget['why']})",
+        f"class {explained['task_class']}  model {explained['model']}"
+        + (f"  ({explained['unmanaged']})" if explained.get("unmanaged") else ""),
+        f"budget {budget['tokens']} tokens ({budget['source']}: {budget['why']})"
+        if budget["tokens"] is not None else f"budget none ({budget['why']})",
         f"tokens {tokens['before']} -> {tokens['after']}  (drops saved "
-        f"{tokens['saved_by_drops']}, playbook block {tokens['playbook']})",
+        f"{tokens['saved_by_drops']}, playbook block {tokens['playbook']})"
+        if tokens["before"] is not None else "tokens not counted (sent as the client sent it)",
         f"upstream got {explained['upstream']['messages']} of {len(explained['messages'])} "
         "messages",
         "",

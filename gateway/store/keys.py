@@ -9,7 +9,7 @@ Which keys must share a slot, and why (audited for Redis Cluster, issue 13):
 - `playbook_bullets`, `playbook_meta`, `playbook_applied` of one tenant/class: merge.lua
   reads and writes all three atomically, and `PlaybookStore.replace` writes bullets and meta
   in one MULTI. They share the `{t:tenant}` tag, hence one slot.
-- `session`, `forecast`, `trace`, `playbook_delta`: each is used alone (one key per
+- `session`, `forecast`, `trace`, `trace_learned`, `playbook_delta`: each is used alone (one key per
   command or per script); they carry the tenant tag anyway, so a tenant lives on one node.
 - `class_evidence`, `class_forecast`, `class_forecast_history` of one task class share the
   `{fc:class}` tag: the controller's commit script writes the forecast and its history
@@ -89,6 +89,12 @@ def trace(tenant: str, trace_id: str) -> str:
 def trace_owner(trace_id: str) -> str:
     """String: the tenant of a trace, for the admin explainer (which is given no tenant)."""
     return f"{PREFIX}:traceowner:{trace_id}"
+
+
+def trace_learned(tenant: str, trace_id: str, kind: str) -> str:
+    """String: the stream entry a worker learns a trace (or its feedback, by `kind`) from;
+    any other entry for it is a duplicate (a write that timed out, then written again)."""
+    return f"{_tenant(tenant)}:learned:{kind}:{trace_id}"
 
 
 def playbook_bullets(tenant: str, task_class: str) -> str:

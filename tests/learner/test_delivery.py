@@ -12,6 +12,7 @@ import uuid
 from pathlib import Path
 
 import httpx
+import orjson
 import redis.asyncio as aioredis
 
 from gateway.learner.traces import TraceEvent, TraceSink
@@ -205,3 +206,42 @@ async def test_ctxgate_worker_process_learns_and_stops_on_sigterm(
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+async def test_a_trace_queued_twice_is_learned_from_once(
+    lredis: aioredis.Redis, upstream: Upstream, models: tuple[str, str], tmp_path: Path
+) -> None:
+    """The same trace written twice to the stream (as a write that timed out on a hung Redis
+    and then landed, before the outage buffer wrote it again) reaches two workers at once:
+    one learns from it, the other acknowledges its entry and counts it a duplicate."""
+    tenant = "t" + uuid.uuid4().hex[:8]
+    store = PlaybookStore(lredis)
+    [seed] = await store.merge(tenant, "code", [
+        Operation("ADD", "seed", section="tool_usage", content="Run pytest with -q.")])
+    slow = {**reflection([{"id": seed.bullet_id, "tag": "harmful"}]), "delay_s": 0.5}
+    upstream.script(models[0], [slow])  # both workers are in the Reflector call at once
+    upstream.script(models[1], [curation([{"type": "TAG", "id": seed.bullet_id,
+                                           "helpful": 1, "harmful": 0},
+                                          {"type": "ADD", "section": "common_mistakes",
+                                           "content": "Check imports first."}])])
+    event = failed_step_event(tenant, "tr-twice", injected=[seed.bullet_id])
+    await publish(lredis, [event, event])
+    assert await lredis.xlen(keys.TRACE_STREAM) == 2
+    services = make_services(make_settings(upstream, models, tmp_path, learner={"batch": 1}),
+                             lredis, tmp_path)
+    await asyncio.gather(*(
+        run_worker(services, stop=asyncio.Event(), burst=True, consumer=f"w{i}")
+        for i in range(2)))
+    asked = [orjson.loads(r["body"]).get("model") for r in upstream.requests()
+             if r["path"] == "/v1/chat/completions"]
+    assert (asked.count(models[0]), asked.count(models[1])) == (1, 1)
+    bullets = {b.content: b for b in await store.bullets(tenant, "code")}
+    assert sorted(bullets) == ["Check imports first.", "Run pytest with -q."]
+    assert (bullets["Run pytest with -q."].helpful,
+            bullets["Run pytest with -q."].harmful) == (1, 1)
+    registry = services.metrics.registry
+    assert registry.get_sample_value("ctxgate_worker_failures_total",
+                                     {"reason": "duplicate_trace"}) == 1
+    assert registry.get_sample_value("ctxgate_feedback_events_total",
+                                     {"source": "implicit", "outcome": "failure"}) == 1
+    assert (await lredis.xpending(keys.TRACE_STREAM, keys.TRACE_GROUP))["pending"] == 0

@@ -26,6 +26,7 @@ HELD = 3  # learner.outage_buffer_traces of this module's gateway
 # CTXGATE_REDIS_TIMEOUT_S of this module's gateway: below its fit timeout (1 s), so that a
 # call during a hang takes the outage path (traced, held), not the fit-timeout one.
 REDIS_TIMEOUT_S = 0.5
+ADMIN_KEY = "admin-outage-key"
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +39,7 @@ def outage_stack(tmp_path_factory: pytest.TempPathFactory,
     server = Gateway.start(tmp / "gw", {
         "CTXGATE_UPSTREAM_URL": f"{upstream.url}/v1", "CTXGATE_REDIS_URL": store.url,
         "CTXGATE_WORKER": "off", "CTXGATE_LEARNER": json.dumps({"outage_buffer_traces": HELD}),
-        "CTXGATE_REDIS_TIMEOUT_S": str(REDIS_TIMEOUT_S),
+        "CTXGATE_REDIS_TIMEOUT_S": str(REDIS_TIMEOUT_S), "CTXGATE_ADMIN_KEY": ADMIN_KEY,
     }, wait_path="/readyz")
     try:
         yield store, server
@@ -164,6 +165,18 @@ def test_traces_made_during_an_outage_are_written_once_redis_answers(
     assert feedback.status_code == 202, feedback.text
     assert feedback.json() == {"status": "accepted", "trace_id": made[0][0]}
     assert redis.Redis(port=store.port).hget(keys.trace(tenant, made[0][0]), "feedback")
+    # The explainer answers for it as for a fitted call: sent as is, failed open.
+    explained = httpx.get(f"{server.url}/admin/traces/{made[1][0]}",
+                          headers={"authorization": f"Bearer {ADMIN_KEY}"})
+    assert explained.status_code == 200, explained.text
+    account = explained.json()
+    assert (account["task_class"], account["unmanaged"]) == (
+        "unmanaged", "failed open: store unavailable")
+    assert account["tenant"] == tenant and account["budget"]["source"] == "unmanaged"
+    assert [m["role"] for m in account["messages"]] == [m["role"] for m in made[1][1]]
+    assert all(m["status"] == "kept" and m["sent_as"] == m["index"] and not m["drops"]
+               for m in account["messages"])
+    assert account["upstream"]["messages"] == len(made[1][1]) and account["playbook"] is None
 
 
 def test_feedback_right_after_redis_returns_finds_a_held_trace(

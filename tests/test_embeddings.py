@@ -1,0 +1,67 @@
+"""The embedder's memo of vectors is bounded by bytes as well as by count, and a batch larger
+than the memo still gets every vector (vectors come from the Redis cache: no model load)."""
+
+from __future__ import annotations
+
+import tracemalloc
+import uuid
+from collections.abc import AsyncIterator
+
+import numpy as np
+import pytest
+import redis.asyncio as aioredis
+
+from gateway.embeddings import DIM, Embedder, content_hash, vector_bytes
+from gateway.store import keys
+
+
+@pytest.fixture
+async def redis(redis_url: str) -> AsyncIterator[aioredis.Redis]:
+    client = aioredis.Redis.from_url(redis_url)
+    yield client
+    await client.aclose()
+
+
+def vector(seed: int) -> np.ndarray:
+    v = np.random.default_rng(seed).standard_normal(DIM).astype(np.float32)
+    return v / np.linalg.norm(v)
+
+
+def test_the_byte_bound_holds_in_real_memory() -> None:
+    """Past its byte bound the memo sheds the coldest vectors, and what it keeps costs no
+    more memory (traced) than the bound, well before the count bound is reached."""
+    bound = 2 << 20
+    embedder = Embedder("unused-model", cache_size=100_000, cache_bytes=bound)
+    try:
+        kept = bound // vector_bytes(content_hash("x"), vector(0))
+        tracemalloc.start()
+        before = tracemalloc.get_traced_memory()[0]
+        for n in range(3 * kept):
+            embedder._remember(content_hash(f"text {n}"), vector(n))
+        held = tracemalloc.get_traced_memory()[0] - before
+        tracemalloc.stop()
+        cache = embedder._cache
+        assert len(cache) == kept and cache.currsize <= bound
+        assert held <= 1.05 * bound, f"{held} bytes held for a bound of {bound}"
+        assert embedder.cached(f"text {3 * kept - 1}") is not None  # the newest stay
+        assert embedder.cached("text 0") is None  # the coldest went first
+    finally:
+        embedder.close()
+
+
+async def test_a_batch_larger_than_the_memo_gets_every_vector(redis: aioredis.Redis) -> None:
+    model = f"unused-model-{uuid.uuid4().hex[:6]}"  # its own keys in the shared Redis
+    small = 10 * vector_bytes(content_hash("x"), vector(0))
+    embedder = Embedder(model, redis, cache_bytes=small)
+    try:
+        texts = [f"text {n}" for n in range(40)]
+        tag = content_hash(model)[:8]
+        await redis.mset({keys.embedding(tag, content_hash(t)): vector(n).tobytes()
+                          for n, t in enumerate(texts)})
+        got = await embedder.embed(texts)
+        assert got.shape == (40, DIM)
+        for n in (0, 17, 39):
+            assert np.array_equal(got[n], vector(n))
+        assert len(embedder._cache) == 10 and embedder._cache.currsize <= small
+    finally:
+        embedder.close()
