@@ -15,12 +15,12 @@ from gateway.context.tokens import TokenCounter
 from gateway.observability.droplog import Action, DropEvent, Stage
 
 
-def _first_line(item: Item) -> str:
+def first_line(item: Item) -> str:
     return next((line.strip() for line in item.text.splitlines() if line.strip()), "")
 
 
 def placeholder(item: Item) -> str:
-    first = _first_line(item)
+    first = first_line(item)
     return f"[ctxgate: {item.kind} {item.id} omitted ({item.tokens} tokens); began: {first[:100]}]"
 
 
@@ -29,7 +29,7 @@ def pointer(rep: Item, near: bool = False) -> str:
     sees (an item id means nothing to it), fixed when decided; short, since repeats are
     often short outputs."""
     same = "nearly repeats" if near else "repeats"
-    first = _first_line(rep)
+    first = first_line(rep)
     return f"[ctxgate: {same} an earlier {rep.kind.replace('_', ' ')}: {first[:32]}" \
         f"{'…' if len(first) > 32 else ''}]"
 

@@ -621,6 +621,8 @@ class ContextEngine:
         return Prefix.build(
             messages, parsed.items, final, parsed.layout, rendered, events, ctx.decisions,
             ctx.known, cls.name, parsed.encoding, extended,
+            lines=bool(cls.stages.cluster and cls.stages.cluster.on_arrival
+                       and cls.stages.cluster.arrival_lines),
         )
 
     def _known_values(self, items: list[Item], cls: TaskClass) -> frozenset[str]:

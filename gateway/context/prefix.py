@@ -30,6 +30,7 @@ from gateway.context.apply import apply_decisions, drop_events
 from gateway.context.caches import ContextCaches
 from gateway.context.fidelity import Haystack
 from gateway.context.items import Item, Layout, Part, message_items
+from gateway.context.lines import repeated_line_chars
 from gateway.context.render import Plan, Rendered, render_plan
 from gateway.context.session import Decision, SessionState
 from gateway.context.stages.cluster import ARRIVAL_KINDS
@@ -90,6 +91,9 @@ class Prefix:
     # never changed in place (the drop log summarises a list it has seen by a lookup).
     events: list[DropEvent]
     texts: set[int]  # hashes of the items' texts: a new item repeating one takes the full path
+    # hashes of the outputs' lines (cluster.arrival_lines): a new output repeating enough of
+    # them takes the full path
+    lines: set[int] | None = None
     tail: list[Item] | None = None  # the new messages' items, between `extend` and `reuse`
     start: int = 0  # where the new messages start
     # The messages' searchable texts the fidelity signals read (fidelity.py), which these
@@ -110,9 +114,11 @@ class Prefix:
         task_class: str,
         encoding: str,
         extended: Prefix | None = None,
+        lines: bool = False,
     ) -> Prefix | None:
         """`extended`: the session's previous prefix extended by these messages, whose
-        fingerprint it already holds (else it is taken here)."""
+        fingerprint it already holds (else it is taken here). `lines`: keep the hashes of
+        the outputs' lines (`cluster.arrival_lines`)."""
         if extended is not None and extended.bounds[-1] == len(messages):
             digest: bytes | None = extended.digest
             bounds = list(extended.bounds)
@@ -147,6 +153,8 @@ class Prefix:
             rolling=rendered.rolling,
             events=events,
             texts={hash(i.text) for i in items},
+            lines={hash(line) for i in items if i.kind in ARRIVAL_KINDS
+                   for line in i.text.splitlines() if line.strip()} if lines else None,
         )
 
     def extend(
@@ -250,9 +258,20 @@ class Prefix:
             if item.kind not in ARRIVAL_KINDS or len(item.text) < opts.arrival_min_chars:
                 continue
             h = hash(item.text)
-            if h in self.texts:
+            if h in self.texts or self._repeats_lines(item.text, opts.arrival_min_chars):
                 return True
             self.texts.add(h)
+        return False
+
+    def _repeats_lines(self, text: str, min_chars: int) -> bool:
+        """Whether `text` repeats `min_chars` of earlier outputs' lines (then the full path
+        decides, `lines.py`); its lines join the known ones."""
+        known = self.lines
+        if known is None:
+            return False
+        if repeated_line_chars(text, lambda line: hash(line) in known) >= min_chars:
+            return True
+        known.update(hash(line) for line in text.splitlines() if line.strip())
         return False
 
     def _add_tail(self, messages: Sequence[Mapping[str, Any]], tail: list[Item]) -> None:

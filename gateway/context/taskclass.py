@@ -182,6 +182,10 @@ class ClusterOptions(_Settings):
     # with pointers in place of its string values (calls.py). The model then reads its own
     # past calls in that form: false keeps every call's arguments as the model wrote them.
     arrival_calls: bool = True
+    # With on_arrival, a new tool result or turn whose runs of lines (arrival_min_chars or
+    # more each) repeat an item the model still reads verbatim goes out with each run as a
+    # one-line marker (lines.py): pages after a click, re-run listings, overlapping windows.
+    arrival_lines: bool = False
 
 
 class CompressOptions(_Settings):

@@ -18,6 +18,7 @@ from gateway.context.forecast import Budget
 from gateway.context.items import Item
 from gateway.context.session import Decision
 from gateway.context.stages.base import StageContext, StageResult, decide
+from gateway.context.stages.cluster import REPEATED_LINES
 from gateway.context.stages.ladder import cut
 from gateway.context.taskclass import CompressOptions
 
@@ -51,6 +52,12 @@ def _expired_digests(
     return expired if oldest >= 2 * after else {}
 
 
+def _undecided(item: Item, ctx: StageContext) -> bool:
+    """No decision yet, or only its repeated lines cut on arrival (the rest still ages)."""
+    made = ctx.decisions.get(item.id)
+    return made is None or made.reason == REPEATED_LINES
+
+
 async def compress_items(items: list[Item], budget: Budget, ctx: StageContext) -> StageResult:
     opts = ctx.task_class.stages.compress or CompressOptions()
     kinds, min_tokens = set(opts.kinds), opts.min_tokens
@@ -60,7 +67,7 @@ async def compress_items(items: list[Item], budget: Budget, ctx: StageContext) -
         if ctx.task_class.compaction.ages
         and not item.pinned
         and not item.goal
-        and item.id not in ctx.decisions
+        and _undecided(item, ctx)
         and item.message_index < ctx.horizon
         and item.kind in kinds
         and item.tokens >= min_tokens
