@@ -621,8 +621,7 @@ class ContextEngine:
         return Prefix.build(
             messages, parsed.items, final, parsed.layout, rendered, events, ctx.decisions,
             ctx.known, cls.name, parsed.encoding, extended,
-            lines=bool(cls.stages.cluster and cls.stages.cluster.on_arrival
-                       and cls.stages.cluster.arrival_lines),
+            lines_min=_lines_min(cls),
         )
 
     def _known_values(self, items: list[Item], cls: TaskClass) -> frozenset[str]:
@@ -729,6 +728,12 @@ def _stamp_step(decisions: dict[str, Decision], remembered: Mapping[str, Decisio
             continue
         if old is None or replace(decision, step=old.step) != old:
             decisions[item_id] = replace(decision, step=step)
+
+
+def _lines_min(cls: TaskClass) -> int | None:
+    """With `cluster.arrival_lines`, the least run of repeated lines sent as a marker."""
+    opts = cls.stages.cluster
+    return opts.arrival_min_chars if opts and opts.on_arrival and opts.arrival_lines else None
 
 
 def _arrival_start(messages: list[Mapping[str, Any]], first_call: bool) -> int:

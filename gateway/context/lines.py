@@ -13,12 +13,36 @@ it the same way. When a later step ages the output, it is digested from its orig
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Collection, Mapping
 
 from gateway.context.apply import first_line
 from gateway.context.items import Item
+from gateway.context.session import Decision
+
+ARRIVAL_KINDS = frozenset({"tool_result", "user"})  # outputs and observations, never a turn
+REPEATED_LINES = "repeated_lines"  # a dedup of some lines only: the item may still age
 
 LineIndex = dict[str, Item]  # a non-blank line -> the first verbatim item that has it
+
+
+def arrival_item(item: Item, min_chars: int, marked: Collection[int]) -> bool:
+    """Whether repeats on arrival look at `item`: an output or a user turn of `min_chars`
+    or more, not the task statement, not in a message a wire adapter pinned."""
+    return (len(item.text) >= min_chars and item.kind in ARRIVAL_KINDS and not item.goal
+            and item.message_index not in marked)
+
+
+def verbatim_index(
+    items: list[Item], decisions: Mapping[str, Decision], min_chars: int,
+    marked: Collection[int],
+) -> LineIndex:
+    """The lines of the items (as sent) that repeats on arrival may point to: those sent
+    as the client sent them."""
+    index: LineIndex = {}
+    for item in items:
+        if item.id not in decisions and arrival_item(item, min_chars, marked):
+            index_lines(index, item)
+    return index
 
 
 def index_lines(index: LineIndex, item: Item) -> None:
@@ -79,7 +103,9 @@ def without_repeated_lines(
     return (new, best[1]) if len(new) < len(text) else None
 
 
-def repeated_line_chars(text: str, seen: Callable[[str], bool]) -> int:
-    """Characters of the non-blank lines of `text` that `seen` knows: an upper bound on
-    what `without_repeated_lines` could cut (the prefix cache's cheap test)."""
-    return sum(len(line) + 1 for line in text.splitlines() if line.strip() and seen(line))
+def lines_decision(text: str, index: LineIndex, min_chars: int) -> Decision | None:
+    """The decision that sends `text` without its runs of repeated lines, if it has any."""
+    cut = without_repeated_lines(text, index, min_chars)
+    if cut is None:
+        return None
+    return Decision("cluster", "dedup", REPEATED_LINES, "dedup", arg=cut[1].id, text=cut[0])

@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 from bisect import bisect_left
 from collections.abc import Mapping, MutableMapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
@@ -30,10 +30,16 @@ from gateway.context.apply import apply_decisions, drop_events
 from gateway.context.caches import ContextCaches
 from gateway.context.fidelity import Haystack
 from gateway.context.items import Item, Layout, Part, message_items
-from gateway.context.lines import repeated_line_chars
+from gateway.context.lines import (
+    ARRIVAL_KINDS,
+    LineIndex,
+    arrival_item,
+    index_lines,
+    lines_decision,
+    verbatim_index,
+)
 from gateway.context.render import Plan, Rendered, render_plan
 from gateway.context.session import Decision, SessionState
-from gateway.context.stages.cluster import ARRIVAL_KINDS
 from gateway.context.steps import horizon_after, stale_tokens
 from gateway.context.taskclass import TaskClass
 from gateway.context.tokens import TokenCounter
@@ -91,9 +97,10 @@ class Prefix:
     # never changed in place (the drop log summarises a list it has seen by a lookup).
     events: list[DropEvent]
     texts: set[int]  # hashes of the items' texts: a new item repeating one takes the full path
-    # hashes of the outputs' lines (cluster.arrival_lines): a new output repeating enough of
-    # them takes the full path
-    lines: set[int] | None = None
+    # The lines of the outputs sent verbatim (cluster.arrival_lines), and the least length
+    # of a run of them a new output sends as a marker (lines.py); None: off.
+    lines: LineIndex | None = None
+    lines_min: int = 0
     tail: list[Item] | None = None  # the new messages' items, between `extend` and `reuse`
     start: int = 0  # where the new messages start
     # The messages' searchable texts the fidelity signals read (fidelity.py), which these
@@ -114,11 +121,11 @@ class Prefix:
         task_class: str,
         encoding: str,
         extended: Prefix | None = None,
-        lines: bool = False,
+        lines_min: int | None = None,
     ) -> Prefix | None:
         """`extended`: the session's previous prefix extended by these messages, whose
-        fingerprint it already holds (else it is taken here). `lines`: keep the hashes of
-        the outputs' lines (`cluster.arrival_lines`)."""
+        fingerprint it already holds (else it is taken here). `lines_min`: with
+        `cluster.arrival_lines`, its `arrival_min_chars` (the outputs' lines are kept)."""
         if extended is not None and extended.bounds[-1] == len(messages):
             digest: bytes | None = extended.digest
             bounds = list(extended.bounds)
@@ -153,8 +160,9 @@ class Prefix:
             rolling=rendered.rolling,
             events=events,
             texts={hash(i.text) for i in items},
-            lines={hash(line) for i in items if i.kind in ARRIVAL_KINDS
-                   for line in i.text.splitlines() if line.strip()} if lines else None,
+            lines=None if lines_min is None
+            else verbatim_index(final, decisions, lines_min, layout.pins),
+            lines_min=lines_min or 0,
         )
 
     def extend(
@@ -216,6 +224,9 @@ class Prefix:
             return None  # a remembered decision applies to an item whose pin lapsed
         if self._repeats(tail, cls):
             return None  # cluster.on_arrival decides on the full path
+        cuts = self._line_cuts(messages, tail, decisions)
+        if cuts:
+            decisions = {**decisions, **cuts}
         self._add_tail(messages, tail)
         pinned = fixed + self.system_tokens
         pinned += sum(_pinned_tokens(group) for group in self.watched.values())
@@ -230,6 +241,9 @@ class Prefix:
             return None
         if cls.compaction.ages and self._step_due(len(messages), state, cls, caches):
             return None
+        if cuts:  # remembered like any decision; the next call reuses this prefix with them
+            state.decisions = self.decisions = decisions
+            state.dirty.add("decisions")
         return self._render(messages, tail, final, decisions, total)
 
     def _restate_pins(self, decisions: Mapping[str, Decision]) -> bool:
@@ -258,21 +272,36 @@ class Prefix:
             if item.kind not in ARRIVAL_KINDS or len(item.text) < opts.arrival_min_chars:
                 continue
             h = hash(item.text)
-            if h in self.texts or self._repeats_lines(item.text, opts.arrival_min_chars):
+            if h in self.texts:
                 return True
             self.texts.add(h)
         return False
 
-    def _repeats_lines(self, text: str, min_chars: int) -> bool:
-        """Whether `text` repeats `min_chars` of earlier outputs' lines (then the full path
-        decides, `lines.py`); its lines join the known ones."""
-        known = self.lines
-        if known is None:
-            return False
-        if repeated_line_chars(text, lambda line: hash(line) in known) >= min_chars:
-            return True
-        known.update(hash(line) for line in text.splitlines() if line.strip())
-        return False
+    def _line_cuts(
+        self, messages: Sequence[Mapping[str, Any]], tail: list[Item],
+        decisions: Mapping[str, Decision],
+    ) -> dict[str, Decision]:
+        """The new outputs' runs of repeated lines, decided as the full path's
+        `arrival_duplicates` decides them (`lines.py`); the others' lines join the index."""
+        index = self.lines
+        if index is None:
+            return {}
+        start = next((i for i in range(len(messages) - 1, -1, -1)
+                      if messages[i].get("role") == "assistant"), len(messages) - 1)
+        cuts: dict[str, Decision] = {}
+        step = 0
+        for item in tail:
+            if item.id in decisions or not arrival_item(item, self.lines_min, self.layout.pins):
+                continue
+            cut = lines_decision(item.text, index, self.lines_min) if (
+                item.message_index >= start and item.rewritable and index) else None
+            if cut is None:
+                index_lines(index, item)
+                continue
+            if not step:  # numbered as the full path's _stamp_step numbers a call's decisions
+                step = 1 + max((d.step for d in decisions.values()), default=0)
+            cuts[item.id] = replace(cut, step=step)
+        return cuts
 
     def _add_tail(self, messages: Sequence[Mapping[str, Any]], tail: list[Item]) -> None:
         by_message: dict[int, list[Item]] = {}

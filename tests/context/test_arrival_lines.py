@@ -92,7 +92,9 @@ async def test_a_page_repeating_the_menu_is_cut_on_arrival_and_kept_so(
         body = {"messages": messages[:end], "tools": TOOLS}
         call = CallContext("t-lines", uuid.uuid4().hex, {"x-ctxgate-session-id": session})
         fitted = await cached.fit(body, call)
-        assert (await plain.fit(body, call)).body == fitted.body
+        again = await plain.fit(body, call)  # the full path on every call
+        assert (again.body, again.drops, again.tokens_after) == (
+            fitted.body, fitted.drops, fitted.tokens_after)
         forwarded = fitted.body["messages"]
         if previous is not None:
             assert forwarded[: len(previous)] == previous
@@ -110,6 +112,7 @@ async def test_a_page_repeating_the_menu_is_cut_on_arrival_and_kept_so(
         for line in page.splitlines():
             assert line in text  # in its own page or in the one the marker names
     assert {d.reason for d in fitted.drops} == {"repeated_lines"}
+    assert cached.prefixes.reused >= 2  # cut on the cache's path too, not only the full one
 
 
 async def test_a_cut_page_still_ages_into_a_digest_of_its_original(

@@ -25,7 +25,12 @@ from datasketch import LeanMinHash, MinHash, MinHashLSH
 from gateway.context.apply import pointer
 from gateway.context.forecast import Budget
 from gateway.context.items import Item
-from gateway.context.lines import LineIndex, index_lines, without_repeated_lines
+from gateway.context.lines import (
+    LineIndex,
+    arrival_item,
+    index_lines,
+    lines_decision,
+)
 from gateway.context.session import Decision
 from gateway.context.stages.base import StageContext, StageResult, decide
 from gateway.context.taskclass import ClusterOptions
@@ -89,8 +94,6 @@ async def cluster_items(items: list[Item], budget: Budget, ctx: StageContext) ->
     return decide(items, chosen, ctx)
 
 
-ARRIVAL_KINDS = frozenset({"tool_result", "user"})  # outputs and observations, never a turn
-REPEATED_LINES = "repeated_lines"  # a dedup of some lines only: the item may still age
 
 
 def arrival_duplicates(
@@ -107,8 +110,7 @@ def arrival_duplicates(
     chosen: dict[str, Decision] = {}
     for item in items:
         original = ctx.originals.get(item.id, item)
-        if (len(original.text) < opts.arrival_min_chars or item.kind not in ARRIVAL_KINDS
-                or item.goal or item.message_index in marked):
+        if not arrival_item(original, opts.arrival_min_chars, marked):
             continue
         new = (item.message_index >= start and item.id not in ctx.decisions
                and item.rewritable)
@@ -117,11 +119,10 @@ def arrival_duplicates(
             chosen[item.id] = Decision("cluster", "dedup", "duplicate", "dedup", arg=rep.id,
                                        text=pointer(rep))
             continue
-        cut = (without_repeated_lines(original.text, lines, opts.arrival_min_chars)
-               if new and lines else None)
+        cut = lines_decision(original.text, lines, opts.arrival_min_chars) if (
+            new and lines) else None
         if cut is not None:
-            chosen[item.id] = Decision("cluster", "dedup", REPEATED_LINES, "dedup",
-                                       arg=cut[1].id, text=cut[0])
+            chosen[item.id] = cut
         elif item.text == original.text and item.id not in ctx.decisions:
             verbatim.setdefault(original.text, item)
             if lines is not None:

@@ -16,9 +16,9 @@ from collections.abc import Callable
 
 from gateway.context.forecast import Budget
 from gateway.context.items import Item
+from gateway.context.lines import REPEATED_LINES
 from gateway.context.session import Decision
 from gateway.context.stages.base import StageContext, StageResult, decide
-from gateway.context.stages.cluster import REPEATED_LINES
 from gateway.context.stages.ladder import cut
 from gateway.context.taskclass import CompressOptions
 
