@@ -485,9 +485,11 @@ class ContextEngine:
             return fitted
         plan = fitted.plan
         indexes = [i for i, _ in plan] if plan is not None else range(len(fitted.messages))
+        least = opts.arrival_call_min_chars
         pointed = point_repeats(
             fitted.messages, indexes, fitted.events,
-            lambda text: self.counter.count(text, r.encoding), opts.arrival_min_chars,
+            lambda text: self.counter.count(text, r.encoding),
+            opts.arrival_min_chars if least is None else least,
         )
         if pointed is None:
             return fitted
