@@ -15,12 +15,16 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 
-from gateway.context.apply import first_line
+from gateway.context.apply import excerpt
 from gateway.context.items import Item
 from gateway.context.session import Decision
 
 ARRIVAL_KINDS = frozenset({"tool_result", "user"})  # outputs and observations, never a turn
 REPEATED_LINES = "repeated_lines"  # a dedup of some lines only: the item may still age
+
+# Characters of the named item's first line a marker quotes: more than an exact repeat's
+# pointer (apply.POINTER_EXCERPT), since the marker's lines are only part of the output.
+MARKER_EXCERPT = 32
 
 LineIndex = dict[str, Item]  # a non-blank line -> the first verbatim item that has it
 
@@ -53,9 +57,8 @@ def index_lines(index: LineIndex, item: Item) -> None:
 
 
 def _marker(n: int, rep: Item) -> str:
-    first = first_line(rep)
     return (f"[ctxgate: {n} lines as in an earlier {rep.kind.replace('_', ' ')}: "
-            f"{first[:32]}{'…' if len(first) > 32 else ''}]")
+            f"{excerpt(rep, MARKER_EXCERPT)}]")
 
 
 def _runs(lines: list[str], index: LineIndex) -> list[tuple[int, int, Item]]:

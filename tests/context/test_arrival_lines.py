@@ -8,6 +8,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from gateway.context.apply import pointer
 from gateway.context.engine import CallContext, ContextEngine
 from gateway.context.items import Item
 from gateway.context.lines import LineIndex, index_lines, without_repeated_lines
@@ -131,3 +132,14 @@ async def test_a_cut_page_still_ages_into_a_digest_of_its_original(
     tools = [m["content"] for m in fitted.body["messages"] if m["role"] == "tool"]
     assert all("lines as in an earlier" not in t for t in tools[:3])  # digests replaced them
     assert tools[-1].startswith("Tab 0 (current): Orders page 11")
+
+
+def test_a_pointer_quotes_a_short_start_of_its_copy_and_a_marker_a_longer_one() -> None:
+    rep = _item(_page("Orders placed in March 2024", ["row 1"]))
+    assert pointer(rep) == "[ctxgate: repeats an earlier tool result: Tab 0 (current):…]"
+    index: LineIndex = {}
+    index_lines(index, rep)
+    cut = without_repeated_lines(_page("Order 1", ["new row"]), index, 120)
+    assert cut is not None
+    assert "[ctxgate: 30 lines as in an earlier tool result: Tab 0 (current): Orders placed i…]" \
+        in cut[0]
