@@ -15,13 +15,26 @@ from gateway.context.tokens import TokenCounter
 from gateway.observability.droplog import Action, DropEvent, Stage
 
 
-def _first_line(item: Item) -> str:
+def first_line(item: Item) -> str:
     return next((line.strip() for line in item.text.splitlines() if line.strip()), "")
 
 
 def placeholder(item: Item) -> str:
-    first = _first_line(item)
+    first = first_line(item)
     return f"[ctxgate: {item.kind} {item.id} omitted ({item.tokens} tokens); began: {first[:100]}]"
+
+
+# Characters of its first line a pointer quotes to name the copy it stands for. Issue-7
+# yardstick, tune (bench/README.md, "Repeated lines on arrival"): intercode's late calls
+# 41.4 / 41.7 / 42.0 / 42.2% at 32 / 24 / 16 / 8 (its outputs repeat often and are short),
+# the other corpora within 0.1 point; 16 still names most copies apart.
+POINTER_EXCERPT = 16
+
+
+def excerpt(item: Item, chars: int) -> str:
+    """The start of `item`'s first line, `chars` long at most (… when cut)."""
+    first = first_line(item)
+    return first[:chars] + ("…" if len(first) > chars else "")
 
 
 def pointer(rep: Item, near: bool = False) -> str:
@@ -29,9 +42,8 @@ def pointer(rep: Item, near: bool = False) -> str:
     sees (an item id means nothing to it), fixed when decided; short, since repeats are
     often short outputs."""
     same = "nearly repeats" if near else "repeats"
-    first = _first_line(rep)
-    return f"[ctxgate: {same} an earlier {rep.kind.replace('_', ' ')}: {first[:32]}" \
-        f"{'…' if len(first) > 32 else ''}]"
+    return f"[ctxgate: {same} an earlier {rep.kind.replace('_', ' ')}: " \
+        f"{excerpt(rep, POINTER_EXCERPT)}]"
 
 
 def rewritten_text(

@@ -485,9 +485,11 @@ class ContextEngine:
             return fitted
         plan = fitted.plan
         indexes = [i for i, _ in plan] if plan is not None else range(len(fitted.messages))
+        least = opts.arrival_call_min_chars
         pointed = point_repeats(
             fitted.messages, indexes, fitted.events,
-            lambda text: self.counter.count(text, r.encoding), opts.arrival_min_chars,
+            lambda text: self.counter.count(text, r.encoding),
+            opts.arrival_min_chars if least is None else least,
         )
         if pointed is None:
             return fitted
@@ -623,6 +625,7 @@ class ContextEngine:
             messages, parsed.items, final, parsed.layout, rendered, events, ctx.decisions,
             ctx.known, cls.name, parsed.encoding, extended,
             cls.stages.compress if cls.compaction.ages else None,
+            lines_min=_lines_min(cls),
         )
 
     def _known_values(self, items: list[Item], cls: TaskClass) -> frozenset[str]:
@@ -729,6 +732,12 @@ def _stamp_step(decisions: dict[str, Decision], remembered: Mapping[str, Decisio
             continue
         if old is None or replace(decision, step=old.step) != old:
             decisions[item_id] = replace(decision, step=step)
+
+
+def _lines_min(cls: TaskClass) -> int | None:
+    """With `cluster.arrival_lines`, the least run of repeated lines sent as a marker."""
+    opts = cls.stages.cluster
+    return opts.arrival_min_chars if opts and opts.on_arrival and opts.arrival_lines else None
 
 
 def _arrival_start(messages: list[Mapping[str, Any]], first_call: bool) -> int:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 from bisect import bisect_left
 from collections.abc import Mapping, MutableMapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import orjson
@@ -30,10 +30,17 @@ from gateway.context.apply import apply_decisions, drop_events
 from gateway.context.caches import ContextCaches
 from gateway.context.fidelity import Haystack
 from gateway.context.items import Item, Layout, Part, message_items
+from gateway.context.lines import (
+    ARRIVAL_KINDS,
+    LineIndex,
+    arrival_item,
+    index_lines,
+    lines_decision,
+    verbatim_index,
+)
 from gateway.context.render import Plan, Rendered, render_plan
 from gateway.context.session import Decision, SessionState
-from gateway.context.stages.cluster import ARRIVAL_KINDS
-from gateway.context.steps import ages_out, horizon_after, lagging_tokens, stale_tokens
+from gateway.context.steps import ages_out, horizon_after, lagging_tokens, stale_tokens, undecided
 from gateway.context.taskclass import CompressOptions, TaskClass
 from gateway.context.tokens import TokenCounter
 from gateway.observability.droplog import DropEvent
@@ -90,6 +97,10 @@ class Prefix:
     # never changed in place (the drop log summarises a list it has seen by a lookup).
     events: list[DropEvent]
     texts: set[int]  # hashes of the items' texts: a new item repeating one takes the full path
+    # The lines of the outputs sent verbatim (cluster.arrival_lines), and the least length
+    # of a run of them a new output sends as a marker (lines.py); None: off.
+    lines: LineIndex | None = None
+    lines_min: int = 0
     tail: list[Item] | None = None  # the new messages' items, between `extend` and `reuse`
     # The items that can lag behind the horizon undecided (`steps.lagging_tokens`): those
     # aging would take but no decision has, and those whose pin lapsed since (the exchange
@@ -115,10 +126,12 @@ class Prefix:
         encoding: str,
         extended: Prefix | None = None,
         ages: CompressOptions | None = None,
+        lines_min: int | None = None,
     ) -> Prefix | None:
         """`extended`: the session's previous prefix extended by these messages, whose
         fingerprint it already holds (else it is taken here). `ages`: the class's aging
-        (None: it does not age)."""
+        (None: it does not age). `lines_min`: with `cluster.arrival_lines`, its
+        `arrival_min_chars` (the outputs' lines are kept)."""
         if extended is not None and extended.bounds[-1] == len(messages):
             digest: bytes | None = extended.digest
             bounds = list(extended.bounds)
@@ -154,8 +167,11 @@ class Prefix:
             events=events,
             texts={hash(i.text) for i in items},
             lagging=[] if ages is None else [
-                i for i in items if i.id not in decisions and ages_out(i, ages)
+                i for i in items if undecided(i, decisions) and ages_out(i, ages)
             ],
+            lines=None if lines_min is None
+            else verbatim_index(final, decisions, lines_min, layout.pins),
+            lines_min=lines_min or 0,
         )
 
     def extend(
@@ -217,6 +233,9 @@ class Prefix:
             return None  # a remembered decision applies to an item whose pin lapsed
         if self._repeats(tail, cls):
             return None  # cluster.on_arrival decides on the full path
+        cuts = self._line_cuts(messages, tail, decisions)
+        if cuts:
+            decisions = {**decisions, **cuts}
         self._add_tail(messages, tail)
         pinned = fixed + self.system_tokens
         pinned += sum(_pinned_tokens(group) for group in self.watched.values())
@@ -231,6 +250,9 @@ class Prefix:
             return None
         if cls.compaction.ages and self._step_due(len(messages), state, cls, caches):
             return None
+        if cuts:  # remembered like any decision; the next call reuses this prefix with them
+            state.decisions = self.decisions = decisions
+            state.dirty.add("decisions")
         return self._render(messages, tail, final, decisions, total)
 
     def _restate_pins(self, decisions: Mapping[str, Decision]) -> bool:
@@ -264,6 +286,32 @@ class Prefix:
                 return True
             self.texts.add(h)
         return False
+
+    def _line_cuts(
+        self, messages: Sequence[Mapping[str, Any]], tail: list[Item],
+        decisions: Mapping[str, Decision],
+    ) -> dict[str, Decision]:
+        """The new outputs' runs of repeated lines, decided as the full path's
+        `arrival_duplicates` decides them (`lines.py`); the others' lines join the index."""
+        index = self.lines
+        if index is None:
+            return {}
+        start = next((i for i in range(len(messages) - 1, -1, -1)
+                      if messages[i].get("role") == "assistant"), len(messages) - 1)
+        cuts: dict[str, Decision] = {}
+        step = 0
+        for item in tail:
+            if item.id in decisions or not arrival_item(item, self.lines_min, self.layout.pins):
+                continue
+            cut = lines_decision(item.text, index, self.lines_min) if (
+                item.message_index >= start and item.rewritable and index) else None
+            if cut is None:
+                index_lines(index, item)
+                continue
+            if not step:  # numbered as the full path's _stamp_step numbers a call's decisions
+                step = 1 + max((d.step for d in decisions.values()), default=0)
+            cuts[item.id] = replace(cut, step=step)
+        return cuts
 
     def _add_tail(self, messages: Sequence[Mapping[str, Any]], tail: list[Item]) -> None:
         by_message: dict[int, list[Item]] = {}

@@ -14,7 +14,8 @@ from math import ceil
 from typing import Any
 
 from gateway.context.items import Item
-from gateway.context.session import SessionState
+from gateway.context.lines import REPEATED_LINES
+from gateway.context.session import Decision, SessionState
 from gateway.context.stale import stale_rule
 from gateway.context.taskclass import Compaction, CompressOptions, TaskClass
 
@@ -44,6 +45,12 @@ def ages_out(item: Item, opts: CompressOptions) -> bool:
             and item.tokens >= opts.min_tokens and item.rewritable)
 
 
+def undecided(item: Item, decisions: Mapping[str, Decision]) -> bool:
+    """No decision yet, or only its repeated lines cut on arrival (the rest still ages)."""
+    made = decisions.get(item.id)
+    return made is None or made.reason == REPEATED_LINES
+
+
 def lagging_tokens(items: Iterable[Item], state: SessionState, cls: TaskClass) -> int:
     """Tokens behind the horizon that no step has aged yet: the exchange still unanswered
     (pinned) when the last step ran waits verbatim in the cached prefix until the next one.
@@ -58,7 +65,7 @@ def lagging_tokens(items: Iterable[Item], state: SessionState, cls: TaskClass) -
         item.tokens
         for item in items
         if item.message_index < state.horizon
-        and item.id not in state.decisions
+        and undecided(item, state.decisions)
         and ages_out(item, opts)
     )
 

@@ -182,6 +182,13 @@ class ClusterOptions(_Settings):
     # with pointers in place of its string values (calls.py). The model then reads its own
     # past calls in that form: false keeps every call's arguments as the model wrote them.
     arrival_calls: bool = True
+    # The least length of a repeated call's arguments sent with pointers (None: as
+    # arrival_min_chars): a call's pointer replaces its string values only, keys stay.
+    arrival_call_min_chars: Count | None = None
+    # With on_arrival, a new tool result or turn whose runs of lines (arrival_min_chars or
+    # more each) repeat an item the model still reads verbatim goes out with each run as a
+    # one-line marker (lines.py): pages after a click, re-run listings, overlapping windows.
+    arrival_lines: bool = False
 
 
 class CompressOptions(_Settings):

@@ -151,3 +151,19 @@ async def test_arrival_calls_false_keeps_every_call_as_written(
             assert _arguments(fitted.body["messages"]) == _arguments(messages[:end])
     finally:
         log.close()
+
+
+async def test_a_short_repeated_call_is_a_pointer_past_arrival_call_min_chars(
+    engine: ContextEngine,
+) -> None:
+    """The shipped classes point repeated calls of 40+ characters of arguments
+    (`arrival_call_min_chars`), shorter than the 120 a repeated output needs."""
+    short = "SELECT Name FROM city WHERE Population > 160000"  # 62 characters as arguments
+    session = uuid.uuid4().hex
+    messages = _session([short, "SHOW TABLES", short])
+    for end in range(4, len(messages) + 1, 2):
+        fitted = await engine.fit({"messages": messages[:end], "tools": TOOLS}, _call(session))
+    sent = _arguments(fitted.body["messages"])
+    assert sent[0] == {"command": short}  # the first copy stays
+    assert sent[2] == {"command": POINTER}
+    assert [d.reason for d in fitted.drops] == ["repeated_call"]

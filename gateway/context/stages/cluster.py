@@ -10,6 +10,8 @@ On arrival (`on_arrival`, every call, step or not): an item of the call's newest
 that repeats, byte for byte, an item sent verbatim above it becomes a pointer at once, pinned
 or not. Nothing is lost (the copy the pointer names is in the same request), and nothing
 sent before changes: agents that repeat a command get the same output again and again.
+With `arrival_lines`, a new item whose runs of lines repeat such an item's goes out with
+each run as a one-line marker (`lines.py`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,12 @@ from datasketch import LeanMinHash, MinHash, MinHashLSH
 from gateway.context.apply import pointer
 from gateway.context.forecast import Budget
 from gateway.context.items import Item
+from gateway.context.lines import (
+    LineIndex,
+    arrival_item,
+    index_lines,
+    lines_decision,
+)
 from gateway.context.session import Decision
 from gateway.context.stages.base import StageContext, StageResult, decide
 from gateway.context.taskclass import ClusterOptions
@@ -86,7 +94,6 @@ async def cluster_items(items: list[Item], budget: Budget, ctx: StageContext) ->
     return decide(items, chosen, ctx)
 
 
-ARRIVAL_KINDS = frozenset({"tool_result", "user"})  # outputs and observations, never a turn
 
 
 def arrival_duplicates(
@@ -99,21 +106,25 @@ def arrival_duplicates(
     if opts is None or not opts.on_arrival:
         return StageResult(items, {})
     verbatim: dict[str, Item] = {}  # text -> the first copy sent as is
+    lines: LineIndex | None = {} if opts.arrival_lines else None
     chosen: dict[str, Decision] = {}
     for item in items:
         original = ctx.originals.get(item.id, item)
-        if (len(original.text) < opts.arrival_min_chars or item.kind not in ARRIVAL_KINDS
-                or item.goal or item.message_index in marked):
+        if not arrival_item(original, opts.arrival_min_chars, marked):
             continue
+        new = (item.message_index >= start and item.id not in ctx.decisions
+               and item.rewritable)
         rep = verbatim.get(original.text)
-        if (
-            rep is not None
-            and item.message_index >= start
-            and item.id not in ctx.decisions
-            and item.rewritable
-        ):
+        if new and rep is not None:
             chosen[item.id] = Decision("cluster", "dedup", "duplicate", "dedup", arg=rep.id,
                                        text=pointer(rep))
+            continue
+        cut = lines_decision(original.text, lines, opts.arrival_min_chars) if (
+            new and lines) else None
+        if cut is not None:
+            chosen[item.id] = cut
         elif item.text == original.text and item.id not in ctx.decisions:
             verbatim.setdefault(original.text, item)
+            if lines is not None:
+                index_lines(lines, item)
     return decide(items, chosen, ctx)

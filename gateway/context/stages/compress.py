@@ -19,7 +19,7 @@ from gateway.context.items import Item
 from gateway.context.session import Decision
 from gateway.context.stages.base import StageContext, StageResult, decide
 from gateway.context.stages.ladder import cut
-from gateway.context.steps import ages_out
+from gateway.context.steps import ages_out, undecided
 from gateway.context.taskclass import CompressOptions
 
 EXPIRED_MIN_TOKENS = 60  # a shorter digest is left as it is: a placeholder saves too little
@@ -58,7 +58,7 @@ async def compress_items(items: list[Item], budget: Budget, ctx: StageContext) -
         item.id: Decision("compress", "compress", "aged", "summary", opts.level)
         for item in items
         if ctx.task_class.compaction.ages
-        and item.id not in ctx.decisions
+        and undecided(item, ctx.decisions)
         and item.message_index < ctx.horizon
         and ages_out(item, opts)
     }

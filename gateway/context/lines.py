@@ -1,0 +1,114 @@
+"""Repeated lines on arrival: runs of a new output's lines that the model reads verbatim above.
+
+Agents re-read what changed little: a web page after a click keeps its menus and most of its
+content, a re-run listing differs in a line or two, a file window scrolled by a few lines
+overlaps the last one. Such an output is no exact repeat (`cluster.arrival_duplicates` sends
+those as pointers), but most of its lines are. With `cluster.arrival_lines`, each run of
+consecutive lines that all occur, as they are, in one item the model still reads verbatim
+above (`arrival_min_chars` characters or more) goes out as one marker naming that item by
+its first line. Lossless (the lines are in the same request), and free for the prompt cache:
+the output was never sent before, and the decision is remembered, so every later call sends
+it the same way. When a later step ages the output, it is digested from its original text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+
+from gateway.context.apply import excerpt
+from gateway.context.items import Item
+from gateway.context.session import Decision
+
+ARRIVAL_KINDS = frozenset({"tool_result", "user"})  # outputs and observations, never a turn
+REPEATED_LINES = "repeated_lines"  # a dedup of some lines only: the item may still age
+
+# Characters of the named item's first line a marker quotes: more than an exact repeat's
+# pointer (apply.POINTER_EXCERPT), since the marker's lines are only part of the output.
+MARKER_EXCERPT = 32
+
+LineIndex = dict[str, Item]  # a non-blank line -> the first verbatim item that has it
+
+
+def arrival_item(item: Item, min_chars: int, marked: Collection[int]) -> bool:
+    """Whether repeats on arrival look at `item`: an output or a user turn of `min_chars`
+    or more, not the task statement, not in a message a wire adapter pinned."""
+    return (len(item.text) >= min_chars and item.kind in ARRIVAL_KINDS and not item.goal
+            and item.message_index not in marked)
+
+
+def verbatim_index(
+    items: list[Item], decisions: Mapping[str, Decision], min_chars: int,
+    marked: Collection[int],
+) -> LineIndex:
+    """The lines of the items (as sent) that repeats on arrival may point to: those sent
+    as the client sent them."""
+    index: LineIndex = {}
+    for item in items:
+        if item.id not in decisions and arrival_item(item, min_chars, marked):
+            index_lines(index, item)
+    return index
+
+
+def index_lines(index: LineIndex, item: Item) -> None:
+    """Add `item`'s lines to `index` (earlier items keep the lines they had first)."""
+    for line in item.text.splitlines():
+        if line.strip():
+            index.setdefault(line, item)
+
+
+def _marker(n: int, rep: Item) -> str:
+    return (f"[ctxgate: {n} lines as in an earlier {rep.kind.replace('_', ' ')}: "
+            f"{excerpt(rep, MARKER_EXCERPT)}]")
+
+
+def _runs(lines: list[str], index: LineIndex) -> list[tuple[int, int, Item]]:
+    """Maximal runs [start, end) of lines each blank or found in one same item (a run
+    starts and ends on a found line)."""
+    runs = []
+    i, n = 0, len(lines)
+    while i < n:
+        rep = index.get(lines[i]) if lines[i].strip() else None
+        if rep is None:
+            i += 1
+            continue
+        end = j = i + 1
+        while j < n and (not lines[j].strip() or index.get(lines[j]) is rep):
+            j += 1
+            if lines[j - 1].strip():
+                end = j
+        runs.append((i, end, rep))
+        i = end
+    return runs
+
+
+def without_repeated_lines(
+    text: str, index: LineIndex, min_chars: int
+) -> tuple[str, Item] | None:
+    """`text` with each run of repeated lines of `min_chars` or more replaced by a marker,
+    and the item the longest run repeats; None when no run is that long."""
+    lines = text.splitlines()
+    out: list[str] = []
+    kept_to = 0
+    best: tuple[int, Item] | None = None
+    for start, end, rep in _runs(lines, index):
+        chars = sum(len(line) + 1 for line in lines[start:end])
+        if chars < min_chars:
+            continue
+        out += lines[kept_to:start]
+        out.append(_marker(end - start, rep))
+        kept_to = end
+        if best is None or chars > best[0]:
+            best = (chars, rep)
+    if best is None:
+        return None
+    out += lines[kept_to:]
+    new = "\n".join(out)
+    return (new, best[1]) if len(new) < len(text) else None
+
+
+def lines_decision(text: str, index: LineIndex, min_chars: int) -> Decision | None:
+    """The decision that sends `text` without its runs of repeated lines, if it has any."""
+    cut = without_repeated_lines(text, index, min_chars)
+    if cut is None:
+        return None
+    return Decision("cluster", "dedup", REPEATED_LINES, "dedup", arg=cut[1].id, text=cut[0])
