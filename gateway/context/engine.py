@@ -22,7 +22,7 @@ from gateway.context.agents import AgentClassStore, MemoryAgentClassStore, Redis
 from gateway.context.apply import apply_decisions, drop_events, reapply, same_texts
 from gateway.context.caches import ContextCaches
 from gateway.context.calibration import TokenCalibration
-from gateway.context.calls import point_repeats
+from gateway.context.calls import RepeatScan, point_repeats, repeated_calls
 from gateway.context.classify import (
     Classifier,
     agent_fingerprint,
@@ -479,15 +479,26 @@ class ContextEngine:
     def _point_repeats(self, r: _Request, fitted: _Fitted) -> _Fitted:
         """Tool calls repeating an earlier call's arguments sent as pointers to it
         (`cluster.on_arrival`, calls.py): found in the forwarded messages alone, so every
-        call renders an earlier message the same way."""
+        call renders an earlier message the same way. A call that reused its session's
+        prefix reads only its new messages (`RepeatScan`)."""
         opts = r.cls.stages.cluster
         if opts is None or not opts.on_arrival or not opts.arrival_calls:
+            return fitted
+        prefix = fitted.prefix
+        if prefix is not None and prefix is r.prefix:  # reused: forwarded only extends
+            if prefix.calls is None or prefix.calls.min_chars != opts.arrival_min_chars:
+                prefix.calls = RepeatScan(opts.arrival_min_chars)
+            repeats = prefix.calls.scan(fitted.messages)
+        else:
+            repeats = repeated_calls(fitted.messages, opts.arrival_min_chars)
+        if not repeats:
             return fitted
         plan = fitted.plan
         indexes = [i for i, _ in plan] if plan is not None else range(len(fitted.messages))
         pointed = point_repeats(
             fitted.messages, indexes, fitted.events,
             lambda text: self.counter.count(text, r.encoding), opts.arrival_min_chars,
+            repeats,
         )
         if pointed is None:
             return fitted

@@ -271,6 +271,41 @@ class Haystack:
         self.lost: dict[int, str | None] = {}
         self.record_raw: bytes | None = None  # the session's fidelity record, as last written
         self.record: tuple[int, str, list[IndexedCall]] = (0, "", [])
+        # The `lost` of the last call this process remembered, with the plan (an object
+        # that only grows: the prefix's) and message count it was found from, and its JSON.
+        self.plan: Plan | None = None
+        self.planned = 0  # entries of `plan` read
+        self.count = 0
+        self.found: dict[int, str | None] = {}
+        self.found_raw: bytes | None = None
+        self.visited = 0  # plan entries the latest `lost_after` read
+
+    def lost_after(self, count: int, plan: Plan | None) -> tuple[dict[int, str | None], bool]:
+        """`lost_messages(count, plan)`, and whether it is the one found last (then
+        `found_raw` is its JSON). A plan that extends the one read before (the same object,
+        grown: the session's prefix keeps it so between steps) is read from where the last
+        call stopped."""
+        if (plan is None or plan is not self.plan or len(plan) < self.planned
+                or count < self.count):
+            found = lost_messages(count, plan)
+            self.plan, self.planned, self.count = plan, len(plan or ()), count
+            self.found, self.found_raw, self.visited = found, None, len(plan or ())
+            return found, False
+        added = plan[self.planned:]
+        self.visited = len(added)
+        lost: dict[int, str | None] = dict.fromkeys(range(self.count, count))
+        for i, text in added:
+            if i < self.count:  # not an extension after all
+                self.plan = None
+                return self.lost_after(count, plan)
+            if text is None:
+                del lost[i]
+            else:
+                lost[i] = text
+        self.planned, self.count = len(plan), count
+        if lost:
+            self.found, self.found_raw = {**self.found, **lost}, None
+        return self.found, not lost
 
     def cover(self, messages: Sequence[Mapping[str, Any]], count: int) -> list[str | None]:
         """The texts of messages[:count] (what they held so far must be those messages')."""
@@ -354,8 +389,16 @@ def _remember(
     state.dirty.add("fidelity")
     if haystack is not None:
         haystack.record_raw, haystack.record = state.fidelity, (len(messages), last, calls)
-    lost = lost_messages(len(messages), plan)
-    raw = orjson.dumps({str(i): text for i, text in lost.items()}) if lost else None
+    if haystack is None:
+        lost, same = lost_messages(len(messages), plan), False
+    else:
+        lost, same = haystack.lost_after(len(messages), plan)
+    if same and haystack is not None and haystack.found_raw is not None:
+        raw: bytes | None = haystack.found_raw  # what the last call found: its JSON
+    else:
+        raw = orjson.dumps({str(i): text for i, text in lost.items()}) if lost else None
+        if haystack is not None and lost is haystack.found:
+            haystack.found_raw = raw
     if raw != (state.lost or None):
         state.lost = raw
         state.dirty.add("lost")
