@@ -395,7 +395,8 @@ class ContextEngine:
         if r.cls.compaction.ages:  # as _fit_items does on a call without a step
             r.state.calls += 1
             r.state.dirty.add("horizon")
-        messages = materialize(r.messages, reuse.plan) if reuse.changed else r.messages
+        messages = (materialize(r.messages, reuse.plan, r.prefix.copies) if reuse.changed
+                    else r.messages)
         return _Fitted(
             messages, reuse.changed, reuse.tokens_after, reuse.events, reuse.digests, r.prefix,
             reuse.plan if reuse.changed else None,

@@ -122,6 +122,13 @@ def similarity(a: Sequence[int], b: Sequence[int]) -> float:
     return sum(x in set_a and x in set_b for x in union) / len(union)
 
 
+def _may_be_near(a: Sequence[int], b: Sequence[int]) -> bool:
+    """False when `similarity(a, b)` is surely under NEAR_SAME: it counts at most the
+    shared hashes over at most SKETCH_SIZE of the union (one C-speed intersection)."""
+    shared = len(set(a).intersection(b))
+    return shared >= NEAR_SAME * min(SKETCH_SIZE, len(a) + len(b) - shared)
+
+
 def _results(messages: Sequence[Mapping[str, Any]], start: int) -> dict[Any, int]:
     """Tool-call id → index of its result, for the results after messages[start]."""
     out: dict[Any, int] = {}
@@ -343,7 +350,8 @@ def refetch_counts(
     for call in made:
         name, sketch = tool_name(call), call_sketch(call)
         matches = [c for c in earlier
-                   if c.name == name and similarity(c.sketch, sketch) >= NEAR_SAME]
+                   if c.name == name and _may_be_near(sketch, c.sketch)
+                   and similarity(c.sketch, sketch) >= NEAR_SAME]
         if matches:
             repeats += 1
             refetches += all(c.result in lost for c in matches)

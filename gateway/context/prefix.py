@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 from bisect import bisect_left
 from collections.abc import Mapping, MutableMapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -99,6 +99,8 @@ class Prefix:
     # The repeated tool calls of the messages calls reusing this prefix forwarded (these
     # only extend from one such call to the next; `calls.point_repeats`).
     calls: RepeatScan | None = None
+    # The rewritten messages calls reusing this prefix forwarded, by index (`materialize`).
+    copies: dict[int, Mapping[str, Any]] = field(default_factory=dict)
 
     @classmethod
     def build(
