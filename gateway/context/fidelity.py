@@ -122,10 +122,11 @@ def similarity(a: Sequence[int], b: Sequence[int]) -> float:
     return sum(x in set_a and x in set_b for x in union) / len(union)
 
 
-def _may_be_near(a: Sequence[int], b: Sequence[int]) -> bool:
-    """False when `similarity(a, b)` is surely under NEAR_SAME: it counts at most the
-    shared hashes over at most SKETCH_SIZE of the union (one C-speed intersection)."""
-    shared = len(set(a).intersection(b))
+def _may_be_near(a: set[int], b: Sequence[int]) -> bool:
+    """False when `similarity` of sketches `a` (as a set) and `b` is surely under
+    NEAR_SAME: it counts at most the shared hashes over at most SKETCH_SIZE of the union
+    (one C-speed intersection)."""
+    shared = len(a.intersection(b))
     return shared >= NEAR_SAME * min(SKETCH_SIZE, len(a) + len(b) - shared)
 
 
@@ -230,7 +231,8 @@ def recall_counts(
     needed = found = 0
     for value in values:
         seen = kept = False
-        if haystack is not None and value not in haystack.joined:
+        # from the end: a value the agent just saw is found in the last few messages
+        if haystack is not None and haystack.joined.rfind(value) < 0:
             continue  # in no message: one C-speed scan says so
         for i in range(count - 1, -1, -1):
             text = texts[i]
@@ -349,8 +351,9 @@ def refetch_counts(
     repeats = refetches = 0
     for call in made:
         name, sketch = tool_name(call), call_sketch(call)
+        mine = set(sketch)
         matches = [c for c in earlier
-                   if c.name == name and _may_be_near(sketch, c.sketch)
+                   if c.name == name and _may_be_near(mine, c.sketch)
                    and similarity(c.sketch, sketch) >= NEAR_SAME]
         if matches:
             repeats += 1
