@@ -2,7 +2,7 @@
 
 Each maps content to what was computed from it (a message's items, a rewritten text, a
 MinHash...), so a hit is always right and an eviction only costs the work again. All are
-least-recently-used caches from `cachetools`: a hit keeps an entry, the coldest goes first.
+least-recently-used caches (`LRU`): a hit keeps an entry, the coldest goes first.
 One `ContextCaches` lives on the engine for its lifetime and is passed where it is needed.
 Those that hold texts (a message's, a rewritten one) are bounded by their texts' size too
 (`SizedLRU`): an agent's tool results run to tens of kilobytes each, and a bound by count
@@ -11,11 +11,10 @@ alone would let 100,000 of them stay (measured: bench/memgrowth.py, bench/README
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, MutableMapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
-
-from cachetools import LRUCache
 
 if TYPE_CHECKING:
     from datasketch import MinHash
@@ -59,33 +58,88 @@ def _parts_bytes(key: tuple[Any, ...], parts: list[Part]) -> int:
     return text_bytes(key) + sum(len(part[3]) for part in parts)
 
 
-class SizedLRU(LRUCache[K, V]):
+class LRU(MutableMapping[K, V]):
+    """A least-recently-used map bounded by `maxsize` entries: past it the coldest go
+    first; a hit makes an entry the most recent. cachetools' `LRUCache` semantics on one C
+    `OrderedDict`: a hit costs a lookup and a move, where cachetools' layers of Python calls
+    cost five times as much, and a step call looks up every item of its session."""
+
+    def __init__(self, maxsize: int) -> None:
+        self._data: OrderedDict[K, V] = OrderedDict()
+        self._sizes: dict[K, int] | None = None  # per entry, when sized (`SizedLRU`)
+        self.maxsize = maxsize
+        self.currsize = 0
+
+    def get(self, key: K, default: V | None = None) -> V | None:  # type: ignore[override]
+        data = self._data
+        try:
+            value = data[key]
+            data.move_to_end(key)
+        except KeyError:
+            return default
+        return value
+
+    def __getitem__(self, key: K) -> V:
+        value = self._data[key]
+        self._data.move_to_end(key)
+        return value
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._data
+
+    def __setitem__(self, key: K, value: V) -> None:
+        self._store(key, value, 1)
+
+    def _store(self, key: K, value: V, size: int) -> None:
+        if key in self._data:
+            del self[key]
+        while self._data and self.currsize + size > self.maxsize:
+            self.popitem()
+        self._data[key] = value
+        if self._sizes is not None:
+            self._sizes[key] = size
+        self.currsize += size
+
+    def __delitem__(self, key: K) -> None:
+        del self._data[key]
+        self.currsize -= 1 if self._sizes is None else self._sizes.pop(key)
+
+    def popitem(self) -> tuple[K, V]:
+        """The coldest entry, removed."""
+        key, value = self._data.popitem(last=False)
+        self.currsize -= 1 if self._sizes is None else self._sizes.pop(key)
+        return key, value
+
+    def __iter__(self) -> Iterator[K]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+
+class SizedLRU(LRU[K, V]):
     """An LRU bounded by entries and by the size of what they hold (`size_of(key, value)`,
     estimated): the coldest entries go first past either bound; an entry larger than the
     whole size bound is not kept."""
 
     def __init__(self, max_entries: int, max_bytes: int,
                  size_of: Callable[[Any, Any], int] = text_bytes) -> None:
-        self._next_size = 0  # the entry being set's: cachetools sizes values, not entries
-        super().__init__(maxsize=max_bytes, getsizeof=self._entry_size)
+        super().__init__(maxsize=max_bytes)
+        self._sizes = {}
         self.max_entries = max_entries
         self._size_of = size_of
-
-    def _entry_size(self, value: V) -> int:
-        return self._next_size
 
     def __setitem__(self, key: K, value: V) -> None:
         size = self._size_of(key, value)
         if size > self.maxsize:
             return
-        self._next_size = size
-        super().__setitem__(key, value)
+        self._store(key, value, size)
         while len(self) > self.max_entries:
             self.popitem()
 
 
-def _lru(size: int) -> Callable[[], LRUCache[Any, Any]]:
-    return lambda: LRUCache(maxsize=size)
+def _lru(size: int) -> Callable[[], LRU[Any, Any]]:
+    return lambda: LRU(maxsize=size)
 
 
 def _sized(entries: int, max_bytes: int,
@@ -95,12 +149,12 @@ def _sized(entries: int, max_bytes: int,
 
 @dataclass(frozen=True, slots=True)
 class ContextCaches:
-    parts: LRUCache[tuple[Any, ...], list[Part]] = field(
+    parts: LRU[tuple[Any, ...], list[Part]] = field(
         default_factory=_sized(PARTS, PARTS_BYTES, _parts_bytes))
-    rewritten: LRUCache[tuple[str, Decision, str], tuple[str | None, int]] = field(
+    rewritten: LRU[tuple[str, Decision, str], tuple[str | None, int]] = field(
         default_factory=_sized(REWRITTEN, REWRITTEN_BYTES))
-    stale: LRUCache[tuple[str, str], bool] = field(default_factory=_lru(STALE))
-    known: LRUCache[str, frozenset[str]] = field(default_factory=_sized(KNOWN, KNOWN_BYTES))
-    values: LRUCache[str, frozenset[str]] = field(default_factory=_sized(VALUES, VALUES_BYTES))
-    minhash: LRUCache[str, MinHash] = field(default_factory=_lru(MINHASH))
-    lsh_params: LRUCache[float, tuple[int, int]] = field(default_factory=_lru(LSH_PARAMS))
+    stale: LRU[tuple[str, str], bool] = field(default_factory=_lru(STALE))
+    known: LRU[str, frozenset[str]] = field(default_factory=_sized(KNOWN, KNOWN_BYTES))
+    values: LRU[str, frozenset[str]] = field(default_factory=_sized(VALUES, VALUES_BYTES))
+    minhash: LRU[str, MinHash] = field(default_factory=_lru(MINHASH))
+    lsh_params: LRU[float, tuple[int, int]] = field(default_factory=_lru(LSH_PARAMS))

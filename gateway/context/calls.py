@@ -25,7 +25,7 @@ aged calls on every call costs the prefix cache more than it saves).
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import orjson
@@ -95,8 +95,9 @@ def _arguments(call: Mapping[str, Any]) -> str | None:
     return raw if isinstance(raw, str) else None
 
 
-def _call_ids(messages: Sequence[Mapping[str, Any]]) -> set[str]:
-    """Call ids that name one call each (an adapter finds a call by its id)."""
+def _call_ids(messages: Sequence[Mapping[str, Any]]) -> tuple[set[str], set[str]]:
+    """Call ids seen, and those among them that name more than one call (an adapter finds
+    a call by its id: only those naming one call each count)."""
     seen: set[str] = set()
     twice: set[str] = set()
     for msg in messages:
@@ -104,19 +105,53 @@ def _call_ids(messages: Sequence[Mapping[str, Any]]) -> set[str]:
             cid = call.get("id") if isinstance(call, Mapping) else None
             if isinstance(cid, str) and cid:
                 (twice if cid in seen else seen).add(cid)
-    return seen - twice
+    return seen, twice
 
 
-def repeated_calls(
-    messages: Sequence[Mapping[str, Any]], min_chars: int = REPEAT_MIN_CHARS
+@dataclass
+class RepeatScan:
+    """`repeated_calls` of a message list that only grows, carried from call to call: a
+    call reads only the messages added since the last one. The caller keeps it with what
+    guarantees that messages[:count] are the ones read before (the engine: the session's
+    prefix, `prefix.py`, whose forwarded messages only extend between steps). A new call
+    id that an earlier call already has changes which calls count: then all is read anew."""
+
+    min_chars: int = REPEAT_MIN_CHARS
+    count: int = 0  # messages read
+    seen: set[str] = field(default_factory=set)
+    twice: set[str] = field(default_factory=set)
+    first: dict[str, str] = field(default_factory=dict)  # arguments -> first call's id
+    found: dict[tuple[int, int], str] = field(default_factory=dict)
+    visited: int = 0  # messages the latest `scan` read (what a call's work grows with)
+
+    def scan(self, messages: Sequence[Mapping[str, Any]]) -> dict[tuple[int, int], str]:
+        """The repeats of `messages`, as `repeated_calls` finds them (the same dict while
+        no new repeat is found: never changed in place once handed out)."""
+        new = messages[self.count:]
+        seen, twice = _call_ids(new)
+        if len(messages) < self.count or not seen.isdisjoint(self.seen):
+            self.count, self.first, self.found = 0, {}, {}
+            self.seen, self.twice = set(), set()
+            new, (seen, twice) = messages, _call_ids(messages)
+        start, self.visited = self.count, len(new)
+        added = _repeats(new, start, seen - twice, self.first, self.min_chars)
+        if added:
+            self.found = {**self.found, **added}
+        self.seen |= seen
+        self.twice |= twice
+        self.count = len(messages)
+        return self.found
+
+
+def _repeats(
+    messages: Sequence[Mapping[str, Any]], start: int, ids: Collection[str],
+    first: dict[str, str], min_chars: int,
 ) -> dict[tuple[int, int], str]:
-    """Per (message index, call index): the arguments a repeated call is sent with, for
-    every call whose arguments (`min_chars` or more) repeat an earlier call's. Only calls
-    with an id of their own count; messages a wire adapter pinned are never rewritten."""
-    ids = _call_ids(messages)
-    first: dict[str, str] = {}  # arguments -> id of the first call that used them
+    """Per (index from `start`, call index): the pointer of each call among `messages`
+    whose arguments repeat an earlier call's (`first`: arguments -> the first call's id,
+    updated)."""
     out: dict[tuple[int, int], str] = {}
-    for i, msg in enumerate(messages):
+    for i, msg in enumerate(messages, start):
         if msg.get("role") != "assistant":
             continue
         for k, call in enumerate(msg.get("tool_calls") or ()):
@@ -131,6 +166,16 @@ def repeated_calls(
             if pointer is not None and len(pointer) < len(raw):
                 out[(i, k)] = pointer
     return out
+
+
+def repeated_calls(
+    messages: Sequence[Mapping[str, Any]], min_chars: int = REPEAT_MIN_CHARS
+) -> dict[tuple[int, int], str]:
+    """Per (message index, call index): the arguments a repeated call is sent with, for
+    every call whose arguments (`min_chars` or more) repeat an earlier call's. Only calls
+    with an id of their own count; messages a wire adapter pinned are never rewritten."""
+    seen, twice = _call_ids(messages)
+    return _repeats(messages, 0, seen - twice, {}, min_chars)
 
 
 @dataclass(frozen=True)
@@ -149,12 +194,15 @@ def point_repeats(
     events: list[DropEvent],
     count: Callable[[str], int],
     min_chars: int = REPEAT_MIN_CHARS,
+    repeats: Mapping[tuple[int, int], str] | None = None,
 ) -> Pointed | None:
     """`forwarded` (message k is the client's message `indexes[k]`) with repeated calls'
     arguments as pointers, and `events` with each such message's saving: added to its
     event when it has one (its text was rewritten too), else a `dedup` event of its own
-    (tokens: of the arguments). None when no call repeats."""
-    repeats = repeated_calls(forwarded, min_chars)
+    (tokens: of the arguments). None when no call repeats. `repeats`: those of `forwarded`
+    when already found (`RepeatScan`)."""
+    if repeats is None:
+        repeats = repeated_calls(forwarded, min_chars)
     if not repeats:
         return None
     messages = list(forwarded)

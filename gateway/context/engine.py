@@ -22,7 +22,7 @@ from gateway.context.agents import AgentClassStore, MemoryAgentClassStore, Redis
 from gateway.context.apply import apply_decisions, drop_events, reapply, same_texts
 from gateway.context.caches import ContextCaches
 from gateway.context.calibration import TokenCalibration
-from gateway.context.calls import point_repeats
+from gateway.context.calls import RepeatScan, point_repeats, repeated_calls
 from gateway.context.classify import (
     Classifier,
     agent_fingerprint,
@@ -395,7 +395,8 @@ class ContextEngine:
         if r.cls.compaction.ages:  # as _fit_items does on a call without a step
             r.state.calls += 1
             r.state.dirty.add("horizon")
-        messages = materialize(r.messages, reuse.plan) if reuse.changed else r.messages
+        messages = (materialize(r.messages, reuse.plan, r.prefix.copies) if reuse.changed
+                    else r.messages)
         return _Fitted(
             messages, reuse.changed, reuse.tokens_after, reuse.events, reuse.digests, r.prefix,
             reuse.plan if reuse.changed else None,
@@ -479,17 +480,27 @@ class ContextEngine:
     def _point_repeats(self, r: _Request, fitted: _Fitted) -> _Fitted:
         """Tool calls repeating an earlier call's arguments sent as pointers to it
         (`cluster.on_arrival`, calls.py): found in the forwarded messages alone, so every
-        call renders an earlier message the same way."""
+        call renders an earlier message the same way. A call that reused its session's
+        prefix reads only its new messages (`RepeatScan`)."""
         opts = r.cls.stages.cluster
         if opts is None or not opts.on_arrival or not opts.arrival_calls:
             return fitted
+        least = opts.arrival_call_min_chars
+        min_chars = opts.arrival_min_chars if least is None else least
+        prefix = fitted.prefix
+        if prefix is not None and prefix is r.prefix:  # reused: forwarded only extends
+            if prefix.calls is None or prefix.calls.min_chars != min_chars:
+                prefix.calls = RepeatScan(min_chars)
+            repeats = prefix.calls.scan(fitted.messages)
+        else:
+            repeats = repeated_calls(fitted.messages, min_chars)
+        if not repeats:
+            return fitted
         plan = fitted.plan
         indexes = [i for i, _ in plan] if plan is not None else range(len(fitted.messages))
-        least = opts.arrival_call_min_chars
         pointed = point_repeats(
             fitted.messages, indexes, fitted.events,
-            lambda text: self.counter.count(text, r.encoding),
-            opts.arrival_min_chars if least is None else least,
+            lambda text: self.counter.count(text, r.encoding), min_chars, repeats,
         )
         if pointed is None:
             return fitted

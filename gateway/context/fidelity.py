@@ -122,6 +122,14 @@ def similarity(a: Sequence[int], b: Sequence[int]) -> float:
     return sum(x in set_a and x in set_b for x in union) / len(union)
 
 
+def _may_be_near(a: set[int], b: Sequence[int]) -> bool:
+    """False when `similarity` of sketches `a` (as a set) and `b` is surely under
+    NEAR_SAME: it counts at most the shared hashes over at most SKETCH_SIZE of the union
+    (one C-speed intersection)."""
+    shared = len(a.intersection(b))
+    return shared >= NEAR_SAME * min(SKETCH_SIZE, len(a) + len(b) - shared)
+
+
 def _results(messages: Sequence[Mapping[str, Any]], start: int) -> dict[Any, int]:
     """Tool-call id → index of its result, for the results after messages[start]."""
     out: dict[Any, int] = {}
@@ -223,7 +231,8 @@ def recall_counts(
     needed = found = 0
     for value in values:
         seen = kept = False
-        if haystack is not None and value not in haystack.joined:
+        # from the end: a value the agent just saw is found in the last few messages
+        if haystack is not None and haystack.joined.rfind(value) < 0:
             continue  # in no message: one C-speed scan says so
         for i in range(count - 1, -1, -1):
             text = texts[i]
@@ -271,6 +280,41 @@ class Haystack:
         self.lost: dict[int, str | None] = {}
         self.record_raw: bytes | None = None  # the session's fidelity record, as last written
         self.record: tuple[int, str, list[IndexedCall]] = (0, "", [])
+        # The `lost` of the last call this process remembered, with the plan (an object
+        # that only grows: the prefix's) and message count it was found from, and its JSON.
+        self.plan: Plan | None = None
+        self.planned = 0  # entries of `plan` read
+        self.count = 0
+        self.found: dict[int, str | None] = {}
+        self.found_raw: bytes | None = None
+        self.visited = 0  # plan entries the latest `lost_after` read
+
+    def lost_after(self, count: int, plan: Plan | None) -> tuple[dict[int, str | None], bool]:
+        """`lost_messages(count, plan)`, and whether it is the one found last (then
+        `found_raw` is its JSON). A plan that extends the one read before (the same object,
+        grown: the session's prefix keeps it so between steps) is read from where the last
+        call stopped."""
+        if (plan is None or plan is not self.plan or len(plan) < self.planned
+                or count < self.count):
+            found = lost_messages(count, plan)
+            self.plan, self.planned, self.count = plan, len(plan or ()), count
+            self.found, self.found_raw, self.visited = found, None, len(plan or ())
+            return found, False
+        added = plan[self.planned:]
+        self.visited = len(added)
+        lost: dict[int, str | None] = dict.fromkeys(range(self.count, count))
+        for i, text in added:
+            if i < self.count:  # not an extension after all
+                self.plan = None
+                return self.lost_after(count, plan)
+            if text is None:
+                del lost[i]
+            else:
+                lost[i] = text
+        self.planned, self.count = len(plan), count
+        if lost:
+            self.found, self.found_raw = {**self.found, **lost}, None
+        return self.found, not lost
 
     def cover(self, messages: Sequence[Mapping[str, Any]], count: int) -> list[str | None]:
         """The texts of messages[:count] (what they held so far must be those messages')."""
@@ -307,8 +351,10 @@ def refetch_counts(
     repeats = refetches = 0
     for call in made:
         name, sketch = tool_name(call), call_sketch(call)
+        mine = set(sketch)
         matches = [c for c in earlier
-                   if c.name == name and similarity(c.sketch, sketch) >= NEAR_SAME]
+                   if c.name == name and _may_be_near(mine, c.sketch)
+                   and similarity(c.sketch, sketch) >= NEAR_SAME]
         if matches:
             repeats += 1
             refetches += all(c.result in lost for c in matches)
@@ -354,8 +400,16 @@ def _remember(
     state.dirty.add("fidelity")
     if haystack is not None:
         haystack.record_raw, haystack.record = state.fidelity, (len(messages), last, calls)
-    lost = lost_messages(len(messages), plan)
-    raw = orjson.dumps({str(i): text for i, text in lost.items()}) if lost else None
+    if haystack is None:
+        lost, same = lost_messages(len(messages), plan), False
+    else:
+        lost, same = haystack.lost_after(len(messages), plan)
+    if same and haystack is not None and haystack.found_raw is not None:
+        raw: bytes | None = haystack.found_raw  # what the last call found: its JSON
+    else:
+        raw = orjson.dumps({str(i): text for i, text in lost.items()}) if lost else None
+        if haystack is not None and lost is haystack.found:
+            haystack.found_raw = raw
     if raw != (state.lost or None):
         state.lost = raw
         state.dirty.add("lost")

@@ -28,6 +28,7 @@ from cachetools import LRUCache
 
 from gateway.context.apply import apply_decisions, drop_events
 from gateway.context.caches import ContextCaches
+from gateway.context.calls import RepeatScan
 from gateway.context.fidelity import Haystack
 from gateway.context.items import Item, Layout, Part, message_items
 from gateway.context.lines import (
@@ -110,6 +111,11 @@ class Prefix:
     # The messages' searchable texts the fidelity signals read (fidelity.py), which these
     # messages' checked bytes make safe to keep for the next call.
     haystack: Haystack | None = None
+    # The repeated tool calls of the messages calls reusing this prefix forwarded (these
+    # only extend from one such call to the next; `calls.point_repeats`).
+    calls: RepeatScan | None = None
+    # The rewritten messages calls reusing this prefix forwarded, by index (`materialize`).
+    copies: dict[int, Mapping[str, Any]] = field(default_factory=dict)
 
     @classmethod
     def build(

@@ -33,9 +33,25 @@ def render_messages(
     return Rendered(materialize(messages, plan), changed, digests, plan, rolling)
 
 
-def materialize(messages: Sequence[Mapping[str, Any]], plan: Plan) -> list[Mapping[str, Any]]:
-    """The message list a plan describes, made of `messages`' own objects."""
-    return [messages[i] if text is None else {**messages[i], "content": text} for i, text in plan]
+def materialize(
+    messages: Sequence[Mapping[str, Any]], plan: Plan,
+    copies: dict[int, Mapping[str, Any]] | None = None,
+) -> list[Mapping[str, Any]]:
+    """The message list a plan describes, made of `messages`' own objects. `copies`: the
+    rewritten messages made for earlier calls of the same plan, by index (kept by the
+    caller while the plan only grows and the messages it covers are byte for byte the same,
+    as the session's prefix does, `prefix.py`): only the new ones are made."""
+    if copies is None:
+        return [messages[i] if text is None else {**messages[i], "content": text}
+                for i, text in plan]
+    return [messages[i] if text is None else copies.get(i) or _copy(copies, messages[i], i, text)
+            for i, text in plan]
+
+
+def _copy(copies: dict[int, Mapping[str, Any]], msg: Mapping[str, Any], i: int, text: str
+          ) -> Mapping[str, Any]:
+    copy = copies[i] = {**msg, "content": text}
+    return copy
 
 
 def render_plan(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gateway.context.caches import ENTRY_BYTES, TEXT_BYTES, SizedLRU, text_bytes
+from gateway.context.caches import ENTRY_BYTES, LRU, TEXT_BYTES, SizedLRU, text_bytes
 from gateway.context.tokens import TokenCounter
 
 
@@ -45,3 +45,26 @@ def test_token_counts_of_long_texts_stay_within_the_size_bound() -> None:
     cache = counter._caches["cl100k_base"]
     assert len(cache) <= 20 and cache.currsize <= cache.maxsize
     assert counter.count(f"{99:05d}" + " word" * 999, "cl100k_base") > 900
+
+
+def test_the_lru_keeps_the_most_recently_used() -> None:
+    cache: LRU[str, int] = LRU(3)
+    for n, name in enumerate("abc"):
+        cache[name] = n
+    assert cache.get("a") == 0 and cache["b"] == 1  # "c" is now the coldest
+    cache["d"] = 3
+    assert list(cache) == ["a", "b", "d"] and cache.currsize == 3
+    assert cache.get("c") is None and "c" not in cache
+    cache["a"] = 9  # replaced: no eviction, most recent
+    assert list(cache) == ["b", "d", "a"] and cache["a"] == 9 and len(cache) == 3
+    del cache["b"]
+    assert cache.currsize == 2 and cache.popitem() == ("d", 3)
+
+
+def test_a_replaced_entry_is_sized_anew() -> None:
+    cache: SizedLRU[str, str] = SizedLRU(10, 3 * (ENTRY_BYTES + 100))
+    cache["k"] = "x" * 100
+    cache["k"] = "x" * 10
+    assert cache.currsize == ENTRY_BYTES + 1 + 10
+    del cache["k"]
+    assert cache.currsize == 0 and len(cache) == 0

@@ -1,0 +1,192 @@
+"""A late call between compaction steps does work in proportion to its new messages, not to
+the session's history (issue 7): the repeated tool calls (`calls.RepeatScan`), the messages
+lost from the forwarded call (`Haystack.lost_after`) and the rewritten messages forwarded
+(`materialize` with the prefix's copies) are found from what the call added, and give what
+finding them afresh gives."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gateway.context.calls import RepeatScan, repeated_calls
+from gateway.context.engine import CallContext, ContextEngine
+from gateway.context.fidelity import (
+    NEAR_SAME,
+    Haystack,
+    _may_be_near,
+    lost_messages,
+    similarity,
+)
+from gateway.context.items import PINNED
+from gateway.context.prefix import Prefix
+from gateway.context.render import materialize
+from tests.sessions import synthetic_session
+
+from .test_prefix_cache import _engine, _growing, _same
+
+ARGS = [json.dumps({"command": c * 130}) for c in "ab"] + [json.dumps({"command": "ls"})]
+
+
+@st.composite
+def call_turns(draw: Any) -> list[dict[str, Any]]:
+    """Assistant turns with tool calls whose arguments and ids repeat now and then."""
+    msgs: list[dict[str, Any]] = [{"role": "user", "content": "go"}]
+    for t in range(draw(st.integers(0, 25))):
+        calls = [{"id": draw(st.sampled_from([f"c{t}_{k}", f"c{t}_{k}", "dup", ""])),
+                  "type": "function",
+                  "function": {"name": "sh", "arguments": draw(st.sampled_from(ARGS))}}
+                 for k in range(draw(st.integers(0, 2)))]
+        msg: dict[str, Any] = {"role": "assistant", "content": None, "tool_calls": calls}
+        if draw(st.integers(0, 9)) == 0:
+            msg[PINNED] = True
+        msgs += [msg, {"role": "tool", "tool_call_id": f"c{t}_0", "content": "ok"}]
+    return msgs
+
+
+@settings(max_examples=150, deadline=None)
+@given(msgs=call_turns(), data=st.data())
+def test_a_kept_scan_finds_the_repeats_a_fresh_one_finds(
+    msgs: list[dict[str, Any]], data: Any
+) -> None:
+    """Grown call by call, the scan gives `repeated_calls` of the whole list each time and,
+    unless a new call reuses an earlier call's id, reads only the messages added."""
+    scan = RepeatScan(min_chars=100)
+    end = 0
+    while end < len(msgs):
+        new_end = data.draw(st.integers(end + 1, len(msgs)))
+        ids_before = {c["id"] for m in msgs[:end] for c in m.get("tool_calls") or ()}
+        ids_added = {c["id"] for m in msgs[end:new_end] for c in m.get("tool_calls") or ()}
+        found = scan.scan(msgs[:new_end])
+        assert found == repeated_calls(msgs[:new_end], min_chars=100)
+        if not (ids_before - {""}) & ids_added:
+            assert scan.visited == new_end - end
+        end = new_end
+
+
+@st.composite
+def growing_plans(draw: Any) -> list[tuple[int, list[tuple[int, str | None]]]]:
+    """A plan that only grows, as the session's prefix keeps it: (messages, plan) per call."""
+    calls, plan, count = [], [], 0
+    for _ in range(draw(st.integers(1, 12))):
+        added = draw(st.integers(0, 6))
+        for i in range(count, count + added):
+            fate = draw(st.sampled_from(["sent", "sent", "dropped", "gist"]))
+            if fate != "dropped":
+                plan.append((i, None if fate == "sent" else f"gist {i}"))
+        count += added
+        calls.append((count, list(plan)))
+    return calls
+
+
+@settings(max_examples=150, deadline=None)
+@given(calls=growing_plans())
+def test_lost_messages_of_a_growing_plan_read_only_its_new_entries(
+    calls: list[tuple[int, list[tuple[int, str | None]]]],
+) -> None:
+    haystack, plan, read = Haystack(), [], 0
+    for count, grown in calls:
+        plan += grown[len(plan):]  # the same object, grown in place
+        lost, same = haystack.lost_after(count, plan)
+        assert lost == lost_messages(count, plan)
+        assert list(lost) == list(lost_messages(count, plan))  # same order: same JSON
+        assert haystack.visited == len(plan) - read
+        if same:
+            assert lost is haystack.found
+        read = len(plan)
+    other = list(plan)  # another plan (a step's): read whole
+    assert haystack.lost_after(calls[-1][0], other)[0] == lost_messages(calls[-1][0], other)
+    assert haystack.visited == len(other)
+
+
+@settings(max_examples=300, deadline=None)
+@given(a=st.sets(st.integers(0, 40), max_size=16), b=st.sets(st.integers(0, 40), max_size=16))
+def test_the_near_prefilter_never_rejects_a_near_pair(a: set[int], b: set[int]) -> None:
+    x, y = tuple(sorted(a)), tuple(sorted(b))
+    if similarity(x, y) >= NEAR_SAME:
+        assert _may_be_near(set(x), y)
+
+
+def test_materialize_with_copies_makes_only_new_rewritten_messages() -> None:
+    msgs = [{"role": "user", "content": f"m{i}"} for i in range(6)]
+    plan = [(0, None), (1, "one"), (3, "three")]
+    copies: dict[int, Any] = {}
+    first = materialize(msgs, plan, copies)
+    assert first == materialize(msgs, plan) and set(copies) == {1, 3}
+    made = copies[1]
+    plan += [(4, None), (5, "five")]
+    again = materialize(msgs, plan, copies)
+    assert again == materialize(msgs, plan)
+    assert again[1] is made and set(copies) == {1, 3, 5}
+    assert again[0] is msgs[0] and again[3] is msgs[4]
+
+
+def _peek(engine: ContextEngine, session: str) -> Prefix:
+    prefix = engine.prefixes.take("t1", session)
+    assert prefix is not None
+    engine.prefixes.put("t1", session, prefix)
+    return prefix
+
+
+async def test_a_late_call_between_steps_reads_only_its_new_messages(
+    settings: Any, embedder: Any
+) -> None:
+    """On a long session, every call that reuses its session's prefix (but the first after
+    a step, which reads the forwarded list once) reads as many messages and plan entries as
+    it added, and makes as many rewritten copies: as few late as early."""
+    _, msgs, _ = synthetic_session(0, turns=150)
+    engine = _engine(settings, embedder, True)
+    work: list[tuple[int, int, int, int]] = []  # call, new messages, scanned, plan entries read
+    previous: Prefix | None = None
+    count, warm = 0, False
+    for n, (body, _) in enumerate(_growing(msgs)):
+        reused = engine.prefixes.reused
+        call = CallContext("t1", f"late{n}", {"x-ctxgate-session-id": "late"})
+        fitted = await engine.fit(body, call)
+        prefix = _peek(engine, "late")
+        new = len(body["messages"]) - count
+        copies_before = len(prefix.copies) if previous is prefix else 0
+        this_reused = engine.prefixes.reused > reused and previous is prefix
+        if this_reused and warm and fitted.plan is not None:
+            assert prefix.calls is not None and prefix.haystack is not None
+            work.append((n, new, prefix.calls.visited, prefix.haystack.visited))
+        if this_reused:
+            assert len(prefix.copies) - copies_before <= new
+        previous, count, warm = prefix, len(body["messages"]), this_reused
+    assert len(work) > 60
+    late = [w for w in work if w[0] >= 2 * len(_growing(msgs)) // 3]
+    assert late, "no late call reused its session's prefix"
+    assert all(scanned == new and read <= new for _, new, scanned, read in work)
+    assert max(w[1] for w in late) <= 6  # a turn's few messages, not the history
+
+
+async def test_repeated_calls_are_pointed_alike_with_and_without_the_prefix(
+    settings: Any, embedder: Any
+) -> None:
+    """A session repeating its tool calls: the engine keeping its scan on the prefix
+    forwards what an engine without a prefix cache forwards, call by call."""
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You run shell commands with sh."},
+        {"role": "user", "content": "Find the failing test in the repository."},
+    ]
+    for k in range(40):
+        args = ARGS[k % 3] if k % 4 else json.dumps({"command": f"pytest -k case{k} " * 9})
+        messages.append({"role": "assistant", "content": None, "tool_calls": [
+            {"id": f"call_{k}", "type": "function",
+             "function": {"name": "sh", "arguments": args}}]})
+        messages.append({"role": "tool", "tool_call_id": f"call_{k}",
+                         "content": f"output {k} " * 40})
+    calls = [({"messages": messages[:end], "tools": [{"type": "function", "function": {
+        "name": "sh", "parameters": {"type": "object"}}}]}, {})
+        for end in range(4, len(messages) + 1, 2)]
+    cached, plain = _engine(settings, embedder, True), _engine(settings, embedder, False)
+    reused = await _same(cached, plain, calls, "repeats")
+    assert reused > len(calls) // 2
+    last = (await cached.fit(calls[-1][0], CallContext("t1", "again", {
+        "x-ctxgate-session-id": "repeats-2"}))).body["messages"]
+    pointed = [c for m in last for c in m.get("tool_calls") or ()
+               if "same as call" in c["function"]["arguments"]]
+    assert pointed  # the repeats were found and pointed
