@@ -57,7 +57,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("ctxgate.managed")
 UNMANAGED = "unmanaged"
-TraceParts = tuple[list[dict[str, Any]], dict[str, Any]]  # messages, account
+TraceParts = tuple[list[dict[str, Any]], bytes]  # messages, account (JSON)
 Trim = Callable[[list[dict[str, Any]]], list[dict[str, Any]]]  # the trace writer's `trim`
 T = TypeVar("T")
 # How long a trace may take to build on the fitting thread, at least (10 fit budgets if
@@ -216,12 +216,15 @@ def _unmanaged_trace(engine: ContextEngine, *, wire: WireFormat, raw: bytes,
                   or derive_session_id(tenant, messages))
     return TraceEvent(tenant=tenant, task_class=named, session_id=session_id,
                       trace_id=trace_id, messages=unmarked(trim(messages)), response=response,
-                      ts=time.time(), account=unmanaged_account(
-                          messages, session_id, view.body.get("model"), reason))
+                      ts=time.time(), account=orjson.dumps(unmanaged_account(
+                          messages, session_id, view.body.get("model"), reason)))
 
 
 def _trace_parts(fitted: FittedCall) -> TraceParts:
-    return unmarked(fitted.body["messages"]), account_of(fitted, fitted.budget_source)
+    """A fitted call's messages and its account, serialised where it is built: a large
+    call's account (a role and a plan entry per message) is megabytes of JSON."""
+    return (unmarked(fitted.body["messages"]),
+            orjson.dumps(account_of(fitted, fitted.budget_source)))
 
 
 async def _prepare(engine: ContextEngine, wire: WireFormat, raw: bytes, call: Call,

@@ -55,7 +55,7 @@ class TraceEvent:
     response: dict[str, Any]  # {"content", "tool_calls", "finish_reason", "usage"}
     injected_bullet_ids: list[str] = field(default_factory=list)
     ts: float = 0.0
-    account: dict[str, Any] | None = None  # the explainer's record, stored beside the event
+    account: bytes | None = None  # the explainer's record (JSON), stored beside the event
 
     def to_json(self) -> bytes:
         return orjson.dumps(self)  # orjson serialises dataclasses natively, without a copy
@@ -196,8 +196,7 @@ class TraceSink:
         """The bytes the stored trace holds: messages trimmed, the account beside them."""
         kept = replace(event, account=None, messages=event.messages if trimmed
                        else keep_recent(event.messages, self._keep_chars))
-        account = orjson.dumps(event.account) if event.account is not None else None
-        return TraceRecord(event.tenant, event.trace_id, kept.to_json(), account, teaches)
+        return TraceRecord(event.tenant, event.trace_id, kept.to_json(), event.account, teaches)
 
     async def _write(self, records: list[TraceRecord]) -> None:
         try:
