@@ -52,7 +52,8 @@ from gateway.wire.view import WireFormat, unmarked
 if TYPE_CHECKING:
     from gateway.api.route import Call
     from gateway.context.engine import ContextEngine
-    from gateway.context.offload import Cause, FittingThread
+    from gateway.context.fidelity import CallSignals
+    from gateway.context.offload import Cause, FittingThread, Job
     from gateway.observability.metrics import Metrics
 
 log = logging.getLogger("ctxgate.managed")
@@ -175,25 +176,49 @@ class Fitting:
                         trim=trim)
         if self.thread is None or not is_large(call.sent_raw):
             return build(self.engine, parse=parse_json_object)
-        return await self._on_thread(partial(build, parse=parse_json_in_pieces))
+        return await self._on_thread(_as_job(partial(build, parse=parse_json_in_pieces)))
+
+    async def observe_sent(self, wire: WireFormat, call: Call, body: dict[str, Any]
+                           ) -> CallSignals | None:
+        """A call sent as is (bypassed, or unmanaged): its session's fidelity record and
+        baseline signals (`ContextEngine.observe_sent`), on the fitting thread for a large
+        unmanaged call (a walk of its every message)."""
+        mode = UNMANAGED if call.unmanaged is not None else "bypass"
+        observe = partial(_observe_sent, wire=wire, body=body, mode=mode, context=CallContext(
+            call.caller.tenant, call.trace_id, call.headers))
+        if self.thread is None or call.sent_raw is None or not is_large(call.sent_raw):
+            return await observe(self.engine)
+        return await self._on_thread(observe)
 
     async def trace_parts(self, fitted: FittedCall) -> TraceParts:
         """What a call's trace stores; built on the fitting thread for a large call."""
         if self.thread is None or len(fitted.body["messages"]) < LARGE_MESSAGES:
             return _trace_parts(fitted)
-        return await self._on_thread(lambda _: _trace_parts(fitted))
+        return await self._on_thread(_as_job(lambda _: _trace_parts(fitted)))
 
-    async def _on_thread(self, build: Callable[[ContextEngine], T]) -> T:
-        """`build(engine)` run on the fitting thread (what it leaves behind freed there)."""
+    async def _on_thread(self, job: Job[T]) -> T:
+        """`job(engine)` run on the fitting thread (what it leaves behind freed there)."""
         assert self.thread is not None
-
-        async def job(engine: ContextEngine) -> T:
-            return build(engine)
-
         within = max(10 * self.timeout_s, TRACE_BUILD_S)
         result = await self.thread.run(job, Deadline(time.monotonic() + within))
         self.thread.let_go([])  # the result goes to the trace writer: freed where it drops it
         return result
+
+
+def _as_job(build: Callable[[ContextEngine], T]) -> Job[T]:
+    async def job(engine: ContextEngine) -> T:
+        return build(engine)
+
+    return job
+
+
+async def _observe_sent(engine: ContextEngine, *, wire: WireFormat, body: dict[str, Any],
+                        mode: str, context: CallContext) -> CallSignals | None:
+    view = wire.view(body)
+    if view.session_key is not None and HEADER_SESSION not in context.headers:
+        context = CallContext(context.tenant, context.trace_id,
+                              {**context.headers, HEADER_SESSION: view.session_key})
+    return await engine.observe_sent(view.body, context, mode)
 
 
 def _unmanaged_trace(engine: ContextEngine, *, wire: WireFormat, raw: bytes,

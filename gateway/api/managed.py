@@ -30,7 +30,7 @@ from gateway.api.asgi import (
 from gateway.api.fitting import Fitting
 from gateway.api.forwarding import is_bypass, relayed_headers, upstream_headers
 from gateway.api.route import Call, call_of
-from gateway.context.engine import HEADER_SESSION, CallContext, FittedCall
+from gateway.context.engine import FittedCall
 from gateway.context.fidelity import CallSignals
 from gateway.context.offload import FitDeadline
 from gateway.errors import UpstreamTimeout, UpstreamUnreachable
@@ -174,13 +174,7 @@ class ManagedRoute:
         if self._fitting is None:
             return
         try:
-            view = self._wire.view(body)
-            headers = call.headers
-            if view.session_key is not None and HEADER_SESSION not in headers:
-                headers = {**headers, HEADER_SESSION: view.session_key}
-            mode = "unmanaged" if call.task_class == "unmanaged" else "bypass"
-            signals = await self._fitting.engine.observe_sent(
-                view.body, CallContext(call.caller.tenant, call.trace_id, headers), mode)
+            signals = await self._fitting.observe_sent(self._wire, call, body)
             if signals is not None:
                 await self._record(signals)
         except Exception:
