@@ -117,6 +117,32 @@ def test_a_call_past_its_time_budget_is_traced(hurried: Gateway, redis_url: str,
                             "fitting passed its time budget of 1e-06 s")
 
 
+def test_an_anthropic_call_past_its_time_budget_is_traced_as_sent(hurried: Gateway,
+                                                                  redis_url: str) -> None:
+    """The trace holds the chat view of what the client sent, without the adapter's marks
+    (a block of a type the adapter does not know pins its message)."""
+    messages = [{"role": "user", "content": [
+                    {"type": "text", "text": "Look at this result."},
+                    {"type": "search_result", "source": "https://example.com", "title": "t",
+                     "content": [{"type": "text", "text": "r"}]}]},
+                {"role": "assistant", "content": "Seen."},
+                {"role": "user", "content": "Summarise it."}]
+    answer = httpx.post(f"{hurried.url}/v1/messages", timeout=60, headers={
+        "x-api-key": KEY, "anthropic-version": "2023-06-01"}, json={
+        "model": "claude-stub", "max_tokens": 64, "system": "Be brief.", "messages": messages})
+    assert answer.status_code == 200, answer.text
+    assert answer.headers["x-ctxgate-task-class"] == "unmanaged"
+    trace_id = answer.headers["x-ctxgate-trace-id"]
+    account = hurried.explained(trace_id)
+    assert account["unmanaged"] == "fitting passed its time budget of 1e-06 s"
+    assert [m["role"] for m in account["messages"]] == ["system", "user", "assistant", "user"]
+    raw = redis.Redis.from_url(redis_url).hget(keys.trace(account["tenant"], trace_id), "event")
+    assert raw is not None
+    event = TraceEvent.from_json(raw)  # type: ignore[arg-type]
+    assert [m["role"] for m in event.messages] == ["system", "user", "assistant", "user"]
+    assert not any("ctxgate_pinned" in m for m in event.messages)
+
+
 @pytest.mark.parametrize("messages", [SMALL, many(2_000)], ids=["inline", "fitting-thread"])
 def test_a_call_the_engine_failed_on_is_traced(gateway: Gateway, redis_url: str,
                                                messages: list[dict[str, str]]) -> None:
