@@ -61,8 +61,9 @@ UNMANAGED = "unmanaged"
 TraceParts = tuple[list[dict[str, Any]], bytes]  # messages, account (JSON)
 Trim = Callable[[list[dict[str, Any]]], list[dict[str, Any]]]  # the trace writer's `trim`
 T = TypeVar("T")
-# How long a trace may take to build on the fitting thread, at least (10 fit budgets if
-# longer): it runs after the response, so no caller waits; the bound frees a stuck turn.
+# How long after-response work (a large call's trace, its fidelity record) may take on the
+# fitting thread, at least (10 fit budgets if longer): no caller waits for it; the bound
+# frees a stuck turn.
 TRACE_BUILD_S = 10.0
 # Why a call went out unmanaged, as its explainer account says (and `past_budget`).
 ENGINE_FAILED = "the context engine failed"
@@ -197,11 +198,12 @@ class Fitting:
         return await self._on_thread(_as_job(lambda _: _trace_parts(fitted)))
 
     async def _on_thread(self, job: Job[T]) -> T:
-        """`job(engine)` run on the fitting thread (what it leaves behind freed there)."""
+        """After-response `job(engine)` on the fitting thread (what it leaves behind is
+        freed there)."""
         assert self.thread is not None
         within = max(10 * self.timeout_s, TRACE_BUILD_S)
         result = await self.thread.run(job, Deadline(time.monotonic() + within))
-        self.thread.let_go([])  # the result goes to the trace writer: freed where it drops it
+        self.thread.let_go([])  # the result is the caller's: freed where it drops it
         return result
 
 
