@@ -5,7 +5,9 @@ benchmark upstream (bench/upstream.py). A probe sends small managed chat calls b
 on one connection: first alone (the baseline), then while one large request is in flight —
 N short user messages (`m0` ... `mN-1`, as in issue 10) in the `default` class, over its
 budget, so the engine must fit them. For each N: the large request's time to answer (or
-"none within the timeout"), and the probe's p50/p99/max during it against the baseline.
+"none within the timeout"), and the probe's p50/p99/max during it against the baseline,
+and for `--after-s` once it is answered (its trace is built then: on the fitting thread
+for a large call, fitted or sent unmanaged).
 Target (issue 10): no probe waits more than 50 ms longer than without the large request.
 
 A large request still unanswered at the timeout leaves the gateway busy (fitting runs on
@@ -81,7 +83,7 @@ def baseline(url: str, seconds: float) -> dict[str, Any]:
     return {**summary(latencies), "errors": len(errors)}
 
 
-def one_large(url: str, n: int, timeout_s: float) -> dict[str, Any]:
+def one_large(url: str, n: int, timeout_s: float, after_s: float) -> dict[str, Any]:
     body = large_body(n)
     stop, latencies, errors = threading.Event(), [], []  # type: ignore[var-annotated]
     thread = threading.Thread(target=probe_until, args=(url, stop, latencies, errors))
@@ -107,6 +109,8 @@ def one_large(url: str, n: int, timeout_s: float) -> dict[str, Any]:
     result["probe_during"] = {**summary(latencies), "errors": len(errors),
                               "still_waiting": thread.is_alive()}
     result["busy"] = not finished
+    if finished and after_s > 0:
+        result["probe_after"] = baseline(url, after_s)
     return result
 
 
@@ -130,6 +134,8 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=SIZES)
     parser.add_argument("--timeout-s", type=float, default=90.0)
     parser.add_argument("--baseline-s", type=float, default=5.0)
+    parser.add_argument("--after-s", type=float, default=2.0,
+                        help="probe for this long once the large request is answered")
     parser.add_argument("--fit-timeout-s", type=float, default=None,
                         help="CTXGATE_FIT_TIMEOUT_S for the gateway (default: its own, 1 s)")
     parser.add_argument("--out", type=Path, default=None, help="write the figures as JSON")
@@ -145,10 +151,12 @@ def main() -> None:
             base = baseline(gateway.base_url, args.baseline_s)
             print("baseline", base, flush=True)
             for index, n in enumerate(args.sizes):
-                result = one_large(gateway.base_url, n, args.timeout_s)
-                during = result["probe_during"]
-                if during.get("n") and base.get("n"):
-                    result["p99_added_ms"] = round(during["p99_ms"] - base["p99_ms"], 1)
+                result = one_large(gateway.base_url, n, args.timeout_s, args.after_s)
+                for phase in ("during", "after"):
+                    probe = result.get(f"probe_{phase}", {})
+                    if probe.get("n") and base.get("n"):
+                        result[f"p99_added_{phase}_ms"] = round(
+                            probe["p99_ms"] - base["p99_ms"], 1)
                 print(orjson.dumps(result).decode(), flush=True)
                 results.append(result)
                 if result["busy"]:  # still fitting: a fresh gateway for the next size

@@ -145,6 +145,19 @@ class Gateway:
     def metrics(self) -> str:
         return httpx.get(f"{self.url}/metrics").text
 
+    def explained(self, trace_id: str, timeout_s: float = 10) -> dict[str, Any]:
+        """`GET /admin/traces/{trace_id}`, once the trace's background write has landed."""
+        headers = {"authorization": f"Bearer {self.admin_key}"}
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            response = httpx.get(f"{self.url}/admin/traces/{trace_id}", headers=headers)
+            if response.status_code == 200:
+                explained: dict[str, Any] = response.json()
+                return explained
+            assert response.status_code == 404, response.text
+            time.sleep(0.05)
+        raise AssertionError(f"no account of {trace_id}")
+
     def metric(self, name: str, **labels: str) -> float:
         """The value of one sample of the gateway's /metrics (0 when absent)."""
         from prometheus_client.parser import text_string_to_metric_families

@@ -44,3 +44,25 @@ def test_settings_repr_hides_secrets() -> None:
     text = repr(Settings(upstream_api_key="sk-hidden-1", admin_key="adm-hidden",
                          keys={"gk-hidden": "t"}))
     assert "sk-hidden-1" not in text and "adm-hidden" not in text and "gk-hidden" not in text
+
+
+def test_admin_key_is_compared_in_constant_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every admin check, right or wrong key, goes through `hmac.compare_digest` (its time
+    does not depend on where the first differing byte is), never through `==`."""
+    import hmac
+
+    compared: list[tuple[bytes, bytes]] = []
+    real = hmac.compare_digest
+
+    def spy(a: bytes, b: bytes) -> bool:
+        compared.append((a, b))
+        return real(a, b)
+
+    monkeypatch.setattr(hmac, "compare_digest", spy)
+    settings = Settings(admin_key="admin-key-0123")
+    require_admin({"authorization": "Bearer admin-key-0123"}, settings)
+    for wrong in ("admin-key-0124", "x", "admin-key-01234"):
+        with pytest.raises(AdminForbidden):
+            require_admin({"authorization": f"Bearer {wrong}"}, settings)
+    assert compared == [(t.encode(), b"admin-key-0123") for t in
+                        ("admin-key-0123", "admin-key-0124", "x", "admin-key-01234")]

@@ -11,7 +11,14 @@ import numpy as np
 import pytest
 import redis.asyncio as aioredis
 
-from gateway.embeddings import DIM, Embedder, content_hash, vector_bytes
+from gateway.embeddings import (
+    DIM,
+    VECTORS_BYTES,
+    VECTORS_CACHED,
+    Embedder,
+    content_hash,
+    vector_bytes,
+)
 from gateway.store import keys
 
 
@@ -27,23 +34,27 @@ def vector(seed: int) -> np.ndarray:
     return v / np.linalg.norm(v)
 
 
-def test_the_byte_bound_holds_in_real_memory() -> None:
+@pytest.mark.parametrize("bound", [2 << 20, VECTORS_BYTES], ids=["2MiB", "shipped-64MiB"])
+def test_the_byte_bound_holds_in_real_memory(bound: int) -> None:
     """Past its byte bound the memo sheds the coldest vectors, and what it keeps costs no
-    more memory (traced) than the bound, well before the count bound is reached."""
-    bound = 2 << 20
-    embedder = Embedder("unused-model", cache_size=100_000, cache_bytes=bound)
+    more memory (traced) than the bound, well before the count bound is reached: at a small
+    bound, and at the shipped one (VECTORS_BYTES, VECTORS_CACHED)."""
+    embedder = Embedder("unused-model", cache_bytes=bound)
     try:
         kept = bound // vector_bytes(content_hash("x"), vector(0))
+        assert kept < VECTORS_CACHED  # the bytes bind, not the count
         tracemalloc.start()
         before = tracemalloc.get_traced_memory()[0]
-        for n in range(3 * kept):
+        for n in range(2 * kept):
             embedder._remember(content_hash(f"text {n}"), vector(n))
         held = tracemalloc.get_traced_memory()[0] - before
         tracemalloc.stop()
         cache = embedder._cache
+        print(f"bound {bound} B: {len(cache)} vectors, counted {cache.currsize} B, "
+              f"traced {held} B ({held / bound:.3f} of the bound)")
         assert len(cache) == kept and cache.currsize <= bound
         assert held <= 1.05 * bound, f"{held} bytes held for a bound of {bound}"
-        assert embedder.cached(f"text {3 * kept - 1}") is not None  # the newest stay
+        assert embedder.cached(f"text {2 * kept - 1}") is not None  # the newest stay
         assert embedder.cached("text 0") is None  # the coldest went first
     finally:
         embedder.close()

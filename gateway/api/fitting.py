@@ -9,8 +9,10 @@ forwards it as the client sent it, task class `unmanaged`; `refuse` answers 503
 `context_fit_timeout`. Both are logged and counted (`ctxgate_fit_timeouts_total`). The
 class is the one the `x-ctxgate-task-class` header names, else `default`: a call's class
 is only known once fitting has decided it. An engine failure (Redis down, a bug) fails
-open the same way, logged as such; when the failure is Redis being down, the call is
-still traced (`outage_trace`) so that feedback and the learner get it once Redis is back.
+open the same way, logged as such. A call that went out unmanaged is traced all the same
+(`unmanaged_trace`), with the explainer's account of a call not fitted and why, so that
+`ctxgate explain`, feedback and the learner find it (a Redis outage's once Redis is back);
+a large one's trace is built on the fitting thread, as a large fitted call's is.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from functools import partial
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 
@@ -42,19 +45,33 @@ from gateway.context.offload import (
 from gateway.context.taskclass import DEFAULT_CLASS
 from gateway.errors import ContextBudgetExceeded, ContextFitTimeout, GatewayError
 from gateway.learner.traces import TraceEvent
-from gateway.observability.explain import account_of, unmanaged_account
+from gateway.observability.explain import STORE_DOWN_REASON, account_of, unmanaged_account
 from gateway.store import STORE_DOWN
 from gateway.wire.view import WireFormat, unmarked
 
 if TYPE_CHECKING:
     from gateway.api.route import Call
     from gateway.context.engine import ContextEngine
-    from gateway.context.offload import Cause, FittingThread
+    from gateway.context.fidelity import CallSignals
+    from gateway.context.offload import Cause, FittingThread, Job
     from gateway.observability.metrics import Metrics
 
 log = logging.getLogger("ctxgate.managed")
 UNMANAGED = "unmanaged"
-TraceParts = tuple[list[dict[str, Any]], dict[str, Any]]  # messages, account
+TraceParts = tuple[list[dict[str, Any]], bytes]  # messages, account (JSON)
+Trim = Callable[[list[dict[str, Any]]], list[dict[str, Any]]]  # the trace writer's `trim`
+T = TypeVar("T")
+# How long after-response work (a large call's trace, its fidelity record) may take on the
+# fitting thread, at least (10 fit budgets if longer): no caller waits for it; the bound
+# frees a stuck turn.
+TRACE_BUILD_S = 10.0
+# Why a call went out unmanaged, as its explainer account says (and `past_budget`).
+ENGINE_FAILED = "the context engine failed"
+QUEUE_FULL = "the fitting queue was full"
+
+
+def past_budget(timeout_s: float) -> str:
+    return f"fitting passed its time budget of {timeout_s:g} s"
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +85,7 @@ class Prepared:
     # A call sent as it came whose body was parsed: its session's fidelity record and the
     # baseline signals are taken from it after the response (a timed-out call has none).
     sent: dict[str, Any] | None = None
-    outage: bool = False  # fitting failed open because Redis is down: traced all the same
+    unmanaged: str | None = None  # why fitting failed open, if it did: traced all the same
 
 
 class Fitting:
@@ -100,21 +117,30 @@ class Fitting:
             raise
 
     def _owned(self, prepared: Prepared) -> Prepared:
-        """A large call's fitted call, to be freed on the fitting thread (`release`)."""
+        """A large call's fitted call, or its parsed body when the engine failed on it, to
+        be freed on the fitting thread (`release`)."""
         assert self.thread is not None
-        if prepared.fitted is None:
+        held = prepared.fitted if prepared.fitted is not None else prepared.sent
+        if held is None:
             self.thread.let_go([])
         else:
-            self._large.add(id(prepared.fitted))
+            self._large.add(id(held))
         return prepared
 
     def release(self, call: Call) -> None:
-        """Done with `call.fitted`: a large call's is freed on the fitting thread."""
-        fitted = call.fitted
-        if fitted is not None and id(fitted) in self._large and self.thread is not None:
-            self._large.discard(id(fitted))
-            box: list[Any] = [fitted]
-            call.fitted = fitted = None
+        """Done with the call: a large call's fitted call (or parsed body) is freed on the
+        fitting thread."""
+        if self.thread is None:
+            return
+        if call.fitted is not None and id(call.fitted) in self._large:
+            self._large.discard(id(call.fitted))
+            box: list[Any] = [call.fitted]
+            call.fitted = None
+            self.thread.let_go(box)
+        if call.sent_as_is is not None and id(call.sent_as_is) in self._large:
+            self._large.discard(id(call.sent_as_is))
+            box = [call.sent_as_is]
+            call.sent_as_is = None
             self.thread.let_go(box)
 
     def _late(self, wire: WireFormat, raw: bytes, call: Call, cause: Cause) -> Prepared:
@@ -135,43 +161,97 @@ class Fitting:
                 f"{', the fitting queue was full' if cause == 'queue_full' else ''}); task "
                 f"class {cls.name!r} refuses such calls (on_fit_timeout: refuse). Retry, or "
                 "send a shorter history.")
-        return Prepared(raw, UNMANAGED)
+        return Prepared(raw, UNMANAGED, unmanaged=QUEUE_FULL if cause == "queue_full"
+                        else past_budget(self.timeout_s))
 
-    def outage_trace(self, wire: WireFormat, call: Call, response: dict[str, Any]) -> TraceEvent:
-        """The trace of a call sent as is because Redis was down: what it forwarded (the
-        client's messages) under the class the header or the rules name (the session's
-        remembered class is in Redis), no playbook injected, and the explainer's account of
-        a call that was not fitted: failed open, the store unavailable."""
-        assert call.sent_as_is is not None
-        view = wire.view(call.sent_as_is)
-        messages = view.body.get("messages") or []
-        named = call.headers.get(HEADER_CLASS)
-        if named not in self.engine.classes:
-            named = self.engine.classifier.by_rules(view.body) or DEFAULT_CLASS
-        tenant = call.caller.tenant
-        session_id = (call.headers.get(HEADER_SESSION) or view.session_key
-                      or derive_session_id(tenant, messages))
-        return TraceEvent(tenant=tenant, task_class=named, session_id=session_id,
-                          trace_id=call.trace_id, messages=messages, response=response,
-                          ts=time.time(),
-                          account=unmanaged_account(messages, session_id,
-                                                    view.body.get("model")))
+    async def unmanaged_trace(self, wire: WireFormat, call: Call, response: dict[str, Any],
+                              trim: Trim) -> TraceEvent:
+        """The trace of a call that went out as the client sent it (`call.unmanaged` says
+        why), built on the fitting thread for a large call: its body may be 100,000
+        messages, parsed again (a timed-out call's never finished) and walked for the
+        account; only the trimmed messages and the account come back to the loop."""
+        assert call.sent_raw is not None and call.unmanaged is not None
+        build = partial(_unmanaged_trace, wire=wire, raw=call.sent_raw, body=call.sent_as_is,
+                        tenant=call.caller.tenant, trace_id=call.trace_id,
+                        headers=call.headers, response=response, reason=call.unmanaged,
+                        trim=trim)
+        if self.thread is None or not is_large(call.sent_raw):
+            return build(self.engine, parse=parse_json_object)
+        return await self._on_thread(_as_job(partial(build, parse=parse_json_in_pieces)))
+
+    async def observe_sent(self, wire: WireFormat, call: Call, body: dict[str, Any]
+                           ) -> CallSignals | None:
+        """A call sent as is (bypassed, or unmanaged): its session's fidelity record and
+        baseline signals (`ContextEngine.observe_sent`), on the fitting thread for a large
+        unmanaged call (a walk of its every message)."""
+        mode = UNMANAGED if call.unmanaged is not None else "bypass"
+        observe = partial(_observe_sent, wire=wire, body=body, mode=mode, context=CallContext(
+            call.caller.tenant, call.trace_id, call.headers))
+        if self.thread is None or call.sent_raw is None or not is_large(call.sent_raw):
+            return await observe(self.engine)
+        return await self._on_thread(observe)
 
     async def trace_parts(self, fitted: FittedCall) -> TraceParts:
         """What a call's trace stores; built on the fitting thread for a large call."""
         if self.thread is None or len(fitted.body["messages"]) < LARGE_MESSAGES:
             return _trace_parts(fitted)
+        return await self._on_thread(_as_job(lambda _: _trace_parts(fitted)))
 
-        async def build(_: ContextEngine) -> TraceParts:
-            return _trace_parts(fitted)
+    async def _on_thread(self, job: Job[T]) -> T:
+        """After-response `job(engine)` on the fitting thread (what it leaves behind is
+        freed there)."""
+        assert self.thread is not None
+        within = max(10 * self.timeout_s, TRACE_BUILD_S)
+        result = await self.thread.run(job, Deadline(time.monotonic() + within))
+        self.thread.let_go([])  # the result is the caller's: freed where it drops it
+        return result
 
-        parts = await self.thread.run(build, Deadline(time.monotonic() + 10 * self.timeout_s))
-        self.thread.let_go([])  # the parts go to the trace writer: freed where it drops them
-        return parts
+
+def _as_job(build: Callable[[ContextEngine], T]) -> Job[T]:
+    async def job(engine: ContextEngine) -> T:
+        return build(engine)
+
+    return job
+
+
+async def _observe_sent(engine: ContextEngine, *, wire: WireFormat, body: dict[str, Any],
+                        mode: str, context: CallContext) -> CallSignals | None:
+    view = wire.view(body)
+    if view.session_key is not None and HEADER_SESSION not in context.headers:
+        context = CallContext(context.tenant, context.trace_id,
+                              {**context.headers, HEADER_SESSION: view.session_key})
+    return await engine.observe_sent(view.body, context, mode)
+
+
+def _unmanaged_trace(engine: ContextEngine, *, wire: WireFormat, raw: bytes,
+                     body: dict[str, Any] | None, tenant: str, trace_id: str,
+                     headers: dict[str, str], response: dict[str, Any], reason: str,
+                     trim: Trim, parse: Callable[[bytes], dict[str, Any]]) -> TraceEvent:
+    """A call sent as is, as its trace: what it forwarded (the client's messages, as the
+    trace writer keeps them) under the class the header or the rules name (the session's
+    remembered class is in Redis, which may be what failed), no playbook injected, and the
+    explainer's account of a call not fitted: every message sent as is, and why."""
+    if body is None:  # timed out: its body was never (fully) parsed
+        body = parse(raw)
+        wire.validate(body)
+    view = wire.view(body)
+    messages = view.body.get("messages") or []
+    named = headers.get(HEADER_CLASS)
+    if named not in engine.classes:
+        named = engine.classifier.by_rules(view.body) or DEFAULT_CLASS
+    session_id = (headers.get(HEADER_SESSION) or view.session_key
+                  or derive_session_id(tenant, messages))
+    return TraceEvent(tenant=tenant, task_class=named, session_id=session_id,
+                      trace_id=trace_id, messages=unmarked(trim(messages)), response=response,
+                      ts=time.time(), account=orjson.dumps(unmanaged_account(
+                          messages, session_id, view.body.get("model"), reason)))
 
 
 def _trace_parts(fitted: FittedCall) -> TraceParts:
-    return unmarked(fitted.body["messages"]), account_of(fitted, fitted.budget_source)
+    """A fitted call's messages and its account, serialised where it is built: a large
+    call's account (a role and a plan entry per message) is megabytes of JSON."""
+    return (unmarked(fitted.body["messages"]),
+            orjson.dumps(account_of(fitted, fitted.budget_source)))
 
 
 async def _prepare(engine: ContextEngine, wire: WireFormat, raw: bytes, call: Call,
@@ -193,7 +273,7 @@ async def _prepare(engine: ContextEngine, wire: WireFormat, raw: bytes, call: Ca
     except Exception as exc:
         log.exception("context engine failed: forwarding unmanaged",
                       extra={"trace_id": call.trace_id, "endpoint": wire.name})
-        return Prepared(raw, UNMANAGED, stream=stream, sent=body,
-                        outage=isinstance(exc, STORE_DOWN))
+        return Prepared(raw, UNMANAGED, stream=stream, sent=body, unmanaged=STORE_DOWN_REASON
+                        if isinstance(exc, STORE_DOWN) else ENGINE_FAILED)
     forward = orjson.dumps(wire.render(body, view, fitted)) if fitted.changed else raw
     return Prepared(forward, fitted.task_class, fitted, stream)

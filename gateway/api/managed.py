@@ -30,8 +30,9 @@ from gateway.api.asgi import (
 from gateway.api.fitting import Fitting
 from gateway.api.forwarding import is_bypass, relayed_headers, upstream_headers
 from gateway.api.route import Call, call_of
-from gateway.context.engine import HEADER_SESSION, CallContext
+from gateway.context.engine import FittedCall
 from gateway.context.fidelity import CallSignals
+from gateway.context.offload import FitDeadline
 from gateway.errors import UpstreamTimeout, UpstreamUnreachable
 from gateway.learner.traces import TraceEvent, TraceSink
 from gateway.services import Services
@@ -79,7 +80,9 @@ class ManagedRoute:
             prepared = await self._fitting.prepare(self._wire, raw, call)
             call.stream, call.task_class = prepared.stream, prepared.task_class
             call.fitted, forward = prepared.fitted, prepared.forward
-            call.sent_as_is, call.outage = prepared.sent, prepared.outage
+            call.sent_as_is, call.unmanaged = prepared.sent, prepared.unmanaged
+            if call.unmanaged is not None:
+                call.sent_raw = raw  # the trace of a call not fitted is built from it
             if prepared.fitted is not None and prepared.fitted.signals is not None:
                 await self._record(prepared.fitted.signals)
             del prepared
@@ -171,61 +174,64 @@ class ManagedRoute:
         if self._fitting is None:
             return
         try:
-            view = self._wire.view(body)
-            headers = call.headers
-            if view.session_key is not None and HEADER_SESSION not in headers:
-                headers = {**headers, HEADER_SESSION: view.session_key}
-            mode = "unmanaged" if call.task_class == "unmanaged" else "bypass"
-            signals = await self._fitting.engine.observe_sent(
-                view.body, CallContext(call.caller.tenant, call.trace_id, headers), mode)
+            signals = await self._fitting.observe_sent(self._wire, call, body)
             if signals is not None:
                 await self._record(signals)
         except Exception:
             log.warning("fidelity signals of a call sent as is failed",
                         extra={"trace_id": call.trace_id}, exc_info=True)
 
-    def _trace_outage(self, call: Call) -> None:
-        """A call sent as is because Redis was down: its trace waits for Redis (traces.py)."""
+    async def _trace_unmanaged(self, call: Call) -> None:
+        """A call that went out as sent because fitting failed open is traced all the same
+        (a Redis outage's waits for Redis in the trace writer: traces.py)."""
         if self._fitting is None or self._traces is None or not call.response:
             return
         try:
-            self._traces.publish(self._fitting.outage_trace(self._wire, call, call.response))
+            event = await self._fitting.unmanaged_trace(self._wire, call, call.response,
+                                                        self._traces.trim)
+            self._traces.publish(event, trimmed=True)
+        except FitDeadline:  # the fitting thread's queue is full: a lesson, not a response
+            log.warning("a call sent unmanaged is not traced: the fitting thread is busy",
+                        extra={"trace_id": call.trace_id, "unmanaged": call.unmanaged})
         except Exception:
-            log.exception("tracing a call made while redis was down failed",
-                          extra={"trace_id": call.trace_id})
+            log.exception("tracing a call sent unmanaged failed",
+                          extra={"trace_id": call.trace_id, "unmanaged": call.unmanaged})
+
+    async def _learn(self, call: Call, fitting: Fitting, fitted: FittedCall) -> None:
+        """A fitted call's usage to the forecast, its trace to the learner."""
+        response = call.response or {}
+        await fitting.engine.observe(fitted, response.get("usage"),
+                                     response.get("finish_reason"))
+        if self._traces is not None and response:
+            messages, account = await fitting.trace_parts(fitted)
+            self._traces.publish(TraceEvent(
+                tenant=call.caller.tenant, task_class=fitted.task_class,
+                session_id=fitted.session_id, trace_id=call.trace_id,
+                messages=messages, response=response,
+                injected_bullet_ids=fitted.injected_bullet_ids, ts=time.time(),
+                account=account,
+            ))
 
     async def after_response(self, call: Call) -> None:
         """Feed the forecast and the learner; never fails the (already sent) response."""
-        if call.sent_as_is is not None:
-            await self._observe_sent(call, call.sent_as_is)
-        fitted, fitting = call.fitted, self._fitting
-        if call.outage:
-            self._trace_outage(call)
-        if fitted is None or fitting is None:
-            return
-        response = call.response or {}
+        fitting = self._fitting
         try:
-            await fitting.engine.observe(fitted, response.get("usage"),
-                                         response.get("finish_reason"))
-            if self._traces is not None and response:
-                messages, account = await fitting.trace_parts(fitted)
-                self._traces.publish(TraceEvent(
-                    tenant=call.caller.tenant, task_class=fitted.task_class,
-                    session_id=fitted.session_id, trace_id=call.trace_id,
-                    messages=messages, response=response,
-                    injected_bullet_ids=fitted.injected_bullet_ids, ts=time.time(),
-                    account=account,
-                ))
+            if call.sent_as_is is not None:
+                await self._observe_sent(call, call.sent_as_is)
+            if call.unmanaged is not None:
+                await self._trace_unmanaged(call)
+            if call.fitted is not None and fitting is not None:
+                await self._learn(call, fitting, call.fitted)
         except Exception:
             log.exception("after-response hook failed", extra={"trace_id": call.trace_id})
-        finally:
-            fitted = None  # the call's own reference is the last: freed where release says
-            fitting.release(call)
+        finally:  # the call's own references are the last: freed where release says
+            if fitting is not None:
+                fitting.release(call)
 
 
 def _traced(call: Call) -> bool:
     """Whether the call's answer is summarised for its trace."""
-    return call.fitted is not None or call.outage
+    return call.fitted is not None or call.unmanaged is not None
 
 
 def managed_headers(call: Call) -> list[tuple[bytes, bytes]]:

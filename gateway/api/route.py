@@ -58,7 +58,10 @@ class Call:
     stream: bool = False
     fitted: FittedCall | None = None
     sent_as_is: dict[str, Any] | None = None  # bypassed or unmanaged: its body, for fidelity
-    outage: bool = False  # sent as is because Redis is down: still traced from `sent_as_is`
+    # Why fitting failed open (None: it did not): the call went out as the client sent
+    # it (`sent_raw`) and is traced all the same, with that reason.
+    unmanaged: str | None = None
+    sent_raw: bytes | None = None
     response: dict[str, Any] | None = None  # the upstream's answer, for the learners
     ttfb_s: float | None = None
     upstream_s: float = 0.0

@@ -83,7 +83,8 @@ class Deadline:
         return left is not None and left < 0
 
     def reschedule(self) -> None:
-        if self.timeout is not None:
+        # A timeout that has fired stays so (asyncio refuses to move an expiring one).
+        if self.timeout is not None and not self.timeout.expired():
             left = self.left()
             when = None if left is None else asyncio.get_running_loop().time() + left
             self.timeout.reschedule(when)
@@ -107,6 +108,8 @@ def not_counted() -> Iterator[None]:
     if deadline is None:
         yield
         return
+    if deadline.passed():  # already late (its timer may have fired): no wait for the model
+        raise FitDeadline
     started = time.monotonic()
     deadline.suspended += 1
     deadline.reschedule()

@@ -55,7 +55,7 @@ class TraceEvent:
     response: dict[str, Any]  # {"content", "tool_calls", "finish_reason", "usage"}
     injected_bullet_ids: list[str] = field(default_factory=list)
     ts: float = 0.0
-    account: dict[str, Any] | None = None  # the explainer's record, stored beside the event
+    account: bytes | None = None  # the explainer's record (JSON), stored beside the event
 
     def to_json(self) -> bytes:
         return orjson.dumps(self)  # orjson serialises dataclasses natively, without a copy
@@ -142,7 +142,7 @@ class TraceSink:
         self._max_pending = max_pending
         self._keep_chars = keep_chars
         self._teaches = teaches
-        self._queue: deque[tuple[TraceEvent, bool]] = deque()
+        self._queue: deque[tuple[TraceEvent, bool, bool]] = deque()
         self._in_flight = 0
         self._writer: asyncio.Task[None] | None = None
         self._held = OutageBuffer(outage_traces, outage_bytes)
@@ -160,14 +160,20 @@ class TraceSink:
                    outage_traces=learner.outage_buffer_traces,
                    outage_bytes=learner.outage_buffer_bytes)
 
-    def publish(self, event: TraceEvent) -> None:
-        """Queue `event`; one writer task sends queued events in batched pipelines."""
+    def trim(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """`messages` as a stored trace keeps them: for a caller that trims them itself,
+        off the event loop (a large call's), and publishes with `trimmed=True`."""
+        return keep_recent(messages, self._keep_chars)
+
+    def publish(self, event: TraceEvent, *, trimmed: bool = False) -> None:
+        """Queue `event` (its messages already `trim`med, or not); one writer task sends
+        queued events in batched pipelines."""
         if len(self._queue) + self._in_flight >= self._max_pending:
             if self._metrics is not None:  # Redis is slower than traffic: shed, never block
                 self._metrics.worker_failure(
                     "trace_shed", keys.trace_shard(event.tenant, self._shards))
             return
-        self._queue.append((event, self._teaches is None or self._teaches(event)))
+        self._queue.append((event, self._teaches is None or self._teaches(event), trimmed))
         if self._writer is None or self._writer.done():
             self._writer = asyncio.get_running_loop().create_task(self._drain())
 
@@ -177,7 +183,7 @@ class TraceSink:
             batch = [self._queue.popleft() for _ in range(min(BATCH, len(self._queue)))]
             self._in_flight = len(batch)
             try:
-                records = [self._record(event, teaches) for event, teaches in batch]
+                records = [self._record(*queued) for queued in batch]
                 del batch
                 if self._holding:  # older traces wait for the store: these go after them
                     self._hold(records)
@@ -186,12 +192,11 @@ class TraceSink:
             finally:
                 self._in_flight = 0
 
-    def _record(self, event: TraceEvent, teaches: bool) -> TraceRecord:
+    def _record(self, event: TraceEvent, teaches: bool, trimmed: bool) -> TraceRecord:
         """The bytes the stored trace holds: messages trimmed, the account beside them."""
-        kept = replace(event, messages=keep_recent(event.messages, self._keep_chars),
-                       account=None)
-        account = orjson.dumps(event.account) if event.account is not None else None
-        return TraceRecord(event.tenant, event.trace_id, kept.to_json(), account, teaches)
+        kept = replace(event, account=None, messages=event.messages if trimmed
+                       else keep_recent(event.messages, self._keep_chars))
+        return TraceRecord(event.tenant, event.trace_id, kept.to_json(), event.account, teaches)
 
     async def _write(self, records: list[TraceRecord]) -> None:
         try:

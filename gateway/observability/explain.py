@@ -12,6 +12,7 @@ small however long the session (the trace's TTL bounds how many are kept).
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -56,7 +57,7 @@ def account_of(fitted: FittedCall, budget_source: str) -> dict[str, Any]:
         "budget_source": budget_source,
         "tokens_before": fitted.tokens_before,
         "tokens_after": fitted.tokens_after,
-        "roles": [str(m.get("role")) for m in messages],
+        "roles": roles_of(messages),
         "plan": [i if text is None else [i, text] for i, text in plan],
         "drops": [[d.message_index, d.item_id, d.kind, d.stage, d.action, d.reason,
                    d.tokens_before, d.tokens_after, d.kept_as, d.step] for d in fitted.drops],
@@ -73,10 +74,16 @@ def unmanaged_account(messages: list[dict[str, Any]], session_id: str, model: An
         "v": 1, "task_class": "unmanaged", "unmanaged": reason, "session_id": session_id,
         "model": model, "budget": None, "budget_source": "unmanaged",
         "tokens_before": None, "tokens_after": None,
-        "roles": [str(m.get("role")) for m in messages],
+        "roles": roles_of(messages),
         "plan": None,  # every message, in order, as sent
         "drops": [], "playbook": None,
     }
+
+
+def roles_of(messages: list[dict[str, Any]]) -> list[str]:
+    """Each message's role, interned: a 100,000-message call's list then holds a handful of
+    strings, and freeing it (wherever the trace writer drops it) is one pass, not 10^5."""
+    return [sys.intern(str(m.get("role"))) for m in messages]
 
 
 def _playbook_target(roles: list[str], sent: list[int]) -> int | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import threading
 import time
@@ -122,3 +123,29 @@ def test_time_waiting_for_the_embedding_model_is_not_counted() -> None:
 async def _check_inside(deadline: Deadline) -> None:
     async with fit_deadline(deadline):
         check_deadline()
+
+
+def test_waiting_for_the_model_once_the_deadline_has_fired_is_a_deadline() -> None:
+    """The deadline's timer fired while the fit awaited something that absorbed the
+    cancellation (as a client library may), and the fit then goes to wait for the embedding
+    model: the call is past its time budget (FitDeadline), not an engine failure (asyncio
+    refuses to reschedule an expiring timeout: RuntimeError, found through the gateway)."""
+    reached: list[str] = []
+
+    async def absorbing() -> None:
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(0.1)  # the 10 ms deadline fires meanwhile
+
+    async def fit() -> None:
+        await absorbing()
+        reached.append("after the absorbed cancellation")
+        with not_counted():
+            reached.append("waiting for the model")
+
+    async def run() -> None:
+        async with fit_deadline(within(0.01)):
+            await fit()
+
+    with pytest.raises(FitDeadline):
+        asyncio.run(run())
+    assert reached == ["after the absorbed cancellation"]

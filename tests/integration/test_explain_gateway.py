@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 import uuid
 from typing import Any
 
@@ -20,20 +19,6 @@ from tests.harness import ROOT, Gateway, Upstream
 from tests.sessions import synthetic_session
 
 KEY = "sk-test-explain-000000000"
-
-
-def _explained(gateway: Gateway, trace_id: str) -> dict[str, Any]:
-    """The account, once the trace's background write has landed."""
-    headers = {"authorization": f"Bearer {gateway.admin_key}"}
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        response = httpx.get(f"{gateway.url}/admin/traces/{trace_id}", headers=headers)
-        if response.status_code == 200:
-            explained: dict[str, Any] = response.json()
-            return explained
-        assert response.status_code == 404, response.text
-        time.sleep(0.05)
-    raise AssertionError(f"no account of {trace_id}")
 
 
 def _forwarded(upstream: Upstream, body: dict[str, Any]) -> dict[str, Any]:
@@ -103,7 +88,7 @@ def test_a_session_explained_call_by_call_matches_what_went_upstream(
         if n % 5 and n != len(calls) - 1:
             continue
         forwarded = _forwarded(upstream, body)
-        explained = _explained(gateway, response.headers["x-ctxgate-trace-id"])
+        explained = gateway.explained(response.headers["x-ctxgate-trace-id"])
         _check(explained, body["messages"], forwarded, response)
         assert explained["budget"] == {"tokens": 9000, "source": "header",
                                        "why": explained["budget"]["why"]}
@@ -130,7 +115,7 @@ def test_cli_explain_agrees_with_the_api(gateway: Gateway, upstream: Upstream) -
                           headers={"authorization": f"Bearer {KEY}",
                                    "x-ctxgate-budget-tokens": "3000"})
     trace_id = response.headers["x-ctxgate-trace-id"]
-    explained = _explained(gateway, trace_id)
+    explained = gateway.explained(trace_id)
     env = {**os.environ, "CTXGATE_REDIS_URL": gateway.env["CTXGATE_REDIS_URL"]}
     as_json = subprocess.run([sys.executable, "-m", "gateway", "explain", trace_id, "--json"],
                              cwd=ROOT, env=env, capture_output=True, check=True)

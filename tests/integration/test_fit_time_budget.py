@@ -3,7 +3,9 @@
 A call whose fitting passes CTXGATE_FIT_TIMEOUT_S goes out as the client sent it (task
 class `unmanaged`, logged, counted), or is refused with 503 `context_fit_timeout` when its
 class says `on_fit_timeout: refuse`, whether it was fitted inline (small) or on the
-fitting thread (large). And a small call is answered while a large one is being fitted.
+fitting thread (large); either way it is traced, with the explainer's account of a call
+not fitted and why, and feedback on it is accepted. A call the engine failed on is traced
+the same way. And a small call is answered while a large one is being fitted.
 """
 
 from __future__ import annotations
@@ -16,8 +18,12 @@ from typing import Any
 import httpx
 import orjson
 import pytest
+import redis
 import yaml
 
+from gateway.auth import tenant_of_token
+from gateway.learner.traces import TraceEvent
+from gateway.store import keys
 from tests.conftest import gateway_env
 from tests.harness import ROOT, Gateway, Upstream, stop
 
@@ -30,9 +36,12 @@ def many(n: int) -> list[dict[str, str]]:
     return [{"role": "user", "content": f"m{i}"} for i in range(n)]
 
 
+KEY = "sk-fit-budget-0001"
+
+
 def post(url: str, messages: list[dict[str, str]], **headers: str) -> httpx.Response:
     return httpx.post(f"{url}/v1/chat/completions", timeout=60,
-                      headers={"authorization": "Bearer sk-fit-budget-0001", **headers},
+                      headers={"authorization": f"Bearer {KEY}", **headers},
                       content=orjson.dumps({"model": "gpt-4o-mini", "messages": messages}))
 
 
@@ -67,6 +76,82 @@ def test_a_call_past_its_time_budget_goes_out_as_sent(hurried: Gateway, upstream
     assert hurried.metric("ctxgate_fit_timeouts_total", task_class="default",
                           outcome="unmanaged") == counted + 1
     assert "fitting took longer than the time budget: forwarded unmanaged" in hurried.log
+
+
+def assert_traced_unmanaged(server: Gateway, redis_url: str, answer: httpx.Response,
+                            messages: list[dict[str, str]], reason: str) -> None:
+    """The call's trace is stored like any call's and explained as a call not fitted, and
+    feedback that names it is accepted."""
+    trace_id = answer.headers["x-ctxgate-trace-id"]
+    account = server.explained(trace_id)
+    assert (account["task_class"], account["unmanaged"]) == ("unmanaged", reason)
+    assert account["tenant"] == tenant_of_token(KEY) and account["model"] == "gpt-4o-mini"
+    assert account["budget"]["source"] == "unmanaged" and account["playbook"] is None
+    assert [m["role"] for m in account["messages"]] == [m["role"] for m in messages]
+    assert all(m["status"] == "kept" and m["sent_as"] == m["index"] and not m["drops"]
+               for m in account["messages"])
+    assert account["upstream"]["messages"] == len(messages)
+    feedback = httpx.post(f"{server.base_url}/feedback", timeout=30,
+                          json={"trace_id": trace_id, "outcome": "failure"},
+                          headers={"authorization": f"Bearer {KEY}"})
+    assert feedback.status_code == 202, feedback.text
+    raw = redis.Redis.from_url(redis_url).hget(keys.trace(tenant_of_token(KEY), trace_id),
+                                                "event")
+    assert raw is not None
+    event = TraceEvent.from_json(raw)  # type: ignore[arg-type]
+    assert event.task_class == "default" and event.response["content"].startswith("echo: ")
+    kept = event.messages  # trimmed as every trace is (learner.max_trace_chars), once
+    assert kept[0] == messages[0] and kept[-1] == messages[-1]
+    if len(kept) < len(messages):
+        notes = [m for m in kept if "earlier messages not kept" in m["content"]]
+        assert len(notes) == 1 and kept[1] is notes[0]
+        assert notes[0]["content"] == f"[{len(messages) - len(kept) + 1} earlier messages not kept]"
+
+
+@pytest.mark.parametrize("messages", [SMALL, many(2_000)], ids=["inline", "fitting-thread"])
+def test_a_call_past_its_time_budget_is_traced(hurried: Gateway, redis_url: str,
+                                               messages: list[dict[str, str]]) -> None:
+    answer = post(hurried.url, messages)
+    assert answer.headers["x-ctxgate-task-class"] == "unmanaged"
+    assert_traced_unmanaged(hurried, redis_url, answer, messages,
+                            "fitting passed its time budget of 1e-06 s")
+
+
+def test_an_anthropic_call_past_its_time_budget_is_traced_as_sent(hurried: Gateway,
+                                                                  redis_url: str) -> None:
+    """The trace holds the chat view of what the client sent, without the adapter's marks
+    (a block of a type the adapter does not know pins its message)."""
+    messages = [{"role": "user", "content": [
+                    {"type": "text", "text": "Look at this result."},
+                    {"type": "search_result", "source": "https://example.com", "title": "t",
+                     "content": [{"type": "text", "text": "r"}]}]},
+                {"role": "assistant", "content": "Seen."},
+                {"role": "user", "content": "Summarise it."}]
+    answer = httpx.post(f"{hurried.url}/v1/messages", timeout=60, headers={
+        "x-api-key": KEY, "anthropic-version": "2023-06-01"}, json={
+        "model": "claude-stub", "max_tokens": 64, "system": "Be brief.", "messages": messages})
+    assert answer.status_code == 200, answer.text
+    assert answer.headers["x-ctxgate-task-class"] == "unmanaged"
+    trace_id = answer.headers["x-ctxgate-trace-id"]
+    account = hurried.explained(trace_id)
+    assert account["unmanaged"] == "fitting passed its time budget of 1e-06 s"
+    assert [m["role"] for m in account["messages"]] == ["system", "user", "assistant", "user"]
+    raw = redis.Redis.from_url(redis_url).hget(keys.trace(account["tenant"], trace_id), "event")
+    assert raw is not None
+    event = TraceEvent.from_json(raw)  # type: ignore[arg-type]
+    assert [m["role"] for m in event.messages] == ["system", "user", "assistant", "user"]
+    assert not any("ctxgate_pinned" in m for m in event.messages)
+
+
+@pytest.mark.parametrize("messages", [SMALL, many(2_000)], ids=["inline", "fitting-thread"])
+def test_a_call_the_engine_failed_on_is_traced(gateway: Gateway, redis_url: str,
+                                               messages: list[dict[str, str]]) -> None:
+    session = f"broken-{len(messages)}"  # its session record is not a hash: the engine fails
+    redis.Redis.from_url(redis_url).set(keys.session(tenant_of_token(KEY), session), "x")
+    answer = post(gateway.url, messages, **{"x-ctxgate-session-id": session})
+    assert answer.status_code == 200, answer.text
+    assert answer.headers["x-ctxgate-task-class"] == "unmanaged"
+    assert_traced_unmanaged(gateway, redis_url, answer, messages, "the context engine failed")
 
 
 @pytest.mark.parametrize("messages", [SMALL, many(2_000)], ids=["inline", "fitting-thread"])
