@@ -165,11 +165,12 @@ def horizon_after(
     # keeps; the latest turn stays the ladder's to cut last.
     affordable = state.steps + 1 <= c.max_step_share * (state.calls + 1)
     # A large stale block need not wait for the budget; a session's first call has no
-    # cached prefix to weigh (the budget ladder cuts it just enough); nor does a young,
-    # small session's credit (`on_credit`) act on it.
+    # cached prefix to weigh (the budget ladder cuts it just enough). Nor does a young,
+    # small session's credit (`on_credit`) act on it, or on a call over the budget: the
+    # latest turn stays the ladder's.
     if stale and not affordable and state.calls:
         affordable = stale_cut_repays(stale, resend, state.steps, state.calls, c)
-    if not affordable and state.calls and on_credit(state, c, call_tokens):
+    if not (affordable or forced) and state.calls and on_credit(state, c, call_tokens):
         affordable = True  # ahead of the share; its first step also once most of the call
         # is verbatim behind the latest exchange
         over_tokens = over_tokens or (not state.steps and c.early_share > 0
