@@ -341,7 +341,8 @@ class Prefix:
         tokens_from = {
             i: self.compactable[i] for i in range(horizon, n_messages) if self.compactable[i]
         }
-        return horizon_after(turns, tokens_from, n_messages, state, cls, stale) != horizon
+        return horizon_after(turns, tokens_from, n_messages, state, cls, stale,
+                             call_tokens=self.item_tokens) != horizon
 
     def _render(
         self,

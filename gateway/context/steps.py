@@ -92,7 +92,8 @@ def step_horizon(
     for item in items:
         if not (item.pinned or item.goal or item.kind == "system"):
             tokens_from[item.message_index] = tokens_from.get(item.message_index, 0) + item.tokens
-    return horizon_after(turns, tokens_from, len(messages), state, cls, stale, forced)
+    return horizon_after(turns, tokens_from, len(messages), state, cls, stale, forced,
+                         call_tokens=sum(item.tokens for item in items))
 
 
 def calls_until_affordable(steps: int, calls: int, share: float) -> int | None:
@@ -117,6 +118,16 @@ def stale_cut_repays(stale: int, resend: int, steps: int, calls: int, c: Compact
     return c.cached_price * stale * wait >= (1 - c.cached_price) * resend
 
 
+def on_credit(state: SessionState, c: Compaction, call_tokens: int) -> bool:
+    """Whether a young, small session may step now on its credit: fewer than `early_calls`
+    calls so far (this one included), a call of at most `early_max_tokens` (a step re-sends
+    it at full price: cheap while it is small), and one step ahead of the share at most. A
+    session that lasts takes no more steps in all than the share allows: once the credit
+    lapses, its next step waits until the share has caught up."""
+    return (state.calls + 1 < c.early_calls and 0 < call_tokens <= c.early_max_tokens
+            and state.steps + 1 <= c.max_step_share * (state.calls + 1) + 1)
+
+
 def horizon_after(
     turns: list[int],
     tokens_from: dict[int, int],
@@ -125,6 +136,7 @@ def horizon_after(
     cls: TaskClass,
     stale: int = 0,
     forced: bool = False,
+    call_tokens: int = 0,
 ) -> int:
     """`step_horizon` from the assistant turns and the compactable tokens per message; only
     those at or after `state.horizon` count, so a caller may pass just those."""
@@ -153,9 +165,16 @@ def horizon_after(
     # keeps; the latest turn stays the ladder's to cut last.
     affordable = state.steps + 1 <= c.max_step_share * (state.calls + 1)
     # A large stale block need not wait for the budget; a session's first call has no
-    # cached prefix to weigh (the budget ladder cuts it just enough).
+    # cached prefix to weigh (the budget ladder cuts it just enough). Nor does a young,
+    # small session's credit (`on_credit`) act on it, or on a call over the budget: the
+    # latest turn stays the ladder's.
     if stale and not affordable and state.calls:
         affordable = stale_cut_repays(stale, resend, state.steps, state.calls, c)
+    if not (affordable or forced) and state.calls and on_credit(state, c, call_tokens):
+        affordable = True  # ahead of the share; its first step also once most of the call
+        # is verbatim behind the latest exchange
+        over_tokens = over_tokens or (not state.steps and c.early_share > 0
+                                      and n_tokens >= c.early_share * call_tokens)
     due = since >= c.min_step_turns and (affordable or forced) and (over_turns or over_tokens)
     if not due:
         return state.horizon

@@ -97,6 +97,13 @@ class Compaction(_Settings):
     verbatim_tokens_low: int = 0
     min_step_turns: int = 0  # an aging step waits until this many turns are verbatim
     max_step_share: float = 1.0  # aging steps may start on at most this share of calls
+    # A young, small session's credit (`steps.on_credit`): while it has fewer than
+    # `early_calls` calls, each of at most `early_max_tokens`, it may be one aging step
+    # ahead of the share; its first step also once `early_share` of the call is verbatim
+    # behind the latest exchange. The credit then lapses: the next step waits for the share.
+    early_calls: int = 0
+    early_max_tokens: int = 0
+    early_share: float = 0.0
     # The price of a cached input token relative to a fresh one (the provider's prompt-cache
     # discount): what a step's full-price re-send is weighed against (`steps.py`).
     cached_price: float = 0.1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -28,6 +29,16 @@ def embedder() -> Iterator[Embedder]:
 @pytest.fixture(scope="session")
 def settings() -> Settings:
     return Settings(config=CONFIG)
+
+
+def without_credit(settings: Settings) -> Settings:
+    """The settings with no young session's step credit (`steps.on_credit`) in any class:
+    for tests of what a short session sends between the share's steps."""
+    classes = copy.deepcopy(settings.task_classes)
+    for spec in classes.values():
+        if isinstance(spec, dict) and isinstance(spec.get("compaction"), dict):
+            spec["compaction"]["early_calls"] = 0
+    return settings.model_copy(update={"task_classes": classes})
 
 
 @pytest.fixture

@@ -8,6 +8,12 @@ import uuid
 from typing import Any
 
 from gateway.context.engine import CallContext, ContextEngine
+from gateway.context.session import MemorySessionStore
+from gateway.observability.droplog import DropLog
+from gateway.observability.metrics import Metrics
+from gateway.settings import Settings
+
+from .conftest import without_credit
 
 TOOLS = [{"type": "function",
           "function": {"name": "execute_sql", "parameters": {"type": "object"}}}]
@@ -31,7 +37,13 @@ def _session(outputs: list[str]) -> list[dict[str, Any]]:
     return messages
 
 
-async def test_a_repeated_output_is_a_pointer_from_its_first_call(engine: ContextEngine) -> None:
+async def test_a_repeated_output_is_a_pointer_from_its_first_call(
+    settings: Settings, embedder: Any
+) -> None:
+    # 4 calls, no step: without the young session's credit the share's first is on the 5th
+    engine = ContextEngine(without_credit(settings), None, Metrics(),
+                           DropLog("/dev/null", "none", None), embedder,
+                           sessions=MemorySessionStore())
     session = uuid.uuid4().hex
     messages = _session(["Error: table cities does not exist", ROWS, ROWS, ROWS])
     previous: list[Any] | None = None
@@ -76,3 +88,27 @@ async def test_turns_and_wire_pinned_messages_are_never_pointers(engine: Context
     forwarded = fitted.body["messages"]
     assert [m["content"] for m in forwarded[-3:]] == [ROWS, ROWS, ROWS]
     assert not fitted.drops
+
+
+async def test_the_same_young_session_steps_once_on_credit(engine: ContextEngine) -> None:
+    """With the shipped agent policy the session above takes one step ahead of the share
+    (`steps.on_credit`: a small call, most of it verbatim behind the latest exchange) on its
+    4th call, where the share allows the first on the 5th; the calls before extend the
+    previous one, and nothing is lost: the older copies point to the latest."""
+    session = uuid.uuid4().hex
+    messages = _session(["Error: table cities does not exist", ROWS, ROWS, ROWS])
+    previous: list[Any] | None = None
+    changed = []
+    for end in range(4, len(messages) + 1, 2):
+        fitted = await engine.fit({"messages": messages[:end], "tools": TOOLS}, _call(session))
+        forwarded = fitted.body["messages"]
+        if previous is not None:
+            changed.append(forwarded[: len(previous)] != previous)
+        assert sum(d.tokens_before - d.tokens_after for d in fitted.drops) == (
+            fitted.tokens_before - fitted.tokens_after
+        )
+        previous = list(forwarded)
+    assert changed == [False, False, True]
+    contents = [m["content"] for m in previous or [] if m["role"] == "tool"]
+    assert contents[0] == "Error: table cities does not exist"
+    assert contents[-1] == ROWS

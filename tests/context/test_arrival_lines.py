@@ -17,6 +17,8 @@ from gateway.observability.droplog import DropLog
 from gateway.observability.metrics import Metrics
 from gateway.settings import Settings
 
+from .conftest import without_credit
+
 TOOLS = [{"type": "function",
           "function": {"name": "browse", "parameters": {"type": "object"}}}]
 MENU = [f"[{100 + k}] link 'Menu entry number {k} of the site'" for k in range(30)]
@@ -87,6 +89,7 @@ async def test_a_page_repeating_the_menu_is_cut_on_arrival_and_kept_so(
     pages = _pages(4)
     messages = _session(pages)
     session = uuid.uuid4().hex
+    settings = without_credit(settings)  # 4 calls: no step, the share's first is on the 5th
     cached, plain = _engine(settings, embedder, True), _engine(settings, embedder, False)
     previous: list[Any] | None = None
     for end in range(4, len(messages) + 1, 2):

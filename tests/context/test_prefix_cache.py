@@ -88,6 +88,25 @@ async def test_long_synthetic_session_is_identical_with_and_without_the_cache(
     assert reused >= len(calls) // 2  # most calls between steps reused the previous call's work
 
 
+ASSISTANT = CORPUS.parent / "agentdojo" / "sessions.jsonl"
+
+
+@pytest.mark.skipif(not ASSISTANT.exists(), reason="../shared corpus not present")
+async def test_young_sessions_steps_on_credit_are_identical_with_and_without_the_cache(
+    settings: Any, embedder: Any
+) -> None:
+    # The assistant corpus's sessions of 3 to 8 calls, where a young session's credit
+    # (`steps.on_credit`) steps ahead of the share: both paths decide alike.
+    cached, plain = _engine(settings, embedder, True), _engine(settings, embedder, False)
+    sessions = [orjson.loads(line) for line in ASSISTANT.read_bytes().splitlines()[-40:]]
+    reused = 0
+    for k, session in enumerate(sessions):
+        calls = [({**body, "tools": session["tools"]}, headers)
+                 for body, headers in _growing(session["messages"])]
+        reused += await _same(cached, plain, calls, f"dojo{k}")
+    assert reused > 0
+
+
 @pytest.mark.skipif(not CORPUS.exists(), reason="../shared corpus not present")
 async def test_corpus_sessions_are_identical_with_and_without_the_cache(
     settings: Any, embedder: Any

@@ -99,3 +99,68 @@ def test_the_exchange_left_open_at_a_step_lags_until_the_next() -> None:
     turns = [2, 4, 6]
     assert horizon_after(turns, {6: 8}, 8, state, cls, stale=lag) == 8
     assert horizon_after(turns, {6: 8}, 8, state, cls, stale=0) == 6
+
+
+CREDIT = SHARE_5.model_copy(
+    update={"early_calls": 12, "early_max_tokens": 8000, "early_share": 0.6}
+)
+
+
+def test_a_young_small_session_takes_its_first_step_on_credit() -> None:
+    cls = TaskClass(name="c", compaction=CREDIT)
+    share_only = TaskClass(name="s", compaction=SHARE_5)
+    turns = [2, 4]  # the exchange at 4 is the latest: a step ages up to it
+    third = SessionState(horizon=0, calls=2, steps=0)  # the share allows a step on the 5th
+    over = {2: 300, 3: 900}  # past the 1000-token mark
+    assert horizon_after(turns, over, 6, third, cls, call_tokens=3000) == 4
+    assert horizon_after(turns, over, 6, third, share_only, call_tokens=3000) == 0
+    # a large call (a web page per call) waits for the share: its re-send is dear
+    assert horizon_after(turns, over, 6, third, cls, call_tokens=9000) == 0
+    # under the mark, the first step once 60% of the call is verbatim behind the exchange
+    small = {2: 100, 3: 400}
+    assert horizon_after(turns, small, 6, third, cls, call_tokens=800) == 4
+    assert horizon_after(turns, small, 6, third, cls, call_tokens=900) == 0
+    # a later step on credit needs the mark itself
+    later = SessionState(horizon=2, calls=5, steps=1)
+    assert horizon_after(turns, {3: 100, 4: 400}, 6, later, cls, call_tokens=600) == 2
+
+
+def test_the_credit_is_one_step_and_lapses() -> None:
+    cls = TaskClass(name="c", compaction=CREDIT)
+    turns = [2, 4]
+    over = {2: 300, 3: 900}
+    # one step ahead of the share at most: a step on the 3rd call, none on the 4th
+    assert horizon_after(turns, over, 6, SessionState(calls=3, steps=1), cls,
+                         call_tokens=3000) == 0
+    # the 5th call: the share allows one, the credit a second
+    assert horizon_after(turns, over, 6, SessionState(calls=4, steps=1), cls,
+                         call_tokens=3000) == 4
+    # from the 12th call on the session waits for the share (3 steps on 12 calls: no)
+    assert horizon_after(turns, over, 6, SessionState(calls=10, steps=2), cls,
+                         call_tokens=3000) == 4
+    assert horizon_after(turns, over, 6, SessionState(calls=11, steps=3), cls,
+                         call_tokens=3000) == 0
+
+
+def _steps_taken(cls: TaskClass, n_calls: int, call_tokens: int) -> list[int]:
+    """The calls a session that is always past the mark steps on."""
+    state, taken = SessionState(), []
+    for k in range(n_calls):  # system, task, then k exchanges (the latest one open)
+        turns = list(range(2, 2 * k + 1, 2))
+        tokens_from = {i: 2000 for i in range(max(state.horizon, 2), 2 * k)}
+        horizon = horizon_after(turns, tokens_from, 2 * k + 2, state, cls,
+                                call_tokens=call_tokens)
+        if horizon != state.horizon:
+            state.horizon, state.steps = horizon, state.steps + 1
+            taken.append(k)
+        state.calls += 1
+    return taken
+
+
+def test_a_session_that_lasts_takes_no_more_steps_than_the_share() -> None:
+    credit = TaskClass(name="c", compaction=CREDIT)
+    share = TaskClass(name="s", compaction=SHARE_5)
+    assert _steps_taken(share, 50, 3000) == [4, 9, 14, 19, 24, 29, 34, 39, 44, 49]
+    # the first step on the 3rd call; repaid after the credit lapses (none on the 15th)
+    assert _steps_taken(credit, 50, 3000) == [2, 4, 9, 19, 24, 29, 34, 39, 44, 49]
+    assert _steps_taken(credit, 50, 9000) == _steps_taken(share, 50, 9000)  # large calls
