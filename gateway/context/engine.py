@@ -402,9 +402,15 @@ class ContextEngine:
             reuse.plan if reuse.changed else None,
         )
 
+    def _parsed(self, r: _Request) -> ParsedRequest:
+        """Every item of a call whose session's prefix took only its new messages."""
+        if r.prefix is None:
+            return parse_request(r.body, self.counter, r.encoding, self.caches.parts)
+        return r.prefix.parsed(base_tokens(r.body, self.counter, r.encoding))
+
     async def _fit_full(self, r: _Request, seconds: dict[str, float]) -> _Fitted | FittedCall:
         """Every item: remembered decisions, a compaction step when due, render."""
-        parsed = r.parsed or parse_request(r.body, self.counter, r.encoding, self.caches.parts)
+        parsed = r.parsed or self._parsed(r)
         pinned = r.fixed + sum(item.tokens for item in parsed.items if item.pinned)
         if pinned > r.budget.input:
             return await self._overflow(r, parsed, pinned)

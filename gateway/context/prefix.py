@@ -30,7 +30,7 @@ from gateway.context.apply import apply_decisions, drop_events
 from gateway.context.caches import ContextCaches
 from gateway.context.calls import RepeatScan
 from gateway.context.fidelity import Haystack
-from gateway.context.items import Item, Layout, Part, message_items
+from gateway.context.items import Item, Layout, ParsedRequest, Part, message_items
 from gateway.context.lines import (
     ARRIVAL_KINDS,
     LineIndex,
@@ -116,6 +116,9 @@ class Prefix:
     calls: RepeatScan | None = None
     # The rewritten messages calls reusing this prefix forwarded, by index (`materialize`).
     copies: dict[int, Mapping[str, Any]] = field(default_factory=dict)
+    # Every item of the messages, with the age and pin it had when parsed: a step call
+    # restates them (`parsed`) instead of parsing its whole history again.
+    items: list[Item] = field(default_factory=list)
 
     @classmethod
     def build(
@@ -178,6 +181,7 @@ class Prefix:
             lines=None if lines_min is None
             else verbatim_index(final, decisions, lines_min, layout.pins),
             lines_min=lines_min or 0,
+            items=list(items),
         )
 
     def extend(
@@ -214,7 +218,15 @@ class Prefix:
         self.tail = message_items(messages, start, units, self.layout, counter, encoding, memo)
         self.start = start
         self.item_tokens += sum(i.tokens for i in self.tail)
+        self.items += self.tail
         return True
+
+    def parsed(self, base_tokens: int) -> ParsedRequest:
+        """The extended messages parsed, as `parse_request` parses them: the items kept,
+        with the ages and pins they have now (the layout walked every message)."""
+        restate = self.layout.restate
+        return ParsedRequest([restate(item) for item in self.items], base_tokens,
+                             self.encoding, self.layout)
 
     def reuse(
         self,
