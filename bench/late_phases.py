@@ -26,7 +26,7 @@ from typing import Any
 ENGINE_PHASES = ("parse_request", "_apply_remembered", "render_messages", "drop_events",
                  "reapply", "observe", "materialize", "step_horizon", "arrival_duplicates",
                  "repeated_calls")
-PREFIX_PHASES = ("build", "extend", "reuse", "parsed")
+PREFIX_PHASES = ("build", "extend", "reuse", "parsed", "applied")
 
 
 def _timed(spent: dict[str, float], label: str, f: Callable[..., Any]) -> Callable[..., Any]:
