@@ -235,7 +235,8 @@ def test_a_render_resumed_from_a_mark_is_the_render_from_scratch(case: Any) -> N
     messages, items, before, after = case
     earlier = render_messages(messages, items, before)
     whole = render_messages(messages, items, after)
-    first = next((a.message_index for a, b in zip(before, after, strict=False) if a != b),
+    first = next((min(a.message_index, b.message_index)
+                  for a, b in zip(before, after, strict=False) if a != b),
                  min([len(messages), *(x[min(len(before), len(after))].message_index
                                        for x in (before, after)
                                        if len(x) > min(len(before), len(after)))]))
