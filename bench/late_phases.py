@@ -26,7 +26,7 @@ from typing import Any
 ENGINE_PHASES = ("parse_request", "_apply_remembered", "render_messages", "drop_events",
                  "reapply", "observe", "materialize", "step_horizon", "arrival_duplicates",
                  "repeated_calls")
-PREFIX_PHASES = ("build", "extend", "reuse")
+PREFIX_PHASES = ("build", "extend", "reuse", "parsed", "applied")
 
 
 def _timed(spent: dict[str, float], label: str, f: Callable[..., Any]) -> Callable[..., Any]:
@@ -49,7 +49,8 @@ def _wrap(spent: dict[str, float]) -> None:
         if hasattr(target, name):
             setattr(target, name, _timed(spent, name, getattr(target, name)))
     for name in PREFIX_PHASES:
-        setattr(Prefix, name, _timed(spent, f"prefix.{name}", getattr(Prefix, name)))
+        if hasattr(Prefix, name):
+            setattr(Prefix, name, _timed(spent, f"prefix.{name}", getattr(Prefix, name)))
 
 
 async def run(turns: int, seed: int) -> dict[tuple[str, str], dict[str, float]]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
+from bisect import bisect_left
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -39,7 +40,7 @@ from gateway.context.items import Item, ParsedRequest, base_tokens, content_text
 from gateway.context.models import ModelTable
 from gateway.context.offload import check_deadline
 from gateway.context.prefix import Prefix, PrefixCache
-from gateway.context.render import Plan, Rendered, materialize, render_messages
+from gateway.context.render import Plan, Rendered, materialize, render_from, render_messages
 from gateway.context.session import Decision, RedisSessionStore, SessionState, SessionStore
 from gateway.context.stages import STAGES, StageContext
 from gateway.context.stages.cluster import arrival_duplicates
@@ -402,22 +403,27 @@ class ContextEngine:
             reuse.plan if reuse.changed else None,
         )
 
+    def _parsed(self, r: _Request) -> ParsedRequest:
+        """Every item of a call whose session's prefix took only its new messages."""
+        if r.prefix is None:
+            return parse_request(r.body, self.counter, r.encoding, self.caches.parts)
+        return r.prefix.parsed(base_tokens(r.body, self.counter, r.encoding))
+
     async def _fit_full(self, r: _Request, seconds: dict[str, float]) -> _Fitted | FittedCall:
         """Every item: remembered decisions, a compaction step when due, render."""
-        parsed = r.parsed or parse_request(r.body, self.counter, r.encoding, self.caches.parts)
+        parsed = r.parsed or self._parsed(r)
         pinned = r.fixed + sum(item.tokens for item in parsed.items if item.pinned)
         if pinned > r.budget.input:
             return await self._overflow(r, parsed, pinned)
         final, ctx, stepped, applied = await self._fit_items(
-            r.messages, parsed, r.cls, r.budget, r.state, r.fixed, seconds
+            r.messages, parsed, r.cls, r.budget, r.state, r.fixed, seconds, r.prefix
         )
         check_deadline()
         tokens_after = r.fixed + sum(item.tokens for item in final)
         if tokens_after > r.budget.input:  # the ladder ends in drops: only pinned content left
             self.metrics.budget_exceeded.labels(r.cls.name).inc()
             raise ContextBudgetExceeded(tokens_after, r.budget.input)
-        rendered = render_messages(r.messages, parsed.items, final)
-        events = drop_events(parsed.items, final, ctx.decisions)
+        rendered, events = _render(r, parsed.items, final, ctx)
         prefix = self._prefix(r.messages, parsed, final, rendered, events, ctx, stepped, r.cls,
                               applied, r.prefix)
         return _Fitted(
@@ -517,12 +523,17 @@ class ContextEngine:
         state: SessionState,
         fixed: int,
         seconds: dict[str, float],
+        prefix: Prefix | None = None,
     ) -> tuple[list[Item], StageContext, bool, _Applied]:
         """The items as sent, the stages' context, whether stages ran (a step), and the
-        items as the session's decisions before this call send them."""
+        items as the session's decisions before this call send them (`prefix`: the
+        session's, when it took this call's new messages)."""
         remembered = dict(state.decisions)
         known = self._known_values(parsed.items, cls)
-        final = self._apply_remembered(parsed.items, remembered, parsed.encoding, known)
+        final = prefix.applied(parsed.items, state.decisions, known, self.counter,
+                               self.caches) if prefix is not None else None
+        if final is None:
+            final = self._apply_remembered(parsed.items, remembered, parsed.encoding, known)
         applied = _Applied(state.decisions, final)  # the stages return new lists
         stale = stale_tokens(parsed.items, state, cls, self.caches.stale)
         stale += lagging_tokens(parsed.items, state, cls) if state.calls else 0
@@ -731,6 +742,26 @@ class ContextEngine:
         signals = observe(state, messages, None, task_class=named, mode=mode)
         await self.sessions.save(call.tenant, session_id, state)
         return signals
+
+
+def _render(
+    r: _Request, items: list[Item], final: list[Item], ctx: StageContext
+) -> tuple[Rendered, list[DropEvent]]:
+    """A call's fitted items rendered, and its drop events. A step call whose session's
+    prefix took its new messages reads only the items from the prefix's last mark before
+    its first change: what comes before renders and logs as the prefix did."""
+    mark = r.prefix.resume(final, ctx.decisions, ctx.originals) if r.prefix else None
+    if r.prefix is None or mark is None:
+        return render_messages(r.messages, items, final), drop_events(items, final, ctx.decisions)
+    items, final = _from_message(items, mark.index), _from_message(final, mark.index)
+    rendered = render_from(r.messages, items, final, mark,
+                           (r.prefix.plan, r.prefix.digests, r.prefix.marks))
+    return rendered, r.prefix.events_before(mark.index) + drop_events(items, final, ctx.decisions)
+
+
+def _from_message(items: list[Item], index: int) -> list[Item]:
+    """The items of messages[index:] (`items` run in message order)."""
+    return items[bisect_left(items, index, key=lambda item: item.message_index):]
 
 
 def _stamp_step(decisions: dict[str, Decision], remembered: Mapping[str, Decision]) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 from bisect import bisect_left, bisect_right
 from collections.abc import Mapping, MutableMapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -147,7 +147,15 @@ class Layout:
         age = self.age(i)
         if pinned == item.pinned and age == item.age:
             return item
-        return replace(item, pinned=pinned, age=age)
+        return restated(item, pinned, age)
+
+
+def restated(item: Item, pinned: bool, age: int) -> Item:
+    """`replace(item, pinned=pinned, age=age)` at half the cost: a step call restates every
+    item of its session's history."""
+    return Item(item.id, item.kind, item.unit, item.message_index, item.segment, item.text,
+                item.tokens, item.fixed_tokens, age, pinned, item.rewritable, item.goal,
+                item.score)
 
 
 def _fixed_tokens(msg: Mapping[str, Any], counter: TokenCounter, encoding: str) -> int:

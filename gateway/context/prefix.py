@@ -18,7 +18,7 @@ message and the open tool exchange) and the task statement's age matter between 
 from __future__ import annotations
 
 import hashlib
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -30,7 +30,7 @@ from gateway.context.apply import apply_decisions, drop_events
 from gateway.context.caches import ContextCaches
 from gateway.context.calls import RepeatScan
 from gateway.context.fidelity import Haystack
-from gateway.context.items import Item, Layout, Part, message_items
+from gateway.context.items import Item, Layout, ParsedRequest, Part, message_items
 from gateway.context.lines import (
     ARRIVAL_KINDS,
     LineIndex,
@@ -39,7 +39,7 @@ from gateway.context.lines import (
     lines_decision,
     verbatim_index,
 )
-from gateway.context.render import Plan, Rendered, render_plan
+from gateway.context.render import Mark, Plan, Rendered, render_plan
 from gateway.context.session import Decision, SessionState
 from gateway.context.steps import ages_out, horizon_after, lagging_tokens, stale_tokens, undecided
 from gateway.context.taskclass import CompressOptions, TaskClass
@@ -116,6 +116,13 @@ class Prefix:
     calls: RepeatScan | None = None
     # The rewritten messages calls reusing this prefix forwarded, by index (`materialize`).
     copies: dict[int, Mapping[str, Any]] = field(default_factory=dict)
+    # Every item of the messages, with the age and pin it had when parsed: a step call
+    # restates them (`parsed`) instead of parsing its whole history again.
+    items: list[Item] = field(default_factory=list)
+    # The items as `plan` sends them, and the plan's marks: a step call renders and logs
+    # only from the last mark before its first change (`resume`).
+    final: list[Item] = field(default_factory=list)
+    marks: list[Mark] = field(default_factory=list)
 
     @classmethod
     def build(
@@ -178,6 +185,9 @@ class Prefix:
             lines=None if lines_min is None
             else verbatim_index(final, decisions, lines_min, layout.pins),
             lines_min=lines_min or 0,
+            items=list(items),
+            final=list(final),
+            marks=list(rendered.marks),
         )
 
     def extend(
@@ -214,7 +224,15 @@ class Prefix:
         self.tail = message_items(messages, start, units, self.layout, counter, encoding, memo)
         self.start = start
         self.item_tokens += sum(i.tokens for i in self.tail)
+        self.items += self.tail
         return True
+
+    def parsed(self, base_tokens: int) -> ParsedRequest:
+        """The extended messages parsed, as `parse_request` parses them: the items kept,
+        with the ages and pins they have now (the layout walked every message)."""
+        restate = self.layout.restate
+        return ParsedRequest([restate(item) for item in self.items], base_tokens,
+                             self.encoding, self.layout)
 
     def reuse(
         self,
@@ -260,6 +278,60 @@ class Prefix:
             state.decisions = self.decisions = decisions
             state.dirty.add("decisions")
         return self._render(messages, tail, final, decisions, total)
+
+    def resume(
+        self, final: Sequence[Item], decisions: Mapping[str, Decision],
+        originals: Mapping[str, Item],
+    ) -> Mark | None:
+        """For a step call of these messages (its items as sent, `final`, under `decisions`):
+        the last mark before the first message it sends or decides otherwise than this
+        prefix did, where its render and drop events may start (`render.render_from`)."""
+        old = self.final
+        k, n = 0, min(len(old), len(final))
+        while k < n:
+            a, b = old[k], final[k]
+            if a.id != b.id or a.tokens != b.tokens or (a.text is not b.text
+                                                          and a.text != b.text):
+                break
+            k += 1
+        first = min([self.start, *(x[k].message_index for x in (old, final) if k < len(x))])
+        was = self.decisions
+        for item_id in {*decisions, *was}:
+            made = decisions.get(item_id)
+            if made is not was.get(item_id) and made != was.get(item_id):
+                item = originals.get(item_id)
+                first = min(first, item.message_index) if item is not None else first
+        at = bisect_right(self.marks, first, key=lambda m: m.index) - 1
+        return self.marks[at] if at >= 0 else None
+
+    def applied(
+        self, items: list[Item], decisions: Mapping[str, Decision], known: frozenset[str],
+        counter: TokenCounter, caches: ContextCaches,
+    ) -> list[Item] | None:
+        """`apply_decisions(items, decisions, ...)` for a step call of these messages
+        (`items`: as `parsed` restates them), or None unless `decisions` are the ones this
+        prefix sends its items under: its items as sent, restated; applied anew only the
+        new messages' and those whose pin lapsed (a pinned item is sent as is)."""
+        if decisions is not self.decisions or known != self.known:
+            return None
+        restate, lapsed = self.layout.restate, False
+        out = []
+        for sent in self.final:
+            now = restate(sent)
+            if now.pinned == sent.pinned or sent.id not in decisions:
+                out.append(now)
+            else:
+                lapsed = True
+        if lapsed:
+            return None  # rare: the full path's work
+        tail = items[bisect_left(items, self.start, key=lambda item: item.message_index):]
+        return out + apply_decisions(tail, decisions, counter, self.encoding, known,
+                                     caches.rewritten)
+
+    def events_before(self, index: int) -> list[DropEvent]:
+        """The drops in force among messages[:index] (the drop events run in item order)."""
+        events = self.events
+        return events[: bisect_left(events, index, key=lambda e: e.message_index or 0)]
 
     def _restate_pins(self, decisions: Mapping[str, Decision]) -> bool:
         """Bring the watched pins up to date with the new messages; False when one that
@@ -352,12 +424,13 @@ class Prefix:
         decisions: Mapping[str, Decision],
         total: int,
     ) -> Reuse:
-        plan, changed, digests, self.rolling = render_plan(
-            messages, tail, final, self.start, self.rolling
+        plan, self.changed, digests, self.rolling = render_plan(
+            messages, tail, final, self.start, self.rolling, self.marks, len(self.plan),
+            self.changed,
         )
         self.plan += plan
-        self.changed = self.changed or changed
         self.digests += digests
+        self.final += final
         added = drop_events(tail, final, decisions)
         if added:  # a new list: the one handed out before is never changed
             self.events = self.events + added

@@ -8,6 +8,7 @@ is a shallow copy with new `content`; a message none of whose items survive is l
 from __future__ import annotations
 
 import hashlib
+from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,6 +16,18 @@ from typing import Any
 from gateway.context.items import Item
 
 Plan = list[tuple[int, str | None]]  # per rendered message: its index, new content or None
+MARK_EVERY = 16  # plan entries between two marks
+
+
+@dataclass(frozen=True, slots=True)
+class Mark:
+    """A render's state before its plan entry `pos` (message `index`): a later render of
+    the same messages whose items are sent alike up to `index` resumes here (`render_from`)."""
+
+    pos: int
+    index: int
+    rolling: Any  # the rolling digest before the entry (a copy: never updated)
+    changed: bool  # whether a message before it was rewritten or left out
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,13 +37,32 @@ class Rendered:
     digests: list[str]  # rolling digest after each rendered message (prefix identity)
     plan: Plan = field(default_factory=list)
     rolling: Any = None  # the rolling hash after the last message: a next call continues it
+    marks: list[Mark] = field(default_factory=list)  # every MARK_EVERY plan entries
 
 
 def render_messages(
     messages: Sequence[Mapping[str, Any]], original: Sequence[Item], final: Sequence[Item]
 ) -> Rendered:
-    plan, changed, digests, rolling = render_plan(messages, original, final, 0, None)
-    return Rendered(materialize(messages, plan), changed, digests, plan, rolling)
+    marks: list[Mark] = []
+    plan, changed, digests, rolling = render_plan(messages, original, final, 0, None, marks)
+    return Rendered(materialize(messages, plan), changed, digests, plan, rolling, marks)
+
+
+def render_from(
+    messages: Sequence[Mapping[str, Any]], original: Sequence[Item], final: Sequence[Item],
+    mark: Mark, earlier: tuple[Plan, list[str], list[Mark]],
+) -> Rendered:
+    """`render_messages(messages, ...)` where an `earlier` render of the same messages (its
+    plan, digests and marks) sent the same items up to `mark.index`, one of its marks: only
+    the items of messages from there on are read (`original`, `final`: those items only)."""
+    plan, digests, marks = earlier
+    marks = marks[: bisect_left(marks, mark.pos, key=lambda m: m.pos)]
+    part, changed, added, rolling = render_plan(
+        messages, original, final, mark.index, mark.rolling.copy(), marks, mark.pos,
+        mark.changed)
+    plan = plan[: mark.pos] + part
+    return Rendered(materialize(messages, plan), changed, digests[: mark.pos] + added, plan,
+                    rolling, marks)
 
 
 def materialize(
@@ -60,9 +92,14 @@ def render_plan(
     final: Sequence[Item],
     start: int,
     rolling: Any,
+    marks: list[Mark] | None = None,
+    pos: int = 0,
+    changed: bool = False,
 ) -> tuple[Plan, bool, list[str], Any]:
     """How messages[start:] render, given their original and final items; `rolling` is the
-    prefix digest so far (None: start one)."""
+    prefix digest so far (None: start one). `marks`: where to add a mark every MARK_EVERY
+    plan entries, `pos` entries and `changed` (a message rewritten or left out) before
+    messages[start]; the flag returned counts those before too."""
     by_message: dict[int, list[Item]] = {}
     for item in final:
         by_message.setdefault(item.message_index, []).append(item)
@@ -71,7 +108,6 @@ def render_plan(
     digests: list[str] = []
     if rolling is None:
         rolling = hashlib.blake2b(digest_size=12)
-    changed = False
     segments_of: dict[int, int] = {}
     for item in original:
         segments_of[item.message_index] = segments_of.get(item.message_index, 0) + 1
@@ -80,6 +116,8 @@ def render_plan(
         if not kept:
             changed = True
             continue
+        if marks is not None and (pos + len(plan)) % MARK_EVERY == 0:
+            marks.append(Mark(pos + len(plan), i, rolling.copy(), changed))
         same = len(kept) == segments_of.get(i, 0) and all(
             originals[item.id].text is item.text or originals[item.id].text == item.text
             for item in kept

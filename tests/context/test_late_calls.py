@@ -21,13 +21,15 @@ from gateway.context.fidelity import (
     lost_messages,
     similarity,
 )
-from gateway.context.items import PINNED
+from gateway.context.items import PINNED, parse_request
 from gateway.context.prefix import Prefix
 from gateway.context.render import materialize
+from gateway.context.tokens import TokenCounter
 from tests.sessions import synthetic_session
 
 from .test_prefix_cache import _engine, _growing, _same
 
+COUNTER = TokenCounter()
 ARGS = [json.dumps({"command": c * 130}) for c in "ab"] + [json.dumps({"command": "ls"})]
 
 
@@ -190,3 +192,63 @@ async def test_repeated_calls_are_pointed_alike_with_and_without_the_prefix(
     pointed = [c for m in last for c in m.get("tool_calls") or ()
                if "same as call" in c["function"]["arguments"]]
     assert pointed  # the repeats were found and pointed
+
+
+@st.composite
+def two_fittings(draw: Any) -> tuple[list[dict[str, Any]], list[Any], list[Any], list[Any]]:
+    """Messages, their items, and two fittings of them (each item kept, rewritten or left
+    out) that send the same up to a drawn message and may differ from there on."""
+    n = draw(st.integers(1, 70))
+    messages = [{"role": "user" if i % 2 else "assistant", "content": f"message {i}"}
+                for i in range(n)]
+    items = parse_request({"messages": messages}, COUNTER, "o200k_base").items
+    same_until = draw(st.integers(0, n))
+
+    def fitting(fates: list[str]) -> list[Any]:
+        out = []
+        for item, fate in zip(items, fates, strict=True):
+            if fate != "out":
+                out.append(item if fate == "as is" else restated_text(item, fate))
+        return out
+
+    fate = st.sampled_from(["as is", "as is", "out", "gist"])
+    first = [draw(fate) for _ in items]
+    second = first[:same_until] + [draw(fate) for _ in items[same_until:]]
+    return messages, items, fitting(first), fitting(second)
+
+
+def restated_text(item: Any, text: str) -> Any:
+    from dataclasses import replace
+
+    return replace(item, text=f"{text} {item.message_index}", tokens=1)
+
+
+@settings(max_examples=150, deadline=None)
+@given(case=two_fittings())
+def test_a_render_resumed_from_a_mark_is_the_render_from_scratch(case: Any) -> None:
+    """A step call renders from the last mark before its first change (`render_from`): it
+    gives what rendering every message anew gives, its marks too."""
+    from bisect import bisect_right
+
+    from gateway.context.render import render_from, render_messages
+
+    messages, items, before, after = case
+    earlier = render_messages(messages, items, before)
+    whole = render_messages(messages, items, after)
+    first = next((min(a.message_index, b.message_index)
+                  for a, b in zip(before, after, strict=False) if a != b),
+                 min([len(messages), *(x[min(len(before), len(after))].message_index
+                                       for x in (before, after)
+                                       if len(x) > min(len(before), len(after)))]))
+    at = bisect_right(earlier.marks, first, key=lambda m: m.index) - 1
+    if at < 0:
+        return
+    mark = earlier.marks[at]
+    resumed = render_from(
+        messages, [i for i in items if i.message_index >= mark.index],
+        [i for i in after if i.message_index >= mark.index], mark,
+        (earlier.plan, earlier.digests, earlier.marks))
+    assert (resumed.plan, resumed.digests, resumed.changed, resumed.messages) == (
+        whole.plan, whole.digests, whole.changed, whole.messages)
+    assert [(m.pos, m.index, m.changed, m.rolling.hexdigest()) for m in resumed.marks] == [
+        (m.pos, m.index, m.changed, m.rolling.hexdigest()) for m in whole.marks]
