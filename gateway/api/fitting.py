@@ -2,7 +2,8 @@
 
 A large call (`offload.is_large`) is parsed (a piece at a time: `pieces.py`), fitted and
 rendered on the fitting thread, so the event loop keeps answering other calls; a small
-one inline. Either way fitting has
+one inline. A large bypassed call's body is parsed and validated there too, and observed
+and freed there after the response (`parse_as_is`). Either way fitting has
 `CTXGATE_FIT_TIMEOUT_S` from the call's arrival (`offload.py` says how it stops). A call
 past it becomes what its task class's `on_fit_timeout` says: `passthrough` (the default)
 forwards it as the client sent it, task class `unmanaged`; `refuse` answers 503
@@ -116,6 +117,24 @@ class Fitting:
             call.task_class = call.headers.get(HEADER_CLASS, DEFAULT_CLASS)
             raise
 
+    async def parse_as_is(self, wire: WireFormat, raw: bytes, call: Call) -> dict[str, Any]:
+        """A bypassed call's body, parsed and validated (`as_is`): on the fitting thread
+        for a large one (a piece at a time), which then frees it there (`release`). One
+        the thread cannot take within the fit budget is parsed inline, as a small one is."""
+        if self.thread is None or not is_large(raw):
+            return as_is(wire, raw)
+        deadline = Deadline(time.monotonic() + self.timeout_s
+                            - (time.perf_counter() - call.started))
+        try:
+            body = await self.thread.run(
+                _as_job(lambda _: as_is(wire, raw, parse_json_in_pieces)), deadline)
+        except FitDeadline:
+            log.info("the fitting thread is busy: a large bypassed call is parsed inline",
+                     extra={"trace_id": call.trace_id, "endpoint": wire.name})
+            return as_is(wire, raw)
+        self._large.add(id(body))
+        return body
+
     def _owned(self, prepared: Prepared) -> Prepared:
         """A large call's fitted call, or its parsed body when the engine failed on it, to
         be freed on the fitting thread (`release`)."""
@@ -183,11 +202,11 @@ class Fitting:
                            ) -> CallSignals | None:
         """A call sent as is (bypassed, or unmanaged): its session's fidelity record and
         baseline signals (`ContextEngine.observe_sent`), on the fitting thread for a large
-        unmanaged call (a walk of its every message)."""
+        call whose body was parsed there (a walk of its every message)."""
         mode = UNMANAGED if call.unmanaged is not None else "bypass"
         observe = partial(_observe_sent, wire=wire, body=body, mode=mode, context=CallContext(
             call.caller.tenant, call.trace_id, call.headers))
-        if self.thread is None or call.sent_raw is None or not is_large(call.sent_raw):
+        if self.thread is None or id(body) not in self._large:
             return await observe(self.engine)
         return await self._on_thread(observe)
 
@@ -205,6 +224,23 @@ class Fitting:
         result = await self.thread.run(job, Deadline(time.monotonic() + within))
         self.thread.let_go([])  # the result is the caller's: freed where it drops it
         return result
+
+
+def as_is(wire: WireFormat, raw: bytes,
+          parse: Callable[[bytes], dict[str, Any]] = parse_json_object) -> dict[str, Any]:
+    """A call's body as the client sent it, parsed and validated, or the OpenAI-shaped
+    error that refuses it, cut loose from the frames (and their half-parsed body) that
+    raised it: on the fitting thread, those are freed there."""
+    try:
+        body = parse(raw)
+        wire.validate(body)
+    except GatewayError as refused:
+        error = refused
+    else:
+        return body
+    body = {}  # the last reference to the parsed body: dropped where this runs
+    error.__traceback__ = error.__context__ = error.__cause__ = None
+    raise error
 
 
 def _as_job(build: Callable[[ContextEngine], T]) -> Job[T]:
