@@ -10,6 +10,7 @@ the same way. And a small call is answered while a large one is being fitted.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 import uuid
@@ -219,7 +220,10 @@ def test_a_small_call_is_answered_while_a_large_bypassed_one_is_parsed(
     assert large[0].headers["x-ctxgate-task-class"] == "bypass"
     sent = orjson.dumps({"model": "gpt-4o-mini", "messages": messages})  # as `post` sends it
     assert any(r["body"] == sent for r in upstream.requests())  # forwarded as sent
-    assert max(latencies) < 0.5, latencies  # loose: 2 busy shared cores
+    # Loose (2 busy shared cores; one run in ~10 saw a probe past 0.5 s): at 0.7 MB the
+    # loop's own parse took ~15-50 ms, so this guards against a stall, not that; the
+    # 3.5 MB figures are bench.large's (`--bypass`, bench/README.md).
+    assert max(latencies) < 1.0, latencies
     trace_id = large[0].headers["x-ctxgate-trace-id"]
     assert not [line for line in gateway.log.splitlines()
                 if OBSERVE_FAILED in line and trace_id in line]
@@ -249,6 +253,9 @@ def test_a_bad_large_bypassed_call_gets_the_same_openai_error(
     large, small = (a.json()["error"] for a in answers)
     assert large["type"] == small["type"] == "invalid_request_error"
     assert large.get("code") == small.get("code")
-    assert (large["message"].replace("20000", "N").replace("20_000", "N")
-            == small["message"].replace("2]", "N]").replace("2 ", "N ")) or (
-        large.get("param") == small.get("param"))
+    for key in ("message", "param"):  # the same words; positions and indexes differ
+        assert _digitless(large.get(key)) == _digitless(small.get(key)), (large, small)
+
+
+def _digitless(text: str | None) -> str | None:
+    return None if text is None else re.sub(r"\d+", "N", text)
