@@ -220,7 +220,7 @@ def test_a_small_call_is_answered_while_a_large_bypassed_one_is_parsed(
     assert large[0].headers["x-ctxgate-task-class"] == "bypass"
     sent = orjson.dumps({"model": "gpt-4o-mini", "messages": messages})  # as `post` sends it
     assert any(r["body"] == sent for r in upstream.requests())  # forwarded as sent
-    # Loose (2 busy shared cores; one run in ~10 saw a probe past 0.5 s): at 0.7 MB the
+    # Loose (2 busy shared cores, at load 4 once failed at 0.5 s, cause not kept): at 0.7 MB the
     # loop's own parse took ~15-50 ms, so this guards against a stall, not that; the
     # 3.5 MB figures are bench.large's (`--bypass`, bench/README.md).
     assert max(latencies) < 1.0, latencies
