@@ -7,7 +7,8 @@ N short user messages (`m0` ... `mN-1`, as in issue 10) in the `default` class, 
 budget, so the engine must fit them. For each N: the large request's time to answer (or
 "none within the timeout"), and the probe's p50/p99/max during it against the baseline,
 and for `--after-s` once it is answered (its trace is built then: on the fitting thread
-for a large call, fitted or sent unmanaged).
+for a large call, fitted or sent unmanaged). `--bypass` sends the large request with
+`x-ctxgate-bypass: true`: parsed, observed and freed on the fitting thread all the same.
 Target (issue 10): no probe waits more than 50 ms longer than without the large request.
 
 A large request still unanswered at the timeout leaves the gateway busy (fitting runs on
@@ -83,7 +84,8 @@ def baseline(url: str, seconds: float) -> dict[str, Any]:
     return {**summary(latencies), "errors": len(errors)}
 
 
-def one_large(url: str, n: int, timeout_s: float, after_s: float) -> dict[str, Any]:
+def one_large(url: str, n: int, timeout_s: float, after_s: float, bypass: bool = False
+              ) -> dict[str, Any]:
     body = large_body(n)
     stop, latencies, errors = threading.Event(), [], []  # type: ignore[var-annotated]
     thread = threading.Thread(target=probe_until, args=(url, stop, latencies, errors))
@@ -92,8 +94,9 @@ def one_large(url: str, n: int, timeout_s: float, after_s: float) -> dict[str, A
     started = time.perf_counter()
     result: dict[str, Any] = {"messages": n, "body_mb": round(len(body) / 1e6, 2)}
     try:
-        answer = httpx.post(f"{url}/v1/chat/completions", content=body, headers=HEADERS,
-                            timeout=timeout_s)
+        answer = httpx.post(f"{url}/v1/chat/completions", content=body, timeout=timeout_s,
+                            headers={**HEADERS, **({"x-ctxgate-bypass": "true"} if bypass
+                                                   else {})})
         result.update(status=answer.status_code,
                       answer_s=round(time.perf_counter() - started, 2),
                       tokens_before=answer.headers.get("x-ctxgate-tokens-before"),
@@ -138,6 +141,8 @@ def main() -> None:
                         help="probe for this long once the large request is answered")
     parser.add_argument("--fit-timeout-s", type=float, default=None,
                         help="CTXGATE_FIT_TIMEOUT_S for the gateway (default: its own, 1 s)")
+    parser.add_argument("--bypass", action="store_true",
+                        help="send the large request with x-ctxgate-bypass: true")
     parser.add_argument("--out", type=Path, default=None, help="write the figures as JSON")
     args = parser.parse_args()
     log_dir = Path(tempfile.mkdtemp(prefix="bench-large-"))
@@ -151,7 +156,8 @@ def main() -> None:
             base = baseline(gateway.base_url, args.baseline_s)
             print("baseline", base, flush=True)
             for index, n in enumerate(args.sizes):
-                result = one_large(gateway.base_url, n, args.timeout_s, args.after_s)
+                result = one_large(gateway.base_url, n, args.timeout_s, args.after_s,
+                                   args.bypass)
                 for phase in ("during", "after"):
                     probe = result.get(f"probe_{phase}", {})
                     if probe.get("n") and base.get("n"):

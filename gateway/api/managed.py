@@ -24,10 +24,9 @@ from gateway.api.asgi import (
     Scope,
     Send,
     cancel_on_disconnect,
-    parse_json_object,
     read_body,
 )
-from gateway.api.fitting import Fitting
+from gateway.api.fitting import Fitting, as_is
 from gateway.api.forwarding import is_bypass, relayed_headers, upstream_headers
 from gateway.api.route import Call, call_of
 from gateway.context.engine import FittedCall
@@ -70,11 +69,10 @@ class ManagedRoute:
         call = call_of(scope)
         raw = await read_body(receive, self._max_body_bytes, call.headers.get("content-length"))
         if is_bypass(call.headers) or self._fitting is None:
-            body = parse_json_object(raw)
-            self._wire.validate(body)
-            call.stream = body.get("stream") is True
+            call.sent_as_is = (as_is(self._wire, raw) if self._fitting is None
+                               else await self._fitting.parse_as_is(self._wire, raw, call))
+            call.stream = call.sent_as_is.get("stream") is True
             call.task_class = "bypass"
-            call.sent_as_is = body
             forward = raw
         else:
             prepared = await self._fitting.prepare(self._wire, raw, call)
