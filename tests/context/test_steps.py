@@ -160,7 +160,7 @@ def _steps_taken(cls: TaskClass, n_calls: int, call_tokens: int) -> list[int]:
 def test_a_session_that_lasts_takes_no_more_steps_than_the_share() -> None:
     credit = TaskClass(name="c", compaction=CREDIT)
     share = TaskClass(name="s", compaction=SHARE_5)
-    assert _steps_taken(share, 50, 3000) == [4, 9, 14, 19, 24, 29, 34, 39, 44, 49]
+    assert _steps_taken(share, 50, 3000) == [5, 10, 15, 20, 25, 30, 35, 40, 45]
     # the first step on the 3rd call; repaid after the credit lapses (none on the 15th)
-    assert _steps_taken(credit, 50, 3000) == [2, 4, 9, 19, 24, 29, 34, 39, 44, 49]
+    assert _steps_taken(credit, 50, 3000) == [2, 4, 9, 20, 25, 30, 35, 40, 45]
     assert _steps_taken(credit, 50, 9000) == _steps_taken(share, 50, 9000)  # large calls
