@@ -5,14 +5,15 @@ ones, rendered under the same remembered decisions. `Prefix` keeps what the prev
 computed for its messages (token sums, pins that may lapse, the render plan, the rolling
 prefix digest, the drop events) so that such a call parses, applies and renders only its new
 messages. A call reuses it only when it is safe to: the old messages are byte-for-byte the
-same (their JSON compared with the JSON the prefix kept, never object identity), and the session's decisions are the
-very ones the prefix was rendered under; anything else (a step, another class, encoding or
-history) takes the engine's full path, which builds a new prefix. The cache is one process's
-shortcut: Redis stays the source of truth, and a replica without it renders the same bytes.
+same (their JSON compared with the JSON the prefix kept, never object identity), and the
+session's decisions are the very ones the prefix was rendered under; anything else (a step,
+another class, encoding or history) takes the engine's full path, which builds a new prefix.
+The cache is one process's shortcut: Redis stays the source of truth, and a replica without
+it renders the same bytes.
 
-Items kept here carry the age and pin they had when parsed: only pins (of the latest user
-message and the open tool exchange) and the task statement's age matter between steps, and
-`Layout.restate` brings those up to date; stages, which read ages, run on the full path only.
+Items kept here carry the pin they had when parsed, and read their age from the layout's
+clock (`items.Clock`), which the next call's messages move on: only pins (of the latest user
+message and the open tool exchange) can lapse, and `Layout.restate` brings those up to date.
 """
 
 from __future__ import annotations
@@ -221,10 +222,11 @@ class Prefix:
 
     def parsed(self, base_tokens: int) -> ParsedRequest:
         """The extended messages parsed, as `parse_request` parses them: the items kept,
-        with the ages and pins they have now (the layout walked every message)."""
-        restate = self.layout.restate
-        return ParsedRequest([restate(item) for item in self.items], base_tokens,
-                             self.encoding, self.layout)
+        with the pins they have now (the layout walked every message; their ages read its
+        clock), restated only where a pin may have lapsed."""
+        restate, current = self.layout.restate, self.layout.current
+        return ParsedRequest([item if current(item) else restate(item) for item in self.items],
+                             base_tokens, self.encoding, self.layout)
 
     def reuse(
         self,
@@ -306,16 +308,16 @@ class Prefix:
         new messages' and those whose pin lapsed (a pinned item is sent as is)."""
         if decisions is not self.decisions or known != self.known:
             return None
-        restate, lapsed = self.layout.restate, False
+        restate, current = self.layout.restate, self.layout.current
         out = []
         for sent in self.final:
+            if current(sent):
+                out.append(sent)
+                continue
             now = restate(sent)
-            if now.pinned == sent.pinned or sent.id not in decisions:
-                out.append(now)
-            else:
-                lapsed = True
-        if lapsed:
-            return None  # rare: the full path's work
+            if now.pinned != sent.pinned and sent.id in decisions:
+                return None  # rare: the full path's work
+            out.append(now)
         tail = items[bisect_left(items, self.start, key=lambda item: item.message_index):]
         return out + apply_decisions(tail, decisions, counter, self.encoding, known,
                                      caches.rewritten)
