@@ -247,22 +247,40 @@ def recall_counts(
             continue
         needed += 1
         if not kept and rewritten is None:
-            rewritten = _rewritten(messages, count, lost, extra)
+            rewritten = _rewritten(messages, count, lost, extra, haystack)
         found += kept or value in (rewritten or "")
     return needed, found
 
 
 def _rewritten(
     messages: Sequence[Mapping[str, Any]], count: int, lost: Mapping[int, str | None],
-    extra: str,
+    extra: str, haystack: Haystack | None = None,
 ) -> str:
-    """What was forwarded besides the non-system messages sent as is."""
-    parts = [searchable_text(m) for m in messages[:count] if is_system(m)]
-    parts += [searchable_text({**messages[i], "content": text})
+    """What was forwarded besides the non-system messages sent as is. With `haystack`,
+    each message's searchable text (as sent or as rewritten) is read once per text."""
+    if haystack is None:
+        system, memo = [i for i in range(count) if is_system(messages[i])], {}
+    else:
+        system, memo = [i for i in haystack.system if i < count], haystack.rewrites
+    parts = [_searchable(memo, messages, i, None) for i in system]
+    parts += [_searchable(memo, messages, i, text)
               for i, text in sorted(lost.items()) if text is not None and i < count]
     if extra:
         parts.append(extra)
     return join(parts)
+
+
+def _searchable(
+    memo: dict[int, tuple[str | None, str]], messages: Sequence[Mapping[str, Any]], i: int,
+    text: str | None,
+) -> str:
+    """The searchable text of messages[i] sent as is (`text` None) or with `text`."""
+    known = memo.get(i)
+    if known is not None and known[0] == text:
+        return known[1]
+    found = searchable_text(messages[i] if text is None else {**messages[i], "content": text})
+    memo[i] = (text, found)
+    return found
 
 
 class Haystack:
@@ -276,6 +294,10 @@ class Haystack:
     def __init__(self) -> None:
         self.texts: list[str | None] = []  # per message; None: a system message
         self.joined = ""
+        self.system: list[int] = []  # the system messages' indexes
+        # per message: the text it was last forwarded as (None: as sent) and that message's
+        # searchable text (`_rewritten`)
+        self.rewrites: dict[int, tuple[str | None, str]] = {}
         self.lost_raw: bytes | None = None
         self.lost: dict[int, str | None] = {}
         self.record_raw: bytes | None = None  # the session's fidelity record, as last written
@@ -319,10 +341,11 @@ class Haystack:
     def cover(self, messages: Sequence[Mapping[str, Any]], count: int) -> list[str | None]:
         """The texts of messages[:count] (what they held so far must be those messages')."""
         if count < len(self.texts):  # a shorter history than the one read: read it anew
-            self.texts, self.joined = [], ""
-        added = [None if is_system(m) else searchable_text(m)
-                 for m in messages[len(self.texts):count]]
+            self.texts, self.joined, self.system, self.rewrites = [], "", [], {}
+        start = len(self.texts)
+        added = [None if is_system(m) else searchable_text(m) for m in messages[start:count]]
         if added:
+            self.system += [start + k for k, text in enumerate(added) if text is None]
             self.texts += added
             new = SEPARATOR.join(t for t in added if t is not None)
             self.joined = f"{self.joined}{SEPARATOR}{new}" if self.joined else new

@@ -11,7 +11,7 @@ request's count.
 from __future__ import annotations
 
 import hashlib
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left
 from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,6 +36,20 @@ _ROLE_KIND: dict[str, Kind] = {
 }
 
 
+class Clock:
+    """The assistant turns among a session's messages walked so far (`Layout.extend` moves
+    it): an item reads its age from its layout's clock, so the items of a history that only
+    grows age without being rebuilt (a step call takes its session's items as they are)."""
+
+    __slots__ = ("turns",)
+
+    def __init__(self, turns: int = 0) -> None:
+        self.turns = turns
+
+
+STILL = Clock()  # the clock of items made outside a layout (never moves): age = -turn
+
+
 @dataclass(frozen=True, slots=True)
 class Item:
     """One piece of the context that is kept, rewritten or dropped as a whole."""
@@ -48,11 +62,17 @@ class Item:
     text: str  # the rewritable text (a slice of string content, or joined text parts)
     tokens: int  # tokens of text + fixed_tokens
     fixed_tokens: int  # cost that stays while the message stays (overhead, tool calls)
-    age: int  # assistant turns after this message
+    turn: int  # assistant turns up to and including this message (its age counts from it)
     pinned: bool
     rewritable: bool  # string content: may be replaced by a shorter text
     goal: bool = False  # part of the task statement (user words before the first answer)
     score: float = 0.0  # importance set by rerank; higher is kept longer
+    clock: Clock = field(default=STILL, compare=False, repr=False)  # its layout's turns
+
+    @property
+    def age(self) -> int:
+        """Assistant turns after this message, in the messages its layout has walked."""
+        return self.clock.turns - self.turn
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +124,7 @@ class Layout:
     turns: list[int] = field(default_factory=list)  # indexes of assistant messages
     call_unit: dict[Any, str] = field(default_factory=dict)
     pins: set[int] = field(default_factory=set)  # messages marked PINNED
+    clock: Clock = field(default_factory=Clock)  # len(turns), read by the items' ages
 
     def extend(self, messages: Sequence[Mapping[str, Any]]) -> list[str]:
         """Walk messages[count:]; returns their units."""
@@ -128,6 +149,7 @@ class Layout:
                 unit = self.call_unit.get(msg.get("tool_call_id"), unit)
             units.append(unit)
         self.count = len(messages)
+        self.clock.turns = len(self.turns)
         return units
 
     def pinned_message(self, i: int, kind: Kind) -> bool:
@@ -135,27 +157,24 @@ class Layout:
         return (kind == "system" or i in self.pins
                 or (self.open_from is not None and i >= self.open_from))
 
-    def age(self, i: int) -> int:
-        return len(self.turns) - bisect_right(self.turns, i)
-
     def restate(self, item: Item) -> Item:
-        """`item` with the pin and age it has now (messages may have been appended since)."""
+        """`item` with the pin it has now (messages may have been appended since) and its
+        age read from this layout (an item of this layout's has it already)."""
         i = item.message_index
         pinned = self.pinned_message(i, item.kind) or (
             i == self.latest_user and item.kind != "knowledge"
         )
-        age = self.age(i)
-        if pinned == item.pinned and age == item.age:
+        if pinned == item.pinned and item.clock is self.clock:
             return item
-        return restated(item, pinned, age)
+        return Item(item.id, item.kind, item.unit, i, item.segment, item.text, item.tokens,
+                    item.fixed_tokens, item.turn, pinned, item.rewritable, item.goal,
+                    item.score, self.clock)
 
-
-def restated(item: Item, pinned: bool, age: int) -> Item:
-    """`replace(item, pinned=pinned, age=age)` at half the cost: a step call restates every
-    item of its session's history."""
-    return Item(item.id, item.kind, item.unit, item.message_index, item.segment, item.text,
-                item.tokens, item.fixed_tokens, age, pinned, item.rewritable, item.goal,
-                item.score)
+    def current(self, item: Item) -> bool:
+        """Whether `item`, of the messages this layout walked, is as `restate` states it:
+        an unpinned item of this layout's stays so (only pins lapse as messages are added:
+        the latest user message and the open exchange move on to new messages)."""
+        return not item.pinned and item.clock is self.clock
 
 
 def _fixed_tokens(msg: Mapping[str, Any], counter: TokenCounter, encoding: str) -> int:
@@ -267,6 +286,7 @@ def message_items(
     first_answer = len(messages) if layout.first_answer is None else layout.first_answer
     n_turns = len(layout.turns)
     seen = n_turns - bisect_left(layout.turns, start)  # assistant messages from start on
+    clock = layout.clock
     items: list[Item] = []
     for i in range(start, len(messages)):
         if (i - start) % CHECK_EVERY == CHECK_EVERY - 1:
@@ -296,10 +316,11 @@ def message_items(
                     text=text,
                     tokens=tokens,
                     fixed_tokens=fixed,
-                    age=seen,
+                    turn=n_turns - seen,
                     pinned=pinned_msg or (i == layout.latest_user and not knowledge),
                     rewritable=rewritable,
                     goal=role == "user" and i < first_answer and not knowledge,
+                    clock=clock,
                 )
             )
     return items

@@ -30,7 +30,7 @@ def _page(title: str, body: list[str]) -> str:
 
 def _item(text: str, item_id: str = "a") -> Item:
     return Item(id=item_id, kind="tool_result", unit="u", message_index=3, segment=0,
-                text=text, tokens=len(text) // 4, fixed_tokens=0, age=1, pinned=False,
+                text=text, tokens=len(text) // 4, fixed_tokens=0, turn=-1, pinned=False,
                 rewritable=True)
 
 

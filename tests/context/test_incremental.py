@@ -40,7 +40,7 @@ def histories(draw: Any) -> tuple[list[Item], dict[str, Decision], dict[str, Dec
         tokens = COUNTER.count(text, ENCODING) + 4
         item = Item(id=f"i{k}", kind=draw(st.sampled_from(["tool_result", "user", "tool_call"])),
                     unit=f"u{k}", message_index=k, segment=0, text=text, tokens=tokens,
-                    fixed_tokens=4, age=draw(st.integers(0, 9)), pinned=draw(st.booleans()),
+                    fixed_tokens=4, turn=-draw(st.integers(0, 9)), pinned=draw(st.booleans()),
                     rewritable=draw(st.booleans()))
         items.append(item)
         before = draw(st.sampled_from(DECISIONS))
