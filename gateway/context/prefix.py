@@ -5,11 +5,10 @@ ones, rendered under the same remembered decisions. `Prefix` keeps what the prev
 computed for its messages (token sums, pins that may lapse, the render plan, the rolling
 prefix digest, the drop events) so that such a call parses, applies and renders only its new
 messages. A call reuses it only when it is safe to: the old messages are byte-for-byte the
-same (their JSON compared with the JSON the prefix kept, never object identity), and the
-session's decisions are the very ones the prefix was rendered under; anything else (a step,
-another class, encoding or history) takes the engine's full path, which builds a new prefix.
-The cache is one process's shortcut: Redis stays the source of truth, and a replica without
-it renders the same bytes.
+same (a SHA-256 of their JSON, never object identity), and the session's decisions are the
+very ones the prefix was rendered under; anything else (a step, another class, encoding or
+history) takes the engine's full path, which builds a new prefix. The cache is one process's
+shortcut: Redis stays the source of truth, and a replica without it renders the same bytes.
 
 Items kept here carry the pin they had when parsed, and read their age from the layout's
 clock (`items.Clock`), which the next call's messages move on: only pins (of the latest user
@@ -18,6 +17,7 @@ message and the open tool exchange) can lapse, and `Layout.restate` brings those
 
 from __future__ import annotations
 
+import hashlib
 from bisect import bisect_left, bisect_right
 from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -46,24 +46,14 @@ from gateway.context.taskclass import CompressOptions, TaskClass
 from gateway.context.tokens import TokenCounter
 from gateway.observability.droplog import DropEvent
 
-_COMMA, _CLOSE = ord(","), ord("]")
+MAX_SEGMENTS = 16  # digest segments (one per reusing call) before the digest is redone whole
 
 
-def _serialised(messages: Sequence[Mapping[str, Any]]) -> bytes | None:
+def _fingerprint(messages: Sequence[Mapping[str, Any]]) -> bytes | None:
     try:
-        return orjson.dumps(messages)
+        return hashlib.sha256(orjson.dumps(messages)).digest()
     except TypeError:  # not JSON (a caller's own objects): no reuse
         return None
-
-
-def _continues(whole: bytes, old: bytes, more: bool) -> bool:
-    """Whether `whole`, the JSON of a list, is `old` (the JSON of its first items) followed
-    by more items (`more`) or by none. orjson writes a list as `[` + its items' JSON joined
-    by `,` + `]`, and a JSON value parses one way, so the first items are byte for byte the
-    old ones exactly when `old` without its `]` starts `whole` and an item boundary follows."""
-    if not whole.startswith(memoryview(old)[:-1]):
-        return False
-    return old == b"[]" or whole[len(old) - 1] == (_COMMA if more else _CLOSE)
 
 
 def _compactable(items: Sequence[Item]) -> int:
@@ -91,10 +81,8 @@ class Prefix:
     task_class: str
     decisions: dict[str, Decision]  # the session's decisions this was rendered under
     known: frozenset[str]
-    # The messages' JSON as orjson writes it: the next call's messages continue them only
-    # if their JSON starts with these bytes (`extend`). A byte comparison, not a hash: it
-    # runs at memory speed where SHA-256 took twice the time of the serialisation.
-    raw: bytes
+    bounds: list[int]  # message counts at which the digest's segments end
+    digest: bytes
     layout: Layout
     item_tokens: int  # all items as parsed
     final_tokens: int  # all items as sent
@@ -154,12 +142,15 @@ class Prefix:
         lines_min: int | None = None,
     ) -> Prefix | None:
         """`extended`: the session's previous prefix extended by these messages, whose
-        JSON it already holds (else it is taken here). `ages`: the class's aging
+        fingerprint it already holds (else it is taken here). `ages`: the class's aging
         (None: it does not age). `lines_min`: with `cluster.arrival_lines`, its
         `arrival_min_chars` (the outputs' lines are kept)."""
-        raw = extended.raw if extended is not None and extended.layout.count == len(
-            messages) else _serialised(messages)
-        if raw is None:
+        if extended is not None and extended.bounds[-1] == len(messages):
+            digest: bytes | None = extended.digest
+            bounds = list(extended.bounds)
+        else:
+            digest, bounds = _fingerprint(messages), [len(messages)]
+        if digest is None:
             return None
         by_message: list[list[Item]] = [[] for _ in messages]
         for item in items:
@@ -169,7 +160,8 @@ class Prefix:
             task_class=task_class,
             decisions=decisions,
             known=known,
-            raw=raw,
+            bounds=bounds,
+            digest=digest,
             layout=layout,
             item_tokens=sum(i.tokens for i in items),
             final_tokens=sum(i.tokens for i in final),
@@ -209,10 +201,25 @@ class Prefix:
         start = self.layout.count
         if encoding != self.encoding or len(messages) < start:
             return False
-        raw = _serialised(messages)
-        if raw is None or not _continues(raw, self.raw, len(messages) > start):
+        h = hashlib.sha256()
+        lo = 0
+        try:
+            for hi in self.bounds:
+                h.update(orjson.dumps(messages[lo:hi]))
+                lo = hi
+            if h.digest() != self.digest:
+                return False
+            if len(self.bounds) >= MAX_SEGMENTS:
+                digest = _fingerprint(messages)
+                if digest is None:
+                    return False
+                self.digest, self.bounds = digest, [len(messages)]
+            else:
+                h.update(orjson.dumps(messages[start:]))
+                self.digest = h.digest()
+                self.bounds.append(len(messages))
+        except TypeError:
             return False
-        self.raw = raw
         units = self.layout.extend(messages)
         self.tail = message_items(messages, start, units, self.layout, counter, encoding, memo)
         self.start = start

@@ -10,11 +10,8 @@ from typing import Any
 
 import orjson
 import pytest
-from hypothesis import example, given, settings
-from hypothesis import strategies as st
 
 from gateway.context.engine import CallContext, ContextEngine, FittedCall, InjectedBlock
-from gateway.context.prefix import _continues
 from gateway.context.replay import load_calls
 from gateway.context.session import MemorySessionStore
 from gateway.errors import ContextBudgetExceeded
@@ -179,31 +176,3 @@ async def test_a_replica_without_the_cache_continues_identically(
         call = CallContext("t1", f"tr{n}", {"x-ctxgate-session-id": "rep"})
         assert _seen(await replica.fit(body, call)) == _seen(await alone.fit(body, call))
     assert cached.prefixes.reused >= 3 and other.prefixes.reused == 0
-
-
-_JSON = st.recursive(
-    st.none() | st.booleans() | st.integers(-5, 5) | st.floats(-2, 2)
-    | st.text("ab,]}[{\"", max_size=4),
-    lambda inner: st.lists(inner, max_size=3)
-    | st.dictionaries(st.text("ab,", max_size=2), inner, max_size=3),
-    max_leaves=8,
-)
-
-
-@settings(max_examples=400, deadline=None)
-@example(old=[1], edited=[15], more=[])  # "[1" starts "[15]": only the boundary tells
-@example(old=[{"a": 1}, 2], edited=[{"a": 1.0}], more=[[]])
-@given(st.lists(_JSON, max_size=4), st.lists(_JSON, max_size=4), st.lists(_JSON, max_size=3))
-def test_the_byte_check_takes_exactly_the_lists_whose_first_items_are_the_old_ones(
-    old: list[Any], edited: list[Any], more: list[Any]
-) -> None:
-    # `_continues` compares the new list's JSON with the old list's bytes: it must say yes
-    # exactly when the first items serialise to the very bytes kept (an old item edited,
-    # retyped (1 -> 1.0, true -> 1), reordered, cut or inserted into: no).
-    swapped = [*edited[:1], *old[len(edited[:1]):]]  # its first item edited, if any
-    for first in (old, edited, swapped, old[:-1], [*old, *more][: len(old)]):
-        new = [*first, *more] if len(first) == len(old) else first
-        if len(new) < len(old):
-            continue
-        expected = orjson.dumps(new[: len(old)]) == orjson.dumps(old)
-        assert _continues(orjson.dumps(new), orjson.dumps(old), len(new) > len(old)) is expected
