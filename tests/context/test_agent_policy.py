@@ -3,6 +3,7 @@ one agent (tenant, system prompt, tool set) are classed alike however they start
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from gateway.context.agents import MemoryAgentClassStore
@@ -164,3 +165,32 @@ async def test_old_digests_become_placeholders_in_batches(engine: ContextEngine)
     assert digested and digested[-1] > len(sent) // 2  # recent outputs digested, not masked
     # masked in a few batches, not one more on every step
     assert 1 <= len(masked_at) <= 3
+
+
+async def test_an_aged_turn_that_made_tool_calls_keeps_its_calls_not_its_prose(
+    engine: ContextEngine,
+) -> None:
+    messages = _browser_session(12)
+    plan = ("I am now scrolling to the next page because the kettles listed so far are all "
+            "more expensive than the one in ref_k{} and the cheapest red one may be further down.")
+    for k, m in enumerate(messages):
+        if m["role"] == "assistant":
+            m["content"] = plan.format(k)
+    fitted = None
+    for end in range(4, len(messages) + 1, 2):
+        fitted = await engine.fit(
+            {"messages": messages[:end], "tools": BROWSER_TOOLS}, _call("browse-prose")
+        )
+    assert fitted is not None and fitted.task_class == "agent"
+    sent = fitted.body["messages"]
+    turns = [(out, came) for out, came in zip(sent, messages, strict=True)
+             if came["role"] == "assistant"]
+    aged = [(out, came) for out, came in turns if out["content"] != came["content"]]
+    assert aged, "a step aged some turns"
+    for out, came in aged:  # the value each turn named stays, its words go
+        assert "scrolling" not in out["content"]
+        assert re.search(r"ref_k\d+", came["content"])[0] in out["content"]
+    # every turn's tool calls go whole, the latest turn's prose verbatim
+    assert all(out["tool_calls"] == came["tool_calls"] for out, came in turns)
+    assert turns[-1][0]["content"] == turns[-1][1]["content"]
+    assert sum(d.tokens_saved for d in fitted.drops) == fitted.tokens_before - fitted.tokens_after
