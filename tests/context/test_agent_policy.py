@@ -194,3 +194,31 @@ async def test_an_aged_turn_that_made_tool_calls_keeps_its_calls_not_its_prose(
     assert all(out["tool_calls"] == came["tool_calls"] for out, came in turns)
     assert turns[-1][0]["content"] == turns[-1][1]["content"]
     assert sum(d.tokens_saved for d in fitted.drops) == fitted.tokens_before - fitted.tokens_after
+
+
+async def test_a_digest_does_not_list_the_names_of_the_tools_the_request_defines(
+    engine: ContextEngine,
+) -> None:
+    messages = _browser_session(12)
+    for k, m in enumerate(messages):
+        if m["role"] == "assistant":
+            m["content"] = (f"Next I call open_cart_page, then check ref_k{k} against the "
+                            "cheapest red kettle listed so far on the earlier pages.")
+    cart = {"type": "function", "function": {"name": "open_cart_page",
+                                             "parameters": {"type": "object"}}}
+    aged: dict[str, list[str]] = {}
+    for label, tools in (("without", BROWSER_TOOLS), ("with", [*BROWSER_TOOLS, cart])):
+        fitted = None
+        for end in range(4, len(messages) + 1, 2):
+            fitted = await engine.fit(
+                {"messages": messages[:end], "tools": tools}, _call(f"cart-{label}")
+            )
+        assert fitted is not None
+        aged[label] = [out["content"] for out, came in zip(
+            fitted.body["messages"], messages, strict=True)
+            if came["role"] == "assistant" and out["content"] != came["content"]]
+        assert aged[label] and all("ref_k" in text for text in aged[label])
+    # the model reads the tool list on every call: a digest need not name a tool it defines
+    # (without it, the oldest digest lists the name; the later ones see it listed above)
+    assert "open_cart_page" in aged["without"][0]
+    assert not any("open_cart_page" in text for text in aged["with"])
