@@ -147,12 +147,13 @@ def _budget_header(headers: Mapping[str, str]) -> int | None:
 
 
 def tool_names(body: Mapping[str, Any]) -> frozenset[str]:
-    """The names of the functions a chat request's `tools` define."""
+    """The names of the functions a request's `tools` define: chat's `{"function": {"name"}}`,
+    or the `{"name"}` of the Responses and Messages APIs (the wire views pass them as sent)."""
     tools = body.get("tools")
     if not isinstance(tools, list):
         return frozenset()
-    names = (t.get("function", {}).get("name") for t in tools if isinstance(t, Mapping)
-             and isinstance(t.get("function"), Mapping))
+    names = ((t["function"] if isinstance(t.get("function"), Mapping) else t).get("name")
+             for t in tools if isinstance(t, Mapping))
     return frozenset(n for n in names if isinstance(n, str))
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from gateway.context.agents import MemoryAgentClassStore
 from gateway.context.classify import Classifier, agent_fingerprint, is_agent_request
-from gateway.context.engine import CallContext, ContextEngine
+from gateway.context.engine import CallContext, ContextEngine, tool_names
 from gateway.context.taskclass import agent_policy, load_task_classes
 from gateway.settings import Settings
 
@@ -222,3 +222,12 @@ async def test_a_digest_does_not_list_the_names_of_the_tools_the_request_defines
     # (without it, the oldest digest lists the name; the later ones see it listed above)
     assert "open_cart_page" in aged["without"][0]
     assert not any("open_cart_page" in text for text in aged["with"])
+
+
+def test_tool_names_read_every_wire_shape() -> None:
+    chat = {"type": "function", "function": {"name": "get_iban", "parameters": {}}}
+    responses = {"type": "function", "name": "send_money", "parameters": {}}
+    messages = {"name": "read_file", "input_schema": {"type": "object"}}
+    body = {"tools": [chat, responses, messages, "not a tool", {"type": "web_search"}]}
+    assert tool_names(body) == {"get_iban", "send_money", "read_file"}
+    assert tool_names({"messages": []}) == frozenset()
