@@ -146,6 +146,17 @@ def _budget_header(headers: Mapping[str, str]) -> int | None:
     return value
 
 
+def tool_names(body: Mapping[str, Any]) -> frozenset[str]:
+    """The names of the functions a request's `tools` define: chat's `{"function": {"name"}}`,
+    or the `{"name"}` of the Responses and Messages APIs (the wire views pass them as sent)."""
+    tools = body.get("tools")
+    if not isinstance(tools, list):
+        return frozenset()
+    names = ((t["function"] if isinstance(t.get("function"), Mapping) else t).get("name")
+             for t in tools if isinstance(t, Mapping))
+    return frozenset(n for n in names if isinstance(n, str))
+
+
 @dataclass(frozen=True)
 class _Request:
     """What `fit` knows of a call before fitting it."""
@@ -164,6 +175,7 @@ class _Request:
     block: InjectedBlock | None
     fixed: int  # tokens outside the items: reply priming, tool definitions, playbook block
     calibrate: str | None = None  # the model, when its counts are estimates (calibration.py)
+    tools: frozenset[str] = frozenset()  # the names of the tools the request defines
 
 
 class _Applied(NamedTuple):
@@ -359,7 +371,8 @@ class ContextEngine:
         session_id = call.headers.get(HEADER_SESSION) or derive_session_id(call.tenant, messages)
         prefix = self.prefixes.take(call.tenant, session_id)
         parsed: ParsedRequest | None = None
-        if prefix is not None and prefix.extend(
+        tools = tool_names(body)
+        if prefix is not None and prefix.tools == tools and prefix.extend(
             messages, model.encoding, self.counter, self.caches.parts
         ):
             base = base_tokens(body, self.counter, model.encoding)
@@ -380,7 +393,7 @@ class ContextEngine:
         return _Request(
             body, call, messages, model.encoding, session_id, prefix, parsed, tokens_before,
             state, cls, budget, block, fixed=base + (block.tokens if block else 0),
-            calibrate=calibrate,
+            calibrate=calibrate, tools=tools,
         )
 
     def _reused(self, r: _Request) -> _Fitted | None:
@@ -416,7 +429,7 @@ class ContextEngine:
         if pinned > r.budget.input:
             return await self._overflow(r, parsed, pinned)
         final, ctx, stepped, applied = await self._fit_items(
-            r.messages, parsed, r.cls, r.budget, r.state, r.fixed, seconds, r.prefix
+            r.messages, parsed, r.cls, r.budget, r.state, r.fixed, seconds, r.prefix, r.tools
         )
         check_deadline()
         tokens_after = r.fixed + sum(item.tokens for item in final)
@@ -426,6 +439,8 @@ class ContextEngine:
         rendered, events = _render(r, parsed.items, final, ctx)
         prefix = self._prefix(r.messages, parsed, final, rendered, events, ctx, stepped, r.cls,
                               applied, r.prefix)
+        if prefix is not None:
+            prefix.tools = r.tools  # its `known` holds them: a call with other tools parses anew
         return _Fitted(
             rendered.messages, rendered.changed, tokens_after, events, rendered.digests, prefix,
             rendered.plan if rendered.changed else None,
@@ -524,12 +539,13 @@ class ContextEngine:
         fixed: int,
         seconds: dict[str, float],
         prefix: Prefix | None = None,
+        tools: frozenset[str] = frozenset(),
     ) -> tuple[list[Item], StageContext, bool, _Applied]:
         """The items as sent, the stages' context, whether stages ran (a step), and the
         items as the session's decisions before this call send them (`prefix`: the
         session's, when it took this call's new messages)."""
         remembered = dict(state.decisions)
-        known = self._known_values(parsed.items, cls)
+        known = self._known_values(parsed.items, cls, tools)
         final = prefix.applied(parsed.items, state.decisions, known, self.counter,
                                self.caches) if prefix is not None else None
         if final is None:
@@ -650,17 +666,23 @@ class ContextEngine:
             lines_min=_lines_min(cls),
         )
 
-    def _known_values(self, items: list[Item], cls: TaskClass) -> frozenset[str]:
-        """Values of the session's constant context (system prompt, task statement), as the
-        model will see it however old the session gets (stale blocks already cut)."""
+    def _known_values(
+        self, items: list[Item], cls: TaskClass, tools: frozenset[str] = frozenset()
+    ) -> frozenset[str]:
+        """Values of the session's constant context (system prompt, task statement, the
+        names of the tools the request defines), as the model will see it however old the
+        session gets (stale blocks already cut). A digest need not list a tool's name: the
+        model reads the tool list on every call (agentdojo's turns name the tools they
+        weigh; bench/README.md, "Aged turns that made tool calls")."""
         fixed = [item for item in items if item.kind == "system" or item.goal]
-        key = cls.name + "|" + "|".join(item.id for item in fixed)
+        key = "|".join([cls.name, *(item.id for item in fixed), "", *sorted(tools)])
         found = self.caches.known.get(key)
         if found is None:
             texts = []
             for item in fixed:
                 rule = stale_rule(item, cls.stale_rules, self.caches.stale, any_age=True)
                 texts.append(item.text if rule is None else stale_text(item.text, rule))
+            texts.extend(sorted(tools))
             found = frozenset(v for text in texts for v in summarize_values(text))
             self.caches.known[key] = found
         return found

@@ -123,6 +123,9 @@ class Prefix:
     # only from the last mark before its first change (`resume`).
     final: list[Item] = field(default_factory=list)
     marks: list[Mark] = field(default_factory=list)
+    # The names of the tools the calls defined (`known` holds them, engine.tool_names): a
+    # call defining others does not extend this prefix.
+    tools: frozenset[str] = frozenset()
 
     @classmethod
     def build(

@@ -3,11 +3,12 @@ one agent (tenant, system prompt, tool set) are classed alike however they start
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from gateway.context.agents import MemoryAgentClassStore
 from gateway.context.classify import Classifier, agent_fingerprint, is_agent_request
-from gateway.context.engine import CallContext, ContextEngine
+from gateway.context.engine import CallContext, ContextEngine, tool_names
 from gateway.context.taskclass import agent_policy, load_task_classes
 from gateway.settings import Settings
 
@@ -164,3 +165,69 @@ async def test_old_digests_become_placeholders_in_batches(engine: ContextEngine)
     assert digested and digested[-1] > len(sent) // 2  # recent outputs digested, not masked
     # masked in a few batches, not one more on every step
     assert 1 <= len(masked_at) <= 3
+
+
+async def test_an_aged_turn_that_made_tool_calls_keeps_its_calls_not_its_prose(
+    engine: ContextEngine,
+) -> None:
+    messages = _browser_session(12)
+    plan = ("I am now scrolling to the next page because the kettles listed so far are all "
+            "more expensive than the one in ref_k{} and the cheapest red one may be further down.")
+    for k, m in enumerate(messages):
+        if m["role"] == "assistant":
+            m["content"] = plan.format(k)
+    fitted = None
+    for end in range(4, len(messages) + 1, 2):
+        fitted = await engine.fit(
+            {"messages": messages[:end], "tools": BROWSER_TOOLS}, _call("browse-prose")
+        )
+    assert fitted is not None and fitted.task_class == "agent"
+    sent = fitted.body["messages"]
+    turns = [(out, came) for out, came in zip(sent, messages, strict=True)
+             if came["role"] == "assistant"]
+    aged = [(out, came) for out, came in turns if out["content"] != came["content"]]
+    assert aged, "a step aged some turns"
+    for out, came in aged:  # the value each turn named stays, its words go
+        assert "scrolling" not in out["content"]
+        assert re.search(r"ref_k\d+", came["content"])[0] in out["content"]
+    # every turn's tool calls go whole, the latest turn's prose verbatim
+    assert all(out["tool_calls"] == came["tool_calls"] for out, came in turns)
+    assert turns[-1][0]["content"] == turns[-1][1]["content"]
+    assert sum(d.tokens_saved for d in fitted.drops) == fitted.tokens_before - fitted.tokens_after
+
+
+async def test_a_digest_does_not_list_the_names_of_the_tools_the_request_defines(
+    engine: ContextEngine,
+) -> None:
+    messages = _browser_session(12)
+    for k, m in enumerate(messages):
+        if m["role"] == "assistant":
+            m["content"] = (f"Next I call open_cart_page, then check ref_k{k} against the "
+                            "cheapest red kettle listed so far on the earlier pages.")
+    cart = {"type": "function", "function": {"name": "open_cart_page",
+                                             "parameters": {"type": "object"}}}
+    aged: dict[str, list[str]] = {}
+    for label, tools in (("without", BROWSER_TOOLS), ("with", [*BROWSER_TOOLS, cart])):
+        fitted = None
+        for end in range(4, len(messages) + 1, 2):
+            fitted = await engine.fit(
+                {"messages": messages[:end], "tools": tools}, _call(f"cart-{label}")
+            )
+        assert fitted is not None
+        aged[label] = [out["content"] for out, came in zip(
+            fitted.body["messages"], messages, strict=True)
+            if came["role"] == "assistant" and out["content"] != came["content"]]
+        assert aged[label] and all("ref_k" in text for text in aged[label])
+    # the model reads the tool list on every call: a digest need not name a tool it defines
+    # (without it, the oldest digest lists the name; the later ones see it listed above)
+    assert "open_cart_page" in aged["without"][0]
+    assert not any("open_cart_page" in text for text in aged["with"])
+
+
+def test_tool_names_read_every_wire_shape() -> None:
+    chat = {"type": "function", "function": {"name": "get_iban", "parameters": {}}}
+    responses = {"type": "function", "name": "send_money", "parameters": {}}
+    messages = {"name": "read_file", "input_schema": {"type": "object"}}
+    body = {"tools": [chat, responses, messages, "not a tool", {"type": "web_search"}]}
+    assert tool_names(body) == {"get_iban", "send_money", "read_file"}
+    assert tool_names({"messages": []}) == frozenset()

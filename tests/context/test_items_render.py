@@ -176,3 +176,22 @@ def test_a_long_number_is_a_value_and_a_hex_digest_is_not() -> None:
     out = summarize(text, "tool_result", 3)
     assert "FLAG23456912365453475897834567" in out
     assert "3f1c9a0b7d2e4f6a8b9c0d1e2f3a4b5c6d7e8f90" not in out
+
+
+def test_digest_of_a_turn_that_made_tool_calls_keeps_no_prose() -> None:
+    thinking = ("<thinking>\nThe relevant tool is get_received_emails, which returns every "
+                "email in the inbox. I will then look for the reset link of account_77 in "
+                "them. It takes no parameters, so I have all I need to call it.\n</thinking>")
+    out = summarize(thinking, "tool_call", 3)
+    # the calls (sent whole beside it) say what it did: only the values it names stay
+    assert "relevant tool" not in out and "<thinking>" not in out
+    assert "get_received_emails" in out and "account_77" in out and len(out) < len(thinking) / 3
+    # a turn that made no tool call keeps its first sentence (it answered the user)
+    assert summarize(thinking, "assistant", 3).startswith("<thinking>\nThe relevant tool")
+    # a turn that ran a command keeps it; lower levels keep their sentences
+    command = "Run it.\n```\npytest -x tests/\n```"
+    assert summarize(command, "tool_call", 3).startswith("```\npytest -x tests/\n```")
+    assert "relevant tool" in summarize(thinking, "tool_call", 1)
+    # never longer than the sentence it replaces: a few words with a value stay as they are
+    short = "Open page_2."
+    assert summarize(short, "tool_call", 3) == short

@@ -145,6 +145,21 @@ async def test_edits_budgets_retries_and_new_requests_are_identical(
     assert await _same(cached, plain, calls, "edits") >= 3
 
 
+async def test_a_session_whose_tools_change_is_identical_with_and_without_the_cache(
+    settings: Any, embedder: Any
+) -> None:
+    # The tools' names are values the model sees (a digest does not list them): a call
+    # defining other tools than its session's previous call does not extend its prefix.
+    def tool(name: str) -> dict[str, Any]:
+        return {"type": "function", "function": {"name": name, "parameters": {}}}
+
+    calls = _growing(_agent_session(24))
+    calls = [({**body, "tools": [tool("bash")] if n < 10 else [tool("bash"), tool("compute")]},
+              headers) for n, (body, headers) in enumerate(calls)]
+    cached, plain = _engine(settings, embedder, True), _engine(settings, embedder, False)
+    assert await _same(cached, plain, calls, "tools") >= 3
+
+
 async def test_playbook_block_is_identical_with_and_without_the_cache(
     settings: Any, embedder: Any
 ) -> None:
