@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from gateway.context.apply import apply_decision
 from gateway.context.items import parse_request
 from gateway.context.render import render_messages
+from gateway.context.session import Decision
 from gateway.context.summarize import summarize, values
 from gateway.context.tokens import TokenCounter
 
@@ -176,3 +178,16 @@ def test_a_long_number_is_a_value_and_a_hex_digest_is_not() -> None:
     out = summarize(text, "tool_result", 3)
     assert "FLAG23456912365453475897834567" in out
     assert "3f1c9a0b7d2e4f6a8b9c0d1e2f3a4b5c6d7e8f90" not in out
+
+
+def test_a_mask_names_the_kind_and_the_first_line_in_few_characters() -> None:
+    """A long session sends hundreds of placeholders on every late call: each says what was
+    left out and how it began, without the item id or its size (nothing the model can use)."""
+    output = "[File: /repo/src/pkg/module_3.py (224 lines total)]\n" + "1: x = 1\n" * 200
+    msgs = [*MESSAGES[:3], {"role": "tool", "tool_call_id": "c1", "content": output}]
+    item = parse_request({"messages": msgs}, COUNTER, "o200k_base").items[3]
+    masked = apply_decision(item, Decision("compress", "mask", "aged", "mask", 1), COUNTER,
+                            "o200k_base")
+    assert masked is not None
+    assert masked.text == "[ctxgate: tool_result omitted: [File: /repo/src…]"
+    assert item.id not in masked.text and len(masked.text) <= 50
