@@ -57,9 +57,12 @@ def kinds_of(
     return out
 
 
-async def breakdown(name: str, sessions: list[corpora.Session], split: str) -> dict[str, Any]:
+async def breakdown(
+    name: str, sessions: list[corpora.Session], split: str, keep: int = 1
+) -> dict[str, Any]:
     engine = build_engine(Settings())
-    sums = {m: dict.fromkeys(KINDS, 0.0) for m in ("none", "ctxgate", "keep-1")}
+    masking = f"keep-{keep}"
+    sums = {m: dict.fromkeys(KINDS, 0.0) for m in ("none", "ctxgate", masking)}
     n = 0
     for session in sessions:
         ends = call_ends(session.messages)
@@ -77,7 +80,7 @@ async def breakdown(name: str, sessions: list[corpora.Session], split: str) -> d
                 continue
             n += 1
             candidates = {"none": prefix, "ctxgate": fitted.body["messages"],
-                          "keep-1": mask_keep(prefix, 1)}
+                          masking: mask_keep(prefix, keep)}
             for method, fwd in candidates.items():
                 for kind, chars in kinds_of(prefix, fwd).items():
                     sums[method][kind] += chars / total
@@ -91,17 +94,22 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--corpora", type=Path, default=corpora.CORPORA)
     parser.add_argument("--corpus", action="append",
-                        choices=(*corpora.JSONL_CORPORA, "swe-agent"))
+                        choices=(*corpora.JSONL_CORPORA, "swe-agent", "synthetic"),
+                        help="synthetic: the 300-call synthetic session of seed 0")
     parser.add_argument("--split", choices=("all", "tune", "holdout"), default="tune")
+    parser.add_argument("--keep", type=int, default=1, help="the masking setting beside")
     args = parser.parse_args()
+    methods = ("none", "ctxgate", f"keep-{args.keep}")
     for name in args.corpus or corpora.JSONL_CORPORA:
-        result = asyncio.run(breakdown(name, corpora.load(name, args.corpora), args.split))
+        sessions = ([corpora.synthetic_session(0, 300)] if name == "synthetic"
+                    else corpora.load(name, args.corpora))
+        result = asyncio.run(breakdown(name, sessions, args.split, args.keep))
         print(f"\n## {name} ({args.split}, {result['calls']} late calls): % of the call as sent")
-        print(f"| kind | {' | '.join(('none', 'ctxgate', 'keep-1'))} |")
+        print(f"| kind | {' | '.join(methods)} |")
         print("|---|---:|---:|---:|")
         for kind in (*KINDS, "total"):
             cells = [sum(result[m].values()) if kind == "total" else result[m][kind]
-                     for m in ("none", "ctxgate", "keep-1")]
+                     for m in methods]
             print(f"| {kind} | " + " | ".join(f"{c:.1f}" for c in cells) + " |")
     return 0
 

@@ -5,6 +5,7 @@ the cut costs O(n) item visits, not O(n²)."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any
 
@@ -200,3 +201,71 @@ async def test_cut_visits_each_item_a_bounded_number_of_times(
     fitted = await engine.fit(body, _call(uuid.uuid4().hex, tokens // 2, "default"))
     assert fitted.tokens_after <= tokens // 2
     assert visits <= 12 * n  # the quadratic cut made about n²/2 here
+
+
+def _exchange(cid: str, command: str, output: str, text: str | None = None) -> list[dict[str, Any]]:
+    call = {"id": cid, "type": "function",
+            "function": {"name": "bash", "arguments": json.dumps({"command": command})}}
+    return [{"role": "assistant", "content": text, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": cid, "content": output}]
+
+
+@pytest.mark.parametrize("repeats", [8, 13])
+async def test_an_old_exchange_with_long_arguments_is_not_dropped_under_the_band(
+    engine: ContextEngine, repeats: int
+) -> None:
+    """A shell agent's call (intercode): an old command of ~1000 tokens (its arguments cannot
+    be digested) is near half the call; dropping it lands near 40% where 80% is asked.
+    Smaller exchanges go instead (8 repeats: the old ones fall short of the budget by a few
+    tokens, the latest exchange makes them up; 13: one of them is dropped whole and what
+    fits comes back), and the call lands in the band."""
+    noted = "ln: target 'requested.': No such file or directory\n"
+    msgs: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are an agent interacting with a Bourne shell."},
+        {"role": "user", "content": "Create a symbolic link in /system/folder1 to /root"},
+        *_exchange("c0", "ln -s /root /system/folder1", "No output"),
+        *_exchange("c1", "ln -s /root /system/folder1 " * 140, "/bin/bash: unexpected EOF\n"),
+    ]
+    for k in range(2, 5):
+        msgs += _exchange(f"c{k}", f"ln -s /root /system/folder{k} requested. " * repeats, noted)
+    msgs += _exchange("c5", "ls -la /system/folder1 " * 4, "total 0\n")
+    msgs += _exchange("c6", "ln -s /root /system/folder1 requested. " * 12, noted)  # open
+    body = {"messages": msgs}
+    tokens, pinned = _pinned(engine, body)
+    items = parse_request(body, engine.counter, "o200k_base").items
+    long_unit = sum(i.tokens for i in items if i.message_index in (4, 5))
+    budget = int(0.8 * tokens)
+    assert pinned < 0.3 * tokens and long_unit > tokens - budget + BAND * tokens
+    fitted = await engine.fit(body, _call(uuid.uuid4().hex, budget, "data_sql"))
+    assert budget - BAND * tokens <= fitted.tokens_after <= budget
+    assert msgs[4] in fitted.body["messages"]  # the long command stays
+    _check_valid(fitted.body["messages"])
+
+
+async def test_a_dropped_exchange_comes_back_with_an_excerpt_to_fill_the_band(
+    engine: ContextEngine,
+) -> None:
+    """A SQL agent's call (intercode, ReAct): two exchanges, one small, one with a long
+    schema; at 60% neither digests nor masks reach the budget and both go; the newer one
+    then comes back, its output an excerpt of what room is left."""
+    schema = str([(f"column_{k}", "varchar(40)", "YES", "", None, "") for k in range(12)])
+    msgs: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are an agent interacting with a MySQL database."},
+        {"role": "user", "content": "What are the last names of students in North Carolina?"},
+        *_exchange("c0", "SHOW TABLES", str([(f"table_{k}",) for k in range(11)]),
+                   "I should first find out what tables are available."),
+        *_exchange("c1", "DESCRIBE students", schema, "I should check the students table."),
+        *_exchange("c2", "DESCRIBE addresses", (3 * schema)[:700], "Now the addresses table."),
+    ]
+    body = {"messages": msgs}
+    tokens, pinned = _pinned(engine, body)
+    budget = int(0.6 * tokens)
+    assert pinned < budget - BAND * tokens
+    fitted = await engine.fit(body, _call(uuid.uuid4().hex, budget, "data_sql"))
+    assert budget - BAND * tokens <= fitted.tokens_after <= budget
+    sent = fitted.body["messages"]
+    output = next(m for m in sent if m.get("tool_call_id") == "c1")
+    assert msgs[4] in sent and "tokens omitted" in str(output["content"])
+    _check_valid(sent)
+    saved = sum(d.tokens_before - d.tokens_after for d in fitted.drops)
+    assert saved == fitted.tokens_before - fitted.tokens_after

@@ -53,9 +53,9 @@ async def test_a_tightened_class_is_fitted_smaller(
     run = uuid.uuid4().hex[:6]
     as_yaml, tightened, off = f"yaml_{run}", f"tight_{run}", f"off_{run}"
     engine = _engine(settings, redis_client, embedder, tmp_path, **{
-        as_yaml: {"adjust": True}, tightened: {"adjust": True, "min_scale": 0.05},
+        as_yaml: {"adjust": True}, tightened: {"adjust": True, "min_scale": 0.03},
         off: {"adjust": False}})
-    await _tighten(redis_client, tightened, 0.05)
+    await _tighten(redis_client, tightened, 0.03)
     await _tighten(redis_client, off, 0.05)
     _, body, _ = synthetic_session(7, turns=40)
     base = await _fit(engine, as_yaml, body)
@@ -64,7 +64,9 @@ async def test_a_tightened_class_is_fitted_smaller(
     assert base.budget_source == "config" and same.budget_source == "config"
     assert small.budget_source == "forecast"
     assert small.tokens_before == base.tokens_before
-    assert small.tokens_after < 0.7 * base.tokens_after  # measured 3,173 against 5,632
+    # measured 2,239 against 3,650 (shorter placeholders took the YAML class from 5,632 to
+    # 3,650, under a cap scaled by 0.05: 0.03 binds)
+    assert small.tokens_after < 0.7 * base.tokens_after
     assert same.tokens_after == base.tokens_after
     switched_off = ContextEngine(
         settings.model_copy(update={

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from gateway.context.apply import apply_decision
 from gateway.context.items import parse_request
 from gateway.context.render import render_messages
+from gateway.context.session import Decision
 from gateway.context.summarize import summarize, values
 from gateway.context.tokens import TokenCounter
 
@@ -195,3 +197,16 @@ def test_digest_of_a_turn_that_made_tool_calls_keeps_no_prose() -> None:
     # never longer than the sentence it replaces: a few words with a value stay as they are
     short = "Open page_2."
     assert summarize(short, "tool_call", 3) == short
+
+
+def test_a_mask_names_the_kind_and_the_first_line_in_few_characters() -> None:
+    """A long session sends hundreds of placeholders on every late call: each says what was
+    left out and how it began, without the item id or its size (nothing the model can use)."""
+    output = "[File: /repo/src/pkg/module_3.py (224 lines total)]\n" + "1: x = 1\n" * 200
+    msgs = [*MESSAGES[:3], {"role": "tool", "tool_call_id": "c1", "content": output}]
+    item = parse_request({"messages": msgs}, COUNTER, "o200k_base").items[3]
+    masked = apply_decision(item, Decision("compress", "mask", "aged", "mask", 1), COUNTER,
+                            "o200k_base")
+    assert masked is not None
+    assert masked.text == "[ctxgate: tool_result omitted: [File: /repo/src…]"
+    assert item.id not in masked.text and len(masked.text) <= 50

@@ -211,6 +211,11 @@ class Ladder:
             back += tokens
         return back
 
+    def unit_tokens(self, p: int, counted: Callable[[Item], bool]) -> int:
+        """The counted tokens the unit of the item at `p` is sent with now."""
+        item = self.current[p]
+        return 0 if item is None else self._tokens(self._units[item.unit], counted)
+
     def _tokens(self, positions: list[int], counted: Callable[[Item], bool]) -> int:
         return sum(
             item.tokens
@@ -292,18 +297,26 @@ def cut(
         key=lambda p: usefulness(items[p]),
     )
     ladder = Ladder(items, ctx, tolerance=int(LANDING * total))
-    # Each rung in turn (drops twice: first only units small enough not to land far below
-    # the target, then any), over everything but the latest exchange, then over that.
-    passes = [(to, False) for to in range(DROP)] + [(DROP, True), (DROP, False)]
-    for order in (
-        [p for p in free if items[p].unit not in recent],
-        [p for p in free if items[p].unit in recent],
-    ):
-        for to, fine in passes:
-            for p in order:
-                if total <= target:
-                    break
-                total -= ladder.step(p, to, reason, counted, total - target, fine)
+    # Each rung in turn, over everything but the latest exchange, then over that; drops
+    # first only of units small enough not to land far below the target. A drop that would
+    # (a unit whose tool-call arguments cannot be digested) comes last of all, the smallest
+    # such unit first: cutting the latest exchange a little lands in the band, dropping a
+    # large unit far under it (and `restore` then brings back what fits).
+    old = [p for p in free if items[p].unit not in recent]
+    latest = [p for p in free if items[p].unit in recent]
+    fine = [(to, True) for to in range(DROP + 1)]
+    for order, to, only_fine in [
+        *((old, to, f) for to, f in fine),
+        *((latest, to, f) for to, f in fine),
+        (old, DROP, False),
+        (latest, DROP, False),
+    ]:
+        if not only_fine:
+            order = sorted(order, key=lambda p: ladder.unit_tokens(p, counted))
+        for p in order:
+            if total <= target:
+                break
+            total -= ladder.step(p, to, reason, counted, total - target, only_fine)
     if total <= target:  # a large drop came last: smaller ones before it may come back
         ladder.restore(target - total, counted)
     return ladder.kept(), ladder.made
@@ -313,7 +326,9 @@ def give_back(before: list[Item], after: list[Item], ctx: StageContext, target: 
     """After a step that cut well below `target` (duplicates folded, rules applied), the
     step's own decisions undone, newest unit first, while the total stays at most `target`:
     a session's first call is cut just enough. `before`: the items as they were before the
-    step, so only the step's decisions are undone."""
+    step, so only the step's decisions are undone. The newest unit that does not fit back
+    whole comes back with its longest text an excerpt of what room is left (its other
+    items whole: a tool call comes back with its results)."""
     room = target - ctx.total(after)
     if room <= LANDING * ctx.total(before):
         return after
@@ -322,30 +337,48 @@ def give_back(before: list[Item], after: list[Item], ctx: StageContext, target: 
     for item in before:
         if item.id in ctx.decisions and now.get(item.id) is not item:
             units.setdefault(item.unit, []).append(item)
-    partial: Item | None = None  # the newest item that did not fit back whole
+    partial: list[Item] | None = None  # the newest unit that did not fit back whole
     for unit in sorted(units.values(), key=lambda u: -u[-1].message_index):
-        tokens = sum(i.tokens - (now[i.id].tokens if i.id in now else 0) for i in unit)
+        tokens = sum(_regained(i, now) for i in unit)
         if tokens > room:
-            if partial is None and len(unit) == 1 and unit[0].id in now:
-                partial = unit[0]
+            partial = partial or unit
             continue
         for item in unit:
             now[item.id] = item
             del ctx.decisions[item.id]
         room -= tokens
     if partial is not None and room > LANDING * ctx.total(before):
-        # what is left of the room: an excerpt of that item's own text
-        keep = now[partial.id].tokens + room - partial.fixed_tokens
-        text = (
-            excerpt(partial.text, keep, ctx.counter, ctx.encoding) if partial.rewritable else None
-        )
-        if text is not None:
-            filled = Decision("compress", "compress", "over_budget", "summary", 1, text=text)
-            new = apply_decision(partial, filled, ctx.counter, ctx.encoding)
-            if (
-                new is not None
-                and now[partial.id].tokens < new.tokens <= now[partial.id].tokens + room
-            ):
-                now[partial.id] = new
-                ctx.decisions[partial.id] = filled
+        _excerpt_back(partial, now, ctx, room)
     return [now[item.id] for item in before if item.id in now]
+
+
+def _regained(item: Item, now: dict[str, Item]) -> int:
+    """Tokens `item` takes back when it is sent whole again."""
+    return item.tokens - (now[item.id].tokens if item.id in now else 0)
+
+
+def _excerpt_back(unit: list[Item], now: dict[str, Item], ctx: StageContext, room: int) -> None:
+    """`unit` back in `room` tokens: its longest rewritable text as an excerpt, the rest
+    whole; left as it is when that does not fit."""
+    texts = [i for i in unit if i.rewritable]
+    if not texts:
+        return
+    longest = max(texts, key=lambda i: i.tokens)
+    others = sum(_regained(i, now) for i in unit if i is not longest)
+    current = now[longest.id].tokens if longest.id in now else 0
+    keep = current + room - others - longest.fixed_tokens
+    if keep <= EXCERPT_MIN:
+        return
+    text = excerpt(longest.text, keep, ctx.counter, ctx.encoding)
+    if text is None:
+        return
+    filled = Decision("compress", "compress", "over_budget", "summary", 1, text=text)
+    new = apply_decision(longest, filled, ctx.counter, ctx.encoding)
+    if new is None or not current < new.tokens <= current + room - others:
+        return
+    for item in unit:
+        if item is not longest:
+            now[item.id] = item
+            del ctx.decisions[item.id]
+    now[longest.id] = new
+    ctx.decisions[longest.id] = filled

@@ -1,0 +1,73 @@
+"""The budget-mode calls that land out of the band, one line each (issue 7: at 80% of a call
+the forwarded size within [70%, 80%]), with what the plain fit does on the same call.
+
+Samples calls as `bench/replay.py`'s budget mode does (`bench.corpus_run.budget_calls`) and
+lists those whose pinned content leaves 10 points of room but whose forwarded size is out of
+[budget − 10 points, budget], or whose recall is under the plain fit's.
+
+    python -m bench.budget_band [--corpora DIR] [--corpus NAME ...] [--per-split 60]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from bench import corpora
+from bench.corpus_run import BUDGET_FRACTIONS, budget_calls
+from gateway.context.replay import build_engine
+from gateway.settings import Settings
+
+
+def misses(record: dict[str, Any]) -> list[str]:
+    """One line per budget of `record` (a `budget_call` record) that misses the target."""
+    out = []
+    for fraction in BUDGET_FRACTIONS:
+        c = record[str(fraction)]
+        size, plain = c["engine"]["size"], c["plain"]
+        if not c["slack10"]:
+            continue
+        in_band = size is not None and fraction - 0.1 - 1e-9 <= size <= fraction + 1e-9
+        under = record["needed"] and (c["engine"]["recall"] or 0) < (plain["recall"] or 0)
+        if not in_band or under:
+            out.append(
+                f"{record['session']} at {fraction:.0%}: {record['tokens']} tokens, pinned "
+                f"{record['pinned'] / record['tokens']:.1%}, sent {size or 0:.1%} (plain "
+                f"{plain['size'] or 0:.1%}), recall {c['engine']['recall']} (plain "
+                f"{plain['recall']})"
+            )
+    return out
+
+
+async def run(names: list[str], root: Path, per_split: int) -> None:
+    engine = build_engine(Settings())
+    try:
+        for name in names:
+            records = await budget_calls(
+                engine, corpora.load(name, root), corpus=name, per_split=per_split
+            )
+            lines = [line for r in records for line in misses(r)]
+            room = sum(r[str(f)]["slack10"] for r in records for f in BUDGET_FRACTIONS)
+            print(f"## {name}: {len(lines)} of {room} calls × budgets with 10 points of room")
+            print("\n".join(lines))
+    finally:
+        if engine.embedder is not None:
+            engine.embedder.close()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--corpora", type=Path, default=corpora.CORPORA)
+    parser.add_argument("--corpus", action="append", choices=(*corpora.JSONL_CORPORA,
+                                                              "swe-agent"))
+    parser.add_argument("--per-split", type=int, default=60, help="calls sampled a split")
+    args = parser.parse_args()
+    asyncio.run(run(args.corpus or ["swe-agent", *corpora.JSONL_CORPORA], args.corpora,
+                    args.per_split))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
