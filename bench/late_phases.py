@@ -27,6 +27,7 @@ ENGINE_PHASES = ("parse_request", "_apply_remembered", "render_messages", "drop_
                  "reapply", "observe", "materialize", "step_horizon", "arrival_duplicates",
                  "repeated_calls")
 PREFIX_PHASES = ("build", "extend", "reuse", "parsed", "applied")
+DROPLOG_PHASES = ("write_call", "_decided")
 
 
 def _timed(spent: dict[str, float], label: str, f: Callable[..., Any]) -> Callable[..., Any]:
@@ -43,6 +44,7 @@ def _wrap(spent: dict[str, float]) -> None:
     import gateway.context.engine as engine_module
     from gateway.context.engine import ContextEngine
     from gateway.context.prefix import Prefix
+    from gateway.observability.droplog import DropLog
 
     for name in ENGINE_PHASES:  # what a checkout does not call is not timed
         target = engine_module if hasattr(engine_module, name) else ContextEngine
@@ -51,6 +53,9 @@ def _wrap(spent: dict[str, float]) -> None:
     for name in PREFIX_PHASES:
         if hasattr(Prefix, name):
             setattr(Prefix, name, _timed(spent, f"prefix.{name}", getattr(Prefix, name)))
+    for name in DROPLOG_PHASES:
+        if hasattr(DropLog, name):
+            setattr(DropLog, name, _timed(spent, f"droplog.{name}", getattr(DropLog, name)))
 
 
 async def run(turns: int, seed: int) -> dict[tuple[str, str], dict[str, float]]:

@@ -1,12 +1,13 @@
 """Same output before and after a change that must not change behaviour: every call of every
 corpus replayed through this checkout's engine and another checkout's, compared call by call.
 
-Per call: SHA-256 of the forwarded messages and of the drop events, tokens before and
-after, the prefix-stable flag and the fidelity signals of the turn that answered the
-previous call. Sessions: the shared corpora (swe-agent, webchorearena, agentdojo,
-intercode), synthetic 3 × 100 + 1 × 300 calls, and the 300-call session again under a
-budget header of 60% of its last call (over-budget steps, the ladder). Each checkout runs in
-its own child process (`--tree`), both at once.
+Per call: SHA-256 of the forwarded messages, of the drop events and of the drop log's
+lines (decisions form, without their `ts`), tokens before and after, the prefix-stable flag
+and the fidelity signals of the turn that answered the previous call. Sessions: the shared
+corpora (swe-agent, webchorearena, agentdojo, intercode), synthetic 3 × 100 + 1 × 300
+calls, and the 300-call session again under a budget header of 60% of its last call
+(over-budget steps, the ladder). Each checkout runs in its own child process (`--tree`),
+both at once.
 
     python -m bench.same_output --against DIR [--corpora DIR] [--quick]
     python bench/same_output.py --child --tree DIR [--corpora DIR] [--quick]
@@ -62,19 +63,24 @@ async def _child(corpora: Path, quick: bool) -> list[list[Any]]:
     from gateway.settings import Settings
 
     engine = build_engine(Settings())
+    logged: list[dict[str, Any]] = []  # the drop log's lines of the current call
+    engine.drop_log._emit = logged.extend  # type: ignore[method-assign]
     rows: list[list[Any]] = []
     try:
         for name, calls, extra in _sessions(corpora, quick):
             headers = {"x-ctxgate-session-id": name, **extra}
             for n, body in enumerate(calls):
                 call = CallContext("same", f"{name}-{n}", headers)
+                logged.clear()
                 try:
                     fitted = await engine.fit(body, call)
                 except ContextBudgetExceeded as exc:
                     rows.append([name, n, "refused", exc.message])
                     continue
                 signals = fitted.signals.to_log() if fitted.signals else None
+                lines = [{k: v for k, v in line.items() if k != "ts"} for line in logged]
                 rows.append([name, n, _sha(fitted.body["messages"]), _sha(fitted.drops),
+                             _sha(lines),
                              fitted.tokens_before, fitted.tokens_after, fitted.prefix_stable,
                              signals])
     finally:

@@ -26,6 +26,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Literal
 
@@ -92,16 +93,70 @@ class _CallSummary:
 
 
 @dataclass
+class _Tally:
+    """A call's events summed as its summary counts them. The next call whose events start
+    with the same objects (a step call's drops: the prefix's up to where the step changed
+    something, then new ones, `engine._render`) takes off the old rest and adds its own."""
+
+    steps: dict[int, int] = field(default_factory=dict)  # step -> events
+    # (stage, reason) -> items, tokens saved, tokens as the metric counts them, first position
+    labels: dict[tuple[str, str], list[int]] = field(default_factory=dict)
+    unique: bool = True  # no two events of one item: each event's line is its signature
+
+    def add(self, events: Sequence[DropEvent], start: int) -> None:
+        for pos in range(start, len(events)):
+            event = events[pos]
+            self.steps[event.step] = self.steps.get(event.step, 0) + 1
+            saved = event.tokens_saved
+            label = self.labels.get((event.stage, event.reason))
+            if label is None:
+                self.labels[(event.stage, event.reason)] = [1, saved, max(saved, 0), pos]
+            else:
+                label[0] += 1
+                label[1] += saved
+                label[2] += max(saved, 0)
+
+    def remove(self, events: Sequence[DropEvent], start: int) -> None:
+        """Take off events[start:] (a label first seen there has no event left before)."""
+        for pos in range(start, len(events)):
+            event = events[pos]
+            self.steps[event.step] -= 1
+            if not self.steps[event.step]:
+                del self.steps[event.step]
+            saved = event.tokens_saved
+            label = self.labels[(event.stage, event.reason)]
+            label[0] -= 1
+            label[1] -= saved
+            label[2] -= max(saved, 0)
+        for key in [key for key, label in self.labels.items() if label[3] >= start]:
+            del self.labels[key]
+
+    def summary(self, present: set[str], by_step: dict[int, set[str]]) -> _CallSummary:
+        """The call's summary, `present`: its events' items, `by_step`: the items logged."""
+        steps = sorted(self.steps)
+        excluded = sorted(chain.from_iterable(by_step.get(step, set()) - present
+                                              for step in steps))
+        ordered = sorted(self.labels.items(), key=lambda kv: kv[1][3])  # as first seen
+        counts = {f"{stage}.{reason}": {"items": label[0], "tokens": label[1]}
+                  for (stage, reason), label in ordered}
+        by_label = {key: (label[0], label[2]) for key, label in ordered}
+        return _CallSummary(steps, excluded, counts, sum(label[1] for _, label in ordered),
+                            by_label)
+
+
+@dataclass
 class _Logged:
     """What this process has logged of one session's decisions, and its latest call's
     events with their summary: a call whose events are that very list (the engine hands
     the same list on while a session's decisions in force do not change) is summarised
-    by a lookup, so a call line costs what is new, not the history's drops."""
+    by a lookup, and one whose events start with the same objects from their tally, so a
+    call line costs what is new, not the history's drops."""
 
     lines: dict[tuple[str, int], tuple[Any, ...]] = field(default_factory=dict)
     by_step: dict[int, set[str]] = field(default_factory=dict)
     events: Sequence[DropEvent] | None = None
     summary: _CallSummary | None = None
+    tally: _Tally | None = None
 
 
 class DropLog:
@@ -225,39 +280,53 @@ class DropLog:
             self._sessions.move_to_end(key)
         if events is logged.events and logged.summary is not None:
             return [], logged.summary  # the previous call's events: all logged, same summary
-        new = []
-        for event in events:
+        start, tally = _resume(logged, events)
+        new = []  # the events before `start` were the previous call's: logged as they are
+        for pos in range(start, len(events)):
+            event = events[pos]
             line = (event.item_id, event.step)
             signature = event.signature()
             if logged.lines.get(line) != signature:
                 logged.lines[line] = signature
                 logged.by_step.setdefault(event.step, set()).add(event.item_id)
                 new.append(event)
-        steps = sorted({event.step for event in events})
         present = {event.item_id for event in events}
-        excluded = sorted(
-            item for step in steps for item in logged.by_step.get(step, ()) if item not in present
-        )
-        counts, by_label = _counts(events)
-        summary = _CallSummary(steps, excluded, counts,
-                               sum(event.tokens_saved for event in events), by_label)
-        self._remember(key, logged, events, summary)
+        tally.unique = len(present) == len(events)
+        summary = tally.summary(present, logged.by_step)
+        self._remember(key, logged, events, summary, tally)
         return new, summary
 
     def _remember(self, key: tuple[str, str], logged: _Logged, events: Sequence[DropEvent],
-                  summary: _CallSummary) -> None:
-        """Keep `events` and their summary for the session's next call, for a bounded
+                  summary: _CallSummary, tally: _Tally) -> None:
+        """Keep `events`, their summary and tally for the session's next call, for a bounded
         number of sessions (the least recent forget theirs)."""
-        logged.events, logged.summary = events, summary
+        logged.events, logged.summary, logged.tally = events, summary, tally
         self._summarised[key] = logged
         self._summarised.move_to_end(key)
         if len(self._summarised) > self._max_summarised:
             _, oldest = self._summarised.popitem(last=False)
-            oldest.events = oldest.summary = None
+            oldest.events = oldest.summary = oldest.tally = None
 
     def close(self) -> None:
         if self._owned:
             self._out.close()
+
+
+def _resume(logged: _Logged, events: Sequence[DropEvent]) -> tuple[int, _Tally]:
+    """How many of `events` lead as the session's previous call's did (the same objects),
+    and the tally of `events`: the previous one with its other events taken off and the new
+    ones added. None lead when the previous call's are not kept or had an item twice."""
+    old, tally = logged.events, logged.tally
+    if old is None or tally is None or not tally.unique:
+        tally = _Tally()
+        tally.add(events, 0)
+        return 0, tally
+    k, n = 0, min(len(old), len(events))
+    while k < n and old[k] is events[k]:
+        k += 1
+    tally.remove(old, k)
+    tally.add(events, k)
+    return k, tally
 
 
 def _by_label(events: Sequence[DropEvent]) -> dict[tuple[str, str], tuple[int, int]]:
@@ -267,15 +336,3 @@ def _by_label(events: Sequence[DropEvent]) -> dict[tuple[str, str], tuple[int, i
         items, tokens = out.get((event.stage, event.reason), (0, 0))
         out[(event.stage, event.reason)] = (items + 1, tokens + max(event.tokens_saved, 0))
     return out
-
-
-def _counts(
-    events: Sequence[DropEvent],
-) -> tuple[dict[str, dict[str, int]], dict[tuple[str, str], tuple[int, int]]]:
-    """A call line's `counts` ("stage.reason": items, tokens saved) and the metrics' view."""
-    counts: dict[str, dict[str, int]] = {}
-    for event in events:
-        count = counts.setdefault(f"{event.stage}.{event.reason}", {"items": 0, "tokens": 0})
-        count["items"] += 1
-        count["tokens"] += event.tokens_saved
-    return counts, _by_label(events)

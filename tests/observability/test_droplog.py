@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import orjson
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from gateway.observability.droplog import DropEvent, DropLog
 from gateway.observability.metrics import Metrics
@@ -79,3 +81,61 @@ def test_only_the_latest_sessions_keep_their_drops_for_the_lookup(tmp_path: Path
     calls = {line["trace_id"]: line for line in lines if line["event"] == "context.call"}
     assert calls["a2"]["new_decisions"] == 0 and calls["a2"]["dropped_tokens"] == 81
     assert calls["a2"]["steps"] == calls["a1"]["steps"] == [1]
+
+
+STAGES = (("compress", "compress", "aged"), ("select", "drop", "recency"),
+          ("cluster", "dedup", "near_duplicate"), ("compress", "mask", "aged"))
+
+
+@st.composite
+def _calls(draw: st.DrawFn) -> list[list[DropEvent]]:
+    """A session's calls' drops as the engine hands them on: each call keeps a leading part
+    of the previous call's list (the same objects, or the very list), then new events, some
+    of an item seen before (at another step, with other tokens, or twice in one list)."""
+    calls: list[list[DropEvent]] = []
+    for _ in range(draw(st.integers(1, 8))):
+        previous = calls[-1] if calls else []
+        unique = len({e.item_id for e in previous}) == len(previous)
+        if previous and unique and draw(st.booleans()):
+            calls.append(previous)  # the very list again (the engine's are of one item each)
+            continue
+        keep = draw(st.integers(0, len(previous)))
+        fresh = [DropEvent(stage, action, reason, f"i{item}", "tool_result", item, 100,
+                           after, step=step)
+                 for (stage, action, reason), item, after, step in draw(st.lists(st.tuples(
+                     st.sampled_from(STAGES), st.integers(0, 9), st.integers(0, 120),
+                     st.integers(1, 4)), max_size=8))]
+        calls.append(previous[:keep] + fresh)
+    return calls
+
+
+def _logged(path: Path, calls: list[list[DropEvent]], summaries: int
+            ) -> tuple[list[dict[str, object]], list[tuple[object, ...]]]:
+    metrics = Metrics()
+    log = DropLog(str(path), "none", metrics, summaries=summaries)
+    for n, events in enumerate(calls):
+        log.write_call(events, trace_id=f"c{n}", session_id="s", tenant="t", task_class="x",
+                       tokens=(5000, 5000 - sum(e.tokens_saved for e in events), 0))
+    log.close()
+    lines = [{k: v for k, v in orjson.loads(raw).items() if k != "ts"}
+             for raw in path.read_bytes().splitlines()]
+    samples = [(s.name, sorted(s.labels.items()), s.value)
+               for family in (metrics.dropped_items, metrics.dropped_tokens)
+               for s in family.collect()[0].samples if s.name.endswith("_total")]
+    return lines, sorted(samples, key=repr)
+
+
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(calls=_calls())
+def test_a_call_whose_drops_lead_like_the_previous_ones_logs_like_a_list_never_seen(
+    tmp_path: Path, calls: list[list[DropEvent]]
+) -> None:
+    """The summary kept from the previous call (its events taken off past where the new
+    list stops being the same objects, the new ones added) writes the lines and moves the
+    metrics exactly as a log that keeps no summary and walks every drop."""
+    kept = _logged(tmp_path / "kept.jsonl", calls, 256)
+    walked = _logged(tmp_path / "walked.jsonl", calls, 0)
+    (tmp_path / "kept.jsonl").unlink()
+    (tmp_path / "walked.jsonl").unlink()
+    assert kept == walked
