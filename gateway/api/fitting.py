@@ -46,7 +46,13 @@ from gateway.context.offload import (
 from gateway.context.taskclass import DEFAULT_CLASS
 from gateway.errors import ContextBudgetExceeded, ContextFitTimeout, GatewayError
 from gateway.learner.traces import TraceEvent
-from gateway.observability.explain import STORE_DOWN_REASON, account_of, unmanaged_account
+from gateway.observability.explain import (
+    STORE_DOWN_REASON,
+    Pieces,
+    account_of,
+    split_account,
+    unmanaged_account,
+)
 from gateway.store import STORE_DOWN
 from gateway.wire.view import WireFormat, unmarked
 
@@ -59,7 +65,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("ctxgate.managed")
 UNMANAGED = "unmanaged"
-TraceParts = tuple[list[dict[str, Any]], bytes]  # messages, account (JSON)
+TraceParts = tuple[list[dict[str, Any]], bytes, Pieces]  # messages, account (JSON), pieces
 Trim = Callable[[list[dict[str, Any]]], list[dict[str, Any]]]  # the trace writer's `trim`
 T = TypeVar("T")
 # How long after-response work (a large call's trace, its fidelity record) and a large
@@ -288,9 +294,10 @@ def _unmanaged_trace(engine: ContextEngine, *, wire: WireFormat, raw: bytes,
 
 def _trace_parts(fitted: FittedCall) -> TraceParts:
     """A fitted call's messages and its account, serialised where it is built: a large
-    call's account (a role and a plan entry per message) is megabytes of JSON."""
+    call's account (a role and a plan entry per message) is megabytes of JSON, stored in
+    pieces that the session's later calls share (`split_account`)."""
     return (unmarked(fitted.body["messages"]),
-            orjson.dumps(account_of(fitted, fitted.budget_source)))
+            *split_account(account_of(fitted, fitted.budget_source)))
 
 
 async def _prepare(engine: ContextEngine, wire: WireFormat, raw: bytes, call: Call,

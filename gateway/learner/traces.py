@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import Counter, deque
+import time
+from collections import Counter, OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -24,7 +25,7 @@ import orjson
 
 from gateway.learner.outage import OutageBuffer, TraceRecord
 from gateway.learner.signals import may_teach
-from gateway.observability.explain import ACCOUNT_FIELD
+from gateway.observability.explain import ACCOUNT_FIELD, Pieces
 from gateway.playbook.config import ClassPlaybook, class_playbook, learner_settings
 from gateway.services import Services
 from gateway.store import STORE_DOWN, keys
@@ -42,6 +43,7 @@ RETRY_FIRST_S = 0.5  # first wait before writing held traces back; doubles up to
 RETRY_MAX_S = 10.0  # this while Redis stays down
 SHUTDOWN_WAIT_S = 5.0  # how long shutdown keeps trying to write held traces
 EVENT_FIELD = "event"
+PIECES_REMEMBERED = 65_536  # account pieces this process knows it wrote (most recent)
 FEEDBACK_FIELD = "feedback"
 
 
@@ -56,6 +58,7 @@ class TraceEvent:
     injected_bullet_ids: list[str] = field(default_factory=list)
     ts: float = 0.0
     account: bytes | None = None  # the explainer's record (JSON), stored beside the event
+    pieces: Pieces = ()  # the runs of entries `account` names (`split_account`)
 
     def to_json(self) -> bytes:
         return orjson.dumps(self)  # orjson serialises dataclasses natively, without a copy
@@ -148,6 +151,9 @@ class TraceSink:
         self._held = OutageBuffer(outage_traces, outage_bytes)
         self._writing_back = asyncio.Lock()  # one write-back at a time, in order
         self._retrier: asyncio.Task[None] | None = None
+        # Account pieces written (tenant, hash) -> when: a piece is stored for twice the
+        # trace TTL, so one written less than half a TTL ago outlives any trace naming it now.
+        self._written: OrderedDict[tuple[str, str], float] = OrderedDict()
 
     @classmethod
     def from_services(cls, services: Services) -> TraceSink:
@@ -194,9 +200,10 @@ class TraceSink:
 
     def _record(self, event: TraceEvent, teaches: bool, trimmed: bool) -> TraceRecord:
         """The bytes the stored trace holds: messages trimmed, the account beside them."""
-        kept = replace(event, account=None, messages=event.messages if trimmed
+        kept = replace(event, account=None, pieces=(), messages=event.messages if trimmed
                        else keep_recent(event.messages, self._keep_chars))
-        return TraceRecord(event.tenant, event.trace_id, kept.to_json(), event.account, teaches)
+        return TraceRecord(event.tenant, event.trace_id, kept.to_json(), event.account, teaches,
+                           event.pieces)
 
     async def _write(self, records: list[TraceRecord]) -> None:
         try:
@@ -208,8 +215,15 @@ class TraceSink:
             self._count("trace_write", records)
 
     async def _send(self, records: list[TraceRecord]) -> None:
+        now, sent = time.monotonic(), set()
         async with self._redis.pipeline(transaction=False) as pipe:
             for record in records:
+                for digest, raw in record.pieces:
+                    if (record.tenant, digest) in sent or not self._stale(record.tenant, digest,
+                                                                          now):
+                        continue
+                    sent.add((record.tenant, digest))
+                    pipe.set(keys.account_piece(record.tenant, digest), raw, ex=2 * self._ttl_s)
                 trace_key = keys.trace(record.tenant, record.trace_id)
                 pipe.hset(trace_key, EVENT_FIELD, record.event)
                 if record.account is not None:
@@ -224,6 +238,17 @@ class TraceSink:
                     maxlen=self._maxlen, approximate=True,
                 )
             await pipe.execute()
+        for piece in sent:
+            self._written[piece] = now
+            self._written.move_to_end(piece)
+        while len(self._written) > PIECES_REMEMBERED:
+            self._written.popitem(last=False)
+
+    def _stale(self, tenant: str, digest: str, now: float) -> bool:
+        """Whether an account piece must be (re)written: not written by this process in
+        the last half TTL (kept for two, so it outlives the trace written now)."""
+        when = self._written.get((tenant, digest))
+        return when is None or now - when > self._ttl_s / 2
 
     @property
     def _holding(self) -> bool:
