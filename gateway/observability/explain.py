@@ -6,8 +6,10 @@ and, when rewritten, the text sent in its place), the drops, the budget and its 
 playbook block. `explain` turns it into the answer of `GET /admin/traces/{trace_id}` and
 `ctxgate explain`: for every client message kept, digested (with the digest) or dropped,
 each drop with its stage, reason and tokens; the class and budget the call got and why; the
-playbook block it carried and where. The account holds no kept message's text, so it stays
-small however long the session (the trace's TTL bounds how many are kept).
+playbook block it carried and where. The account holds no kept message's text; its lists
+that grow with the session (roles, plan, drops) are stored in pieces of 64 entries under
+their hash (`split_account`), which a session's calls share up to their first change, so a
+call writes what changed, not its whole account (the trace's TTL bounds how many are kept).
 """
 
 from __future__ import annotations
