@@ -43,7 +43,7 @@ RETRY_FIRST_S = 0.5  # first wait before writing held traces back; doubles up to
 RETRY_MAX_S = 10.0  # this while Redis stays down
 SHUTDOWN_WAIT_S = 5.0  # how long shutdown keeps trying to write held traces
 EVENT_FIELD = "event"
-PIECES_REMEMBERED = 65_536  # account pieces this process knows it wrote (most recent)
+PIECES_REMEMBERED = 16_384  # account pieces this process knows it wrote (~4 MB, most recent)
 FEEDBACK_FIELD = "feedback"
 
 
