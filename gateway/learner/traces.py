@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections import Counter, OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -151,9 +150,9 @@ class TraceSink:
         self._held = OutageBuffer(outage_traces, outage_bytes)
         self._writing_back = asyncio.Lock()  # one write-back at a time, in order
         self._retrier: asyncio.Task[None] | None = None
-        # Account pieces written (tenant, hash) -> when: a piece is stored for twice the
-        # trace TTL, so one written less than half a TTL ago outlives any trace naming it now.
-        self._written: OrderedDict[tuple[str, str], float] = OrderedDict()
+        # Account pieces this process wrote (tenant, hash), most recent last: a later call
+        # naming one only checks that it is still there (`_queue_pieces`).
+        self._written: OrderedDict[tuple[str, str], None] = OrderedDict()
 
     @classmethod
     def from_services(cls, services: Services) -> TraceSink:
@@ -215,15 +214,10 @@ class TraceSink:
             self._count("trace_write", records)
 
     async def _send(self, records: list[TraceRecord]) -> None:
-        now, sent = time.monotonic(), set()
+        pieces: dict[tuple[str, str], bytes] = {}  # the batch's account pieces, once each
         async with self._redis.pipeline(transaction=False) as pipe:
+            checked = self._queue_pieces(pipe, records, pieces)
             for record in records:
-                for digest, raw in record.pieces:
-                    if (record.tenant, digest) in sent or not self._stale(record.tenant, digest,
-                                                                          now):
-                        continue
-                    sent.add((record.tenant, digest))
-                    pipe.set(keys.account_piece(record.tenant, digest), raw, ex=2 * self._ttl_s)
                 trace_key = keys.trace(record.tenant, record.trace_id)
                 pipe.hset(trace_key, EVENT_FIELD, record.event)
                 if record.account is not None:
@@ -237,18 +231,42 @@ class TraceSink:
                     {"kind": "trace", "tenant": record.tenant, "trace_id": record.trace_id},
                     maxlen=self._maxlen, approximate=True,
                 )
-            await pipe.execute()
-        for piece in sent:
-            self._written[piece] = now
+            replies = await pipe.execute()
+        lost = [piece for piece, kept in zip(checked, replies, strict=False) if not kept]
+        if lost:  # gone since this process wrote them (restart, flush, eviction): again
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for tenant, digest in lost:
+                    pipe.set(keys.account_piece(tenant, digest), pieces[tenant, digest],
+                             ex=2 * self._ttl_s)
+                await pipe.execute()
+        for piece in pieces:
+            self._written[piece] = None
             self._written.move_to_end(piece)
         while len(self._written) > PIECES_REMEMBERED:
             self._written.popitem(last=False)
 
-    def _stale(self, tenant: str, digest: str, now: float) -> bool:
-        """Whether an account piece must be (re)written: not written by this process in
-        the last half TTL (kept for two, so it outlives the trace written now)."""
-        when = self._written.get((tenant, digest))
-        return when is None or now - when > self._ttl_s / 2
+    def _queue_pieces(self, pipe: Any, records: list[TraceRecord],
+                      pieces: dict[tuple[str, str], bytes]) -> list[tuple[str, str]]:
+        """Queue the batch's account pieces first in `pipe`: a piece this process wrote
+        before gets an `EXPIRE` (no bytes sent; its TTL starts again, twice the trace's, so
+        it outlives every trace naming it), any other a `SET`. Returns the pieces checked by
+        `EXPIRE`, in order: their replies, the first in the pipeline's, say which are gone."""
+        checked: list[tuple[str, str]] = []
+        for record in records:
+            for digest, raw in record.pieces:
+                piece = (record.tenant, digest)
+                if piece in pieces:
+                    continue
+                pieces[piece] = raw
+                if piece in self._written:
+                    checked.append(piece)
+        fresh = [piece for piece in pieces if piece not in self._written]
+        for tenant, digest in checked:
+            pipe.expire(keys.account_piece(tenant, digest), 2 * self._ttl_s)
+        for tenant, digest in fresh:
+            pipe.set(keys.account_piece(tenant, digest), pieces[tenant, digest],
+                     ex=2 * self._ttl_s)
+        return checked
 
     @property
     def _holding(self) -> bool:

@@ -135,8 +135,8 @@ def test_cli_explain_agrees_with_the_api(gateway: Gateway, upstream: Upstream) -
 
 def test_a_long_sessions_accounts_share_their_pieces(gateway: Gateway, redis_url: str) -> None:
     """Each call's account names its long lists' pieces; the session's calls share those
-    before their first change (each written once), and a call whose piece has expired is
-    not explained (404), never explained wrongly."""
+    before their first change (each written once), a call whose piece is lost is not
+    explained (404), never explained wrongly, until a later call writes the piece again."""
     tenant, session = tenant_of_token(KEY), uuid.uuid4().hex
     _, messages, _ = synthetic_session(13, turns=40)
     headers = {"authorization": f"Bearer {KEY}", "x-ctxgate-session-id": session,
@@ -171,3 +171,10 @@ def test_a_long_sessions_accounts_share_their_pieces(gateway: Gateway, redis_url
     missing = httpx.get(f"{gateway.url}/admin/traces/{traces[-1]}",
                         headers={"authorization": f"Bearer {gateway.admin_key}"})
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "trace_not_found"
+    # The session's next call names that piece again: the gateway finds it gone (evicted,
+    # flushed) although it wrote it, writes it back, and both calls are explained.
+    again = httpx.post(f"{gateway.base_url}/chat/completions", json=body, headers=headers,
+                       timeout=30)
+    assert again.status_code == 200, again.text
+    assert gateway.explained(again.headers["x-ctxgate-trace-id"])["messages"]
+    assert gateway.explained(traces[-1]) == last
