@@ -21,6 +21,7 @@ server.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -81,6 +82,8 @@ LEGACY_FIELD = b"decisions"  # all decisions in one JSON blob (sessions stored b
 RECORD_FIELDS = (b"fidelity", b"lost")
 RECORD_VERSION_FIELD = b"record_version"  # a new token whenever either of them changes
 RECORD_DIRT = frozenset({"fidelity", "lost"})
+LOST_RUN = 64  # messages per stored run of `lost` (`lost_runs`); the `lost` field lists them
+LOST_RUN_PREFIX = b"lost:"
 SMALL_FIELDS = (b"class", b"horizon", b"prefix", PLAYBOOK_PIN_FIELD, VERSION_FIELD, LEGACY_FIELD,
                 RECORD_VERSION_FIELD)
 
@@ -133,6 +136,7 @@ class SessionState:
         state.playbook_pin = raw.get(PLAYBOOK_PIN_FIELD)
         state.fidelity, state.lost = raw.get(b"fidelity"), raw.get(b"lost")
         state.version = raw.get(VERSION_FIELD)
+        state.record_version = raw.get(RECORD_VERSION_FIELD)
         return state
 
     def changes(self) -> tuple[dict[bytes, bytes], list[bytes]]:
@@ -175,6 +179,27 @@ def decision_fields(raw: Mapping[bytes, bytes]) -> dict[str, Decision]:
             for k, v in raw.items() if k.startswith(DECISION_PREFIX)}
 
 
+Chunks = dict[int, bytes]  # run number -> hash of its JSON
+
+
+def lost_runs(raw: bytes | None) -> dict[int, bytes]:
+    """`lost` (a JSON object: message index -> the text sent in its place) cut into runs of
+    `LOST_RUN` messages, each stored in a field of its own (`lost:<run>`): a step rewrites
+    the runs from its first change on, not every digest of the session."""
+    runs: dict[int, dict[str, Any]] = {}
+    for index, text in (orjson.loads(raw) if raw else {}).items():
+        runs.setdefault(int(index) // LOST_RUN, {})[index] = text
+    return {run: orjson.dumps(entries) for run, entries in runs.items()}
+
+
+def run_hashes(runs: Mapping[int, bytes]) -> Chunks:
+    return {run: hashlib.blake2b(raw, digest_size=16).digest() for run, raw in runs.items()}
+
+
+def _run_field(run: int) -> bytes:
+    return LOST_RUN_PREFIX + str(run).encode()
+
+
 class Records:
     """The session's fidelity record and `lost` as this process last wrote or read them,
     under their version token (a bounded LRU, by bytes): a call reads them by value only
@@ -183,7 +208,8 @@ class Records:
 
     def __init__(self, max_bytes: int = 32 << 20) -> None:
         self._max_bytes, self._bytes = max_bytes, 0
-        self._by_session: OrderedDict[Any, tuple[bytes, dict[bytes, bytes]]] = OrderedDict()
+        self._by_session: OrderedDict[Any, tuple[bytes, dict[bytes, bytes], Chunks]] = \
+            OrderedDict()
 
     def get(self, key: Any, version: bytes | None) -> dict[bytes, bytes] | None:
         hit = self._by_session.get(key)
@@ -192,9 +218,15 @@ class Records:
         self._by_session.move_to_end(key)
         return hit[1]
 
-    def put(self, key: Any, version: bytes, fields: dict[bytes, bytes]) -> None:
+    def chunks(self, key: Any, version: bytes | None) -> Chunks | None:
+        """The hashes of `lost`'s runs as stored under `version`, if this process knows."""
+        hit = self._by_session.get(key)
+        return None if hit is None or version is None or hit[0] != version else hit[2]
+
+    def put(self, key: Any, version: bytes, fields: dict[bytes, bytes],
+            chunks: Chunks) -> None:
         self._drop(key)
-        self._by_session[key] = (version, fields)
+        self._by_session[key] = (version, fields, chunks)
         self._bytes += sum(map(len, fields.values()))
         while self._bytes > self._max_bytes and len(self._by_session) > 1:
             self._drop(next(iter(self._by_session)))
@@ -285,16 +317,40 @@ class RedisSessionStore:
         if fields is None:
             values = cast(list[bytes | None], await self._redis.hmget(key, list(RECORD_FIELDS)))
             fields = {name: v for name, v in zip(RECORD_FIELDS, values, strict=True) if v}
+            runs: dict[int, bytes] = {}
+            if fields.get(b"lost", b"{").startswith(b"["):  # the runs it is stored in
+                numbers = orjson.loads(fields[b"lost"])
+                raws = cast(list[bytes | None],
+                            await self._redis.hmget(key, [_run_field(n) for n in numbers]))
+                runs = {n: raw for n, raw in zip(numbers, raws, strict=True) if raw}
+                fields[b"lost"] = orjson.dumps(
+                    {k: v for raw in runs.values() for k, v in orjson.loads(raw).items()})
             if version is not None:
-                self._records.put(memo, version, fields)
+                self._records.put(memo, version, fields, run_hashes(runs))
         return fields
+
+    def _changes(self, memo: Any, state: SessionState, read_at: bytes | None
+                 ) -> tuple[dict[bytes, bytes], list[bytes], Chunks]:
+        """`state.changes()`, `lost` stored as its runs: those that differ from the runs
+        stored under the token read (when this process knows them) and the list of runs."""
+        mapping, deleted = state.changes()
+        if b"lost" not in mapping:
+            return mapping, deleted, self._records.chunks(memo, read_at) or {}
+        runs = lost_runs(state.lost)
+        hashes, before = run_hashes(runs), self._records.chunks(memo, read_at)
+        for run, raw in runs.items():
+            if before is None or before.get(run) != hashes[run]:
+                mapping[_run_field(run)] = raw
+        deleted += [_run_field(run) for run in before or () if run not in runs]
+        mapping[b"lost"] = orjson.dumps(sorted(runs)) if runs else b""
+        return mapping, deleted, hashes
 
     async def save(self, tenant: str, session_id: str, state: SessionState) -> None:
         if not state.dirty:
             return
-        key = keys.session(tenant, session_id)
-        read_at = state.version
-        mapping, deleted = state.changes()
+        key, memo = keys.session(tenant, session_id), (tenant, session_id)
+        read_at, record_read_at = state.version, state.record_version
+        mapping, deleted, runs = self._changes(memo, state, record_read_at)
         if "decisions" not in state.dirty:
             async with self._redis.pipeline(transaction=False) as pipe:
                 pipe.hset(key, mapping=mapping)  # type: ignore[arg-type]
@@ -303,14 +359,15 @@ class RedisSessionStore:
         elif not await self._save_decisions(key, read_at, "delta", mapping, deleted):
             # Another call changed the decisions since this one read them: write them whole.
             state.legacy = True
-            mapping, deleted = state.changes()
+            state.record_version = record_read_at
+            mapping, deleted, runs = self._changes(memo, state, record_read_at)
             await self._save_decisions(key, read_at, "all", mapping, deleted)
         if "decisions" in state.dirty and state.version is not None:
             self._decoded.put((tenant, session_id), state.version, state.decisions)
         if not state.dirty.isdisjoint(RECORD_DIRT) and state.record_version is not None:
-            self._records.put((tenant, session_id), state.record_version, {
+            self._records.put(memo, state.record_version, {
                 name: value for name, value in zip(
-                    RECORD_FIELDS, (state.fidelity, state.lost), strict=True) if value})
+                    RECORD_FIELDS, (state.fidelity, state.lost), strict=True) if value}, runs)
         state.saved()
 
     async def _save_decisions(self, key: str, read_at: bytes | None, mode: str,

@@ -10,6 +10,7 @@ import orjson
 import redis.asyncio as aioredis
 
 from gateway.context.session import (
+    LOST_RUN,
     Decision,
     MemorySessionStore,
     RedisSessionStore,
@@ -160,3 +161,25 @@ async def test_the_fidelity_record_is_read_by_value_only_when_another_process_wr
     await redis_client.hdel(key, "record_version")
     await redis_client.hset(key, "lost", lost)
     assert (await one.load("t1", session)).lost == lost
+
+
+async def test_lost_is_stored_in_runs_and_a_step_rewrites_only_those_it_changed(
+        redis_client: aioredis.Redis) -> None:
+    """`lost` (every rewritten message of the session) is stored in runs of LOST_RUN
+    messages: a change near the end rewrites the last run, and a replica reads it whole."""
+    store, session = RedisSessionStore(redis_client), uuid.uuid4().hex
+    key = keys.session("t1", session)
+    lost = {str(i): f"digest of message {i} " * 20 for i in range(0, 3 * LOST_RUN, 2)}
+    await _recorded(store, session, b'{"n": 1}', orjson.dumps(lost))
+    assert await redis_client.hget(key, "lost") == b"[0,1,2]"
+    state = await store.load("t1", session)
+    read_at = state.record_version
+    state.fidelity, state.lost = b'{"n": 2}', orjson.dumps({**lost, "191": None})
+    state.dirty.update(("fidelity", "lost"))
+    written, _, _ = store._changes(("t1", session), state, read_at)
+    assert {name for name in written if name.startswith(b"lost:")} == {b"lost:2"}
+    state.record_version = read_at
+    await store.save("t1", session, state)
+    replica = await RedisSessionStore(redis_client).load("t1", session)
+    assert orjson.loads(replica.lost or b"") == {**lost, "191": None}
+    assert replica.fidelity == b'{"n": 2}'
