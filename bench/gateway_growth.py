@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import os
 import pstats
 import signal
@@ -134,7 +135,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         time.sleep(0.5)
                     out[edge] = _edge(proxy.snapshot().minus(before), ms, args.edge)
                     out[edge]["stored at its last call"] = _stored(store.port, response)
+        out["output"] = _output(upstream, tmp / "drops.jsonl")
     return out
+
+
+def _output(upstream: Upstream, drops: Path) -> dict[str, str]:
+    """SHA-256 of what went upstream (every request's messages) and of the drop log (its
+    trace ids and times left out): the same in two checkouts when behaviour is unchanged."""
+    sent = hashlib.sha256()
+    for request in upstream.requests():
+        sent.update(orjson.dumps(orjson.loads(request["body"]).get("messages")))
+    logged = hashlib.sha256()
+    for line in drops.read_bytes().splitlines() if drops.exists() else []:
+        event = {k: v for k, v in orjson.loads(line).items() if k not in ("ts", "trace_id")}
+        logged.update(orjson.dumps(event, option=orjson.OPT_SORT_KEYS))
+    return {"forwarded messages": sent.hexdigest(), "drop log": logged.hexdigest()}
 
 
 def _stored(port: int, response: httpx.Response) -> dict[str, int]:
