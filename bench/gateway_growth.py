@@ -119,7 +119,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 if edge and n == edges[edge][0]:
                     _SizedResp.sizes.clear()
                     _SizedResp.counts.clear()
-                    before, ms = proxy.snapshot(), []
+                    before, ms, cpu = proxy.snapshot(), [], _cpu_s(process.pid)
                     if args.profile:
                         process.send_signal(signal.SIGUSR1)
                         time.sleep(0.2)
@@ -134,6 +134,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         process.send_signal(signal.SIGUSR2)
                         time.sleep(0.5)
                     out[edge] = _edge(proxy.snapshot().minus(before), ms, args.edge)
+                    out[edge]["gateway CPU ms/call"] = round(
+                        1000 * (_cpu_s(process.pid) - cpu) / args.edge, 2)
                     out[edge]["stored at its last call"] = _stored(store.port, response)
         out["output"] = _output(upstream, tmp / "drops.jsonl")
     return out
@@ -150,6 +152,12 @@ def _output(upstream: Upstream, drops: Path) -> dict[str, str]:
         event = {k: v for k, v in orjson.loads(line).items() if k not in ("ts", "trace_id")}
         logged.update(orjson.dumps(event, option=orjson.OPT_SORT_KEYS))
     return {"forwarded messages": sent.hexdigest(), "drop log": logged.hexdigest()}
+
+
+def _cpu_s(pid: int) -> float:
+    """The process's user + system CPU time (its threads included)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _stored(port: int, response: httpx.Response) -> dict[str, int]:
