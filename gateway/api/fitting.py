@@ -1,13 +1,13 @@
 """How a managed route fits one call: inline or on the fitting thread, within its time budget.
 
-A large call (`offload.is_large`) is parsed (a piece at a time: `pieces.py`), fitted and
-rendered on the fitting thread, so the event loop keeps answering other calls; a small
-one inline. A large bypassed call's body is parsed and validated there too, and observed
-and freed there after the response (`parse_as_is`). Either way fitting has
-`CTXGATE_FIT_TIMEOUT_S` from the call's arrival (`offload.py` says how it stops). A call
-past it becomes what its task class's `on_fit_timeout` says: `passthrough` (the default)
-forwards it as the client sent it, task class `unmanaged`; `refuse` answers 503
-`context_fit_timeout`. Both are logged and counted (`ctxgate_fit_timeouts_total`). The
+A large call (`offload.is_large`) is parsed (past a megabyte a piece at a time:
+`pieces.py`), fitted and rendered on the fitting thread, so the event loop keeps answering
+other calls; a small one inline. A large bypassed call's body is parsed and validated
+there too, and observed and freed there after the response (`parse_as_is`). Either way
+fitting has `CTXGATE_FIT_TIMEOUT_S` from the call's arrival (`offload.py` says how it
+stops). A call past it becomes what its task class's `on_fit_timeout` says: `passthrough`
+(the default) forwards it as the client sent it, task class `unmanaged`; `refuse` answers
+503 `context_fit_timeout`. Both are logged and counted (`ctxgate_fit_timeouts_total`). The
 class is the one the `x-ctxgate-task-class` header names, else `default`: a call's class
 is only known once fitting has decided it. An engine failure (Redis down, a bug) fails
 open the same way, logged as such. A call that went out unmanaged is traced all the same
@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import orjson
 
 from gateway.api.asgi import parse_json_object
-from gateway.api.pieces import parse_json_in_pieces
+from gateway.api.pieces import parse_large
 from gateway.context.engine import (
     HEADER_CLASS,
     HEADER_SESSION,
@@ -46,7 +46,13 @@ from gateway.context.offload import (
 from gateway.context.taskclass import DEFAULT_CLASS
 from gateway.errors import ContextBudgetExceeded, ContextFitTimeout, GatewayError
 from gateway.learner.traces import TraceEvent
-from gateway.observability.explain import STORE_DOWN_REASON, account_of, unmanaged_account
+from gateway.observability.explain import (
+    STORE_DOWN_REASON,
+    Pieces,
+    account_of,
+    split_account,
+    unmanaged_account,
+)
 from gateway.store import STORE_DOWN
 from gateway.wire.view import WireFormat, unmarked
 
@@ -59,7 +65,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("ctxgate.managed")
 UNMANAGED = "unmanaged"
-TraceParts = tuple[list[dict[str, Any]], bytes]  # messages, account (JSON)
+TraceParts = tuple[list[dict[str, Any]], bytes, Pieces]  # messages, account (JSON), pieces
 Trim = Callable[[list[dict[str, Any]]], list[dict[str, Any]]]  # the trace writer's `trim`
 T = TypeVar("T")
 # How long after-response work (a large call's trace, its fidelity record) and a large
@@ -107,7 +113,7 @@ class Fitting:
         try:
             if self.thread is not None and is_large(raw):
                 return self._owned(await self.thread.run(
-                    lambda engine: _prepare(engine, wire, raw, call, parse_json_in_pieces),
+                    lambda engine: _prepare(engine, wire, raw, call, parse_large),
                     deadline))
             async with fit_deadline(deadline):
                 return await _prepare(self.engine, wire, raw, call, parse_json_object)
@@ -127,7 +133,7 @@ class Fitting:
             return as_is(wire, raw)
         try:
             body = await self.thread.run(
-                _as_job(lambda _: as_is(wire, raw, parse_json_in_pieces)), self._later())
+                _as_job(lambda _: as_is(wire, raw, parse_large)), self._later())
         except FitDeadline:
             log.info("the fitting thread is busy: a large bypassed call is parsed inline",
                      extra={"trace_id": call.trace_id, "endpoint": wire.name})
@@ -196,7 +202,7 @@ class Fitting:
                         trim=trim)
         if self.thread is None or not is_large(call.sent_raw):
             return build(self.engine, parse=parse_json_object)
-        return await self._on_thread(_as_job(partial(build, parse=parse_json_in_pieces)))
+        return await self._on_thread(_as_job(partial(build, parse=parse_large)))
 
     async def observe_sent(self, wire: WireFormat, call: Call, body: dict[str, Any]
                            ) -> CallSignals | None:
@@ -288,9 +294,10 @@ def _unmanaged_trace(engine: ContextEngine, *, wire: WireFormat, raw: bytes,
 
 def _trace_parts(fitted: FittedCall) -> TraceParts:
     """A fitted call's messages and its account, serialised where it is built: a large
-    call's account (a role and a plan entry per message) is megabytes of JSON."""
+    call's account (a role and a plan entry per message) is megabytes of JSON, stored in
+    pieces that the session's later calls share (`split_account`)."""
     return (unmarked(fitted.body["messages"]),
-            orjson.dumps(account_of(fitted, fitted.budget_source)))
+            *split_account(account_of(fitted, fitted.budget_source)))
 
 
 async def _prepare(engine: ContextEngine, wire: WireFormat, raw: bytes, call: Call,

@@ -201,13 +201,13 @@ class ManagedRoute:
         await fitting.engine.observe(fitted, response.get("usage"),
                                      response.get("finish_reason"))
         if self._traces is not None and response:
-            messages, account = await fitting.trace_parts(fitted)
+            messages, account, pieces = await fitting.trace_parts(fitted)
             self._traces.publish(TraceEvent(
                 tenant=call.caller.tenant, task_class=fitted.task_class,
                 session_id=fitted.session_id, trace_id=call.trace_id,
                 messages=messages, response=response,
                 injected_bullet_ids=fitted.injected_bullet_ids, ts=time.time(),
-                account=account,
+                account=account, pieces=pieces,
             ))
 
     async def after_response(self, call: Call) -> None:

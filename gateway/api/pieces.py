@@ -20,6 +20,7 @@ from typing import Any
 from gateway.api.asgi import parse_json_object
 
 _SPACE = re.compile(r"[ \t\n\r]*")
+PIECEWISE_BYTES = 1 << 20  # a body at least this size is decoded a piece at a time
 
 
 class _Unsure(Exception):
@@ -48,6 +49,17 @@ _INF = float("inf")
 _INT_MIN, _INT_MAX = -(2**63), 2**64 - 1
 _DECODE = json.JSONDecoder(parse_constant=_refuse_constant, parse_float=_float,
                            parse_int=_int).raw_decode
+
+
+def parse_large(raw: bytes) -> dict[str, Any]:
+    """A large call's body (`offload.is_large`: a megabyte, or 400 messages) as the fitting
+    thread decodes it: a piece at a time from `PIECEWISE_BYTES` on, in one go with orjson
+    below. A long session's calls pass 400 messages well before a megabyte (602 messages
+    in 777 KB at call 300 of the synthetic session): orjson decodes that in 0.5 ms of CPU,
+    the pieces in 3.3 ms, and holding the loop for half a millisecond is no stall."""
+    if len(raw) < PIECEWISE_BYTES:
+        return parse_json_object(raw)
+    return parse_json_in_pieces(raw)
 
 
 def parse_json_in_pieces(raw: bytes) -> dict[str, Any]:

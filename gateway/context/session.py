@@ -6,19 +6,22 @@ the same way on every later call, so consecutive calls share their rendered pref
 Redis: one hash per session. Each decision is a field of its own (`d:<item id>`), and a
 `decisions_version` token changes whenever they do, so that neither side of a call grows
 with the session: a read is one HMGET of the small fields (the decisions come from this
-process's decoded copy while the token is the same; another HGETALL only when it is not),
-a write sends only the fields that changed, and only when something changed. A step's
-decisions go through one Lua script (`session_save.lua`): HSET of those it changed, HDEL of
-those no longer in force, applied only if the stored token is still the one the call read;
-if another call changed them meanwhile, the step writes its decisions whole instead, so the
-last writer wins as with the single blob before. A session stored by an earlier version as
-one `decisions` blob is read from it and moved to fields by its next change of decisions.
+process's decoded copy while the token is the same; another HGETALL only when it is not;
+the fidelity record and `lost`, tens of kB on a long session, likewise under
+`record_version`), a write sends only the fields that changed, and only when something
+changed. A step's decisions go through one Lua script (`session_save.lua`): HSET of those
+it changed, HDEL of those no longer in force, applied only if the stored token is still the
+one the call read; if another call changed them meanwhile, the step writes its decisions
+whole instead, so the last writer wins as with the single blob before. A session stored by
+an earlier version as one `decisions` blob is read from it and moved to fields by its next
+change of decisions.
 `MemorySessionStore` keeps the same fields in a dict and serves `ctxgate replay` without a
 server.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -73,8 +76,16 @@ PLAYBOOK_PIN_FIELD = b"playbook"  # the field gateway/playbook/inject.py pins a 
 VERSION_FIELD = b"decisions_version"  # a new token whenever the decisions change
 DECISION_PREFIX = b"d:"  # one field per decision: d:<item id>
 LEGACY_FIELD = b"decisions"  # all decisions in one JSON blob (sessions stored before fields)
+# The fidelity record and `lost` (fidelity.py): tens of kB on a long session (`lost` holds
+# every rewritten message's text), read by value only when `RECORD_VERSION_FIELD` is not
+# the token of the copy this process wrote or read last (`Records`).
+RECORD_FIELDS = (b"fidelity", b"lost")
+RECORD_VERSION_FIELD = b"record_version"  # a new token whenever either of them changes
+RECORD_DIRT = frozenset({"fidelity", "lost"})
+LOST_RUN = 64  # messages per stored run of `lost` (`lost_runs`); the `lost` field lists them
+LOST_RUN_PREFIX = b"lost:"
 SMALL_FIELDS = (b"class", b"horizon", b"prefix", PLAYBOOK_PIN_FIELD, VERSION_FIELD, LEGACY_FIELD,
-                b"fidelity", b"lost")  # the fidelity record (fidelity.py): a few kB at most
+                RECORD_VERSION_FIELD)
 
 
 @dataclass
@@ -97,6 +108,7 @@ class SessionState:
     # a save writes only what differs from them.
     stored: Mapping[str, Decision] = field(default_factory=dict)
     version: bytes | None = None
+    record_version: bytes | None = None  # token of `fidelity` and `lost` as last saved
     legacy: bool = False  # stored as one blob: the next change of decisions rewrites all
 
     def encode(self, name: str) -> bytes:
@@ -124,6 +136,7 @@ class SessionState:
         state.playbook_pin = raw.get(PLAYBOOK_PIN_FIELD)
         state.fidelity, state.lost = raw.get(b"fidelity"), raw.get(b"lost")
         state.version = raw.get(VERSION_FIELD)
+        state.record_version = raw.get(RECORD_VERSION_FIELD)
         return state
 
     def changes(self) -> tuple[dict[bytes, bytes], list[bytes]]:
@@ -142,6 +155,9 @@ class SessionState:
                 deleted.append(LEGACY_FIELD)
             self.version = os.urandom(8).hex().encode()
             mapping[VERSION_FIELD] = self.version
+        if not self.dirty.isdisjoint(RECORD_DIRT):
+            self.record_version = os.urandom(8).hex().encode()
+            mapping[RECORD_VERSION_FIELD] = self.record_version
         return mapping, deleted
 
     def saved(self) -> None:
@@ -161,6 +177,64 @@ def decision_fields(raw: Mapping[bytes, bytes]) -> dict[str, Decision]:
     n = len(DECISION_PREFIX)
     return {k[n:].decode(): Decision.load(orjson.loads(v))
             for k, v in raw.items() if k.startswith(DECISION_PREFIX)}
+
+
+Chunks = dict[int, bytes]  # run number -> hash of its JSON
+
+
+def lost_runs(raw: bytes | None) -> dict[int, bytes]:
+    """`lost` (a JSON object: message index -> the text sent in its place) cut into runs of
+    `LOST_RUN` messages, each stored in a field of its own (`lost:<run>`): a step rewrites
+    the runs from its first change on, not every digest of the session."""
+    runs: dict[int, dict[str, Any]] = {}
+    for index, text in (orjson.loads(raw) if raw else {}).items():
+        runs.setdefault(int(index) // LOST_RUN, {})[index] = text
+    return {run: orjson.dumps(entries) for run, entries in runs.items()}
+
+
+def run_hashes(runs: Mapping[int, bytes]) -> Chunks:
+    return {run: hashlib.blake2b(raw, digest_size=16).digest() for run, raw in runs.items()}
+
+
+def _run_field(run: int) -> bytes:
+    return LOST_RUN_PREFIX + str(run).encode()
+
+
+class Records:
+    """The session's fidelity record and `lost` as this process last wrote or read them,
+    under their version token (a bounded LRU, by bytes): a call reads them by value only
+    when another process changed them. The bytes handed out are the ones remembered, so
+    that `fidelity.Haystack` finds them identical to what it decoded."""
+
+    def __init__(self, max_bytes: int = 32 << 20) -> None:
+        self._max_bytes, self._bytes = max_bytes, 0
+        self._by_session: OrderedDict[Any, tuple[bytes, dict[bytes, bytes], Chunks]] = \
+            OrderedDict()
+
+    def get(self, key: Any, version: bytes | None) -> dict[bytes, bytes] | None:
+        hit = self._by_session.get(key)
+        if hit is None or version is None or hit[0] != version:
+            return None
+        self._by_session.move_to_end(key)
+        return hit[1]
+
+    def chunks(self, key: Any, version: bytes | None) -> Chunks | None:
+        """The hashes of `lost`'s runs as stored under `version`, if this process knows."""
+        hit = self._by_session.get(key)
+        return None if hit is None or version is None or hit[0] != version else hit[2]
+
+    def put(self, key: Any, version: bytes, fields: dict[bytes, bytes],
+            chunks: Chunks) -> None:
+        self._drop(key)
+        self._by_session[key] = (version, fields, chunks)
+        self._bytes += sum(map(len, fields.values()))
+        while self._bytes > self._max_bytes and len(self._by_session) > 1:
+            self._drop(next(iter(self._by_session)))
+
+    def _drop(self, key: Any) -> None:
+        old = self._by_session.pop(key, None)
+        if old is not None:
+            self._bytes -= sum(map(len, old[1].values()))
 
 
 class DecodedDecisions:
@@ -212,6 +286,7 @@ class RedisSessionStore:
     def __init__(self, redis: aioredis.Redis) -> None:
         self._redis = redis
         self._decoded = DecodedDecisions()
+        self._records = Records()
         source = resources.files("gateway.context").joinpath("session_save.lua").read_text()
         self._save = redis.register_script(source)
 
@@ -219,6 +294,7 @@ class RedisSessionStore:
         key = keys.session(tenant, session_id)
         values = cast(list[bytes | None], await self._redis.hmget(key, list(SMALL_FIELDS)))
         small = {name: v for name, v in zip(SMALL_FIELDS, values, strict=True) if v is not None}
+        small.update(await self._record(key, (tenant, session_id), small))
         state = SessionState.decode(small)
         if state.version is None:  # no decisions, or a legacy blob (read above)
             return _with_decisions(state, small, None)
@@ -231,12 +307,50 @@ class RedisSessionStore:
                 self._decoded.put((tenant, session_id), state.version, decisions)
         return _with_decisions(state, small, decisions)
 
+    async def _record(self, key: str, memo: Any, small: Mapping[bytes, bytes]
+                      ) -> dict[bytes, bytes]:
+        """The session's fidelity record and `lost`: this process's copy while the stored
+        token is its own, else read (another replica wrote them, an earlier version stored
+        them without a token, or the session is new)."""
+        version = small.get(RECORD_VERSION_FIELD)
+        fields = self._records.get(memo, version)
+        if fields is None:
+            values = cast(list[bytes | None], await self._redis.hmget(key, list(RECORD_FIELDS)))
+            fields = {name: v for name, v in zip(RECORD_FIELDS, values, strict=True) if v}
+            runs: dict[int, bytes] = {}
+            if fields.get(b"lost", b"{").startswith(b"["):  # the runs it is stored in
+                numbers = orjson.loads(fields[b"lost"])
+                raws = cast(list[bytes | None],
+                            await self._redis.hmget(key, [_run_field(n) for n in numbers]))
+                runs = {n: raw for n, raw in zip(numbers, raws, strict=True) if raw}
+                fields[b"lost"] = orjson.dumps(
+                    {k: v for raw in runs.values() for k, v in orjson.loads(raw).items()})
+            if version is not None:
+                self._records.put(memo, version, fields, run_hashes(runs))
+        return fields
+
+    def _changes(self, memo: Any, state: SessionState, read_at: bytes | None
+                 ) -> tuple[dict[bytes, bytes], list[bytes], Chunks]:
+        """`state.changes()`, `lost` stored as its runs: those that differ from the runs
+        stored under the token read (when this process knows them) and the list of runs."""
+        mapping, deleted = state.changes()
+        if b"lost" not in mapping:
+            return mapping, deleted, self._records.chunks(memo, read_at) or {}
+        runs = lost_runs(state.lost)
+        hashes, before = run_hashes(runs), self._records.chunks(memo, read_at)
+        for run, raw in runs.items():
+            if before is None or before.get(run) != hashes[run]:
+                mapping[_run_field(run)] = raw
+        deleted += [_run_field(run) for run in before or () if run not in runs]
+        mapping[b"lost"] = orjson.dumps(sorted(runs)) if runs else b""
+        return mapping, deleted, hashes
+
     async def save(self, tenant: str, session_id: str, state: SessionState) -> None:
         if not state.dirty:
             return
-        key = keys.session(tenant, session_id)
-        read_at = state.version
-        mapping, deleted = state.changes()
+        key, memo = keys.session(tenant, session_id), (tenant, session_id)
+        read_at, record_read_at = state.version, state.record_version
+        mapping, deleted, runs = self._changes(memo, state, record_read_at)
         if "decisions" not in state.dirty:
             async with self._redis.pipeline(transaction=False) as pipe:
                 pipe.hset(key, mapping=mapping)  # type: ignore[arg-type]
@@ -245,10 +359,15 @@ class RedisSessionStore:
         elif not await self._save_decisions(key, read_at, "delta", mapping, deleted):
             # Another call changed the decisions since this one read them: write them whole.
             state.legacy = True
-            mapping, deleted = state.changes()
+            state.record_version = record_read_at
+            mapping, deleted, runs = self._changes(memo, state, record_read_at)
             await self._save_decisions(key, read_at, "all", mapping, deleted)
         if "decisions" in state.dirty and state.version is not None:
             self._decoded.put((tenant, session_id), state.version, state.decisions)
+        if not state.dirty.isdisjoint(RECORD_DIRT) and state.record_version is not None:
+            self._records.put(memo, state.record_version, {
+                name: value for name, value in zip(
+                    RECORD_FIELDS, (state.fidelity, state.lost), strict=True) if value}, runs)
         state.saved()
 
     async def _save_decisions(self, key: str, read_at: bytes | None, mode: str,

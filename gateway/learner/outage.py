@@ -25,10 +25,12 @@ class TraceRecord:
     event: bytes
     account: bytes | None
     teaches: bool
+    pieces: tuple[tuple[str, bytes], ...] = ()  # the account's pieces (`split_account`)
 
     @property
     def size(self) -> int:
-        return len(self.event) + len(self.account or b"") + len(self.tenant) + len(self.trace_id)
+        return (len(self.event) + len(self.account or b"") + len(self.tenant)
+                + len(self.trace_id) + sum(len(raw) for _, raw in self.pieces))
 
 
 class OutageBuffer:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import Counter, deque
+from collections import Counter, OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -24,7 +24,7 @@ import orjson
 
 from gateway.learner.outage import OutageBuffer, TraceRecord
 from gateway.learner.signals import may_teach
-from gateway.observability.explain import ACCOUNT_FIELD
+from gateway.observability.explain import ACCOUNT_FIELD, Pieces
 from gateway.playbook.config import ClassPlaybook, class_playbook, learner_settings
 from gateway.services import Services
 from gateway.store import STORE_DOWN, keys
@@ -42,6 +42,7 @@ RETRY_FIRST_S = 0.5  # first wait before writing held traces back; doubles up to
 RETRY_MAX_S = 10.0  # this while Redis stays down
 SHUTDOWN_WAIT_S = 5.0  # how long shutdown keeps trying to write held traces
 EVENT_FIELD = "event"
+PIECES_REMEMBERED = 16_384  # account pieces this process knows it wrote (~4 MB, most recent)
 FEEDBACK_FIELD = "feedback"
 
 
@@ -56,6 +57,7 @@ class TraceEvent:
     injected_bullet_ids: list[str] = field(default_factory=list)
     ts: float = 0.0
     account: bytes | None = None  # the explainer's record (JSON), stored beside the event
+    pieces: Pieces = ()  # the runs of entries `account` names (`split_account`)
 
     def to_json(self) -> bytes:
         return orjson.dumps(self)  # orjson serialises dataclasses natively, without a copy
@@ -148,6 +150,9 @@ class TraceSink:
         self._held = OutageBuffer(outage_traces, outage_bytes)
         self._writing_back = asyncio.Lock()  # one write-back at a time, in order
         self._retrier: asyncio.Task[None] | None = None
+        # Account pieces this process wrote (tenant, hash), most recent last: a later call
+        # naming one only checks that it is still there (`_queue_pieces`).
+        self._written: OrderedDict[tuple[str, str], None] = OrderedDict()
 
     @classmethod
     def from_services(cls, services: Services) -> TraceSink:
@@ -194,9 +199,10 @@ class TraceSink:
 
     def _record(self, event: TraceEvent, teaches: bool, trimmed: bool) -> TraceRecord:
         """The bytes the stored trace holds: messages trimmed, the account beside them."""
-        kept = replace(event, account=None, messages=event.messages if trimmed
+        kept = replace(event, account=None, pieces=(), messages=event.messages if trimmed
                        else keep_recent(event.messages, self._keep_chars))
-        return TraceRecord(event.tenant, event.trace_id, kept.to_json(), event.account, teaches)
+        return TraceRecord(event.tenant, event.trace_id, kept.to_json(), event.account, teaches,
+                           event.pieces)
 
     async def _write(self, records: list[TraceRecord]) -> None:
         try:
@@ -208,7 +214,9 @@ class TraceSink:
             self._count("trace_write", records)
 
     async def _send(self, records: list[TraceRecord]) -> None:
+        pieces: dict[tuple[str, str], bytes] = {}  # the batch's account pieces, once each
         async with self._redis.pipeline(transaction=False) as pipe:
+            checked = self._queue_pieces(pipe, records, pieces)
             for record in records:
                 trace_key = keys.trace(record.tenant, record.trace_id)
                 pipe.hset(trace_key, EVENT_FIELD, record.event)
@@ -223,7 +231,42 @@ class TraceSink:
                     {"kind": "trace", "tenant": record.tenant, "trace_id": record.trace_id},
                     maxlen=self._maxlen, approximate=True,
                 )
-            await pipe.execute()
+            replies = await pipe.execute()
+        lost = [piece for piece, kept in zip(checked, replies, strict=False) if not kept]
+        if lost:  # gone since this process wrote them (restart, flush, eviction): again
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for tenant, digest in lost:
+                    pipe.set(keys.account_piece(tenant, digest), pieces[tenant, digest],
+                             ex=2 * self._ttl_s)
+                await pipe.execute()
+        for piece in pieces:
+            self._written[piece] = None
+            self._written.move_to_end(piece)
+        while len(self._written) > PIECES_REMEMBERED:
+            self._written.popitem(last=False)
+
+    def _queue_pieces(self, pipe: Any, records: list[TraceRecord],
+                      pieces: dict[tuple[str, str], bytes]) -> list[tuple[str, str]]:
+        """Queue the batch's account pieces first in `pipe`: a piece this process wrote
+        before gets an `EXPIRE` (no bytes sent; its TTL starts again, twice the trace's, so
+        it outlives every trace naming it), any other a `SET`. Returns the pieces checked by
+        `EXPIRE`, in order: their replies, the first in the pipeline's, say which are gone."""
+        checked: list[tuple[str, str]] = []
+        for record in records:
+            for digest, raw in record.pieces:
+                piece = (record.tenant, digest)
+                if piece in pieces:
+                    continue
+                pieces[piece] = raw
+                if piece in self._written:
+                    checked.append(piece)
+        fresh = [piece for piece in pieces if piece not in self._written]
+        for tenant, digest in checked:
+            pipe.expire(keys.account_piece(tenant, digest), 2 * self._ttl_s)
+        for tenant, digest in fresh:
+            pipe.set(keys.account_piece(tenant, digest), pieces[tenant, digest],
+                     ex=2 * self._ttl_s)
+        return checked
 
     @property
     def _holding(self) -> bool:

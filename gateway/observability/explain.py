@@ -6,12 +6,15 @@ and, when rewritten, the text sent in its place), the drops, the budget and its 
 playbook block. `explain` turns it into the answer of `GET /admin/traces/{trace_id}` and
 `ctxgate explain`: for every client message kept, digested (with the digest) or dropped,
 each drop with its stage, reason and tokens; the class and budget the call got and why; the
-playbook block it carried and where. The account holds no kept message's text, so it stays
-small however long the session (the trace's TTL bounds how many are kept).
+playbook block it carried and where. The account holds no kept message's text; its lists
+that grow with the session (roles, plan, drops) are stored in pieces of 64 entries under
+their hash (`split_account`), which a session's calls share up to their first change, so a
+call writes what changed, not its whole account (the trace's TTL bounds how many are kept).
 """
 
 from __future__ import annotations
 
+import hashlib
 import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -38,6 +41,9 @@ WHY = {
     "unmanaged": "none: the call was not fitted",
 }
 STORE_DOWN_REASON = "failed open: store unavailable"
+PIECED = ("roles", "plan", "drops")  # the account's lists that grow with the session
+PIECE = 64  # entries per piece: a call rewrites only the pieces from its first change on
+Pieces = tuple[tuple[str, bytes], ...]  # (hash, JSON of a run of entries)
 
 
 def account_of(fitted: FittedCall, budget_source: str) -> dict[str, Any]:
@@ -64,6 +70,53 @@ def account_of(fitted: FittedCall, budget_source: str) -> dict[str, Any]:
         "playbook": None if block is None else {
             "bullet_ids": list(block.bullet_ids), "tokens": block.tokens, "text": block.text},
     }
+
+
+def split_account(account: dict[str, Any]) -> tuple[bytes, Pieces]:
+    """The account as stored: its long lists cut into pieces of `PIECE` entries from the
+    start, each stored once under its hash (`keys.account_piece`) and named in the account
+    in its place (`{"pieces": [hash, ...]}`). The calls of a long session share the pieces
+    before their first change, so what a call writes grows with what changed, not with
+    the session (the whole account was ~100 KB per call at call 300)."""
+    pieces: dict[str, bytes] = {}
+    head = dict(account)
+    for name in PIECED:
+        entries = account.get(name)
+        if not isinstance(entries, list) or len(entries) <= PIECE:
+            continue
+        names = []
+        for start in range(0, len(entries), PIECE):
+            raw = orjson.dumps(entries[start:start + PIECE])
+            digest = hashlib.blake2b(raw, digest_size=16).hexdigest()
+            pieces[digest] = raw
+            names.append(digest)
+        head[name] = {"pieces": names}
+    return orjson.dumps(head), tuple(pieces.items())
+
+
+async def _joined(redis: aioredis.Redis, tenant: str,
+                  account: dict[str, Any]) -> dict[str, Any] | None:
+    """`account` with its pieced lists read back, or None when a piece has expired."""
+    wanted = [(name, account[name]["pieces"]) for name in PIECED
+              if isinstance(account.get(name), dict)]
+    if not wanted:
+        return account
+    # GETs in a pipeline, not MGET: a tenant's keys share a slot, but keep to one pattern.
+    async with redis.pipeline(transaction=False) as pipe:
+        for _, names in wanted:
+            for digest in names:
+                pipe.get(keys.account_piece(tenant, digest))
+        raws = iter(await pipe.execute())
+    joined = dict(account)
+    for name, names in wanted:
+        entries: list[Any] = []
+        for _ in names:
+            raw = next(raws)
+            if raw is None:
+                return None
+            entries.extend(orjson.loads(raw))
+        joined[name] = entries
+    return joined
 
 
 def unmanaged_account(messages: list[dict[str, Any]], session_id: str, model: Any,
@@ -156,7 +209,8 @@ async def load_explained(redis: aioredis.Redis, trace_id: str) -> dict[str, Any]
     raw = await redis.hget(keys.trace(tenant, trace_id), ACCOUNT_FIELD)
     if raw is None:
         return None
-    return explain(orjson.loads(raw), trace_id, tenant)
+    account = await _joined(redis, tenant, orjson.loads(raw))
+    return None if account is None else explain(account, trace_id, tenant)
 
 
 def render_text(explained: Mapping[str, Any]) -> str:

@@ -86,6 +86,12 @@ def trace(tenant: str, trace_id: str) -> str:
     return f"{_tenant(tenant)}:trace:{trace_id}"
 
 
+def account_piece(tenant: str, digest: str) -> str:
+    """String: a run of an explainer account's entries, named by its hash (a trace's account
+    names the pieces it is made of: a long session's calls share most of theirs)."""
+    return f"{_tenant(tenant)}:acctpiece:{digest}"
+
+
 def trace_owner(trace_id: str) -> str:
     """String: the tenant of a trace, for the admin explainer (which is given no tenant)."""
     return f"{PREFIX}:traceowner:{trace_id}"

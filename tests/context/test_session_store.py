@@ -10,6 +10,7 @@ import orjson
 import redis.asyncio as aioredis
 
 from gateway.context.session import (
+    LOST_RUN,
     Decision,
     MemorySessionStore,
     RedisSessionStore,
@@ -111,3 +112,74 @@ async def test_two_replicas_stepping_at_once_leave_the_last_writers_decisions(
     assert (await one.load("t1", session)).decisions == {"c": SUMMARY}
     assert (await RedisSessionStore(redis_client).load("t1", session)).decisions == {
         "c": SUMMARY}
+
+
+class _Counting:
+    """A Redis client that records the fields of each HMGET (what a load read)."""
+
+    def __init__(self, redis: aioredis.Redis) -> None:
+        self.redis, self.read = redis, []  # type: list[list[bytes]]
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.redis, name)
+
+    async def hmget(self, key: str, fields: list[bytes]) -> list[bytes | None]:
+        self.read.append(list(fields))
+        return await self.redis.hmget(key, fields)  # type: ignore[no-any-return]
+
+
+async def _recorded(store: RedisSessionStore, session: str, fidelity: bytes,
+                    lost: bytes | None) -> SessionState:
+    state = await store.load("t1", session)
+    state.fidelity, state.lost = fidelity, lost
+    state.dirty.update(("fidelity", "lost"))
+    await store.save("t1", session, state)
+    return state
+
+
+async def test_the_fidelity_record_is_read_by_value_only_when_another_process_wrote_it(
+        redis_client: aioredis.Redis) -> None:
+    """`fidelity` and `lost` grow with a long session (tens of kB): a call reads them only
+    when the stored token is not the one of this process's copy."""
+    counting = _Counting(redis_client)
+    one, two = RedisSessionStore(counting), RedisSessionStore(redis_client)  # type: ignore[arg-type]
+    session, lost = uuid.uuid4().hex, orjson.dumps({"3": "digest " * 2000})
+    saved = await _recorded(one, session, b'{"n": 4}', lost)
+    counting.read.clear()
+    state = await one.load("t1", session)
+    assert state.lost is saved.lost and state.fidelity is saved.fidelity  # the same bytes
+    assert [b"lost" not in fields and b"fidelity" not in fields for fields in counting.read] \
+        == [True]  # one HMGET, of the small fields only
+    await _recorded(two, session, b'{"n": 6}', None)  # another replica: no `lost` now
+    state = await one.load("t1", session)
+    assert (state.fidelity, state.lost) == (b'{"n": 6}', None)
+    counting.read.clear()
+    await one.load("t1", session)  # remembered under the replica's token
+    assert len(counting.read) == 1
+    # A session stored before the token (an earlier version) is read by value.
+    key = keys.session("t1", session)
+    await redis_client.hdel(key, "record_version")
+    await redis_client.hset(key, "lost", lost)
+    assert (await one.load("t1", session)).lost == lost
+
+
+async def test_lost_is_stored_in_runs_and_a_step_rewrites_only_those_it_changed(
+        redis_client: aioredis.Redis) -> None:
+    """`lost` (every rewritten message of the session) is stored in runs of LOST_RUN
+    messages: a change near the end rewrites the last run, and a replica reads it whole."""
+    store, session = RedisSessionStore(redis_client), uuid.uuid4().hex
+    key = keys.session("t1", session)
+    lost = {str(i): f"digest of message {i} " * 20 for i in range(0, 3 * LOST_RUN, 2)}
+    await _recorded(store, session, b'{"n": 1}', orjson.dumps(lost))
+    assert await redis_client.hget(key, "lost") == b"[0,1,2]"
+    state = await store.load("t1", session)
+    read_at = state.record_version
+    state.fidelity, state.lost = b'{"n": 2}', orjson.dumps({**lost, "191": None})
+    state.dirty.update(("fidelity", "lost"))
+    written, _, _ = store._changes(("t1", session), state, read_at)
+    assert {name for name in written if name.startswith(b"lost:")} == {b"lost:2"}
+    state.record_version = read_at
+    await store.save("t1", session, state)
+    replica = await RedisSessionStore(redis_client).load("t1", session)
+    assert orjson.loads(replica.lost or b"") == {**lost, "191": None}
+    assert replica.fidelity == b'{"n": 2}'

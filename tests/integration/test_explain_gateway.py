@@ -12,9 +12,12 @@ from typing import Any
 
 import httpx
 import orjson
+import redis
 
 from gateway.auth import tenant_of_token
 from gateway.context.replay import calls_from_messages
+from gateway.observability.explain import ACCOUNT_FIELD, PIECE, PIECED
+from gateway.store import keys
 from tests.harness import ROOT, Gateway, Upstream
 from tests.sessions import synthetic_session
 
@@ -128,3 +131,50 @@ def test_cli_explain_agrees_with_the_api(gateway: Gateway, upstream: Upstream) -
     unknown = subprocess.run([sys.executable, "-m", "gateway", "explain", "nope"], cwd=ROOT,
                              env=env, capture_output=True)
     assert unknown.returncode == 1
+
+
+def test_a_long_sessions_accounts_share_their_pieces(gateway: Gateway, redis_url: str) -> None:
+    """Each call's account names its long lists' pieces; the session's calls share those
+    before their first change (each written once), a call whose piece is lost is not
+    explained (404), never explained wrongly, until a later call writes the piece again."""
+    tenant, session = tenant_of_token(KEY), uuid.uuid4().hex
+    _, messages, _ = synthetic_session(13, turns=40)
+    headers = {"authorization": f"Bearer {KEY}", "x-ctxgate-session-id": session,
+               "x-ctxgate-budget-tokens": "9000", "x-ctxgate-task-class": "coding_agent"}
+    traces = []
+    for body in calls_from_messages(messages, "gpt-4o-mini"):
+        response = httpx.post(f"{gateway.base_url}/chat/completions", json=body,
+                              headers=headers, timeout=30)
+        assert response.status_code == 200, response.text
+        traces.append(response.headers["x-ctxgate-trace-id"])
+    last = gateway.explained(traces[-1])  # waits for the trace to land
+    assert len(last["messages"]) > PIECE
+    store = redis.Redis.from_url(redis_url)
+    named: list[str] = []
+    first_roles = set()
+    for trace_id in traces:
+        raw = store.hget(keys.trace(tenant, trace_id), ACCOUNT_FIELD)
+        assert raw is not None
+        account = orjson.loads(raw)
+        if isinstance(account["roles"], dict):
+            first_roles.add(account["roles"]["pieces"][0])
+        for name in PIECED:
+            if isinstance(account[name], dict):
+                named += account[name]["pieces"]
+    stored = set(named)
+    assert len(first_roles) == 1  # the roles' first 64 entries: one piece for every call
+    assert named and len(stored) < len(named)  # shared pieces are stored once
+    assert all(store.exists(keys.account_piece(tenant, digest)) for digest in stored)
+    account = orjson.loads(store.hget(keys.trace(tenant, traces[-1]),  # type: ignore[arg-type]
+                                      ACCOUNT_FIELD))
+    store.delete(keys.account_piece(tenant, account["roles"]["pieces"][-1]))
+    missing = httpx.get(f"{gateway.url}/admin/traces/{traces[-1]}",
+                        headers={"authorization": f"Bearer {gateway.admin_key}"})
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "trace_not_found"
+    # The session's next call names that piece again: the gateway finds it gone (evicted,
+    # flushed) although it wrote it, writes it back, and both calls are explained.
+    again = httpx.post(f"{gateway.base_url}/chat/completions", json=body, headers=headers,
+                       timeout=30)
+    assert again.status_code == 200, again.text
+    assert gateway.explained(again.headers["x-ctxgate-trace-id"])["messages"]
+    assert gateway.explained(traces[-1]) == last

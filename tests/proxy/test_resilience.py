@@ -8,19 +8,25 @@ from __future__ import annotations
 import json
 import signal
 import time
+import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import httpx
 import openai
+import orjson
 import pytest
 import redis
 
 from gateway.auth import tenant_of_token
+from gateway.context.replay import calls_from_messages
 from gateway.learner.traces import TraceEvent
+from gateway.observability.explain import ACCOUNT_FIELD, PIECE
 from gateway.store import keys
 from gateway.store.embedded import EmbeddedRedis
 from tests.harness import Gateway, Upstream, stop
+from tests.sessions import synthetic_session
 
 HELD = 3  # learner.outage_buffer_traces of this module's gateway
 # CTXGATE_REDIS_TIMEOUT_S of this module's gateway: below its fit timeout (1 s), so that a
@@ -141,6 +147,13 @@ def wait_metric(server: Gateway, name: str, value: float, timeout_s: float = 10,
         time.sleep(0.05)
 
 
+def wait_ready(server: Gateway) -> None:
+    deadline = time.monotonic() + 30
+    while httpx.get(f"{server.url}/readyz", timeout=30).status_code != 200:
+        assert time.monotonic() < deadline, "never ready again"
+        time.sleep(0.1)
+
+
 def test_traces_made_during_an_outage_are_written_once_redis_answers(
         stack: tuple[EmbeddedRedis, Gateway]) -> None:
     store, server = stack
@@ -244,11 +257,47 @@ def test_a_hung_redis_is_taken_for_down_and_left_behind_once_it_answers(
         assert time.monotonic() - started < REDIS_TIMEOUT_S + 3
     finally:
         store.process.send_signal(signal.SIGCONT)
-    deadline = time.monotonic() + 30
-    while httpx.get(f"{server.url}/readyz", timeout=30).status_code != 200:
-        assert time.monotonic() < deadline, "never ready again"
-        time.sleep(0.1)
+    wait_ready(server)
     after = api.chat.completions.with_raw_response.create(model="m", messages=messages)  # type: ignore[arg-type]
     assert after.headers["x-ctxgate-task-class"] != "unmanaged"
     feedback = post_feedback(server, key, trace_id)
     assert feedback.status_code == 202, feedback.text
+
+
+def test_a_long_sessions_next_call_is_explained_after_redis_restarts_empty(
+        stack: tuple[EmbeddedRedis, Gateway]) -> None:
+    """Redis restarted without its data (no persistence): the account pieces this gateway
+    wrote before are gone although it remembers writing them; the session's next call
+    names some of the same pieces and must still be explained, not 404."""
+    store, server = stack
+    key = "sk-outage-pieces-0005"
+    _, messages, _ = synthetic_session(13, turns=40)
+    calls = [body for body in calls_from_messages(messages, "gpt-4o-mini")
+             if len(body["messages"]) > PIECE][:2]
+    headers = {"authorization": f"Bearer {key}", "x-ctxgate-session-id": uuid.uuid4().hex,
+               "x-ctxgate-budget-tokens": "9000", "x-ctxgate-task-class": "coding_agent"}
+    admin = replace(server, admin_key=ADMIN_KEY)
+
+    def call(body: dict[str, Any]) -> tuple[str, list[str]]:
+        response = httpx.post(f"{server.base_url}/chat/completions", json=body,
+                              headers=headers, timeout=30)
+        assert response.status_code == 200, response.text
+        trace_id = response.headers["x-ctxgate-trace-id"]
+        admin.explained(trace_id)  # written, pieces and all
+        raw = redis.Redis(port=store.port).hget(keys.trace(tenant_of_token(key), trace_id),
+                                                ACCOUNT_FIELD)
+        assert raw is not None
+        return trace_id, orjson.loads(raw)["roles"]["pieces"]
+
+    _, before = call(calls[0])
+    store.stop()
+    for path in store.data_dir.iterdir():  # what a restart without persistence keeps
+        if path.suffix in (".aof", ".rdb"):
+            path.unlink()
+    store.start()
+    wait_ready(server)
+    assert not redis.Redis(port=store.port).keys("*acctpiece*")
+    trace_id, after = call(calls[1])
+    assert before[0] == after[0]  # a piece the gateway had written before the restart
+    explained = admin.explained(trace_id)
+    assert len(explained["messages"]) == len(calls[1]["messages"])
