@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+import zlib
 from collections.abc import AsyncIterator, Sequence
 
 import numpy as np
@@ -25,13 +26,18 @@ def tenant() -> str:
 
 
 class WordEmbedder:
-    """A deterministic bag-of-words embedder: same words -> cosine 1, disjoint -> 0."""
+    """A deterministic bag-of-words embedder: same words -> cosine 1, disjoint -> 0.
+
+    Buckets come from CRC-32, not `hash()`: a str hash changes with every process
+    (PYTHONHASHSEED), so two words would collide in one run in 256 and a test of distinct
+    lessons would flake.
+    """
 
     async def embed(self, texts: Sequence[str]) -> Vectors:
         out = np.zeros((len(texts), 256), dtype=np.float32)
         for row, text in enumerate(texts):
             for word in text.lower().split():
-                out[row, hash(word.strip(".,;:")) % 256] += 1.0
+                out[row, zlib.crc32(word.strip(".,;:").encode()) % 256] += 1.0
             norm = float(np.linalg.norm(out[row]))
             if norm:
                 out[row] /= norm
