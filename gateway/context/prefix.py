@@ -5,7 +5,7 @@ ones, rendered under the same remembered decisions. `Prefix` keeps what the prev
 computed for its messages (token sums, pins that may lapse, the render plan, the rolling
 prefix digest, the drop events) so that such a call parses, applies and renders only its new
 messages. A call reuses it only when it is safe to: the old messages are byte-for-byte the
-same (a SHA-256 of their JSON, never object identity), and the session's decisions are the
+same (a 128-bit XXH3 of their JSON, never object identity), and the session's decisions are the
 very ones the prefix was rendered under; anything else (a step, another class, encoding or
 history) takes the engine's full path, which builds a new prefix. The cache is one process's
 shortcut: Redis stays the source of truth, and a replica without it renders the same bytes.
@@ -17,13 +17,14 @@ message and the open tool exchange) can lapse, and `Layout.restate` brings those
 
 from __future__ import annotations
 
-import hashlib
+import secrets
 from bisect import bisect_left, bisect_right
 from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import orjson
+import xxhash
 from cachetools import LRUCache
 
 from gateway.context.apply import apply_decisions, drop_events
@@ -47,11 +48,17 @@ from gateway.context.tokens import TokenCounter
 from gateway.observability.droplog import DropEvent
 
 MAX_SEGMENTS = 16  # digest segments (one per reusing call) before the digest is redone whole
+# The byte check hashes the whole body on every call: XXH3-128 reads it ~70x faster than
+# SHA-256 here (0.013 against 0.98 ms for 777 KB). It need not resist forgery: a prefix is
+# only ever compared with its own (tenant, session)'s next call, so a client that forged a
+# collision would get back its own earlier messages; the per-process seed keeps accidental
+# and precomputed collisions out.
+_SEED = secrets.randbits(64)
 
 
 def _fingerprint(messages: Sequence[Mapping[str, Any]]) -> bytes | None:
     try:
-        return hashlib.sha256(orjson.dumps(messages)).digest()
+        return xxhash.xxh3_128_digest(orjson.dumps(messages), seed=_SEED)
     except TypeError:  # not JSON (a caller's own objects): no reuse
         return None
 
@@ -204,7 +211,7 @@ class Prefix:
         start = self.layout.count
         if encoding != self.encoding or len(messages) < start:
             return False
-        h = hashlib.sha256()
+        h = xxhash.xxh3_128(seed=_SEED)
         lo = 0
         try:
             for hi in self.bounds:
