@@ -22,7 +22,7 @@ from gateway.context.fidelity import (
     similarity,
 )
 from gateway.context.items import PINNED, parse_request
-from gateway.context.prefix import Prefix
+from gateway.context.prefix import Prefix, _derived
 from gateway.context.render import materialize
 from gateway.context.tokens import TokenCounter
 from tests.sessions import synthetic_session
@@ -316,3 +316,40 @@ def test_a_render_resumed_from_a_mark_is_the_render_from_scratch(case: Any) -> N
         whole.plan, whole.digests, whole.changed, whole.messages)
     assert [(m.pos, m.index, m.changed, m.rolling.hexdigest()) for m in resumed.marks] == [
         (m.pos, m.index, m.changed, m.rolling.hexdigest()) for m in whole.marks]
+
+
+def _items_view(prefix: Prefix) -> tuple[Any, ...]:
+    """What a prefix keeps of its items alone, against what reading them whole gives."""
+    fresh = _derived([prefix.layout.restate(i) for i in prefix.items], prefix.layout.count)
+    ids = lambda items: [(i.id, i.pinned) for i in items]  # noqa: E731
+    kept = (prefix.item_tokens, prefix.system_tokens, prefix.compactable, prefix.texts,
+            {k: ids(prefix.layout.restate(i) for i in g) for k, g in prefix.watched.items()},
+            [i.id for i in prefix.goal_items])
+    whole = (fresh.item_tokens, fresh.system_tokens, fresh.compactable, fresh.texts,
+             {k: ids(g) for k, g in fresh.watched.items()}, [i.id for i in fresh.goal_items])
+    return kept, whole
+
+
+async def test_a_step_prefix_derived_from_the_last_one_is_the_prefix_read_whole(
+    settings: Any, embedder: Any
+) -> None:
+    """A step call builds its prefix from the one it extended (`_derived_from`: its new
+    messages and those it watches read); after every call of a long session, and of the
+    same session with an earlier message edited, what the prefix keeps of its items is
+    what reading them whole gives, and pins that lapsed are not watched."""
+    _, msgs, _ = synthetic_session(1, turns=90)
+    engine = _engine(settings, embedder, True)
+    calls = _growing(msgs)
+    edited = json.loads(json.dumps(msgs))
+    edited[5]["content"] = f"{edited[5]['content']} (edited)"
+    steps = 0
+    for n, (body, _) in enumerate(calls + _growing(edited)[len(calls) - 20:]):
+        before = engine.prefixes.reused
+        await engine.fit(body, CallContext("t1", f"d{n}", {"x-ctxgate-session-id": "derived"}))
+        built = engine.prefixes.reused == before
+        kept, whole = _items_view(_peek(engine, "derived"))
+        if not built:  # a reusing call adds to `texts` only what a repeat could match
+            kept, whole = kept[:3] + kept[4:], whole[:3] + whole[4:]
+        assert kept == whole, f"call {n}"
+        steps += built
+    assert steps > 10
