@@ -24,6 +24,7 @@ aged calls on every call costs the prefix cache more than it saves).
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -95,61 +96,126 @@ def _arguments(call: Mapping[str, Any]) -> str | None:
     return raw if isinstance(raw, str) else None
 
 
-def _call_ids(messages: Sequence[Mapping[str, Any]]) -> tuple[set[str], set[str]]:
-    """Call ids seen, and those among them that name more than one call (an adapter finds
-    a call by its id: only those naming one call each count)."""
-    seen: set[str] = set()
+def _call_ids(
+    messages: Sequence[Mapping[str, Any]], start: int = 0
+) -> tuple[dict[str, int], set[str]]:
+    """Call ids seen (each with the index of its first message, from `start`, in that
+    order), and those among them that name more than one call (an adapter finds a call by
+    its id: only those naming one call each count)."""
+    seen: dict[str, int] = {}
     twice: set[str] = set()
-    for msg in messages:
+    for i, msg in enumerate(messages, start):
         for call in msg.get("tool_calls") or ():
             cid = call.get("id") if isinstance(call, Mapping) else None
             if isinstance(cid, str) and cid:
-                (twice if cid in seen else seen).add(cid)
+                if cid in seen:
+                    twice.add(cid)
+                else:
+                    seen[cid] = i
     return seen, twice
+
+
+def _indexes(plan: Sequence[tuple[int, str | None]] | None, start: int, end: int) -> array[int]:
+    """The client message each of the forwarded messages[start:end] renders."""
+    if plan is None:
+        return array("l", range(start, end))
+    return array("l", [i for i, _ in plan[start:end]])
+
+
+def _common(a: array[int], b: array[int]) -> int:
+    """The length of the longest common start of `a` and `b` (slices compared at C speed)."""
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    lo, hi = 0, n  # a[:lo] == b[:lo], a[:hi] != b[:hi]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
 
 
 @dataclass
 class RepeatScan:
-    """`repeated_calls` of a message list that only grows, carried from call to call: a
-    call reads only the messages added since the last one. The caller keeps it with what
-    guarantees that messages[:count] are the ones read before (the engine: the session's
-    prefix, `prefix.py`, whose forwarded messages only extend between steps). A new call
-    id that an earlier call already has changes which calls count: then all is read anew."""
+    """`repeated_calls` of a session's forwarded messages, carried from call to call: a call
+    reads only the messages added since the last one, and a step call (whose forwarded list
+    is not the last one extended) only those from the first message that renders another
+    client message than the one read there. A forwarded message's calls are its client
+    message's (a rewritten message is a copy with new `content`), so messages that render
+    the same client messages hold the same calls; the caller keeps the scan with what
+    guarantees that those client messages are the ones read before (the engine: the
+    session's prefix, `prefix.py`, whose byte check they passed). A new call id that an
+    earlier call already has changes which calls count: then all is read anew."""
 
     min_chars: int = REPEAT_MIN_CHARS
     count: int = 0  # messages read
-    seen: set[str] = field(default_factory=set)
+    seen: dict[str, int] = field(default_factory=dict)  # call id -> its message, in order
     twice: set[str] = field(default_factory=set)
     first: dict[str, str] = field(default_factory=dict)  # arguments -> first call's id
+    first_at: array[int] = field(default_factory=lambda: array("l"))  # `first`'s messages
     found: dict[tuple[int, int], str] = field(default_factory=dict)
+    indexes: array[int] = field(default_factory=lambda: array("l"))  # client message of each
     visited: int = 0  # messages the latest `scan` read (what a call's work grows with)
 
-    def scan(self, messages: Sequence[Mapping[str, Any]]) -> dict[tuple[int, int], str]:
+    def scan(
+        self, messages: Sequence[Mapping[str, Any]],
+        plan: Sequence[tuple[int, str | None]] | None = None, extends: bool = True,
+    ) -> dict[tuple[int, int], str]:
         """The repeats of `messages`, as `repeated_calls` finds them (the same dict while
-        no new repeat is found: never changed in place once handed out)."""
+        no new repeat is found: never changed in place once handed out). `plan`: the client
+        message each renders (`render.Plan`; None: message i renders client message i).
+        `extends`: `messages` are the list read before, extended (a call that reused the
+        session's prefix); else what they share with it from the start is kept."""
+        if not extends:
+            self._cut(_common(self.indexes, _indexes(plan, 0, len(messages))))
         new = messages[self.count:]
-        seen, twice = _call_ids(new)
-        if len(messages) < self.count or not seen.isdisjoint(self.seen):
-            self.count, self.first, self.found = 0, {}, {}
-            self.seen, self.twice = set(), set()
+        seen, twice = _call_ids(new, self.count)
+        if len(messages) < self.count or not self.seen.keys().isdisjoint(seen):
+            self._cut(0)
             new, (seen, twice) = messages, _call_ids(messages)
         start, self.visited = self.count, len(new)
-        added = _repeats(new, start, seen - twice, self.first, self.min_chars)
+        added = _repeats(new, start, seen.keys() - twice, self.first, self.min_chars,
+                         self.first_at)
         if added:
             self.found = {**self.found, **added}
-        self.seen |= seen
+        self.seen.update(seen)
         self.twice |= twice
+        self.indexes += _indexes(plan, start, len(messages))
         self.count = len(messages)
         return self.found
+
+    def _cut(self, n: int) -> None:
+        """Forget the messages from the `n`th on (all of them while an id names two calls:
+        which calls count could change)."""
+        if n >= self.count:
+            return
+        if self.twice:
+            n = 0
+        seen, first, at = self.seen, self.first, self.first_at
+        if n == 0:
+            seen.clear()
+            first.clear()
+            del at[:]
+            self.twice = set()
+        while seen and next(reversed(seen.values())) >= n:
+            seen.popitem()
+        while at and at[-1] >= n:
+            first.popitem()
+            at.pop()
+        self.found = {k: v for k, v in self.found.items() if k[0] < n}
+        del self.indexes[n:]
+        self.count = n
 
 
 def _repeats(
     messages: Sequence[Mapping[str, Any]], start: int, ids: Collection[str],
-    first: dict[str, str], min_chars: int,
+    first: dict[str, str], min_chars: int, first_at: array[int] | None = None,
 ) -> dict[tuple[int, int], str]:
     """Per (index from `start`, call index): the pointer of each call among `messages`
     whose arguments repeat an earlier call's (`first`: arguments -> the first call's id,
-    updated)."""
+    updated; `first_at`: the message of each of its entries, in order, updated)."""
     out: dict[tuple[int, int], str] = {}
     for i, msg in enumerate(messages, start):
         if msg.get("role") != "assistant":
@@ -161,6 +227,8 @@ def _repeats(
             earlier = first.get(raw)
             if earlier is None:
                 first[raw] = str(call["id"])
+                if first_at is not None:
+                    first_at.append(i)
                 continue
             pointer = None if msg.get(PINNED) else repeat_pointer(raw, earlier)
             if pointer is not None and len(pointer) < len(raw):
@@ -175,7 +243,7 @@ def repeated_calls(
     every call whose arguments (`min_chars` or more) repeat an earlier call's. Only calls
     with an id of their own count; messages a wire adapter pinned are never rewritten."""
     seen, twice = _call_ids(messages)
-    return _repeats(messages, 0, seen - twice, {}, min_chars)
+    return _repeats(messages, 0, seen.keys() - twice, {}, min_chars)
 
 
 @dataclass(frozen=True)

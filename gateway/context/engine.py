@@ -502,17 +502,21 @@ class ContextEngine:
         """Tool calls repeating an earlier call's arguments sent as pointers to it
         (`cluster.on_arrival`, calls.py): found in the forwarded messages alone, so every
         call renders an earlier message the same way. A call that reused its session's
-        prefix reads only its new messages (`RepeatScan`)."""
+        prefix reads only its new messages, a step call those from its first change
+        (`RepeatScan`, kept with the session's prefix)."""
         opts = r.cls.stages.cluster
         if opts is None or not opts.on_arrival or not opts.arrival_calls:
             return fitted
         least = opts.arrival_call_min_chars
         min_chars = opts.arrival_min_chars if least is None else least
         prefix = fitted.prefix
-        if prefix is not None and prefix is r.prefix:  # reused: forwarded only extends
-            if prefix.calls is None or prefix.calls.min_chars != min_chars:
-                prefix.calls = RepeatScan(min_chars)
-            repeats = prefix.calls.scan(fitted.messages)
+        if prefix is not None:
+            # the previous call's scan read messages of this call (its prefix's byte check)
+            scan = r.prefix.calls if r.prefix is not None else None
+            if scan is None or scan.min_chars != min_chars:
+                scan = RepeatScan(min_chars)
+            prefix.calls = scan
+            repeats = scan.scan(fitted.messages, fitted.plan, extends=prefix is r.prefix)
         else:
             repeats = repeated_calls(fitted.messages, min_chars)
         if not repeats:

@@ -5,7 +5,7 @@ ones, rendered under the same remembered decisions. `Prefix` keeps what the prev
 computed for its messages (token sums, pins that may lapse, the render plan, the rolling
 prefix digest, the drop events) so that such a call parses, applies and renders only its new
 messages. A call reuses it only when it is safe to: the old messages are byte-for-byte the
-same (a SHA-256 of their JSON, never object identity), and the session's decisions are the
+same (a 128-bit XXH3 of their JSON, never object identity), and the session's decisions are the
 very ones the prefix was rendered under; anything else (a step, another class, encoding or
 history) takes the engine's full path, which builds a new prefix. The cache is one process's
 shortcut: Redis stays the source of truth, and a replica without it renders the same bytes.
@@ -17,13 +17,14 @@ message and the open tool exchange) can lapse, and `Layout.restate` brings those
 
 from __future__ import annotations
 
-import hashlib
+import secrets
 from bisect import bisect_left, bisect_right
 from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import orjson
+import xxhash
 from cachetools import LRUCache
 
 from gateway.context.apply import apply_decisions, drop_events
@@ -47,11 +48,17 @@ from gateway.context.tokens import TokenCounter
 from gateway.observability.droplog import DropEvent
 
 MAX_SEGMENTS = 16  # digest segments (one per reusing call) before the digest is redone whole
+# The byte check hashes the whole body on every call: XXH3-128 reads it ~70x faster than
+# SHA-256 here (0.013 against 0.98 ms for 777 KB). It need not resist forgery: a prefix is
+# only ever compared with its own (tenant, session)'s next call, so a client that forged a
+# collision would get back its own earlier messages; the per-process seed keeps accidental
+# and precomputed collisions out.
+_SEED = secrets.randbits(64)
 
 
 def _fingerprint(messages: Sequence[Mapping[str, Any]]) -> bytes | None:
     try:
-        return hashlib.sha256(orjson.dumps(messages)).digest()
+        return xxhash.xxh3_128_digest(orjson.dumps(messages), seed=_SEED)
     except TypeError:  # not JSON (a caller's own objects): no reuse
         return None
 
@@ -62,6 +69,78 @@ def _compactable(items: Sequence[Item]) -> int:
 
 def _pinned_tokens(items: Sequence[Item]) -> int:
     return sum(i.tokens for i in items if i.pinned and i.kind != "system")
+
+
+def _watched(group: Sequence[Item]) -> bool:
+    return any(x.pinned and x.kind != "system" for x in group)
+
+
+@dataclass
+class _Derived:
+    """What a prefix keeps of its items alone (not of the decisions they are sent under)."""
+
+    item_tokens: int
+    system_tokens: int
+    watched: dict[int, list[Item]]
+    goal_items: list[Item]
+    compactable: list[int]
+    texts: set[int]
+
+
+def _derived(items: Sequence[Item], count: int, start: int = 0) -> _Derived:
+    """`_Derived` of the items of messages[start:count] (`compactable` from `start`)."""
+    by_message: list[list[Item]] = [[] for _ in range(start, count)]
+    for item in items:
+        by_message[item.message_index - start].append(item)
+    return _Derived(
+        item_tokens=sum(i.tokens for i in items),
+        system_tokens=sum(i.tokens for i in items if i.kind == "system"),
+        watched={i: group for i, group in enumerate(by_message, start) if _watched(group)},
+        goal_items=[i for i in items if i.goal],
+        compactable=[_compactable(group) for group in by_message],
+        texts={hash(i.text) for i in items},
+    )
+
+
+def _derived_from(extended: Prefix, items: Sequence[Item], count: int) -> _Derived:
+    """`_derived(items, count)` for the items of a prefix that `extended` (its items, pins
+    now restated: `items`) took up to its new messages: only those and the messages it
+    watches are read. A pin never comes to an old message (the latest user message and the
+    open exchange move on to new ones), so the messages pinned now are among those; the
+    others keep the compactable tokens `extended` found (`_restate_pins` brought those
+    whose pin lapsed up to date)."""
+    start = extended.start
+    cut = bisect_left(items, start, key=lambda item: item.message_index)
+    tail = items[cut:]
+    # the texts of the items added since it was built (calls reusing it kept only those
+    # a repeat on arrival could match: `_repeats`)
+    since = bisect_left(items, extended.built, key=lambda item: item.message_index)
+    compactable = extended.compactable[:start]
+    watched: dict[int, list[Item]] = {}
+    for i in sorted(extended.watched):
+        if i < start:
+            group = _group(items, i)
+            compactable[i] = _compactable(group)
+            if _watched(group):
+                watched[i] = group
+    new = _derived(tail, count, start)
+    compactable += new.compactable
+    watched.update(new.watched)
+    return _Derived(
+        item_tokens=extended.item_tokens,
+        system_tokens=extended.system_tokens + new.system_tokens,
+        watched=watched,
+        goal_items=extended.goal_items + new.goal_items,
+        compactable=compactable,
+        texts=extended.texts | {hash(i.text) for i in items[since:]},
+    )
+
+
+def _group(items: Sequence[Item], i: int) -> list[Item]:
+    """The items of message `i` (items run in message order)."""
+    lo = bisect_left(items, i, key=lambda item: item.message_index)
+    hi = bisect_right(items, i, lo=lo, key=lambda item: item.message_index)
+    return list(items[lo:hi])
 
 
 @dataclass
@@ -126,6 +205,7 @@ class Prefix:
     # The names of the tools the calls defined (`known` holds them, engine.tool_names): a
     # call defining others does not extend this prefix.
     tools: frozenset[str] = frozenset()
+    built: int = 0  # the messages it was built with (`texts` holds all of their items')
 
     @classmethod
     def build(
@@ -153,11 +233,13 @@ class Prefix:
             bounds = list(extended.bounds)
         else:
             digest, bounds = _fingerprint(messages), [len(messages)]
+            extended = None
         if digest is None:
             return None
-        by_message: list[list[Item]] = [[] for _ in messages]
-        for item in items:
-            by_message[item.message_index].append(item)
+        if extended is not None and len(extended.items) == len(items):
+            derived = _derived_from(extended, items, len(messages))
+        else:
+            derived = _derived(items, len(messages))
         return cls(
             encoding=encoding,
             task_class=task_class,
@@ -166,22 +248,18 @@ class Prefix:
             bounds=bounds,
             digest=digest,
             layout=layout,
-            item_tokens=sum(i.tokens for i in items),
+            item_tokens=derived.item_tokens,
             final_tokens=sum(i.tokens for i in final),
-            system_tokens=sum(i.tokens for i in items if i.kind == "system"),
-            watched={
-                i: group
-                for i, group in enumerate(by_message)
-                if any(x.pinned and x.kind != "system" for x in group)
-            },
-            goal_items=[i for i in items if i.goal],
-            compactable=[_compactable(group) for group in by_message],
+            system_tokens=derived.system_tokens,
+            watched=derived.watched,
+            goal_items=derived.goal_items,
+            compactable=derived.compactable,
             plan=list(rendered.plan),
             changed=rendered.changed,
             digests=list(rendered.digests),
             rolling=rendered.rolling,
             events=events,
-            texts={hash(i.text) for i in items},
+            texts=derived.texts,
             lagging=[] if ages is None else [
                 i for i in items if undecided(i, decisions) and ages_out(i, ages)
             ],
@@ -190,6 +268,7 @@ class Prefix:
             lines_min=lines_min or 0,
             items=list(items),
             final=list(final),
+            built=len(messages),
             marks=list(rendered.marks),
         )
 
@@ -204,7 +283,7 @@ class Prefix:
         start = self.layout.count
         if encoding != self.encoding or len(messages) < start:
             return False
-        h = hashlib.sha256()
+        h = xxhash.xxh3_128(seed=_SEED)
         lo = 0
         try:
             for hi in self.bounds:

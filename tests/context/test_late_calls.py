@@ -22,7 +22,7 @@ from gateway.context.fidelity import (
     similarity,
 )
 from gateway.context.items import PINNED, parse_request
-from gateway.context.prefix import Prefix
+from gateway.context.prefix import Prefix, _derived
 from gateway.context.render import materialize
 from gateway.context.tokens import TokenCounter
 from tests.sessions import synthetic_session
@@ -66,6 +66,42 @@ def test_a_kept_scan_finds_the_repeats_a_fresh_one_finds(
         assert found == repeated_calls(msgs[:new_end], min_chars=100)
         if not (ids_before - {""}) & ids_added:
             assert scan.visited == new_end - end
+        end = new_end
+
+
+@settings(max_examples=200, deadline=None)
+@given(msgs=call_turns(), data=st.data())
+def test_a_scan_kept_across_steps_finds_what_a_fresh_one_finds(
+    msgs: list[dict[str, Any]], data: Any
+) -> None:
+    """A session's calls forward the client's messages under drawn plans: between steps a
+    plan extends the last one; a step keeps a drawn start of it, then drops or rewrites any
+    message after (as a render does: a rewritten message is a copy with new content). The
+    scan kept across them finds what `repeated_calls` finds in each forwarded list, and a
+    step reads only from the first message that renders another client message."""
+    scan, plan, end, scan_twice = RepeatScan(min_chars=100), [], 0, False
+    while end < len(msgs):
+        new_end = data.draw(st.integers(end + 1, len(msgs)))
+        step = bool(plan) and data.draw(st.booleans())
+        kept = data.draw(st.integers(0, len(plan))) if step else len(plan)
+        fates = data.draw(st.lists(st.sampled_from(["sent", "sent", "dropped", "gist"]),
+                                   min_size=new_end, max_size=new_end))
+        start = plan[kept - 1][0] + 1 if kept else 0
+        plan = plan[:kept] + [(i, None if fates[i] == "sent" else f"gist {i}")
+                              for i in range(start if step else end, new_end)
+                              if fates[i] != "dropped"]
+        forwarded = materialize(msgs, plan)
+        before = list(scan.indexes)
+        found = scan.scan(forwarded, plan, extends=not step)
+        assert found == repeated_calls(forwarded, min_chars=100)
+        assert list(scan.indexes) == [i for i, _ in plan]
+        ids = [c["id"] for m in forwarded for c in m.get("tool_calls") or () if c["id"]]
+        unique = len(ids) == len(set(ids))
+        if unique and not scan_twice:  # no id names two calls: only the change is read
+            common = next((k for k, (a, b) in enumerate(zip(before, scan.indexes, strict=False))
+                           if a != b), min(len(before), len(plan)))
+            assert scan.visited == len(plan) - common
+        scan_twice = bool(scan.twice)  # it reads all again while an id names two calls
         end = new_end
 
 
@@ -165,25 +201,33 @@ async def test_a_late_call_between_steps_reads_only_its_new_messages(
     assert max(w[1] for w in late) <= 6  # a turn's few messages, not the history
 
 
-async def test_repeated_calls_are_pointed_alike_with_and_without_the_prefix(
-    settings: Any, embedder: Any
-) -> None:
-    """A session repeating its tool calls: the engine keeping its scan on the prefix
-    forwards what an engine without a prefix cache forwards, call by call."""
+TOOLS = [{"type": "function", "function": {"name": "sh", "parameters": {"type": "object"}}}]
+
+
+def _repeating_session(turns: int) -> list[dict[str, Any]]:
+    """A shell session whose tool calls repeat now and then (three in four of ARGS)."""
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": "You run shell commands with sh."},
         {"role": "user", "content": "Find the failing test in the repository."},
     ]
-    for k in range(40):
+    for k in range(turns):
         args = ARGS[k % 3] if k % 4 else json.dumps({"command": f"pytest -k case{k} " * 9})
         messages.append({"role": "assistant", "content": None, "tool_calls": [
             {"id": f"call_{k}", "type": "function",
              "function": {"name": "sh", "arguments": args}}]})
         messages.append({"role": "tool", "tool_call_id": f"call_{k}",
                          "content": f"output {k} " * 40})
-    calls = [({"messages": messages[:end], "tools": [{"type": "function", "function": {
-        "name": "sh", "parameters": {"type": "object"}}}]}, {})
-        for end in range(4, len(messages) + 1, 2)]
+    return messages
+
+
+async def test_repeated_calls_are_pointed_alike_with_and_without_the_prefix(
+    settings: Any, embedder: Any
+) -> None:
+    """A session repeating its tool calls: the engine keeping its scan on the prefix
+    forwards what an engine without a prefix cache forwards, call by call."""
+    messages = _repeating_session(40)
+    calls = [({"messages": messages[:end], "tools": TOOLS}, {})
+             for end in range(4, len(messages) + 1, 2)]
     cached, plain = _engine(settings, embedder, True), _engine(settings, embedder, False)
     reused = await _same(cached, plain, calls, "repeats")
     assert reused > len(calls) // 2
@@ -192,6 +236,26 @@ async def test_repeated_calls_are_pointed_alike_with_and_without_the_prefix(
     pointed = [c for m in last for c in m.get("tool_calls") or ()
                if "same as call" in c["function"]["arguments"]]
     assert pointed  # the repeats were found and pointed
+
+
+async def test_an_edited_earlier_call_is_pointed_as_a_fresh_fit_points_it(
+    settings: Any, embedder: Any
+) -> None:
+    """The scan kept on the prefix trusts that the client messages it read are unchanged;
+    a session that edits an earlier call's arguments (making a repeat of a later call and
+    undoing one) fails the prefix's byte check and forwards what an engine without a
+    prefix cache forwards, call by call, across its steps."""
+    messages = _repeating_session(60)
+    calls = [({"messages": messages[:end], "tools": TOOLS}, {})
+             for end in range(4, len(messages) + 1, 2)]
+    edited = json.loads(json.dumps(messages))
+    edited[4]["tool_calls"][0]["function"]["arguments"] = ARGS[2]  # call_1 (ARGS[1]) now as call_2
+    edited[2]["tool_calls"][0]["function"]["arguments"] = ARGS[0]  # call_0 repeats no more
+    calls += [({"messages": edited[:end], "tools": TOOLS}, {})
+              for end in range(len(messages) - 30, len(messages) + 1, 2)]
+    cached, plain = _engine(settings, embedder, True), _engine(settings, embedder, False)
+    reused = await _same(cached, plain, calls, "edited")
+    assert reused > len(calls) // 2
 
 
 @st.composite
@@ -252,3 +316,40 @@ def test_a_render_resumed_from_a_mark_is_the_render_from_scratch(case: Any) -> N
         whole.plan, whole.digests, whole.changed, whole.messages)
     assert [(m.pos, m.index, m.changed, m.rolling.hexdigest()) for m in resumed.marks] == [
         (m.pos, m.index, m.changed, m.rolling.hexdigest()) for m in whole.marks]
+
+
+def _items_view(prefix: Prefix) -> tuple[Any, ...]:
+    """What a prefix keeps of its items alone, against what reading them whole gives."""
+    fresh = _derived([prefix.layout.restate(i) for i in prefix.items], prefix.layout.count)
+    ids = lambda items: [(i.id, i.pinned) for i in items]  # noqa: E731
+    kept = (prefix.item_tokens, prefix.system_tokens, prefix.compactable, prefix.texts,
+            {k: ids(prefix.layout.restate(i) for i in g) for k, g in prefix.watched.items()},
+            [i.id for i in prefix.goal_items])
+    whole = (fresh.item_tokens, fresh.system_tokens, fresh.compactable, fresh.texts,
+             {k: ids(g) for k, g in fresh.watched.items()}, [i.id for i in fresh.goal_items])
+    return kept, whole
+
+
+async def test_a_step_prefix_derived_from_the_last_one_is_the_prefix_read_whole(
+    settings: Any, embedder: Any
+) -> None:
+    """A step call builds its prefix from the one it extended (`_derived_from`: its new
+    messages and those it watches read); after every call of a long session, and of the
+    same session with an earlier message edited, what the prefix keeps of its items is
+    what reading them whole gives, and pins that lapsed are not watched."""
+    _, msgs, _ = synthetic_session(1, turns=90)
+    engine = _engine(settings, embedder, True)
+    calls = _growing(msgs)
+    edited = json.loads(json.dumps(msgs))
+    edited[5]["content"] = f"{edited[5]['content']} (edited)"
+    steps = 0
+    for n, (body, _) in enumerate(calls + _growing(edited)[len(calls) - 20:]):
+        before = engine.prefixes.reused
+        await engine.fit(body, CallContext("t1", f"d{n}", {"x-ctxgate-session-id": "derived"}))
+        built = engine.prefixes.reused == before
+        kept, whole = _items_view(_peek(engine, "derived"))
+        if not built:  # a reusing call adds to `texts` only what a repeat could match
+            kept, whole = kept[:3] + kept[4:], whole[:3] + whole[4:]
+        assert kept == whole, f"call {n}"
+        steps += built
+    assert steps > 10
