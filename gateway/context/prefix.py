@@ -42,7 +42,14 @@ from gateway.context.lines import (
 )
 from gateway.context.render import Mark, Plan, Rendered, render_plan
 from gateway.context.session import Decision, SessionState
-from gateway.context.steps import ages_out, horizon_after, lagging_tokens, stale_tokens, undecided
+from gateway.context.steps import (
+    ages_out,
+    horizon_after,
+    lagging_tokens,
+    open_tokens,
+    stale_tokens,
+    undecided,
+)
 from gateway.context.taskclass import CompressOptions, TaskClass
 from gateway.context.tokens import TokenCounter
 from gateway.observability.droplog import DropEvent
@@ -496,8 +503,9 @@ class Prefix:
         tokens_from = {
             i: self.compactable[i] for i in range(horizon, n_messages) if self.compactable[i]
         }
+        unanswered = sum(open_tokens(group) for group in self.watched.values())
         return horizon_after(turns, tokens_from, n_messages, state, cls, stale,
-                             call_tokens=self.item_tokens) != horizon
+                             call_tokens=self.item_tokens, unanswered=unanswered) != horizon
 
     def _render(
         self,

@@ -51,6 +51,12 @@ def undecided(item: Item, decisions: Mapping[str, Decision]) -> bool:
     return made is None or made.reason == REPEATED_LINES
 
 
+def open_tokens(items: Iterable[Item]) -> int:
+    """Tokens of the exchange the model has not answered yet (pinned, not the task, not a
+    system message): what a step taken now leaves verbatim behind it (`horizon_after`)."""
+    return sum(i.tokens for i in items if i.pinned and not i.goal and i.kind != "system")
+
+
 def lagging_tokens(items: Iterable[Item], state: SessionState, cls: TaskClass) -> int:
     """Tokens behind the horizon that no step has aged yet: the exchange still unanswered
     (pinned) when the last step ran waits verbatim in the cached prefix until the next one.
@@ -93,7 +99,8 @@ def step_horizon(
         if not (item.pinned or item.goal or item.kind == "system"):
             tokens_from[item.message_index] = tokens_from.get(item.message_index, 0) + item.tokens
     return horizon_after(turns, tokens_from, len(messages), state, cls, stale, forced,
-                         call_tokens=sum(item.tokens for item in items))
+                         call_tokens=sum(item.tokens for item in items),
+                         unanswered=open_tokens(items))
 
 
 def calls_until_affordable(steps: int, calls: int, share: float) -> int | None:
@@ -137,9 +144,11 @@ def horizon_after(
     stale: int = 0,
     forced: bool = False,
     call_tokens: int = 0,
+    unanswered: int = 0,
 ) -> int:
     """`step_horizon` from the assistant turns and the compactable tokens per message; only
-    those at or after `state.horizon` count, so a caller may pass just those."""
+    those at or after `state.horizon` count, so a caller may pass just those. `unanswered`:
+    the tokens of the exchange the model has not answered yet (`open_tokens`)."""
     c = cls.compaction
     if not c.ages:
         return state.horizon
@@ -180,6 +189,13 @@ def horizon_after(
         over_tokens = over_tokens or (not state.steps and c.early_share > 0
                                       and n_tokens >= c.early_share * call_tokens)
     due = since >= c.min_step_turns and (affordable or forced) and (over_turns or over_tokens)
+    # A step cannot digest the exchange still unanswered (pinned): it waits verbatim, in the
+    # cached prefix, until the next step the budget allows. When it outweighs all the step
+    # would take now, the step waits one call for it instead (no extra prefix change; a
+    # call over the budget never waits): on intercode, a 4k-token query result re-sent on
+    # every later call of its session.
+    if due and not forced and unanswered > n_tokens:
+        return state.horizon
     if not due:
         return state.horizon
     reach = n_messages if affordable else max(turns[-1] if turns else 0, state.horizon)

@@ -1,20 +1,31 @@
-"""When a session takes a compaction step (`steps.py`): the instability budget, and a stale
-task-statement block cut ahead of it when the cut repays its full-price re-send."""
+"""When a session takes a compaction step (`steps.py`): the instability budget, a stale
+task-statement block cut ahead of it when the cut repays its full-price re-send, and a step
+that waits a call for the exchange it would leave open."""
 
 from __future__ import annotations
 
+import uuid
+from typing import Any
+
 import pytest
 
+from gateway.context.engine import CallContext, ContextEngine
 from gateway.context.items import parse_request
-from gateway.context.session import Decision, SessionState
+from gateway.context.session import Decision, MemorySessionStore, SessionState
 from gateway.context.steps import (
     calls_until_affordable,
     horizon_after,
     lagging_tokens,
+    open_tokens,
     stale_cut_repays,
 )
 from gateway.context.taskclass import Compaction, TaskClass, task_class
 from gateway.context.tokens import TokenCounter
+from gateway.observability.droplog import DropLog
+from gateway.observability.metrics import Metrics
+from gateway.settings import Settings
+
+from .conftest import without_credit
 
 SHARE_5 = Compaction(verbatim_tokens_high=1000, verbatim_tokens_low=0, max_step_share=0.2)
 
@@ -164,3 +175,86 @@ def test_a_session_that_lasts_takes_no_more_steps_than_the_share() -> None:
     # the first step on the 3rd call; repaid after the credit lapses (none on the 15th)
     assert _steps_taken(credit, 50, 3000) == [2, 4, 9, 20, 25, 30, 35, 40, 45]
     assert _steps_taken(credit, 50, 9000) == _steps_taken(share, 50, 9000)  # large calls
+
+
+def test_a_step_waits_a_call_for_the_exchange_it_would_leave_open() -> None:
+    cls = TaskClass(name="c", compaction=SHARE_5)
+    turns = [2, 4]  # the exchange at 4 is the latest, unanswered (pinned): not in tokens_from
+    verbatim = {2: 300, 3: 900}  # 1200 compactable tokens: past the 1000-token mark
+    state = SessionState(horizon=0, calls=5, steps=0)  # the share allows a step
+    assert horizon_after(turns, verbatim, 6, state, cls, unanswered=1000) == 4  # steps
+    # the open exchange outweighs all the step would take now: it waits for it
+    assert horizon_after(turns, verbatim, 6, state, cls, unanswered=4000) == 0
+    # stale task-statement blocks count with what the step would take
+    assert horizon_after(turns, verbatim, 6, state, cls, unanswered=4000, stale=3000) == 4
+    # a call over the budget never waits
+    assert horizon_after(turns, verbatim, 6, state, cls, unanswered=4000, forced=True) == 4
+    # the next call: the exchange answered, the step takes it too
+    later = SessionState(horizon=0, calls=6, steps=0)
+    answered = {**verbatim, 4: 20, 5: 4000}
+    assert horizon_after([2, 4, 6], answered, 8, later, cls, unanswered=100) == 6
+
+
+def test_open_tokens_are_the_unanswered_exchange_only() -> None:
+    msgs = [
+        {"role": "system", "content": "You query a database."},
+        {"role": "user", "content": "How many cities?"},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "a", "type": "function", "function": {"name": "q", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "a", "content": "answered output " * 20},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "b", "type": "function", "function": {"name": "q", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "b", "content": "open output " * 50},
+    ]
+    items = parse_request({"messages": msgs}, TokenCounter(), "o200k_base").items
+    assert open_tokens(items) == sum(i.tokens for i in items if i.message_index >= 4)
+
+
+TOOLS = [{"type": "function",
+          "function": {"name": "execute_sql", "parameters": {"type": "object"}}}]
+
+
+def _sql_session(outputs: list[str]) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You query a MySQL database with execute_sql."},
+        {"role": "user", "content": "Which language do most people speak in each country?"},
+    ]
+    for k, out in enumerate(outputs):
+        messages.append({"role": "assistant", "content": "", "tool_calls": [
+            {"id": f"c{k}", "type": "function",
+             "function": {"name": "execute_sql", "arguments": f'{{"command": "SELECT {k}"}}'}}]})
+        messages.append({"role": "tool", "tool_call_id": f"c{k}", "content": out})
+    return messages
+
+
+async def test_a_large_output_arriving_on_a_step_call_is_digested_a_call_later(
+    settings: Settings, embedder: Any
+) -> None:
+    """The share allows the session's first step on its 6th call, which ends on a large
+    query result: a step then would leave it verbatim until the 11th call. It waits a call
+    and takes it: the later calls send its digest, with no more prefix changes."""
+    engine = ContextEngine(without_credit(settings), None, Metrics(),
+                           DropLog("/dev/null", "none", None), embedder,
+                           sessions=MemorySessionStore())
+    small = [f"table t{k}: " + ", ".join(f"col_{k}_{i} int" for i in range(40))
+             for k in range(5)]
+    large = "\n".join(f"('C{i:03d}', 'Country {i}', 'Language {i % 17}', {i % 97}.5)"
+                      for i in range(400))
+    after = [f"count {k}: {1000 + k}" for k in range(4)]
+    messages = _sql_session([*small, large, *after])
+    session, previous, changes = uuid.uuid4().hex, None, 0
+    for end in range(4, len(messages) + 1, 2):  # each call ends on a tool result
+        fitted = await engine.fit({"messages": messages[:end], "tools": TOOLS},
+                                  CallContext("t-steps", uuid.uuid4().hex,
+                                              {"x-ctxgate-session-id": session}))
+        forwarded = fitted.body["messages"]
+        if previous is not None and forwarded[: len(previous)] != previous:
+            changes += 1
+        previous = list(forwarded)
+        assert sum(d.tokens_before - d.tokens_after for d in fitted.drops) == (
+            fitted.tokens_before - fitted.tokens_after
+        )
+    assert changes == 1  # one step, as without the wait
+    sent = {m.get("tool_call_id"): m["content"] for m in previous or [] if m["role"] == "tool"}
+    assert len(sent["c5"]) < len(large) / 4  # the large result digested
+    assert sent["c9"] == after[-1]  # the latest verbatim
