@@ -24,6 +24,7 @@ import orjson
 
 from gateway.learner.outage import OutageBuffer, TraceRecord
 from gateway.learner.signals import may_teach
+from gateway.learner.transcript import line, shown_budget
 from gateway.observability.explain import ACCOUNT_FIELD, Pieces
 from gateway.playbook.config import ClassPlaybook, class_playbook, learner_settings
 from gateway.services import Services
@@ -75,18 +76,27 @@ class TraceEvent:
         )
 
 
-def keep_recent(messages: list[dict[str, Any]], max_chars: int) -> list[dict[str, Any]]:
-    """The first message and the newest ones within `max_chars` of JSON: the learner never
-    shows more than that, so a long session's traces need not keep its whole history."""
+def keep_recent(messages: list[dict[str, Any]], max_chars: int,
+                shown_chars: int | None = None) -> list[dict[str, Any]]:
+    """The first message and the newest ones within `max_chars` of JSON and, with
+    `shown_chars` (the Reflector's `max_trace_chars`), only those its transcript can show
+    (`transcript.py`: the newest lines within that budget after the first message's): the
+    learner never reads more, so a long session's traces need not keep its whole history."""
     if len(messages) < 3:
         return messages
     # Sized from the newest back, only as far as they fit: a long session's trace costs
     # what it keeps, not its whole history.
     budget, start = max_chars - len(orjson.dumps(messages[0])), len(messages)
+    shown = None if shown_chars is None else shown_budget(line(messages[0]), shown_chars)
     while start > 1:
         size = len(orjson.dumps(messages[start - 1]))
         if size > budget:
             break
+        if shown is not None:
+            width = len(line(messages[start - 1]))
+            if width > shown:
+                break
+            shown -= width
         start -= 1
         budget -= size
     if start == 1:  # every message fits
@@ -131,6 +141,7 @@ class TraceSink:
         stream_maxlen: int = 100_000,
         max_pending: int = 1000,
         keep_chars: int = 48_000,
+        shown_chars: int | None = 24_000,
         teaches: Callable[[TraceEvent], bool] | None = None,
         shards: int = 1,
         outage_traces: int = 5000,
@@ -142,7 +153,7 @@ class TraceSink:
         self._ttl_s = ttl_s
         self._maxlen = stream_maxlen
         self._max_pending = max_pending
-        self._keep_chars = keep_chars
+        self._keep_chars, self._shown_chars = keep_chars, shown_chars
         self._teaches = teaches
         self._queue: deque[tuple[TraceEvent, bool, bool]] = deque()
         self._in_flight = 0
@@ -161,6 +172,7 @@ class TraceSink:
         return cls(services.redis, services.metrics, ttl_s=learner.trace_ttl_s,
                    stream_maxlen=learner.stream_maxlen, max_pending=learner.pending_tasks,
                    keep_chars=2 * learner.max_trace_chars,
+                   shown_chars=learner.max_trace_chars,
                    teaches=TeachingFilter(services.settings), shards=learner.trace_shards,
                    outage_traces=learner.outage_buffer_traces,
                    outage_bytes=learner.outage_buffer_bytes)
@@ -168,7 +180,7 @@ class TraceSink:
     def trim(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """`messages` as a stored trace keeps them: for a caller that trims them itself,
         off the event loop (a large call's), and publishes with `trimmed=True`."""
-        return keep_recent(messages, self._keep_chars)
+        return keep_recent(messages, self._keep_chars, self._shown_chars)
 
     def publish(self, event: TraceEvent, *, trimmed: bool = False) -> None:
         """Queue `event` (its messages already `trim`med, or not); one writer task sends
@@ -200,7 +212,7 @@ class TraceSink:
     def _record(self, event: TraceEvent, teaches: bool, trimmed: bool) -> TraceRecord:
         """The bytes the stored trace holds: messages trimmed, the account beside them."""
         kept = replace(event, account=None, pieces=(), messages=event.messages if trimmed
-                       else keep_recent(event.messages, self._keep_chars))
+                       else self.trim(event.messages))
         return TraceRecord(event.tenant, event.trace_id, kept.to_json(), event.account, teaches,
                            event.pieces)
 
