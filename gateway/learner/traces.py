@@ -26,7 +26,7 @@ import orjson
 from gateway.learner.outage import OutageBuffer, TraceRecord
 from gateway.learner.signals import may_teach
 from gateway.learner.transcript import line, shown_budget
-from gateway.observability.explain import ACCOUNT_FIELD, Pieces
+from gateway.observability.explain import ACCOUNT_FIELD, Pieces, read_pieces
 from gateway.playbook.config import ClassPlaybook, class_playbook, learner_settings
 from gateway.services import Services
 from gateway.store import STORE_DOWN, keys
@@ -111,11 +111,8 @@ def split_messages(messages: list[dict[str, Any]], kept: list[dict[str, Any]]
 async def _joined_tail(redis: aioredis.Redis, tenant: str, tail: dict[str, Any]
                        ) -> list[dict[str, Any]] | None:
     """The messages `tail` names, from the first kept on; None when a run has expired."""
-    async with redis.pipeline(transaction=False) as pipe:
-        for digest in tail["pieces"]:
-            pipe.get(keys.account_piece(tenant, digest))
-        raws = await pipe.execute()
-    if not all(raws):
+    raws = await read_pieces(redis, tenant, tail["pieces"])
+    if raws is None:
         return None
     start, out = int(tail["from"]), []
     for raw in raws:

@@ -19,7 +19,7 @@ import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import orjson
 
@@ -167,22 +167,27 @@ async def _joined(redis: aioredis.Redis, tenant: str,
               if isinstance(account.get(name), dict)]
     if not wanted:
         return account
-    # GETs in a pipeline, not MGET: a tenant's keys share a slot, but keep to one pattern.
-    async with redis.pipeline(transaction=False) as pipe:
-        for _, names in wanted:
-            for digest in names:
-                pipe.get(keys.account_piece(tenant, digest))
-        raws = iter(await pipe.execute())
-    joined = dict(account)
+    read = await read_pieces(redis, tenant, [digest for _, names in wanted for digest in names])
+    if read is None:
+        return None
+    raws, joined = iter(read), dict(account)
     for name, names in wanted:
         entries: list[Any] = []
         for _ in names:
-            raw = next(raws)
-            if raw is None:
-                return None
-            entries.extend(orjson.loads(raw))
+            entries.extend(orjson.loads(next(raws)))
         joined[name] = entries
     return joined
+
+
+async def read_pieces(redis: aioredis.Redis, tenant: str, digests: list[str]
+                      ) -> list[bytes] | None:
+    """The stored pieces named (`keys.account_piece`), or None when one is gone."""
+    # GETs in a pipeline, not MGET: a tenant's keys share a slot, but keep to one pattern.
+    async with redis.pipeline(transaction=False) as pipe:
+        for digest in digests:
+            pipe.get(keys.account_piece(tenant, digest))
+        raws: list[bytes | None] = await pipe.execute()
+    return None if any(raw is None for raw in raws) else cast(list[bytes], raws)
 
 
 def unmanaged_account(messages: list[dict[str, Any]], session_id: str, model: Any,
