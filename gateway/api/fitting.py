@@ -48,9 +48,8 @@ from gateway.errors import ContextBudgetExceeded, ContextFitTimeout, GatewayErro
 from gateway.learner.traces import TraceEvent
 from gateway.observability.explain import (
     STORE_DOWN_REASON,
+    AccountPieces,
     Pieces,
-    account_of,
-    split_account,
     unmanaged_account,
 )
 from gateway.store import STORE_DOWN
@@ -105,6 +104,7 @@ class Fitting:
         self.timeout_s = timeout_s
         self._timeouts = metrics.fit_timeouts
         self._large: set[int] = set()  # ids of large calls' fitted calls not yet released
+        self._pieces = AccountPieces()  # each session's latest account pieces
 
     async def prepare(self, wire: WireFormat, raw: bytes, call: Call) -> Prepared:
         """Parse, validate, fit and render `raw` within the call's time budget."""
@@ -219,8 +219,8 @@ class Fitting:
     async def trace_parts(self, fitted: FittedCall) -> TraceParts:
         """What a call's trace stores; built on the fitting thread for a large call."""
         if self.thread is None or len(fitted.body["messages"]) < LARGE_MESSAGES:
-            return _trace_parts(fitted)
-        return await self._on_thread(_as_job(lambda _: _trace_parts(fitted)))
+            return _trace_parts(fitted, self._pieces)
+        return await self._on_thread(_as_job(lambda _: _trace_parts(fitted, self._pieces)))
 
     def _later(self) -> Deadline:
         """The bound of work on the fitting thread that is not a fit."""
@@ -292,12 +292,12 @@ def _unmanaged_trace(engine: ContextEngine, *, wire: WireFormat, raw: bytes,
                           messages, session_id, view.body.get("model"), reason)))
 
 
-def _trace_parts(fitted: FittedCall) -> TraceParts:
+def _trace_parts(fitted: FittedCall, pieces: AccountPieces) -> TraceParts:
     """A fitted call's messages and its account, serialised where it is built: a large
     call's account (a role and a plan entry per message) is megabytes of JSON, stored in
-    pieces that the session's later calls share (`split_account`)."""
-    return (unmarked(fitted.body["messages"]),
-            *split_account(account_of(fitted, fitted.budget_source)))
+    pieces that the session's later calls share (`AccountPieces`: only those that changed
+    are built)."""
+    return unmarked(fitted.body["messages"]), *pieces.of(fitted, fitted.budget_source)
 
 
 async def _prepare(engine: ContextEngine, wire: WireFormat, raw: bytes, call: Call,

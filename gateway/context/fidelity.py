@@ -48,7 +48,7 @@ from gateway.context.needed import (
     tool_name,
 )
 from gateway.context.render import Plan
-from gateway.context.session import SessionState
+from gateway.context.session import CALL_RUN, SessionState
 
 MODES = ("managed", "bypass", "unmanaged")
 NEAR_SAME = 0.8
@@ -146,7 +146,12 @@ def index_calls(
     messages: Sequence[Mapping[str, Any]], start: int, calls: list[IndexedCall]
 ) -> list[IndexedCall]:
     """`calls` with those of the assistant turns in messages[start:] (the latest 256)."""
-    calls = list(calls)
+    return [*calls, *new_calls(messages, start)][-MAX_INDEXED_CALLS:]
+
+
+def new_calls(messages: Sequence[Mapping[str, Any]], start: int) -> list[IndexedCall]:
+    """The tool calls of the assistant turns in messages[start:]."""
+    calls: list[IndexedCall] = []
     for i in range(start, len(messages)):
         msg = messages[i]
         made = tool_calls(msg) if msg.get("role") == "assistant" else []
@@ -155,7 +160,7 @@ def index_calls(
         results = _results(messages, i)
         calls += [IndexedCall(tool_name(c), call_sketch(c), results.get(c.get("id"), -1))
                   for c in made]
-    return calls[-MAX_INDEXED_CALLS:]
+    return calls
 
 
 def _digest(msg: Mapping[str, Any]) -> str:
@@ -171,6 +176,7 @@ class Record:
 
     count: int  # its messages
     last: str  # digest of its last message
+    first: int  # the number of calls[0] among the session's tool calls (counted from 0)
     calls: list[IndexedCall]
     lost: dict[int, str | None]
 
@@ -178,12 +184,19 @@ class Record:
     def load(cls, state: SessionState, seen: Haystack | None = None) -> Record | None:
         if not state.fidelity:
             return None
-        if seen is not None and seen.record_raw == state.fidelity:
-            count, last, calls = seen.record  # what an earlier call of this process wrote
+        if (seen is not None and seen.record_raw == state.fidelity
+                and seen.record_runs == state.indexed_runs):
+            count, last, first, calls = seen.record  # what an earlier call of this process wrote
         else:
             raw = orjson.loads(state.fidelity)
-            count, last = int(raw["n"]), str(raw["last"])
-            calls = [IndexedCall(n, tuple(s), r) for n, s, r in raw["calls"]]
+            count, last, first = int(raw["n"]), str(raw["last"]), int(raw.get("first", 0))
+            if "calls" in raw:  # stored in one list (before runs)
+                calls = [IndexedCall(n, tuple(s), r) for n, s, r in raw["calls"]]
+            else:
+                read = _read_runs(state.indexed_runs, first, int(raw["k"]))
+                if read is None:  # a run is missing: as if there were no record
+                    return None
+                calls = read
         if seen is not None and seen.lost_raw is not None and seen.lost_raw == state.lost:
             lost = seen.lost  # decoded by an earlier call: `lost` changes at steps only
         else:
@@ -191,12 +204,41 @@ class Record:
             lost = {int(i): text for i, text in decoded.items()}
             if seen is not None:
                 seen.lost_raw, seen.lost = state.lost, lost
-        return cls(count, last, calls, lost)
+        return cls(count, last, first, calls, lost)
 
     def continued_by(self, messages: Sequence[Mapping[str, Any]]) -> bool:
         """Whether `messages` extend the last call's (its last message unchanged)."""
         n = self.count
         return 0 < n <= len(messages) and bool(self.last) and _digest(messages[n - 1]) == self.last
+
+
+def _read_runs(runs: Mapping[int, bytes], first: int, k: int) -> list[IndexedCall] | None:
+    """The `k` calls numbered from `first`, from their runs (None: some are missing)."""
+    calls: list[IndexedCall] = []
+    for run in sorted(runs):
+        start, entries = orjson.loads(runs[run])
+        skip = max(0, first - start)
+        calls += [IndexedCall(n, tuple(s), r) for n, s, r in entries[skip:]]
+    return calls if len(calls) == k else None
+
+
+def call_runs(calls: list[IndexedCall], first: int, before: Mapping[int, bytes],
+              new_from: int) -> dict[int, bytes]:
+    """The runs of CALL_RUN calls (`[number of its first entry, entries]`, by the calls'
+    numbers) covering `calls`, numbered from `first`: a run holding no call from `new_from`
+    on keeps its bytes from `before` (not serialised again, and not written again: the
+    session store writes the runs whose bytes changed)."""
+    runs: dict[int, bytes] = {}
+    end = first + len(calls)
+    for run in range(first // CALL_RUN, (end - 1) // CALL_RUN + 1) if calls else ():
+        kept = before.get(run)
+        if kept is not None and (run + 1) * CALL_RUN <= new_from:
+            runs[run] = kept
+            continue
+        lo, hi = max(run * CALL_RUN, first), min((run + 1) * CALL_RUN, end)
+        runs[run] = orjson.dumps(
+            [lo, [[c.name, c.sketch, c.result] for c in calls[lo - first:hi - first]]])
+    return runs
 
 
 def lost_messages(count: int, plan: Plan | None) -> dict[int, str | None]:
@@ -301,7 +343,8 @@ class Haystack:
         self.lost_raw: bytes | None = None
         self.lost: dict[int, str | None] = {}
         self.record_raw: bytes | None = None  # the session's fidelity record, as last written
-        self.record: tuple[int, str, list[IndexedCall]] = (0, "", [])
+        self.record_runs: Mapping[int, bytes] = {}  # its runs of calls, as last written
+        self.record: tuple[int, str, int, list[IndexedCall]] = (0, "", 0, [])
         # The `lost` of the last call this process remembered, with the plan (an object
         # that only grows: the prefix's) and message count it was found from, and its JSON.
         self.plan: Plan | None = None
@@ -396,8 +439,11 @@ def observe(
         return None
     record = Record.load(state, haystack)
     signals = None
+    before: Mapping[int, bytes] = {}
+    # Calls are numbered from the session's first: a new history's go after the old ones.
+    new_from = 0 if record is None else record.first + len(record.calls)
     if record is None or not record.continued_by(messages):
-        calls = index_calls(messages, 0, [])
+        earlier, added = [], new_calls(messages, 0)
     else:
         count = record.count
         if count < len(messages) and messages[count].get("role") == "assistant":
@@ -407,22 +453,29 @@ def observe(
             made, repeats, refetches = refetch_counts(turn, record.calls, record.lost)
             signals = CallSignals(task_class, mode, needed, found, made,
                                   refetches if mode == "managed" else repeats, repeats)
-        calls = index_calls(messages, count, record.calls)
-    _remember(state, messages, plan, calls, haystack)
+        earlier, added = record.calls, new_calls(messages, count)
+        before = state.indexed_runs
+    calls = [*earlier, *added][-MAX_INDEXED_CALLS:]
+    first = new_from + len(added) - len(calls)
+    _remember(state, messages, plan, (first, calls, call_runs(calls, first, before, new_from)),
+              haystack)
     return signals
 
 
 def _remember(
     state: SessionState, messages: Sequence[Mapping[str, Any]], plan: Plan | None,
-    calls: list[IndexedCall], haystack: Haystack | None = None,
+    indexed: tuple[int, list[IndexedCall], dict[int, bytes]], haystack: Haystack | None = None,
 ) -> None:
-    last = _digest(messages[-1])
-    state.fidelity = orjson.dumps({
-        "n": len(messages), "last": last, "calls": [[c.name, c.sketch, c.result] for c in calls],
-    })
+    """`state` remembering this call: its record (`indexed`: the calls' first number, the
+    calls and their runs) and, when it changed, `lost`."""
+    last, (first, calls, runs) = _digest(messages[-1]), indexed
+    state.fidelity = orjson.dumps({"n": len(messages), "last": last, "first": first,
+                                   "k": len(calls)})
+    state.indexed_runs = runs
     state.dirty.add("fidelity")
     if haystack is not None:
-        haystack.record_raw, haystack.record = state.fidelity, (len(messages), last, calls)
+        haystack.record_raw, haystack.record_runs = state.fidelity, runs
+        haystack.record = (len(messages), last, first, calls)
     if haystack is None:
         lost, same = lost_messages(len(messages), plan), False
     else:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import TYPE_CHECKING, Any, Protocol, cast
@@ -79,11 +79,16 @@ LEGACY_FIELD = b"decisions"  # all decisions in one JSON blob (sessions stored b
 # The fidelity record and `lost` (fidelity.py): tens of kB on a long session (`lost` holds
 # every rewritten message's text), read by value only when `RECORD_VERSION_FIELD` is not
 # the token of the copy this process wrote or read last (`Records`).
-RECORD_FIELDS = (b"fidelity", b"lost")
+RECORD_FIELDS = (b"fidelity", b"lost", b"calls")
 RECORD_VERSION_FIELD = b"record_version"  # a new token whenever either of them changes
 RECORD_DIRT = frozenset({"fidelity", "lost"})
 LOST_RUN = 64  # messages per stored run of `lost` (`lost_runs`); the `lost` field lists them
 LOST_RUN_PREFIX = b"lost:"
+# The fidelity record's tool calls (`fidelity.py`), in runs of CALL_RUN calls numbered from
+# the session's first (`calls:<run>`; the `calls` field lists them): a call writes the run
+# its new calls went to, not the 256 calls indexed.
+CALL_RUN = 32
+CALL_RUN_PREFIX = b"calls:"
 SMALL_FIELDS = (b"class", b"horizon", b"prefix", PLAYBOOK_PIN_FIELD, VERSION_FIELD, LEGACY_FIELD,
                 RECORD_VERSION_FIELD)
 
@@ -103,6 +108,9 @@ class SessionState:
     # was forwarded of it (`lost`, rewritten only when that changes) and the tool calls so far.
     fidelity: bytes | None = None
     lost: bytes | None = None
+    # The fidelity record's runs of tool calls (run number -> JSON), written with `fidelity`:
+    # a run whose bytes are the ones stored (the same object, kept) is not written again.
+    indexed_runs: Mapping[int, bytes] = field(default_factory=dict)
     dirty: set[str] = field(default_factory=set)
     # The decisions as stored (fields `d:<id>`; empty for a legacy blob) and their token:
     # a save writes only what differs from them.
@@ -180,6 +188,7 @@ def decision_fields(raw: Mapping[bytes, bytes]) -> dict[str, Decision]:
 
 
 Chunks = dict[int, bytes]  # run number -> hash of its JSON
+Read = Callable[[list[bytes]], Awaitable[list[bytes | None]]]  # HMGET of the session hash
 
 
 def lost_runs(raw: bytes | None) -> dict[int, bytes]:
@@ -196,8 +205,77 @@ def run_hashes(runs: Mapping[int, bytes]) -> Chunks:
     return {run: hashlib.blake2b(raw, digest_size=16).digest() for run, raw in runs.items()}
 
 
-def _run_field(run: int) -> bytes:
-    return LOST_RUN_PREFIX + str(run).encode()
+def _run_field(prefix: bytes, run: int) -> bytes:
+    return prefix + str(run).encode()
+
+
+@dataclass(frozen=True, slots=True)
+class StoredRecord:
+    """The fidelity record and `lost` as stored under one token: `fields` holds `fidelity`
+    and `lost` (whole: the runs joined), `lost_runs` the hashes of `lost`'s runs, `calls`
+    the runs of tool calls."""
+
+    fields: dict[bytes, bytes]
+    lost_runs: Chunks
+    calls: Mapping[int, bytes]
+
+    @property
+    def size(self) -> int:
+        return sum(map(len, self.fields.values())) + sum(map(len, self.calls.values()))
+
+
+async def read_record(read: Read) -> StoredRecord:
+    """The record by value: its fields, then the runs they list (one more HMGET)."""
+    values = await read(list(RECORD_FIELDS))
+    fields = {name: v for name, v in zip(RECORD_FIELDS, values, strict=True) if v}
+    lost = fields.get(b"lost", b"{")
+    lost_numbers = orjson.loads(lost) if lost.startswith(b"[") else []  # else one object
+    call_numbers = orjson.loads(fields.pop(b"calls", b"[]"))
+    wanted = [_run_field(LOST_RUN_PREFIX, n) for n in lost_numbers]
+    wanted += [_run_field(CALL_RUN_PREFIX, n) for n in call_numbers]
+    raws = await read(wanted) if wanted else []
+    runs = {n: raw for n, raw in zip(lost_numbers, raws, strict=False) if raw}
+    calls = {n: raw for n, raw in zip(call_numbers, raws[len(lost_numbers):], strict=True)
+             if raw}
+    if lost_numbers:
+        fields[b"lost"] = orjson.dumps(
+            {k: v for raw in runs.values() for k, v in orjson.loads(raw).items()})
+    return StoredRecord(fields, run_hashes(runs), calls)
+
+
+def record_changes(state: SessionState, mapping: dict[bytes, bytes], deleted: list[bytes],
+                   before: StoredRecord | None) -> StoredRecord:
+    """Add to `state.changes()`'s `mapping` and `deleted` the runs of `lost` and of calls
+    that differ from those stored under the token read (`before`, when this process knows
+    it: else every run is written), with the lists naming them; the record as it will be
+    stored."""
+    hashes = before.lost_runs if before is not None else {}
+    if b"lost" in mapping:
+        runs = lost_runs(state.lost)
+        hashes = run_hashes(runs)
+        for run, raw in runs.items():
+            if before is None or before.lost_runs.get(run) != hashes[run]:
+                mapping[_run_field(LOST_RUN_PREFIX, run)] = raw
+        deleted += [_run_field(LOST_RUN_PREFIX, run) for run in hashes_of(before)
+                    if run not in runs]
+        mapping[b"lost"] = orjson.dumps(sorted(runs)) if runs else b""
+    old = before.calls if before is not None else None
+    if b"fidelity" in mapping:
+        for run, raw in state.indexed_runs.items():
+            if old is None or old.get(run) != raw:  # identical bytes: not written again
+                mapping[_run_field(CALL_RUN_PREFIX, run)] = raw
+        deleted += [_run_field(CALL_RUN_PREFIX, run) for run in old or ()
+                    if run not in state.indexed_runs]
+        if old is None or old.keys() != state.indexed_runs.keys():
+            listed = sorted(state.indexed_runs)
+            mapping[b"calls"] = orjson.dumps(listed) if listed else b""
+    fields = {name: value for name, value in zip(
+        RECORD_FIELDS, (state.fidelity, state.lost), strict=False) if value}
+    return StoredRecord(fields, hashes, state.indexed_runs)
+
+
+def hashes_of(record: StoredRecord | None) -> Chunks:
+    return {} if record is None else record.lost_runs
 
 
 class Records:
@@ -208,33 +286,26 @@ class Records:
 
     def __init__(self, max_bytes: int = 32 << 20) -> None:
         self._max_bytes, self._bytes = max_bytes, 0
-        self._by_session: OrderedDict[Any, tuple[bytes, dict[bytes, bytes], Chunks]] = \
-            OrderedDict()
+        self._by_session: OrderedDict[Any, tuple[bytes, StoredRecord]] = OrderedDict()
 
-    def get(self, key: Any, version: bytes | None) -> dict[bytes, bytes] | None:
+    def get(self, key: Any, version: bytes | None) -> StoredRecord | None:
         hit = self._by_session.get(key)
         if hit is None or version is None or hit[0] != version:
             return None
         self._by_session.move_to_end(key)
         return hit[1]
 
-    def chunks(self, key: Any, version: bytes | None) -> Chunks | None:
-        """The hashes of `lost`'s runs as stored under `version`, if this process knows."""
-        hit = self._by_session.get(key)
-        return None if hit is None or version is None or hit[0] != version else hit[2]
-
-    def put(self, key: Any, version: bytes, fields: dict[bytes, bytes],
-            chunks: Chunks) -> None:
+    def put(self, key: Any, version: bytes, record: StoredRecord) -> None:
         self._drop(key)
-        self._by_session[key] = (version, fields, chunks)
-        self._bytes += sum(map(len, fields.values()))
+        self._by_session[key] = (version, record)
+        self._bytes += record.size
         while self._bytes > self._max_bytes and len(self._by_session) > 1:
             self._drop(next(iter(self._by_session)))
 
     def _drop(self, key: Any) -> None:
         old = self._by_session.pop(key, None)
         if old is not None:
-            self._bytes -= sum(map(len, old[1].values()))
+            self._bytes -= old[1].size
 
 
 class DecodedDecisions:
@@ -282,93 +353,92 @@ class SessionStore(Protocol):
     async def save(self, tenant: str, session_id: str, state: SessionState) -> None: ...
 
 
-class RedisSessionStore:
-    def __init__(self, redis: aioredis.Redis) -> None:
-        self._redis = redis
+class _Stored:
+    """What both stores share: the decisions decoded and the record known per token."""
+
+    def __init__(self) -> None:
         self._decoded = DecodedDecisions()
         self._records = Records()
+
+    async def _record(self, memo: Any, small: dict[bytes, bytes], read: Read) -> SessionState:
+        """The state from its small fields and its record: this process's copy while the
+        stored token is its own, else read (another replica wrote it, an earlier version
+        stored it without a token, or the session is new)."""
+        version = small.get(RECORD_VERSION_FIELD)
+        record = self._records.get(memo, version)
+        if record is None:
+            record = await read_record(read)
+            if version is not None:
+                self._records.put(memo, version, record)
+        state = SessionState.decode({**small, **record.fields})
+        state.indexed_runs = record.calls
+        return state
+
+    def _changes(self, memo: Any, state: SessionState, read_at: bytes | None
+                 ) -> tuple[dict[bytes, bytes], list[bytes], StoredRecord | None]:
+        """`state.changes()`, the record stored as its runs (`record_changes`), and the
+        record as stored after (None: not changed)."""
+        mapping, deleted = state.changes()
+        if state.dirty.isdisjoint(RECORD_DIRT):
+            return mapping, deleted, None
+        before = self._records.get(memo, read_at)
+        return mapping, deleted, record_changes(state, mapping, deleted, before)
+
+    def _saved(self, memo: Any, state: SessionState, record: StoredRecord | None) -> None:
+        if "decisions" in state.dirty and state.version is not None:
+            self._decoded.put(memo, state.version, state.decisions)
+        if record is not None and state.record_version is not None:
+            self._records.put(memo, state.record_version, record)
+        state.saved()
+
+
+class RedisSessionStore(_Stored):
+    def __init__(self, redis: aioredis.Redis) -> None:
+        super().__init__()
+        self._redis = redis
         source = resources.files("gateway.context").joinpath("session_save.lua").read_text()
         self._save = redis.register_script(source)
 
     async def load(self, tenant: str, session_id: str) -> SessionState:
-        key = keys.session(tenant, session_id)
+        key, memo = keys.session(tenant, session_id), (tenant, session_id)
         values = cast(list[bytes | None], await self._redis.hmget(key, list(SMALL_FIELDS)))
         small = {name: v for name, v in zip(SMALL_FIELDS, values, strict=True) if v is not None}
-        small.update(await self._record(key, (tenant, session_id), small))
-        state = SessionState.decode(small)
+
+        async def read(fields: list[bytes]) -> list[bytes | None]:
+            return cast(list[bytes | None], await self._redis.hmget(key, fields))
+
+        state = await self._record(memo, small, read)
         if state.version is None:  # no decisions, or a legacy blob (read above)
             return _with_decisions(state, small, None)
-        decisions = self._decoded.get((tenant, session_id), state.version)
+        decisions = self._decoded.get(memo, state.version)
         if decisions is None:
             full = cast(dict[bytes, bytes], await self._redis.hgetall(key))
             state.version = full.get(VERSION_FIELD)  # as read with the decisions
             decisions = decision_fields(full)
             if state.version is not None:
-                self._decoded.put((tenant, session_id), state.version, decisions)
+                self._decoded.put(memo, state.version, decisions)
         return _with_decisions(state, small, decisions)
-
-    async def _record(self, key: str, memo: Any, small: Mapping[bytes, bytes]
-                      ) -> dict[bytes, bytes]:
-        """The session's fidelity record and `lost`: this process's copy while the stored
-        token is its own, else read (another replica wrote them, an earlier version stored
-        them without a token, or the session is new)."""
-        version = small.get(RECORD_VERSION_FIELD)
-        fields = self._records.get(memo, version)
-        if fields is None:
-            values = cast(list[bytes | None], await self._redis.hmget(key, list(RECORD_FIELDS)))
-            fields = {name: v for name, v in zip(RECORD_FIELDS, values, strict=True) if v}
-            runs: dict[int, bytes] = {}
-            if fields.get(b"lost", b"{").startswith(b"["):  # the runs it is stored in
-                numbers = orjson.loads(fields[b"lost"])
-                raws = cast(list[bytes | None],
-                            await self._redis.hmget(key, [_run_field(n) for n in numbers]))
-                runs = {n: raw for n, raw in zip(numbers, raws, strict=True) if raw}
-                fields[b"lost"] = orjson.dumps(
-                    {k: v for raw in runs.values() for k, v in orjson.loads(raw).items()})
-            if version is not None:
-                self._records.put(memo, version, fields, run_hashes(runs))
-        return fields
-
-    def _changes(self, memo: Any, state: SessionState, read_at: bytes | None
-                 ) -> tuple[dict[bytes, bytes], list[bytes], Chunks]:
-        """`state.changes()`, `lost` stored as its runs: those that differ from the runs
-        stored under the token read (when this process knows them) and the list of runs."""
-        mapping, deleted = state.changes()
-        if b"lost" not in mapping:
-            return mapping, deleted, self._records.chunks(memo, read_at) or {}
-        runs = lost_runs(state.lost)
-        hashes, before = run_hashes(runs), self._records.chunks(memo, read_at)
-        for run, raw in runs.items():
-            if before is None or before.get(run) != hashes[run]:
-                mapping[_run_field(run)] = raw
-        deleted += [_run_field(run) for run in before or () if run not in runs]
-        mapping[b"lost"] = orjson.dumps(sorted(runs)) if runs else b""
-        return mapping, deleted, hashes
 
     async def save(self, tenant: str, session_id: str, state: SessionState) -> None:
         if not state.dirty:
             return
         key, memo = keys.session(tenant, session_id), (tenant, session_id)
         read_at, record_read_at = state.version, state.record_version
-        mapping, deleted, runs = self._changes(memo, state, record_read_at)
+        mapping, deleted, record = self._changes(memo, state, record_read_at)
         if "decisions" not in state.dirty:
             async with self._redis.pipeline(transaction=False) as pipe:
                 pipe.hset(key, mapping=mapping)  # type: ignore[arg-type]
+                if deleted:
+                    pipe.hdel(key, *deleted)
                 pipe.expire(key, SESSION_TTL_S)
                 await pipe.execute()
         elif not await self._save_decisions(key, read_at, "delta", mapping, deleted):
             # Another call changed the decisions since this one read them: write them whole.
             state.legacy = True
             state.record_version = record_read_at
-            mapping, deleted, runs = self._changes(memo, state, record_read_at)
+            mapping, deleted, record = self._changes(memo, state, record_read_at)
             await self._save_decisions(key, read_at, "all", mapping, deleted)
-        if "decisions" in state.dirty and state.version is not None:
-            self._decoded.put((tenant, session_id), state.version, state.decisions)
-        if not state.dirty.isdisjoint(RECORD_DIRT) and state.record_version is not None:
-            self._records.put(memo, state.record_version, {
-                name: value for name, value in zip(
-                    RECORD_FIELDS, (state.fidelity, state.lost), strict=True) if value}, runs)
-        state.saved()
+        self._saved(memo, state, record)
 
     async def _save_decisions(self, key: str, read_at: bytes | None, mode: str,
                               mapping: dict[bytes, bytes], deleted: list[bytes]) -> bool:
@@ -378,27 +448,33 @@ class RedisSessionStore:
         return bool(await self._save(keys=[key], args=args))
 
 
-class MemorySessionStore:
-    """A throwaway store for replays: the same fields as in Redis, in this object only."""
+class MemorySessionStore(_Stored):
+    """A throwaway store for replays: the same fields as in Redis (the record in runs,
+    written as changed), in this object only."""
 
     def __init__(self) -> None:
+        super().__init__()
         self._raw: dict[tuple[str, str], dict[bytes, bytes]] = {}
-        self._decoded = DecodedDecisions()
 
     async def load(self, tenant: str, session_id: str) -> SessionState:
-        raw = self._raw.get((tenant, session_id), {})
-        state = SessionState.decode(raw)
+        memo = (tenant, session_id)
+        raw = self._raw.get(memo, {})
+
+        async def read(fields: list[bytes]) -> list[bytes | None]:
+            return [raw.get(name) for name in fields]
+
+        small = {name: raw[name] for name in SMALL_FIELDS if name in raw}
+        state = await self._record(memo, small, read)
         cached = None
         if state.version is not None:
-            cached = self._decoded.get((tenant, session_id), state.version)
+            cached = self._decoded.get(memo, state.version)
         return _with_decisions(state, raw, cached)
 
     async def save(self, tenant: str, session_id: str, state: SessionState) -> None:
-        raw = self._raw.setdefault((tenant, session_id), {})
-        mapping, deleted = state.changes()
+        memo = (tenant, session_id)
+        raw = self._raw.setdefault(memo, {})
+        mapping, deleted, record = self._changes(memo, state, state.record_version)
         raw.update(mapping)
         for name in deleted:
             raw.pop(name, None)
-        if "decisions" in state.dirty and state.version is not None:
-            self._decoded.put((tenant, session_id), state.version, state.decisions)
-        state.saved()
+        self._saved(memo, state, record)

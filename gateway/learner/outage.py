@@ -25,7 +25,7 @@ class TraceRecord:
     event: bytes
     account: bytes | None
     teaches: bool
-    pieces: tuple[tuple[str, bytes], ...] = ()  # the account's pieces (`split_account`)
+    pieces: tuple[tuple[str, bytes], ...] = ()  # the account's and the messages' runs
 
     @property
     def size(self) -> int:

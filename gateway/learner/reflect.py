@@ -16,7 +16,8 @@ import orjson
 
 from gateway.learner import prompts, schemas
 from gateway.learner.llm import LearnerLLM
-from gateway.learner.signals import Signal, text_of
+from gateway.learner.signals import Signal
+from gateway.learner.transcript import transcript
 from gateway.playbook.bullet import Bullet, Operation
 from gateway.playbook.render import render_sections
 
@@ -34,35 +35,6 @@ class Episode:
     shown: list[str]  # injected bullet ids
     cited: list[str]
     signal: Signal
-
-
-def transcript(messages: Sequence[dict[str, Any]], max_chars: int) -> str:
-    """The step as text; the system prompt and the newest messages win the space."""
-    lines = []
-    for message in messages:
-        role = message.get("role", "?")
-        text = text_of(message.get("content"))
-        if message.get("tool_calls"):
-            text += "\nTOOL CALLS: " + orjson.dumps(message["tool_calls"]).decode()
-        lines.append(f"[{role}] {_elide(text, 4000)}")
-    if not lines:
-        return ""
-    head, body = lines[0][: max_chars // 4], lines[1:]
-    budget, kept = max_chars - len(head), []
-    for line in reversed(body):
-        if len(line) > budget:
-            kept.append("[...earlier messages elided...]")
-            break
-        kept.append(line)
-        budget -= len(line)
-    return "\n".join([head, *reversed(kept)])
-
-
-def _elide(text: str, limit: int) -> str:
-    if len(text) <= limit:
-        return text
-    half = limit // 2
-    return f"{text[:half]}\n[... {len(text) - limit} characters elided ...]\n{text[-half:]}"
 
 
 def tag_operations(episode: Episode, tags: list[dict[str, Any]]) -> list[Operation]:

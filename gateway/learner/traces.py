@@ -14,17 +14,19 @@ and written back in order once it answers; shutdown waits a few seconds for that
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 from collections import Counter, OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import orjson
 
 from gateway.learner.outage import OutageBuffer, TraceRecord
 from gateway.learner.signals import may_teach
-from gateway.observability.explain import ACCOUNT_FIELD, Pieces
+from gateway.learner.transcript import line, shown_budget
+from gateway.observability.explain import ACCOUNT_FIELD, Pieces, read_pieces
 from gateway.playbook.config import ClassPlaybook, class_playbook, learner_settings
 from gateway.services import Services
 from gateway.store import STORE_DOWN, keys
@@ -42,6 +44,7 @@ RETRY_FIRST_S = 0.5  # first wait before writing held traces back; doubles up to
 RETRY_MAX_S = 10.0  # this while Redis stays down
 SHUTDOWN_WAIT_S = 5.0  # how long shutdown keeps trying to write held traces
 EVENT_FIELD = "event"
+MESSAGE_RUN = 16  # a stored trace's messages per piece (`split_messages`)
 PIECES_REMEMBERED = 16_384  # account pieces this process knows it wrote (~4 MB, most recent)
 FEEDBACK_FIELD = "feedback"
 
@@ -58,13 +61,19 @@ class TraceEvent:
     ts: float = 0.0
     account: bytes | None = None  # the explainer's record (JSON), stored beside the event
     pieces: Pieces = ()  # the runs of entries `account` names (`split_account`)
+    # As stored: the messages kept after `messages` (the first one and the note), named as
+    # runs of MESSAGE_RUN stored once each (`split_messages`); None when all are inline.
+    tail: dict[str, Any] | None = None
 
     def to_json(self) -> bytes:
         return orjson.dumps(self)  # orjson serialises dataclasses natively, without a copy
 
     @classmethod
     def from_json(cls, raw: bytes | str) -> TraceEvent:
-        record = orjson.loads(raw)
+        return cls.from_record(orjson.loads(raw))
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> TraceEvent:
         return cls(
             tenant=record["tenant"], task_class=record["task_class"],
             session_id=record["session_id"], trace_id=record["trace_id"],
@@ -75,18 +84,64 @@ class TraceEvent:
         )
 
 
-def keep_recent(messages: list[dict[str, Any]], max_chars: int) -> list[dict[str, Any]]:
-    """The first message and the newest ones within `max_chars` of JSON: the learner never
-    shows more than that, so a long session's traces need not keep its whole history."""
+def split_messages(messages: list[dict[str, Any]], kept: list[dict[str, Any]]
+                   ) -> tuple[list[dict[str, Any]], dict[str, Any] | None, Pieces]:
+    """`kept` (`keep_recent(messages, ...)`) as a trace stores it: the first message and the
+    note inline, the newest ones as the runs of MESSAGE_RUN messages (by their number in
+    `messages`) that hold them, each stored once under its hash like the account's pieces
+    (`keys.account_piece`) and named in `tail` with the number of the first one kept. A
+    session's consecutive traces keep mostly the same messages: between steps they share
+    every run but the last, so a call writes its new messages, not the Reflector's 24,000
+    characters again. The first run holds the messages before the first kept too (the
+    reader leaves them out), so that it stays the same while the window slides."""
+    body = len(kept) - 2  # after the first message and the note
+    if kept is messages or body < 2 * MESSAGE_RUN:
+        return kept, None, ()
+    start, end = len(messages) - body, len(messages)
+    names, pieces = [], []
+    for run in range(start // MESSAGE_RUN, (end - 1) // MESSAGE_RUN + 1):
+        lo = run * MESSAGE_RUN
+        raw = orjson.dumps([lo, messages[lo:min(lo + MESSAGE_RUN, end)]])
+        digest = hashlib.blake2b(raw, digest_size=16).hexdigest()
+        names.append(digest)
+        pieces.append((digest, raw))
+    return kept[:2], {"from": start, "pieces": names}, tuple(pieces)
+
+
+async def _joined_tail(redis: aioredis.Redis, tenant: str, tail: dict[str, Any]
+                       ) -> list[dict[str, Any]] | None:
+    """The messages `tail` names, from the first kept on; None when a run has expired."""
+    raws = await read_pieces(redis, tenant, tail["pieces"])
+    if raws is None:
+        return None
+    start, out = int(tail["from"]), []
+    for raw in raws:
+        first, messages = orjson.loads(raw)
+        out += messages[max(0, start - first):]
+    return out
+
+
+def keep_recent(messages: list[dict[str, Any]], max_chars: int,
+                shown_chars: int | None = None) -> list[dict[str, Any]]:
+    """The first message and the newest ones within `max_chars` of JSON and, with
+    `shown_chars` (the Reflector's `max_trace_chars`), only those its transcript can show
+    (`transcript.py`: the newest lines within that budget after the first message's): the
+    learner never reads more, so a long session's traces need not keep its whole history."""
     if len(messages) < 3:
         return messages
     # Sized from the newest back, only as far as they fit: a long session's trace costs
     # what it keeps, not its whole history.
     budget, start = max_chars - len(orjson.dumps(messages[0])), len(messages)
+    shown = None if shown_chars is None else shown_budget(line(messages[0]), shown_chars)
     while start > 1:
         size = len(orjson.dumps(messages[start - 1]))
         if size > budget:
             break
+        if shown is not None:
+            width = len(line(messages[start - 1]))
+            if width > shown:
+                break
+            shown -= width
         start -= 1
         budget -= size
     if start == 1:  # every message fits
@@ -131,6 +186,7 @@ class TraceSink:
         stream_maxlen: int = 100_000,
         max_pending: int = 1000,
         keep_chars: int = 48_000,
+        shown_chars: int | None = 24_000,
         teaches: Callable[[TraceEvent], bool] | None = None,
         shards: int = 1,
         outage_traces: int = 5000,
@@ -142,7 +198,7 @@ class TraceSink:
         self._ttl_s = ttl_s
         self._maxlen = stream_maxlen
         self._max_pending = max_pending
-        self._keep_chars = keep_chars
+        self._keep_chars, self._shown_chars = keep_chars, shown_chars
         self._teaches = teaches
         self._queue: deque[tuple[TraceEvent, bool, bool]] = deque()
         self._in_flight = 0
@@ -161,6 +217,7 @@ class TraceSink:
         return cls(services.redis, services.metrics, ttl_s=learner.trace_ttl_s,
                    stream_maxlen=learner.stream_maxlen, max_pending=learner.pending_tasks,
                    keep_chars=2 * learner.max_trace_chars,
+                   shown_chars=learner.max_trace_chars,
                    teaches=TeachingFilter(services.settings), shards=learner.trace_shards,
                    outage_traces=learner.outage_buffer_traces,
                    outage_bytes=learner.outage_buffer_bytes)
@@ -168,7 +225,7 @@ class TraceSink:
     def trim(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """`messages` as a stored trace keeps them: for a caller that trims them itself,
         off the event loop (a large call's), and publishes with `trimmed=True`."""
-        return keep_recent(messages, self._keep_chars)
+        return keep_recent(messages, self._keep_chars, self._shown_chars)
 
     def publish(self, event: TraceEvent, *, trimmed: bool = False) -> None:
         """Queue `event` (its messages already `trim`med, or not); one writer task sends
@@ -198,11 +255,14 @@ class TraceSink:
                 self._in_flight = 0
 
     def _record(self, event: TraceEvent, teaches: bool, trimmed: bool) -> TraceRecord:
-        """The bytes the stored trace holds: messages trimmed, the account beside them."""
-        kept = replace(event, account=None, pieces=(), messages=event.messages if trimmed
-                       else keep_recent(event.messages, self._keep_chars))
+        """The bytes the stored trace holds: messages trimmed (the newest as shared runs),
+        the account beside them."""
+        inline, tail, runs = event.messages, None, cast(Pieces, ())
+        if not trimmed:
+            inline, tail, runs = split_messages(event.messages, self.trim(event.messages))
+        kept = replace(event, account=None, pieces=(), messages=inline, tail=tail)
         return TraceRecord(event.tenant, event.trace_id, kept.to_json(), event.account, teaches,
-                           event.pieces)
+                           event.pieces + runs)
 
     async def _write(self, records: list[TraceRecord]) -> None:
         try:
@@ -369,8 +429,14 @@ async def load_trace(
     raw = await redis.hmget(keys.trace(tenant, trace_id), [EVENT_FIELD, FEEDBACK_FIELD])
     if not raw[0]:
         return None
+    record = orjson.loads(raw[0])
+    if record.get("tail"):  # the newest messages, stored as shared runs
+        tail = await _joined_tail(redis, tenant, record["tail"])
+        if tail is None:  # a run has expired (or was lost): the trace cannot be read whole
+            return None
+        record["messages"] = [*record["messages"], *tail]
     feedback = orjson.loads(raw[1]) if raw[1] else None
-    return TraceEvent.from_json(raw[0]), feedback
+    return TraceEvent.from_record(record), feedback
 
 
 async def record_feedback(

@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import hashlib
 import sys
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 import orjson
 
@@ -48,12 +50,16 @@ Pieces = tuple[tuple[str, bytes], ...]  # (hash, JSON of a run of entries)
 
 def account_of(fitted: FittedCall, budget_source: str) -> dict[str, Any]:
     """The compact record stored with the trace (JSON-ready)."""
+    account = _head(fitted, budget_source)
+    for name, source in _sources(fitted).items():
+        account[name] = _entries(name, source)
+    return account
+
+
+def _head(fitted: FittedCall, budget_source: str) -> dict[str, Any]:
+    """The account's fields, its lists (`PIECED`) as placeholders in their order."""
     request = fitted.request or {}
-    messages = request.get("messages") or []
     block = fitted.block
-    plan = fitted.plan
-    if plan is None:  # nothing rendered (passed through): every message went as sent
-        plan = [(i, None) for i in range(len(messages))]
     return {
         "v": 1,
         "task_class": fitted.task_class,
@@ -63,13 +69,29 @@ def account_of(fitted: FittedCall, budget_source: str) -> dict[str, Any]:
         "budget_source": budget_source,
         "tokens_before": fitted.tokens_before,
         "tokens_after": fitted.tokens_after,
-        "roles": roles_of(messages),
-        "plan": [i if text is None else [i, text] for i, text in plan],
-        "drops": [[d.message_index, d.item_id, d.kind, d.stage, d.action, d.reason,
-                   d.tokens_before, d.tokens_after, d.kept_as, d.step] for d in fitted.drops],
+        "roles": None, "plan": None, "drops": None,
         "playbook": None if block is None else {
             "bullet_ids": list(block.bullet_ids), "tokens": block.tokens, "text": block.text},
     }
+
+
+def _sources(fitted: FittedCall) -> dict[str, Sequence[Any]]:
+    """What the account's lists are made of: the messages' roles, the plan's entries and the
+    drop events (between steps a session's calls hand over the same objects, grown)."""
+    messages = (fitted.request or {}).get("messages") or []
+    plan = fitted.plan
+    if plan is None:  # nothing rendered (passed through): every message went as sent
+        plan = [(i, None) for i in range(len(messages))]
+    return {"roles": roles_of(messages), "plan": plan, "drops": fitted.drops}
+
+
+def _entries(name: str, source: Sequence[Any]) -> list[Any]:
+    if name == "plan":
+        return [i if text is None else [i, text] for i, text in source]
+    if name == "drops":
+        return [[d.message_index, d.item_id, d.kind, d.stage, d.action, d.reason,
+                 d.tokens_before, d.tokens_after, d.kept_as, d.step] for d in source]
+    return list(source)
 
 
 def split_account(account: dict[str, Any]) -> tuple[bytes, Pieces]:
@@ -78,20 +100,64 @@ def split_account(account: dict[str, Any]) -> tuple[bytes, Pieces]:
     in its place (`{"pieces": [hash, ...]}`). The calls of a long session share the pieces
     before their first change, so what a call writes grows with what changed, not with
     the session (the whole account was ~100 KB per call at call 300)."""
-    pieces: dict[str, bytes] = {}
-    head = dict(account)
-    for name in PIECED:
-        entries = account.get(name)
-        if not isinstance(entries, list) or len(entries) <= PIECE:
-            continue
-        names = []
-        for start in range(0, len(entries), PIECE):
-            raw = orjson.dumps(entries[start:start + PIECE])
-            digest = hashlib.blake2b(raw, digest_size=16).hexdigest()
-            pieces[digest] = raw
-            names.append(digest)
-        head[name] = {"pieces": names}
-    return orjson.dumps(head), tuple(pieces.items())
+    return AccountPieces(0).split(None, account, lambda _name, entries: list(entries))
+
+
+Known = tuple[Sequence[Any], str, bytes]  # a piece's source entries, its hash, its JSON
+
+
+class AccountPieces:
+    """`split_account` for a session's calls, remembering per session (a bounded LRU) the
+    pieces of its latest account with the objects each was made from: a piece whose
+    sources are the same (between steps: every piece but the last ones, the same objects
+    handed over) is neither built, serialised nor hashed again."""
+
+    def __init__(self, sessions: int = 1024) -> None:
+        self._sessions = sessions
+        self._by_session: OrderedDict[Any, dict[str, list[Known]]] = OrderedDict()
+        self._lock = threading.Lock()  # the loop and the fitting thread both split
+
+    def of(self, fitted: FittedCall, budget_source: str) -> tuple[bytes, Pieces]:
+        """A fitted call's account as stored (`split_account(account_of(...))`)."""
+        account = _head(fitted, budget_source)
+        account.update(_sources(fitted))
+        return self.split((fitted.tenant, fitted.session_id), account, _entries)
+
+    def split(self, key: Any, account: dict[str, Any],
+              entries: Callable[[str, Sequence[Any]], list[Any]]) -> tuple[bytes, Pieces]:
+        """`account` (its `PIECED` lists as sources that `entries` turns into entries)."""
+        with self._lock:
+            before = self._by_session.get(key, {})
+        pieces: dict[str, bytes] = {}
+        head, memo = dict(account), {}
+        for name in PIECED:
+            source = account.get(name)
+            if source is None:
+                continue
+            if len(source) <= PIECE:
+                head[name] = entries(name, source)
+                continue
+            known, old = [], before.get(name, ())
+            for k, start in enumerate(range(0, len(source), PIECE)):
+                chunk = source[start:start + PIECE]
+                if k < len(old) and old[k][0] == chunk:  # the same objects: identity, in C
+                    known.append(old[k])
+                    continue
+                raw = orjson.dumps(entries(name, chunk))
+                known.append((chunk, hashlib.blake2b(raw, digest_size=16).hexdigest(), raw))
+            pieces.update((digest, raw) for _, digest, raw in known)
+            head[name], memo[name] = {"pieces": [digest for _, digest, _ in known]}, known
+        self._remember(key, memo)
+        return orjson.dumps(head), tuple(pieces.items())
+
+    def _remember(self, key: Any, memo: dict[str, list[Known]]) -> None:
+        if not self._sessions:
+            return
+        with self._lock:
+            self._by_session[key] = memo
+            self._by_session.move_to_end(key)
+            if len(self._by_session) > self._sessions:
+                self._by_session.popitem(last=False)
 
 
 async def _joined(redis: aioredis.Redis, tenant: str,
@@ -101,22 +167,27 @@ async def _joined(redis: aioredis.Redis, tenant: str,
               if isinstance(account.get(name), dict)]
     if not wanted:
         return account
-    # GETs in a pipeline, not MGET: a tenant's keys share a slot, but keep to one pattern.
-    async with redis.pipeline(transaction=False) as pipe:
-        for _, names in wanted:
-            for digest in names:
-                pipe.get(keys.account_piece(tenant, digest))
-        raws = iter(await pipe.execute())
-    joined = dict(account)
+    read = await read_pieces(redis, tenant, [digest for _, names in wanted for digest in names])
+    if read is None:
+        return None
+    raws, joined = iter(read), dict(account)
     for name, names in wanted:
         entries: list[Any] = []
         for _ in names:
-            raw = next(raws)
-            if raw is None:
-                return None
-            entries.extend(orjson.loads(raw))
+            entries.extend(orjson.loads(next(raws)))
         joined[name] = entries
     return joined
+
+
+async def read_pieces(redis: aioredis.Redis, tenant: str, digests: list[str]
+                      ) -> list[bytes] | None:
+    """The stored pieces named (`keys.account_piece`), or None when one is gone."""
+    # GETs in a pipeline, not MGET: a tenant's keys share a slot, but keep to one pattern.
+    async with redis.pipeline(transaction=False) as pipe:
+        for digest in digests:
+            pipe.get(keys.account_piece(tenant, digest))
+        raws: list[bytes | None] = await pipe.execute()
+    return None if any(raw is None for raw in raws) else cast(list[bytes], raws)
 
 
 def unmanaged_account(messages: list[dict[str, Any]], session_id: str, model: Any,

@@ -8,6 +8,11 @@ keys share one hash tag (see keys.py), so the rest of the code types it as `Redi
 Every client connects and reads within `CTXGATE_REDIS_TIMEOUT_S`: a Redis that hangs raises
 `TimeoutError` (one of `STORE_DOWN`) like one that is down, and the timed-out connection is
 dropped, not reused. A blocking command must block for less (`blocking_ms`).
+
+A command that finds its pooled connection closed (the server restarted since it was last
+used: its first use fails with `ConnectionError`) is sent once more on a new connection,
+so a Redis that restarted is answered at once instead of failing one request per stale
+connection (an admin route's 503). Not on a timeout: that would double a hung Redis's wait.
 """
 
 from __future__ import annotations
@@ -16,6 +21,9 @@ from typing import cast
 
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from gateway.settings import Settings
 from gateway.store.embedded import resolve_redis_url
@@ -31,7 +39,12 @@ def connect(settings: Settings) -> aioredis.Redis:
         # Same command surface for everything the gateway calls (see the module docstring).
         return cast(aioredis.Redis, RedisCluster.from_url(settings.redis_url, **timeouts))
     return aioredis.from_url(resolve_redis_url(settings.redis_url, settings.data_dir),
-                             **timeouts)
+                             retry=stale_connection_retry(), **timeouts)
+
+
+def stale_connection_retry() -> Retry:
+    """One more try, on a new connection, of a command whose connection was closed."""
+    return Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,))
 
 
 def blocking_ms(settings: Settings, wanted_ms: int) -> int:

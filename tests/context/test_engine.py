@@ -274,3 +274,32 @@ async def test_a_stale_demonstration_triggers_a_step_on_its_own(engine: ContextE
     # Dropped as soon as it is stale (2 turns, the call that ends at 6): ahead of the step
     # budget's first step (the 5th call, at 12), since the cut repays its re-send at once.
     assert first_drop == 6
+
+
+async def test_a_sessions_account_pieces_are_those_built_afresh_and_only_new_ones_are_built(
+    engine: ContextEngine,
+) -> None:
+    """The explainer's account of every call of a long session, cut into pieces with the
+    session's previous pieces remembered (`AccountPieces`), is byte for byte the account
+    built and cut afresh; between steps only the last pieces are built again."""
+    from gateway.observability import explain
+
+    msgs, pieces, built = _agent_session(150, size=60), explain.AccountPieces(), []
+    original = explain._entries
+
+    def counting(name: str, source: Any) -> list[Any]:
+        built.append(len(source))
+        return original(name, source)
+
+    explain._entries = counting  # type: ignore[assignment]
+    try:
+        for end in range(4, len(msgs) + 1, 2):
+            fitted = await engine.fit({"messages": msgs[:end]}, _call("pieces"))
+            built.clear()
+            stored = pieces.of(fitted, fitted.budget_source)
+            rebuilt = sum(built)
+            assert stored == explain.split_account(
+                explain.account_of(fitted, fitted.budget_source))
+    finally:
+        explain._entries = original  # type: ignore[assignment]
+    assert len(fitted.plan or ()) > 4 * explain.PIECE and rebuilt <= 3 * explain.PIECE

@@ -9,7 +9,10 @@ import uuid
 import orjson
 import redis.asyncio as aioredis
 
+from gateway.context.fidelity import MAX_INDEXED_CALLS, observe
 from gateway.context.session import (
+    CALL_RUN,
+    CALL_RUN_PREFIX,
     LOST_RUN,
     Decision,
     MemorySessionStore,
@@ -183,3 +186,50 @@ async def test_lost_is_stored_in_runs_and_a_step_rewrites_only_those_it_changed(
     replica = await RedisSessionStore(redis_client).load("t1", session)
     assert orjson.loads(replica.lost or b"") == {**lost, "191": None}
     assert replica.fidelity == b'{"n": 2}'
+
+
+def _tool_session(turns: int) -> list[dict[str, object]]:
+    msgs: list[dict[str, object]] = [{"role": "system", "content": "agent"},
+                                     {"role": "user", "content": "fix the build"}]
+    for i in range(turns):
+        args = orjson.dumps({"cmd": f"cat src/module_{i % 37}.py"}).decode()
+        msgs += [{"role": "assistant", "content": None, "tool_calls": [
+                     {"id": f"c{i}", "type": "function",
+                      "function": {"name": "run", "arguments": args}}]},
+                 {"role": "tool", "tool_call_id": f"c{i}", "content": f"line {i} of output"}]
+    return msgs
+
+
+async def test_the_fidelity_record_is_written_as_its_new_run_and_a_replica_continues_it(
+        redis_client: aioredis.Redis) -> None:
+    """The record's 256 indexed tool calls are stored in runs of CALL_RUN: a call writes the
+    run its new call went to (not every call indexed), old runs are deleted as the window
+    moves, and two processes taking turns on the session give the signals and the record
+    one process gives (another replica reads the runs it did not write)."""
+    msgs, session = _tool_session(300), uuid.uuid4().hex
+    one, two, alone = (RedisSessionStore(redis_client), RedisSessionStore(redis_client),
+                       MemorySessionStore())
+    key = keys.session("t1", session)
+    for n, end in enumerate(range(4, len(msgs) + 1, 2)):
+        store = one if (n // 5) % 2 == 0 else two  # five calls each, in turn
+        signals = []
+        for each in (store, alone):
+            state = await each.load("t1", session)
+            state.dirty.clear()
+            signals.append(observe(state, msgs[:end], None, task_class="c", mode="bypass"))
+            if each is one and n == 280:  # a call between others of the same process
+                read_at = state.record_version
+                mapping, deleted, _ = one._changes(("t1", session), state, read_at)
+                runs = {name for name in mapping if name.startswith(CALL_RUN_PREFIX)}
+                assert runs == {CALL_RUN_PREFIX + str(280 // CALL_RUN).encode()}
+                assert len(mapping[b"fidelity"]) < 100 and not deleted
+                state.record_version = read_at
+            await each.save("t1", session, state)
+        assert signals[0] == signals[1]
+    stored = await redis_client.hgetall(key)
+    runs = sorted(int(k[len(CALL_RUN_PREFIX):]) for k in stored if k.startswith(CALL_RUN_PREFIX))
+    assert runs == list(range((300 - MAX_INDEXED_CALLS) // CALL_RUN, 299 // CALL_RUN + 1))
+    assert orjson.loads(stored[b"fidelity"])["k"] == MAX_INDEXED_CALLS
+    fresh = await RedisSessionStore(redis_client).load("t1", session)
+    mine = await alone.load("t1", session)
+    assert fresh.fidelity == mine.fidelity and dict(fresh.indexed_runs) == dict(mine.indexed_runs)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gateway.learner.signals import cited_ids, implicit_signal, trailing_tool_step
 from gateway.playbook.config import FeedbackRules
@@ -79,5 +81,40 @@ def test_traces_keep_the_newest_messages_and_whole_tool_exchanges() -> None:
     signal = implicit_signal(kept, FeedbackRules())
     assert signal is not None and signal.outcome == "failure"
     assert keep_recent(history[:5], 10**6) == history[:5]
+    shown = keep_recent(history, 10**6, 5000)  # only what the Reflector's 5,000 show
+    assert shown[-4:] == history[-4:] and len(shown) < 20 < len(keep_recent(history, 10**6))
     tiny = keep_recent(history, 10)  # even a tiny budget keeps the last call's tool exchange
     assert tiny[-3]["role"] == "assistant" and tiny[-3].get("tool_calls")
+
+
+_MESSAGE = st.one_of(
+    st.builds(lambda n: {"role": "user", "content": "u" * n}, st.integers(0, 9000)),
+    st.builds(lambda n: {"role": "assistant", "content": "a" * n}, st.integers(0, 3000)),
+    st.builds(lambda n: {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c", "type": "function", "function": {"name": "run", "arguments": "x" * n}}]},
+        st.integers(0, 5000)),
+    st.builds(lambda n: {"role": "tool", "tool_call_id": "c", "content": "t" * n},
+              st.integers(0, 12000)),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(messages=st.lists(_MESSAGE, min_size=1, max_size=40), shown=st.integers(200, 30000),
+       answer=st.booleans())
+def test_a_stored_trace_keeps_what_the_reflector_is_shown(
+        messages: list[dict[str, Any]], shown: int, answer: bool) -> None:
+    """Trimmed to the Reflector's budget, a trace shows it the same messages as the whole
+    history would (the note of the messages not kept stands where the elision mark would),
+    with the agent's answer after them too (explicit feedback's episode)."""
+    from gateway.learner.traces import keep_recent
+    from gateway.learner.transcript import ELIDED, transcript
+
+    history = [{"role": "system", "content": "S" * 300}, *messages]
+    kept = keep_recent(history, 10**9, shown)
+    tail = [{"role": "assistant", "content": "done"}] if answer else []
+    whole, trimmed = transcript([*history, *tail], shown), transcript([*kept, *tail], shown)
+    if kept is not history:
+        note = f"[system] {kept[1]['content']}"
+        trimmed = trimmed.replace(f"\n{note}\n", f"\n{ELIDED}\n").replace(
+            f"\n{note}", f"\n{ELIDED}")
+    assert trimmed == whole

@@ -283,3 +283,34 @@ async def test_unreachable_learner_retries_then_dead_letters(
     [(_, parked)] = await lredis.xrange(keys.TRACE_DEAD_LETTER)
     assert parked[b"reason"] == b"max_deliveries"
     assert services.metrics.worker_failures.labels("learner_unavailable")._value.get() == 2
+
+
+async def test_a_long_sessions_traces_share_their_messages_and_read_back_whole(
+        lredis: aioredis.Redis) -> None:
+    """Each trace of a long session stores the newest messages as shared runs: a call
+    writes its new run (and the last, grown), not every kept message again, and each trace
+    reads back as the messages `keep_recent` keeps; a trace whose run is gone is unknown."""
+    from gateway.learner.traces import MESSAGE_RUN, keep_recent, load_trace
+
+    tenant, history = "t" + uuid.uuid4().hex[:8], [{"role": "system", "content": "S" * 200}]
+    sink, sizes = TraceSink(lredis, teaches=lambda _: False), []
+    for turn in range(120):
+        history += [{"role": "user", "content": f"turn {turn} " + "x" * 300},
+                    {"role": "assistant", "content": f"done {turn}"}]
+        before = len(sink._written)
+        sink.publish(TraceEvent(tenant, "qa", "s", f"tr-{turn}", list(history),
+                                {"content": "ok"}))
+        await sink.flush()
+        sizes.append(len(sink._written) - before)
+        loaded = await load_trace(lredis, tenant, f"tr-{turn}")
+        assert loaded is not None and loaded[0].messages == keep_recent(
+            history, 48_000, 24_000)
+    assert max(sizes[-30:]) <= 2 and len(keep_recent(history, 48_000, 24_000)) > 4 * MESSAGE_RUN
+    stored = orjson.loads(await lredis.hget(keys.trace(tenant, "tr-119"), "event") or b"{}")
+    assert len(stored["messages"]) == 2 and len(stored["tail"]["pieces"]) > 4
+    await lredis.delete(keys.account_piece(tenant, stored["tail"]["pieces"][0]))
+    assert await load_trace(lredis, tenant, "tr-119") is None  # never read partly
+    history += [{"role": "user", "content": "one more"}]
+    sink.publish(TraceEvent(tenant, "qa", "s", "tr-120", list(history), {"content": "ok"}))
+    await sink.aclose()  # the session's next trace names the run again: written back
+    assert await load_trace(lredis, tenant, "tr-119") is not None
