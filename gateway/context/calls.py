@@ -120,7 +120,10 @@ def cut_to_save(
     return at(low)
 
 
-def _arguments(call: Mapping[str, Any]) -> str | None:
+def call_arguments(call: Any) -> str | None:
+    """A chat tool call's `arguments` string (None: not one)."""
+    if not isinstance(call, Mapping):
+        return None
     function = call.get("function")
     raw = function.get("arguments") if isinstance(function, Mapping) else None
     return raw if isinstance(raw, str) else None
@@ -186,7 +189,7 @@ def _repeats(
         if msg.get("role") != "assistant":
             continue
         for k, call in enumerate(msg.get("tool_calls") or ()):
-            raw = _arguments(call) if isinstance(call, Mapping) else None
+            raw = call_arguments(call)
             if raw is None or len(raw) < min_chars or call.get("id") not in ids:
                 continue
             earlier = first.get(raw)

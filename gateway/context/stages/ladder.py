@@ -26,12 +26,11 @@ values (what the model reads before an item is kept, per value, as a heap of pos
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any
 
 from gateway.context.apply import CutCalls, apply_decision
-from gateway.context.calls import cut_to_save
+from gateway.context.calls import call_arguments, cut_to_save
 from gateway.context.items import Item
 from gateway.context.session import Decision
 from gateway.context.stages.base import StageContext, item_values, unit_pinned
@@ -244,7 +243,7 @@ class Ladder:
         i = item.message_index
         messages = self.ctx.messages
         calls = messages[i].get("tool_calls") if i < len(messages) else None
-        raws = [_raw_arguments(call) for call in calls or ()]
+        raws = [call_arguments(call) for call in calls or ()]
         if not raws or any(raw is None for raw in raws):
             return 0
         counter, encoding = self.ctx.counter, self.ctx.encoding
@@ -306,12 +305,6 @@ class Ladder:
         if not counted(item):
             return 0
         return item.tokens - (new.tokens if new is not None else 0)
-
-
-def _raw_arguments(call: Any) -> str | None:
-    function = call.get("function") if isinstance(call, Mapping) else None
-    raw = function.get("arguments") if isinstance(function, Mapping) else None
-    return raw if isinstance(raw, str) else None
 
 
 def usefulness(item: Item) -> tuple[bool, float, int, int]:
