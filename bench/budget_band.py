@@ -41,6 +41,25 @@ def misses(record: dict[str, Any]) -> list[str]:
     return out
 
 
+def summary(records: list[dict[str, Any]], fraction: float) -> str:
+    """In band, mean recall (engine / plain fit, calls with needed values) and refusals at
+    one budget, over the calls with 10 points of room."""
+    rows = [(r, r[str(fraction)]) for r in records if r[str(fraction)]["slack10"]]
+    band = sum(
+        c["engine"]["size"] is not None
+        and fraction - 0.1 - 1e-9 <= c["engine"]["size"] <= fraction + 1e-9
+        for _, c in rows
+    )
+    needed = [c for r, c in rows if r["needed"]]
+    engine = sum(c["engine"]["recall"] or 0 for c in needed) / max(len(needed), 1)
+    plain = sum(c["plain"]["recall"] or 0 for c in needed) / max(len(needed), 1)
+    refused = sum(bool(c["engine"]["refused"]) for _, c in rows)
+    return (
+        f"   {fraction:.0%}: in band {band}/{len(rows)}, recall {engine:.1%} (plain fit "
+        f"{plain:.1%}, {len(needed)} calls), refused {refused}"
+    )
+
+
 async def run(names: list[str], root: Path, per_split: int) -> None:
     engine = build_engine(Settings())
     try:
@@ -52,6 +71,8 @@ async def run(names: list[str], root: Path, per_split: int) -> None:
             room = sum(r[str(f)]["slack10"] for r in records for f in BUDGET_FRACTIONS)
             print(f"## {name}: {len(lines)} of {room} calls × budgets with 10 points of room")
             print("\n".join(lines))
+            for fraction in BUDGET_FRACTIONS:
+                print(summary(records, fraction))
     finally:
         if engine.embedder is not None:
             engine.embedder.close()

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, MutableMapping, Sequence
-from dataclasses import fields
+from dataclasses import dataclass, fields
 from typing import cast
+
+import orjson
 
 from gateway.context.items import Item
 from gateway.context.session import Decision
@@ -65,6 +67,8 @@ def rewritten_text(
         return re.sub(decision.arg, "", item.text)
     if method == "summary":
         return summarize(item.text, item.kind, decision.level, known)
+    if method == "args":  # only the tool calls' arguments are cut: the text stays
+        return item.text
     raise ValueError(f"unknown decision method {method!r}")
 
 
@@ -86,7 +90,7 @@ def apply_decision(
     summary need not list; constant per session, so a re-applied decision renders the same.
     `memo` keeps, per (item id, decision, encoding), the rewritten text and its tokens:
     re-applying a decision costs one lookup."""
-    if not item.rewritable and decision.method != "drop":
+    if not item.rewritable and decision.method not in ("drop", "args"):
         return item
     key = (item.id, decision, encoding)
     hit = memo.get(key) if memo is not None else None
@@ -98,25 +102,46 @@ def apply_decision(
     text, text_tokens = hit
     if text is None:
         return None
-    tokens = text_tokens + item.fixed_tokens
+    fixed = item.fixed_tokens - (cut_calls(decision).tokens if decision.method == "args" else 0)
+    tokens = text_tokens + fixed
     if tokens >= item.tokens:
         return item
-    return _rewritten(item, text, tokens)
+    return _rewritten(item, text, tokens, fixed)
 
 
 _ITEM_FIELDS = tuple(f.name for f in fields(Item))
 _set = object.__setattr__
 
 
-def _rewritten(item: Item, text: str, tokens: int) -> Item:
-    """`replace(item, text=text, tokens=tokens)` at half the cost: every session's decided
-    items are re-applied on each of its step calls."""
+def _rewritten(item: Item, text: str, tokens: int, fixed: int) -> Item:
+    """`replace(item, text=text, tokens=tokens, fixed_tokens=fixed)` at half the cost:
+    every session's decided items are re-applied on each of its step calls."""
     new = object.__new__(Item)
     for name in _ITEM_FIELDS:
         _set(new, name, getattr(item, name))
     _set(new, "text", text)
     _set(new, "tokens", tokens)
+    _set(new, "fixed_tokens", fixed)
     return new
+
+
+@dataclass(frozen=True)
+class CutCalls:
+    """What an `args` decision (the budget ladder's rung before a drop) sends of its
+    message's tool calls: per call its arguments (None: as sent), and the tokens saved."""
+
+    index: int  # the message's index in the client's messages
+    arguments: tuple[str | None, ...]
+    tokens: int
+
+    def dump(self) -> str:
+        return orjson.dumps([self.index, self.arguments, self.tokens]).decode()
+
+
+def cut_calls(decision: Decision) -> CutCalls:
+    """The cut an `args` decision carries (in its `arg`)."""
+    index, arguments, tokens = orjson.loads(decision.arg or "[0, [], 0]")
+    return CutCalls(int(index), tuple(arguments), int(tokens))
 
 
 def apply_decisions(
@@ -184,7 +209,7 @@ def drop_events(
     events = []
     for item in original:
         after = kept.get(item.id)
-        if after is not None and after.text == item.text:
+        if after is not None and after.text == item.text and after.tokens == item.tokens:
             continue
         decision = decisions[item.id]
         events.append(

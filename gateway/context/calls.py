@@ -18,8 +18,9 @@ a fitted call (the engine, with `cluster.on_arrival`, on every call after the fi
 forwarded messages with the pointers, the arguments per call id for the wire adapters, and
 the drop events, so that the log still adds up. The repeats are found in the forwarded
 messages alone, which a session only appends to between steps: a call's rendering never
-changes once sent. `cut_arguments` is not used by the engine (`bench/call_args.py`: cutting
-aged calls on every call costs the prefix cache more than it saves).
+changes once sent. `cut_arguments` does not age calls on every call (`bench/call_args.py`:
+that costs the prefix cache more than it saves); the budget ladder uses it, through
+`cut_to_save`, as the rung before dropping an old exchange whose arguments are most of it.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from gateway.observability.droplog import DropEvent
 
 REPEAT_MIN_CHARS = 120  # shorter arguments stay: a pointer is ~50 characters
 CUT_KEEP_CHARS = 40
+CUT_MARGIN = 40  # a value is cut only when it is this much longer than what it keeps
 
 
 def _object(arguments: str) -> dict[str, Any] | None:
@@ -90,7 +92,39 @@ def cut_arguments(
     return out if cuts and len(out) < len(arguments) else None
 
 
-def _arguments(call: Mapping[str, Any]) -> str | None:
+def cut_to_save(
+    raws: Sequence[str], need: int, count: Callable[[str], int]
+) -> tuple[list[str | None], int] | None:
+    """One message's calls' `arguments` (`raws`) cut to save about `need` tokens: every
+    call's long string values cut to the same length, the longest that still saves `need`
+    (all to `CUT_KEEP_CHARS` when even that saves less). Per call its new arguments (None:
+    as sent) and the tokens saved; None when nothing can be cut. Each result parses to a
+    JSON object with the original keys (`cut_arguments`)."""
+
+    def at(keep: int) -> tuple[list[str | None], int]:
+        cuts = [cut_arguments(raw, keep + CUT_MARGIN, keep_chars=keep) for raw in raws]
+        saved = sum(count(raw) - count(c) for raw, c in zip(raws, cuts, strict=True) if c)
+        return cuts, saved
+
+    most = at(CUT_KEEP_CHARS)
+    if most[1] <= 0:
+        return None
+    if most[1] <= need:
+        return most
+    low, high = CUT_KEEP_CHARS, max(len(raw) for raw in raws)  # saves >= need / < need
+    while high - low > 8:
+        mid = (low + high) // 2
+        if at(mid)[1] >= need:
+            low = mid
+        else:
+            high = mid
+    return at(low)
+
+
+def call_arguments(call: Any) -> str | None:
+    """A chat tool call's `arguments` string (None: not one)."""
+    if not isinstance(call, Mapping):
+        return None
     function = call.get("function")
     raw = function.get("arguments") if isinstance(function, Mapping) else None
     return raw if isinstance(raw, str) else None
@@ -221,7 +255,7 @@ def _repeats(
         if msg.get("role") != "assistant":
             continue
         for k, call in enumerate(msg.get("tool_calls") or ()):
-            raw = _arguments(call) if isinstance(call, Mapping) else None
+            raw = call_arguments(call)
             if raw is None or len(raw) < min_chars or call.get("id") not in ids:
                 continue
             earlier = first.get(raw)

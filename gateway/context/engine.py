@@ -40,7 +40,14 @@ from gateway.context.items import Item, ParsedRequest, base_tokens, content_text
 from gateway.context.models import ModelTable
 from gateway.context.offload import check_deadline
 from gateway.context.prefix import Prefix, PrefixCache
-from gateway.context.render import Plan, Rendered, materialize, render_from, render_messages
+from gateway.context.render import (
+    Plan,
+    Rendered,
+    materialize,
+    render_from,
+    render_messages,
+    with_cut_calls,
+)
 from gateway.context.session import Decision, RedisSessionStore, SessionState, SessionStore
 from gateway.context.stages import STAGES, StageContext
 from gateway.context.stages.cluster import arrival_duplicates
@@ -353,6 +360,8 @@ class ContextEngine:
             if isinstance(full, FittedCall):  # pinned content over the budget, passed through
                 return full
             fitted = full
+        if compact:
+            fitted = self._cut_calls(request, fitted)
         if point:
             fitted = self._point_repeats(request, fitted)
         check_deadline()  # past the deadline nothing is saved: the call goes out unmanaged
@@ -498,6 +507,16 @@ class ContextEngine:
             arguments=fitted.arguments,
         )
 
+    def _cut_calls(self, r: _Request, fitted: _Fitted) -> _Fitted:
+        """Old exchanges' tool calls sent with the arguments the budget ladder cut (the
+        items, the tokens and the drop events count them already)."""
+        cut = with_cut_calls(fitted.messages, fitted.plan, r.state.decisions)
+        if cut is None:
+            return fitted
+        messages, arguments = cut
+        return replace(fitted, messages=messages, changed=True,
+                       arguments={**(fitted.arguments or {}), **arguments})
+
     def _point_repeats(self, r: _Request, fitted: _Fitted) -> _Fitted:
         """Tool calls repeating an earlier call's arguments sent as pointers to it
         (`cluster.on_arrival`, calls.py): found in the forwarded messages alone, so every
@@ -531,7 +550,8 @@ class ContextEngine:
             return fitted
         return replace(fitted, messages=pointed.messages, changed=True,
                        tokens_after=fitted.tokens_after - pointed.saved,
-                       events=pointed.events, arguments=pointed.arguments)
+                       events=pointed.events,
+                       arguments={**(fitted.arguments or {}), **pointed.arguments})
 
     async def _fit_items(
         self,
@@ -578,6 +598,7 @@ class ContextEngine:
             caches=self.caches,
             known=known,
             focus=task_focus(messages),
+            messages=messages,
             target=step_target(final, cls, budget.input, fixed, first_call) if over else None,
             first_call=first_call,
         )

@@ -13,7 +13,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gateway.context.apply import cut_calls
 from gateway.context.items import Item
+from gateway.context.session import Decision
 
 Plan = list[tuple[int, str | None]]  # per rendered message: its index, new content or None
 MARK_EVERY = 16  # plan entries between two marks
@@ -131,5 +133,34 @@ def render_plan(
             rolling.update(item.id.encode())
             if not same:
                 rolling.update(hashlib.blake2b(item.text.encode(), digest_size=8).digest())
+            if item.fixed_tokens != originals[item.id].fixed_tokens:  # its calls' arguments cut
+                rolling.update(b"args %d" % item.fixed_tokens)
         digests.append(rolling.hexdigest())
     return plan, changed, digests, rolling
+
+
+def with_cut_calls(
+    messages: Sequence[Mapping[str, Any]], plan: Plan | None, decisions: Mapping[str, Decision]
+) -> tuple[list[Mapping[str, Any]], dict[str, str]] | None:
+    """`messages` (rendered by `plan`; None: all as sent) with the tool calls of the old
+    exchanges the budget ladder cut sent with their cut arguments (`args` decisions: the
+    items already count them so), and per call id the arguments it is sent with, for the
+    wire adapters. None when no decision cuts a call of a message sent."""
+    cuts = [cut_calls(d) for d in decisions.values() if d.method == "args"]
+    if not cuts:
+        return None
+    where = {i: k for k, (i, _) in enumerate(plan)} if plan is not None else None
+    out = list(messages)
+    arguments: dict[str, str] = {}
+    for cut in cuts:
+        k = cut.index if where is None else where.get(cut.index)
+        calls = out[k].get("tool_calls") if k is not None and k < len(out) else None
+        if k is None or not isinstance(calls, list) or len(calls) != len(cut.arguments):
+            continue  # dropped since (a later step), or not the message it was made for
+        new = list(calls)
+        for c, raw in enumerate(cut.arguments):
+            if raw is not None:
+                new[c] = {**calls[c], "function": {**calls[c]["function"], "arguments": raw}}
+                arguments[str(calls[c].get("id", ""))] = raw
+        out[k] = {**out[k], "tool_calls": new}
+    return (out, arguments) if arguments else None

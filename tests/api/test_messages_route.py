@@ -186,3 +186,35 @@ def test_x_api_key_and_anthropic_headers_go_upstream_unchanged(gateway: Gateway,
         assert "authorization" not in recorded["headers"]
         assert orjson.loads(recorded["body"])["context_management"] == {"edits": []}
     assert answer.headers.get("x-ctxgate-trace-id")
+
+
+def test_budget_cuts_old_tool_use_input_and_keeps_it_an_object(gateway: Gateway,
+                                                                upstream: Upstream) -> None:
+    """Old exchanges that are mostly tool input (long commands), under a budget: their
+    `tool_use.input` is sent cut, still an object with the same keys; the latest one whole."""
+    messages: list[Any] = [{"role": "user", "content": "Clean up the build scripts."}]
+    for step in range(3):
+        cmd = f"find /srv/build_{step} " + " ".join(f"-name 'part_{step}_{k}.o'" for k in range(60))
+        messages += [
+            {"role": "assistant", "content": [
+                {"type": "tool_use", "id": f"tu_{step}", "name": "shell", "input": {"cmd": cmd}}]},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": f"tu_{step}", "content": "ok"}]}]
+    probe = client(gateway, **{"x-ctxgate-budget-tokens": "1000000",
+                               "x-ctxgate-session-id": uuid.uuid4().hex})
+    size = int(probe.messages.with_raw_response.create(
+        model="claude-x", max_tokens=64, messages=messages, tools=TOOLS
+    ).headers["x-ctxgate-tokens-before"])
+    budget = int(0.8 * size)
+    upstream.clear()
+    raw = client(gateway, **{"x-ctxgate-budget-tokens": str(budget),  # a first call
+                             "x-ctxgate-session-id": uuid.uuid4().hex}).messages \
+        .with_raw_response.create(model="claude-x", max_tokens=64, messages=messages,
+                                  tools=TOOLS)
+    assert budget - 0.1 * size <= int(raw.headers["x-ctxgate-tokens-after"]) <= budget
+    forwarded = upstream.last_body()["messages"]
+    assert forwarded[-2:] == messages[-2:]
+    uses = [b for m in forwarded if isinstance(m["content"], list) for b in m["content"]
+            if b["type"] == "tool_use"]
+    cut = [b for b in uses if "chars cut]" in b["input"]["cmd"]]
+    assert cut and all(set(b["input"]) == {"cmd"} for b in uses)

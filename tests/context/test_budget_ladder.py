@@ -216,9 +216,9 @@ async def test_an_old_exchange_with_long_arguments_is_not_dropped_under_the_band
 ) -> None:
     """A shell agent's call (intercode): an old command of ~1000 tokens (its arguments cannot
     be digested) is near half the call; dropping it lands near 40% where 80% is asked.
-    Smaller exchanges go instead (8 repeats: the old ones fall short of the budget by a few
-    tokens, the latest exchange makes them up; 13: one of them is dropped whole and what
-    fits comes back), and the call lands in the band."""
+    Smaller exchanges go instead, and the few tokens still missing are cut from the end of
+    the long command's arguments (the rung before a drop), and the call lands in the
+    band."""
     noted = "ln: target 'requested.': No such file or directory\n"
     msgs: list[dict[str, Any]] = [
         {"role": "system", "content": "You are an agent interacting with a Bourne shell."},
@@ -238,7 +238,13 @@ async def test_an_old_exchange_with_long_arguments_is_not_dropped_under_the_band
     assert pinned < 0.3 * tokens and long_unit > tokens - budget + BAND * tokens
     fitted = await engine.fit(body, _call(uuid.uuid4().hex, budget, "data_sql"))
     assert budget - BAND * tokens <= fitted.tokens_after <= budget
-    assert msgs[4] in fitted.body["messages"]  # the long command stays
+    # the long command stays, at most the few tokens still missing cut from its end
+    sent = next(m for m in fitted.body["messages"] if (m.get("tool_calls") or [{}])[0].get(
+        "id") == "c1")
+    command = json.loads(sent["tool_calls"][0]["function"]["arguments"])["command"]
+    original = json.loads(msgs[4]["tool_calls"][0]["function"]["arguments"])["command"]
+    assert command[:len(original) * 9 // 10] == original[:len(original) * 9 // 10]
+    assert msgs[5] in fitted.body["messages"]
     _check_valid(fitted.body["messages"])
 
 
@@ -269,3 +275,79 @@ async def test_a_dropped_exchange_comes_back_with_an_excerpt_to_fill_the_band(
     _check_valid(sent)
     saved = sum(d.tokens_before - d.tokens_after for d in fitted.drops)
     assert saved == fitted.tokens_before - fitted.tokens_after
+
+
+def _query_call(old: int = 2) -> list[dict[str, Any]]:
+    """Intercode's case: exchanges that are mostly tool-call arguments (long SQL queries),
+    their results too short to digest, the last exchange still open."""
+    msgs: list[dict[str, Any]] = [
+        {"role": "system", "content": "You answer with SQL run by the sql tool."},
+        {"role": "user", "content": "Which customers ordered more than twice in 2021?"},
+    ]
+    for t in range(old + 1):
+        cols = ", ".join(f"orders_{t}.col_{k} AS c{t}_{k}" for k in range(40))
+        query = f"SELECT {cols} FROM orders_{t} JOIN customers ON id = cust_{t} WHERE n > {t}"
+        msgs.append({"role": "assistant", "content": None, "tool_calls": [{
+            "id": f"q{t}", "type": "function",
+            "function": {"name": "sql", "arguments": json.dumps({"query": query, "db": "shop"})},
+        }]})
+        msgs.append({"role": "tool", "tool_call_id": f"q{t}", "content": f"{t} rows"})
+    return msgs
+
+
+async def test_old_exchanges_arguments_cut_before_the_exchange_is_dropped(
+    engine: ContextEngine,
+) -> None:
+    msgs = _query_call(old=2)
+    tokens, pinned = _pinned(engine, {"messages": msgs})
+    for share in (0.8, 0.6):
+        budget = int(share * tokens)
+        assert pinned <= budget - BAND * tokens  # room: the call must land in the band
+        fitted = await engine.fit({"messages": msgs}, _call(uuid.uuid4().hex, budget))
+        # dropping a whole exchange (a third of the call) would land far under the band
+        assert budget - BAND * tokens <= fitted.tokens_after <= budget
+        sent = fitted.body["messages"]
+        _check_valid(sent)
+        assert sent[-2:] == msgs[-2:]  # the open exchange: its arguments whole
+        cut = [m for m in sent if m.get("tool_calls") and m not in msgs]
+        assert cut, "no old exchange's arguments were cut"
+        for m in cut:
+            call = m["tool_calls"][0]
+            args = json.loads(call["function"]["arguments"])  # still a JSON object
+            assert set(args) == {"query", "db"} and args["db"] == "shop"
+            assert "chars cut]" in args["query"]
+            assert fitted.arguments is not None
+            assert fitted.arguments[call["id"]] == call["function"]["arguments"]
+        assert any(m.get("tool_call_id") == "q0" for m in sent) or share == 0.6
+        events = [d for d in fitted.drops if d.kind == "tool_call" and d.tokens_after]
+        assert len(events) == len(cut)
+        assert all(d.reason == "over_budget" for d in fitted.drops)
+        saved = sum(d.tokens_before - d.tokens_after for d in fitted.drops)
+        assert saved == fitted.tokens_before - fitted.tokens_after
+        # the engine's count of what it sends is the count of the messages sent
+        assert _pinned(engine, {"messages": sent})[0] == fitted.tokens_after
+
+
+async def test_cut_arguments_are_remembered_by_the_sessions_next_call(
+    engine: ContextEngine,
+) -> None:
+    """A later call of the session sends the old exchange's arguments as the step cut
+    them, and its drop log still adds up (the prefix path renders them too)."""
+    session = uuid.uuid4().hex
+    msgs = _query_call(old=2)
+    tokens, _ = _pinned(engine, {"messages": msgs})
+    budget = int(0.8 * tokens)
+    first = await engine.fit({"messages": msgs}, _call(session, budget))
+    cut = {c["id"]: c["function"]["arguments"] for m in first.body["messages"]
+           for c in m.get("tool_calls") or () if m not in msgs}
+    assert cut
+    later = [*msgs, {"role": "assistant", "content": "Two customers."},
+             {"role": "user", "content": "Thanks."}]
+    for _ in range(2):  # the full path, then the session's prefix
+        fitted = await engine.fit({"messages": later}, _call(session, 10 * tokens))
+        sent = {c["id"]: c["function"]["arguments"] for m in fitted.body["messages"]
+                for c in m.get("tool_calls") or ()}
+        assert {k: sent[k] for k in cut} == cut
+        saved = sum(d.tokens_before - d.tokens_after for d in fitted.drops)
+        assert saved == fitted.tokens_before - fitted.tokens_after
+        assert _pinned(engine, {"messages": fitted.body["messages"]})[0] == fitted.tokens_after

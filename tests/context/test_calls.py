@@ -8,8 +8,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import orjson
+
+from gateway.context import calls
 from gateway.context.calls import cut_arguments, repeat_pointer, repeated_calls
 from gateway.context.needed import needed_values, recall
+from gateway.context.tokens import TokenCounter
 
 QUERY = ("SELECT city.Name FROM city JOIN country ON city.CountryCode = country.Code "
          "WHERE country.Continent = 'Europe' AND country.Population > 1000000")
@@ -91,3 +95,32 @@ def test_a_cut_marks_what_it_cut_and_keeps_what_is_reused() -> None:
     assert parsed["note"] == "short"
     assert cut_arguments(raw, max_chars=80, keep={QUERY}) is None  # nothing cut: None
     assert cut_arguments(raw, max_chars=len(QUERY)) is None
+
+
+def test_cut_to_save_cuts_just_enough_and_keeps_json_objects() -> None:
+    """The budget ladder's arguments rung: one message's calls cut to the same length, the
+    longest that still saves what is needed; every result a JSON object with its keys."""
+    counter = TokenCounter()
+
+    def count(text: str) -> int:
+        return counter.count(text, "o200k_base")
+
+    raws = [
+        orjson.dumps({"query": "SELECT " + ", ".join(f"col_{k}" for k in range(80)),
+                      "db": "shop", "n": 3}).decode(),
+        orjson.dumps({"command": "grep -rn 'needle \\u00e9 \"q\"' " + "/srv/x/" * 60}).decode(),
+        orjson.dumps({"short": "ls"}).decode(),
+    ]
+    most = calls.cut_to_save(raws, 10_000, count)
+    assert most is not None
+    cut, saved = most
+    assert cut[2] is None  # nothing long to cut: sent as is
+    assert saved == sum(count(r) - count(c) for r, c in zip(raws, cut, strict=True) if c)
+    for raw, new in zip(raws, cut, strict=True):
+        if new is not None:
+            assert orjson.loads(new).keys() == orjson.loads(raw).keys()
+    some = calls.cut_to_save(raws, 40, count)
+    assert some is not None
+    assert 40 <= some[1] < saved  # just enough: far less than everything
+    assert calls.cut_to_save([raws[2]], 10, count) is None
+    assert calls.cut_to_save(["not json"], 10, count) is None

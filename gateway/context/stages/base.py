@@ -7,9 +7,9 @@ drop-log line per affected item, so a decision made once is rendered the same wa
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gateway.context.apply import apply_decision
 from gateway.context.caches import ContextCaches
@@ -45,6 +45,8 @@ class StageContext:
     known: frozenset[str] = frozenset()  # values of the session's system prompt and task
     focus: frozenset[str] = frozenset()  # terms of the task and the latest calls (focus.py)
     caches: ContextCaches = field(default_factory=ContextCaches)  # the engine's memos
+    # the client's messages (the budget ladder reads old exchanges' tool-call arguments)
+    messages: Sequence[Mapping[str, Any]] = ()
 
     def total(self, items: list[Item]) -> int:
         return self.fixed_tokens + sum(item.tokens for item in items)

@@ -75,6 +75,8 @@ async def compress_items(items: list[Item], budget: Budget, ctx: StageContext) -
         items, made = cut(items, ctx, reason, aim, part, above=cap)
         decisions.update(made)
     if ctx.target is not None:
-        items, made = cut(items, ctx, "over_budget", ctx.target, offset=ctx.fixed_tokens)
+        items, made = cut(
+            items, ctx, "over_budget", ctx.target, offset=ctx.fixed_tokens, arguments=True
+        )
         decisions.update(made)
     return StageResult(items, decisions)

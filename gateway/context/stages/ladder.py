@@ -7,13 +7,17 @@ the most recent exchange, nor above the budget.
 
 Cut. Candidates are ordered least useful first (lowest rerank score, oldest, the task
 statement last; the most recent exchange only once all else is cut); pass k of the ladder
-summary → strict summary → digest → mask → drop takes every candidate that stands above
-rung k down to it, stopping as soon as the total is at the target: everything is digested
-before anything is masked, masked before anything is dropped, and no more is cut than
-needed. A rewrite that would land far below the target becomes an excerpt (head and tail)
-of just the size needed; drops go to small units first, and drops a later large one made
-needless come back. A drop takes the item's whole unit (a tool call goes with its
-results), or becomes a mask where part of the unit is pinned.
+summary → strict summary → digest → mask → (under a budget) arguments → drop takes every
+candidate that stands above rung k down to it, stopping as soon as the total is at the
+target: everything is digested before anything is masked, masked before anything is
+dropped, and no more is cut than needed. The arguments rung cuts the long string values of
+an old exchange's tool calls (`calls.cut_to_save`; the open exchange's never): on agents
+whose exchanges are mostly arguments (intercode's queries) dropping the whole exchange was
+the only cut left, and it overshot. A rewrite that would land far below the target
+becomes an excerpt (head and tail) of just the size needed; drops go to small units
+first, and drops a later large one made needless come back. A drop takes the item's whole
+unit (a tool call goes with its results), or becomes a mask where part of the unit is
+pinned.
 
 O(n log n) in the number of items: one sort, and each rewrite looks only at the item's own
 values (what the model reads before an item is kept, per value, as a heap of positions).
@@ -25,7 +29,8 @@ import heapq
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from gateway.context.apply import apply_decision
+from gateway.context.apply import CutCalls, apply_decision
+from gateway.context.calls import call_arguments, cut_to_save
 from gateway.context.items import Item
 from gateway.context.session import Decision
 from gateway.context.stages.base import StageContext, item_values, unit_pinned
@@ -38,9 +43,10 @@ LADDER = (
     ("compress", "summary", 2),
     ("compress", "summary", 3),
     ("mask", "mask", 1),
+    ("compress", "args", 1),  # an old exchange's tool-call arguments cut (under a budget)
     ("drop", "drop", 1),
 )
-DROP = len(LADDER) - 1
+MASK, ARGS, DROP = 3, 4, 5
 # Texts shorter than this (tokens) are not worth a digest or a placeholder: only dropped.
 MIN_REWRITE = 24
 # A step may land this share of the total below the target; one that would land lower cuts
@@ -72,7 +78,7 @@ def rung(decision: Decision | None) -> int:
     for i, (_, method, level) in enumerate(LADDER):
         if decision.method == method and decision.level == level:
             return i
-    return 3 if decision.method in ("strip", "dedup") else 4
+    return MASK if decision.method in ("strip", "dedup") else DROP
 
 
 def latest_exchange(items: Sequence[Item]) -> frozenset[str]:
@@ -164,6 +170,8 @@ class Ladder:
         if item is None:
             return 0
         before = self.ctx.decisions.get(item.id)
+        if to == ARGS:
+            return self._cut_arguments(p, item, before, reason, need) if counted(item) else 0
         if rung(before) >= to or (to < DROP and item.tokens - item.fixed_tokens < MIN_REWRITE):
             return 0
         action, method, level = LADDER[to]
@@ -173,7 +181,7 @@ class Ladder:
         ):  # the message (or its unit) must stay: mask the text instead
             if before is not None and before.method == "mask":
                 return 0
-            action, method, level = LADDER[DROP - 1]
+            action, method, level = LADDER[MASK]
         decision = Decision("compress", action, reason, method, level)
         if method == "drop" and item.kind != "knowledge":
             unit = [q for q in self._units[item.unit] if self.current[q] is not None]
@@ -222,6 +230,35 @@ class Ladder:
             for item in (self.current[q] for q in positions)
             if item is not None and counted(item)
         )
+
+    def _cut_arguments(
+        self, p: int, item: Item, before: Decision | None, reason: str, need: int
+    ) -> int:
+        """The tool calls of the message at `p` sent with their long string values cut,
+        to save about `need` tokens (`calls.cut_to_save`); its text stays as it is now."""
+        if item.kind != "tool_call" or rung(before) >= ARGS or (
+            before is not None and before.method == "dedup"
+        ):
+            return 0
+        i = item.message_index
+        messages = self.ctx.messages
+        calls = messages[i].get("tool_calls") if i < len(messages) else None
+        raws = [call_arguments(call) for call in calls or ()]
+        if not raws or any(raw is None for raw in raws):
+            return 0
+        counter, encoding = self.ctx.counter, self.ctx.encoding
+        found = cut_to_save(
+            [raw for raw in raws if raw is not None], need,
+            lambda text: counter.count(text, encoding),
+        )
+        if found is None:
+            return 0
+        arguments, tokens = found
+        original = self.ctx.originals.get(item.id, item)
+        text = None if item.text == original.text else item.text
+        arg = CutCalls(i, tuple(arguments), tokens).dump()
+        decision = Decision("compress", "compress", reason, "args", 1, arg=arg, text=text)
+        return self._set(p, decision, lambda _: True)
 
     def _excerpt(self, p: int, item: Item, reason: str, need: int, saved: int) -> int:
         """Instead of the rewrite just made at `p` (saving `saved`), the original's head and
@@ -284,10 +321,13 @@ def cut(
     counted: Callable[[Item], bool] = lambda _: True,
     offset: int = 0,
     above: int | None = None,
+    arguments: bool = False,
 ) -> tuple[list[Item], dict[str, Decision]]:
     """`items` cut down the ladder until `offset` + the tokens of the counted items is at
     most `target` (or nothing is left to cut), and the decisions made. Nothing is cut unless
-    that total is over `above` (default: the target): a hysteresis mark."""
+    that total is over `above` (default: the target): a hysteresis mark. `arguments`: old
+    exchanges' tool-call arguments may be cut (the rung before drop; the exchange still
+    open is pinned: its calls stay whole)."""
     total = offset + sum(i.tokens for i in items if counted(i))
     if total <= (target if above is None else above):
         return items, {}
@@ -304,10 +344,10 @@ def cut(
     # large unit far under it (and `restore` then brings back what fits).
     old = [p for p in free if items[p].unit not in recent]
     latest = [p for p in free if items[p].unit in recent]
-    fine = [(to, True) for to in range(DROP + 1)]
+    rungs = [to for to in (0, 1, 2, MASK, DROP, ARGS) if to != ARGS or arguments]
     for order, to, only_fine in [
-        *((old, to, f) for to, f in fine),
-        *((latest, to, f) for to, f in fine),
+        *((old, to, True) for to in rungs),
+        *((latest, to, True) for to in rungs),
         (old, DROP, False),
         (latest, DROP, False),
     ]:
