@@ -2,7 +2,7 @@
 the session's history (issue 7): the repeated tool calls (`calls.RepeatScan`), the messages
 lost from the forwarded call (`Haystack.lost_after`) and the rewritten messages forwarded
 (`materialize` with the prefix's copies) are found from what the call added, and give what
-finding them afresh gives."""
+finding them afresh gives; a step call's horizon is found from the verbatim turns."""
 
 from __future__ import annotations
 
@@ -24,6 +24,9 @@ from gateway.context.fidelity import (
 from gateway.context.items import PINNED, parse_request
 from gateway.context.prefix import Prefix, _derived
 from gateway.context.render import materialize
+from gateway.context.session import SessionState
+from gateway.context.steps import horizon_after, open_tokens, step_horizon
+from gateway.context.taskclass import Compaction, TaskClass
 from gateway.context.tokens import TokenCounter
 from tests.sessions import synthetic_session
 
@@ -353,3 +356,49 @@ async def test_a_step_prefix_derived_from_the_last_one_is_the_prefix_read_whole(
         assert kept == whole, f"call {n}"
         steps += built
     assert steps > 10
+
+
+class _Watched(list[Any]):
+    """Messages that note the lowest index read."""
+
+    least = 10**9
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, int):
+            self.least = min(self.least, i)
+        return super().__getitem__(i)
+
+
+@settings(max_examples=120, deadline=None)
+@given(seed=st.integers(0, 3), turns=st.integers(1, 40), data=st.data())
+def test_the_step_horizon_reads_from_the_horizon_and_finds_what_reading_all_finds(
+    seed: int, turns: int, data: Any
+) -> None:
+    """`step_horizon` reads only the messages at or after the session's horizon (a late
+    step call: the verbatim turns, not its history) and returns what `horizon_after` of
+    every message's turns and compactable tokens returns."""
+    _, msgs, _ = synthetic_session(seed, turns=turns)
+    items = parse_request({"messages": msgs}, COUNTER, "o200k_base").items
+    every: dict[int, int] = {}
+    for item in items:
+        if not (item.pinned or item.goal or item.kind == "system"):
+            every[item.message_index] = every.get(item.message_index, 0) + item.tokens
+    all_turns = [i for i, m in enumerate(msgs) if m.get("role") == "assistant"]
+    state = SessionState(horizon=data.draw(st.integers(0, len(msgs) + 2)),
+                         calls=data.draw(st.integers(0, 60)), steps=data.draw(st.integers(0, 9)))
+    stale, forced = data.draw(st.integers(0, 300)), data.draw(st.booleans())
+    # marks at the verbatim turns and tokens give or take one: a message missed tips them
+    tokens = stale + sum(n for i, n in every.items() if i >= state.horizon)
+    n_turns = sum(1 for i in all_turns if i >= state.horizon)
+    high = max(1, tokens + data.draw(st.integers(-1, 1)))
+    cls = TaskClass(name="c", compaction=Compaction(
+        verbatim_tokens_high=high, verbatim_tokens_low=data.draw(st.integers(0, high - 1)),
+        verbatim_turns_high=data.draw(st.none() | st.just(max(3, n_turns - 1))),
+        min_step_turns=data.draw(st.integers(0, 3)),
+        max_step_share=data.draw(st.sampled_from([0.2, 0.5, 1.0]))))
+    expected = horizon_after(all_turns, every, len(msgs), state, cls, stale, forced,
+                             call_tokens=sum(i.tokens for i in items),
+                             unanswered=open_tokens(items))
+    watched = _Watched(msgs)
+    assert step_horizon(watched, items, state, cls, stale, forced=forced) == expected
+    assert watched.least >= state.horizon
