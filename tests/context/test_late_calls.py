@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -19,6 +20,7 @@ from gateway.context.fidelity import (
     Haystack,
     _may_be_near,
     lost_messages,
+    observe,
     similarity,
 )
 from gateway.context.items import PINNED, parse_request
@@ -402,3 +404,75 @@ def test_the_step_horizon_reads_from_the_horizon_and_finds_what_reading_all_find
     watched = _Watched(msgs)
     assert step_horizon(watched, items, state, cls, stale, forced=forced) == expected
     assert watched.least >= state.horizon
+
+
+GISTS = ['gist', 'a ,"3": quote', '{"7":null}', 'é \\",\\"2\\":']
+
+
+@st.composite
+def stepping_plans(draw: Any) -> list[tuple[int, list[tuple[int, str | None]], bool]]:
+    """(messages, plan, step) per call: between steps the plan grows in place; a step keeps
+    a drawn start of it and decides every later message anew (texts that look like JSON)."""
+    calls: list[tuple[int, list[tuple[int, str | None]], bool]] = []
+    plan: list[tuple[int, str | None]] = []
+    count = 0
+
+    def fates(start: int, end: int) -> list[tuple[int, str | None]]:
+        out: list[tuple[int, str | None]] = []
+        for i in range(start, end):
+            fate = draw(st.sampled_from(["sent", "sent", "dropped", *GISTS]))
+            if fate != "dropped":
+                out.append((i, None if fate == "sent" else f"{fate} {i}"))
+        return out
+
+    for _ in range(draw(st.integers(1, 14))):
+        added = draw(st.integers(0 if count else 1, 6))
+        step = bool(calls) and draw(st.integers(0, 2)) == 0
+        if step:
+            keep = draw(st.integers(0, len(plan)))
+            start = plan[keep][0] if keep < len(plan) else count
+            plan = plan[:keep] + fates(start, count + added)
+        else:
+            plan += fates(count, count + added)
+        count += added
+        calls.append((count, list(plan), step))
+    return calls
+
+
+@settings(max_examples=200, deadline=None)
+@given(calls=stepping_plans())
+def test_the_lost_messages_json_spliced_at_a_step_is_the_json_written_whole(
+    calls: list[tuple[int, list[tuple[int, str | None]], bool]],
+) -> None:
+    """At a step the session's `lost` is the last one's up to the first message the new
+    plan renders otherwise, and the new entries after it: the same dict, in the same order,
+    and the same bytes as `lost_messages` dumped whole."""
+    state, haystack = SessionState(), Haystack()
+    plan: list[tuple[int, str | None]] = []
+    for count, drawn, step in calls:
+        if step:
+            plan = list(drawn)  # a new object
+        else:
+            plan += drawn[len(plan):]  # the same object, grown in place
+            if count % 3 == 2:
+                continue  # a call that never got to observe: the plan grew unread
+        messages = [{"role": "user", "content": str(i)} for i in range(count)]
+        observe(state, messages, plan, task_class="c", mode="managed", haystack=haystack)
+        lost = lost_messages(count, plan)
+        assert haystack.found == lost and list(haystack.found) == list(lost)
+        assert state.lost == (orjson.dumps({str(i): t for i, t in lost.items()}) if lost
+                              else None)
+
+
+def test_a_step_keeping_the_start_of_the_plan_splices_the_kept_json() -> None:
+    """A step that renders the first messages as the last plan did keeps their JSON and
+    reads only the plan's entries from the first change."""
+    haystack = Haystack()
+    plan = [(1, "gist 1"), (2, None), (4, 'a ,"5": b')]
+    haystack.lost_after(6, plan)
+    haystack.found_raw = orjson.dumps({str(i): t for i, t in haystack.found.items()})
+    step = [(1, "gist 1"), (2, None), (3, "gist 3"), (5, None)]
+    lost, same = haystack.lost_after(7, step)
+    assert same and lost == lost_messages(7, step)
+    assert haystack.found_raw == orjson.dumps({"0": None, "1": "gist 1", "3": "gist 3",
+                                               "4": None, "6": None})
