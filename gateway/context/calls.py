@@ -28,12 +28,14 @@ from __future__ import annotations
 from array import array
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
 from gateway.context.items import PINNED, content_text, message_id
 from gateway.observability.droplog import DropEvent
+
+T = TypeVar("T")
 
 REPEAT_MIN_CHARS = 120  # shorter arguments stay: a pointer is ~50 characters
 CUT_KEEP_CHARS = 40
@@ -156,7 +158,7 @@ def _indexes(plan: Sequence[tuple[int, str | None]] | None, start: int, end: int
     return array("l", [i for i, _ in plan[start:end]])
 
 
-def _common(a: array[int], b: array[int]) -> int:
+def common_start(a: Sequence[T], b: Sequence[T]) -> int:
     """The length of the longest common start of `a` and `b` (slices compared at C speed)."""
     n = min(len(a), len(b))
     if a[:n] == b[:n]:
@@ -203,7 +205,7 @@ class RepeatScan:
         `extends`: `messages` are the list read before, extended (a call that reused the
         session's prefix); else what they share with it from the start is kept."""
         if not extends:
-            self._cut(_common(self.indexes, _indexes(plan, 0, len(messages))))
+            self._cut(common_start(self.indexes, _indexes(plan, 0, len(messages))))
         new = messages[self.count:]
         seen, twice = _call_ids(new, self.count)
         if len(messages) < self.count or not self.seen.keys().isdisjoint(seen):

@@ -31,12 +31,15 @@ from __future__ import annotations
 
 import hashlib
 import re
+from bisect import bisect_left
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any
 
 import orjson
 
+from gateway.context.calls import common_start
 from gateway.context.needed import (
     SEPARATOR,
     action_values,
@@ -241,11 +244,12 @@ def call_runs(calls: list[IndexedCall], first: int, before: Mapping[int, bytes],
     return runs
 
 
-def lost_messages(count: int, plan: Plan | None) -> dict[int, str | None]:
-    """Per message of a call not forwarded as sent: its new text, or None when dropped."""
+def lost_messages(count: int, plan: Plan | None, start: int = 0) -> dict[int, str | None]:
+    """Per message of a call not forwarded as sent: its new text, or None when dropped
+    (`start`: of messages[start:count], `plan` holding the entries of those only)."""
     if plan is None:
         return {}
-    lost: dict[int, str | None] = dict.fromkeys(range(count))
+    lost: dict[int, str | None] = dict.fromkeys(range(start, count))
     for i, text in plan:
         if text is None:
             del lost[i]
@@ -361,10 +365,11 @@ class Haystack:
         call stopped."""
         if (plan is None or plan is not self.plan or len(plan) < self.planned
                 or count < self.count):
-            found = lost_messages(count, plan)
+            spliced = self._spliced(count, plan)
+            found, raw = spliced if spliced is not None else (lost_messages(count, plan), None)
             self.plan, self.planned, self.count = plan, len(plan or ()), count
-            self.found, self.found_raw, self.visited = found, None, len(plan or ())
-            return found, False
+            self.found, self.found_raw, self.visited = found, raw, len(plan or ())
+            return found, raw is not None
         added = plan[self.planned:]
         self.visited = len(added)
         lost: dict[int, str | None] = dict.fromkeys(range(self.count, count))
@@ -380,6 +385,31 @@ class Haystack:
         if lost:
             self.found, self.found_raw = {**self.found, **lost}, None
         return self.found, not lost
+
+    def _spliced(
+        self, count: int, plan: Plan | None
+    ) -> tuple[dict[int, str | None], bytes] | None:
+        """`lost_messages(count, plan)` and its JSON for a plan that is not the last one
+        extended (a step's), or None: what the last found before the first message the two
+        plans render otherwise is kept (the keys run in order; `,"` occurs in no JSON
+        string, so the JSON is cut at the first key kept no more)."""
+        old, raw = self.plan, self.found_raw
+        if plan is None or old is None or raw is None or count < self.count:
+            return None
+        old = old[: self.planned]
+        m = common_start(old, plan)
+        bound = min(old[m][0] if m < len(old) else self.count,
+                    plan[m][0] if m < len(plan) else count)
+        keys = list(self.found)
+        n = bisect_left(keys, bound)
+        if not n:
+            return None
+        found = dict(islice(self.found.items(), n))
+        tail = lost_messages(count, plan[m:], bound)
+        found.update(tail)
+        cut = len(raw) - 1 if n == len(keys) else raw.index(b',"%d":' % keys[n])
+        added = orjson.dumps({str(i): text for i, text in tail.items()})[1:] if tail else b"}"
+        return found, raw[:cut] + (b"," + added if tail else added)
 
     def cover(self, messages: Sequence[Mapping[str, Any]], count: int) -> list[str | None]:
         """The texts of messages[:count] (what they held so far must be those messages')."""

@@ -11,6 +11,7 @@ from bisect import bisect_left
 from collections.abc import Iterable, Mapping, MutableMapping
 from itertools import accumulate
 from math import ceil
+from operator import attrgetter
 from typing import Any
 
 from gateway.context.items import Item
@@ -93,9 +94,12 @@ def step_horizon(
     the instability budget does not hold back an aging step up to its latest turn."""
     if not cls.compaction.ages:
         return state.horizon
-    turns = [i for i, m in enumerate(messages) if m.get("role") == "assistant"]
+    # Only what is at or after the horizon counts (`horizon_after`): a late step call reads
+    # the verbatim turns, not its whole history (`items` run in message order).
+    start = state.horizon
+    turns = [i for i in range(start, len(messages)) if messages[i].get("role") == "assistant"]
     tokens_from: dict[int, int] = {}
-    for item in items:
+    for item in items[bisect_left(items, start, key=attrgetter("message_index")):]:
         if not (item.pinned or item.goal or item.kind == "system"):
             tokens_from[item.message_index] = tokens_from.get(item.message_index, 0) + item.tokens
     return horizon_after(turns, tokens_from, len(messages), state, cls, stale, forced,

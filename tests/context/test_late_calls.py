@@ -2,13 +2,14 @@
 the session's history (issue 7): the repeated tool calls (`calls.RepeatScan`), the messages
 lost from the forwarded call (`Haystack.lost_after`) and the rewritten messages forwarded
 (`materialize` with the prefix's copies) are found from what the call added, and give what
-finding them afresh gives."""
+finding them afresh gives; a step call's horizon is found from the verbatim turns."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
+import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -19,11 +20,15 @@ from gateway.context.fidelity import (
     Haystack,
     _may_be_near,
     lost_messages,
+    observe,
     similarity,
 )
 from gateway.context.items import PINNED, parse_request
 from gateway.context.prefix import Prefix, _derived
 from gateway.context.render import materialize
+from gateway.context.session import SessionState
+from gateway.context.steps import horizon_after, open_tokens, step_horizon
+from gateway.context.taskclass import Compaction, TaskClass
 from gateway.context.tokens import TokenCounter
 from tests.sessions import synthetic_session
 
@@ -353,3 +358,121 @@ async def test_a_step_prefix_derived_from_the_last_one_is_the_prefix_read_whole(
         assert kept == whole, f"call {n}"
         steps += built
     assert steps > 10
+
+
+class _Watched(list[Any]):
+    """Messages that note the lowest index read."""
+
+    least = 10**9
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, int):
+            self.least = min(self.least, i)
+        return super().__getitem__(i)
+
+
+@settings(max_examples=120, deadline=None)
+@given(seed=st.integers(0, 3), turns=st.integers(1, 40), data=st.data())
+def test_the_step_horizon_reads_from_the_horizon_and_finds_what_reading_all_finds(
+    seed: int, turns: int, data: Any
+) -> None:
+    """`step_horizon` reads only the messages at or after the session's horizon (a late
+    step call: the verbatim turns, not its history) and returns what `horizon_after` of
+    every message's turns and compactable tokens returns."""
+    _, msgs, _ = synthetic_session(seed, turns=turns)
+    items = parse_request({"messages": msgs}, COUNTER, "o200k_base").items
+    every: dict[int, int] = {}
+    for item in items:
+        if not (item.pinned or item.goal or item.kind == "system"):
+            every[item.message_index] = every.get(item.message_index, 0) + item.tokens
+    all_turns = [i for i, m in enumerate(msgs) if m.get("role") == "assistant"]
+    state = SessionState(horizon=data.draw(st.integers(0, len(msgs) + 2)),
+                         calls=data.draw(st.integers(0, 60)), steps=data.draw(st.integers(0, 9)))
+    stale, forced = data.draw(st.integers(0, 300)), data.draw(st.booleans())
+    # marks at the verbatim turns and tokens give or take one: a message missed tips them
+    tokens = stale + sum(n for i, n in every.items() if i >= state.horizon)
+    n_turns = sum(1 for i in all_turns if i >= state.horizon)
+    high = max(1, tokens + data.draw(st.integers(-1, 1)))
+    cls = TaskClass(name="c", compaction=Compaction(
+        verbatim_tokens_high=high, verbatim_tokens_low=data.draw(st.integers(0, high - 1)),
+        verbatim_turns_high=data.draw(st.none() | st.just(max(3, n_turns - 1))),
+        min_step_turns=data.draw(st.integers(0, 3)),
+        max_step_share=data.draw(st.sampled_from([0.2, 0.5, 1.0]))))
+    expected = horizon_after(all_turns, every, len(msgs), state, cls, stale, forced,
+                             call_tokens=sum(i.tokens for i in items),
+                             unanswered=open_tokens(items))
+    watched = _Watched(msgs)
+    assert step_horizon(watched, items, state, cls, stale, forced=forced) == expected
+    assert watched.least >= state.horizon
+
+
+GISTS = ['gist', 'a ,"3": quote', '{"7":null}', 'é \\",\\"2\\":']
+
+
+@st.composite
+def stepping_plans(draw: Any) -> list[tuple[int, list[tuple[int, str | None]], bool]]:
+    """(messages, plan, step) per call: between steps the plan grows in place; a step keeps
+    a drawn start of it and decides every later message anew (texts that look like JSON)."""
+    calls: list[tuple[int, list[tuple[int, str | None]], bool]] = []
+    plan: list[tuple[int, str | None]] = []
+    count = 0
+
+    def fates(start: int, end: int) -> list[tuple[int, str | None]]:
+        out: list[tuple[int, str | None]] = []
+        for i in range(start, end):
+            fate = draw(st.sampled_from(["sent", "sent", "dropped", *GISTS]))
+            if fate != "dropped":
+                out.append((i, None if fate == "sent" else f"{fate} {i}"))
+        return out
+
+    for _ in range(draw(st.integers(1, 14))):
+        added = draw(st.integers(0 if count else 1, 6))
+        step = bool(calls) and draw(st.integers(0, 2)) == 0
+        if step:
+            keep = draw(st.integers(0, len(plan)))
+            start = plan[keep][0] if keep < len(plan) else count
+            plan = plan[:keep] + fates(start, count + added)
+        else:
+            plan += fates(count, count + added)
+        count += added
+        calls.append((count, list(plan), step))
+    return calls
+
+
+@settings(max_examples=200, deadline=None)
+@given(calls=stepping_plans())
+def test_the_lost_messages_json_spliced_at_a_step_is_the_json_written_whole(
+    calls: list[tuple[int, list[tuple[int, str | None]], bool]],
+) -> None:
+    """At a step the session's `lost` is the last one's up to the first message the new
+    plan renders otherwise, and the new entries after it: the same dict, in the same order,
+    and the same bytes as `lost_messages` dumped whole."""
+    state, haystack = SessionState(), Haystack()
+    plan: list[tuple[int, str | None]] = []
+    for count, drawn, step in calls:
+        if step:
+            plan = list(drawn)  # a new object
+        else:
+            plan += drawn[len(plan):]  # the same object, grown in place
+            if count % 3 == 2:
+                continue  # a call that never got to observe: the plan grew unread
+        messages = [{"role": "user", "content": str(i)} for i in range(count)]
+        observe(state, messages, plan, task_class="c", mode="managed", haystack=haystack)
+        lost = lost_messages(count, plan)
+        assert haystack.found == lost and list(haystack.found) == list(lost)
+        assert state.lost == (orjson.dumps({str(i): t for i, t in lost.items()}) if lost
+                              else None)
+
+
+def test_a_step_keeping_the_start_of_the_plan_splices_the_kept_json() -> None:
+    """A step that renders the first messages as the last plan did keeps their JSON and
+    reads only the plan's entries from the first change."""
+    haystack = Haystack()
+    plan = [(1, "gist 1"), (2, None), (4, 'a ,"5": b')]
+    haystack.lost_after(6, plan)
+    haystack.found_raw = orjson.dumps({str(i): t for i, t in haystack.found.items()})
+    step = [(1, "gist 1"), (2, None), (3, "gist 3"), (5, None)]
+    lost, same = haystack.lost_after(7, step)
+    assert same and lost == lost_messages(7, step)
+    assert haystack.found_raw == orjson.dumps({"0": None, "1": "gist 1", "3": "gist 3",
+                                               "4": None, "6": None})
