@@ -113,6 +113,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         stack.callback(stop, process)
         headers = {"authorization": "Bearer sk-bench-growth-0000",
                    "x-ctxgate-session-id": f"growth-{args.seed}"}
+        if args.bypass:  # the floor: the same bodies read, forwarded and metered, not fitted
+            headers["x-ctxgate-bypass"] = "true"
         with httpx.Client(timeout=60) as client:
             for n, body in enumerate(calls):
                 edge = next((name for name, span in edges.items() if n in span), None)
@@ -120,6 +122,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     _SizedResp.sizes.clear()
                     _SizedResp.counts.clear()
                     before, ms, cpu = proxy.snapshot(), [], _cpu_s(process.pid)
+                    sent = 0
                     if args.profile:
                         process.send_signal(signal.SIGUSR1)
                         time.sleep(0.2)
@@ -129,11 +132,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 time.sleep(SETTLE_S)
                 if edge:
                     ms.append(float(response.headers["x-ctxgate-overhead-ms"]))
+                    sent += len(orjson.dumps(body))
                 if edge and n == edges[edge][-1]:
                     if args.profile:
                         process.send_signal(signal.SIGUSR2)
                         time.sleep(0.5)
                     out[edge] = _edge(proxy.snapshot().minus(before), ms, args.edge)
+                    out[edge]["client body bytes/call"] = round(sent / args.edge)
                     out[edge]["gateway CPU ms/call"] = round(
                         1000 * (_cpu_s(process.pid) - cpu) / args.edge, 2)
                     out[edge]["stored at its last call"] = _stored(store.port, response)
@@ -212,6 +217,8 @@ def main() -> None:
     parser.add_argument("--edge", type=int, default=20)
     parser.add_argument("--profile", type=Path, help="dump the edges' cProfiles here")
     parser.add_argument("--top", type=int, default=40)
+    parser.add_argument("--bypass", action="store_true",
+                        help="send x-ctxgate-bypass: the floor every gateway pays per call")
     args = parser.parse_args()
     if args.profile:
         args.profile.mkdir(parents=True, exist_ok=True)
