@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from typing import Any
 
 from gateway.observability.reconstruct import reconstruct
 from tests.harness import Gateway, Upstream
@@ -12,29 +13,45 @@ from tests.integration.test_engine_gateway import TOOLS, client, long_session
 from tests.openapi_oracle import validate
 
 
-def test_budget_header_cuts_just_enough(gateway: Gateway, upstream: Upstream) -> None:
-    messages = long_session(turns=12)
+def call_size(gateway: Gateway, messages: list[dict[str, object]],
+              tools: list[dict[str, object]]) -> int:
+    """The call's size in tokens, as the gateway counts it (a budget it fits under)."""
     probe = client(gateway, uuid.uuid4().hex, **{"x-ctxgate-budget-tokens": "1000000"})
     raw = probe.chat.completions.with_raw_response.create(
-        model="gpt-4o-mini", messages=messages, tools=TOOLS)  # type: ignore[arg-type]
-    size = int(raw.headers["x-ctxgate-tokens-before"])
-    assert int(raw.headers["x-ctxgate-tokens-after"]) == size  # fits: nothing cut
-    budget = int(0.8 * size)
+        model="gpt-4o-mini", messages=messages, tools=tools)  # type: ignore[arg-type]
+    assert int(raw.headers["x-ctxgate-tokens-after"]) == int(raw.headers["x-ctxgate-tokens-before"])
+    return int(raw.headers["x-ctxgate-tokens-before"])
+
+
+def budgeted(gateway: Gateway, upstream: Upstream, messages: list[dict[str, object]],
+             tools: list[dict[str, object]], budget: int) -> tuple[int, str, dict[str, Any]]:
+    """A session's first call under `budget`: (tokens after, trace id, forwarded body)."""
     api = client(gateway, uuid.uuid4().hex, **{"x-ctxgate-budget-tokens": str(budget)})
     upstream.clear()
     raw = api.chat.completions.with_raw_response.create(
-        model="gpt-4o-mini", messages=messages, tools=TOOLS)  # type: ignore[arg-type]
-    after = int(raw.headers["x-ctxgate-tokens-after"])
-    assert budget - 0.1 * size <= after <= budget
+        model="gpt-4o-mini", messages=messages, tools=tools)  # type: ignore[arg-type]
     forwarded = upstream.last_body()
     validate("CreateChatCompletionRequest", forwarded)
+    return int(raw.headers["x-ctxgate-tokens-after"]), raw.headers["x-ctxgate-trace-id"], forwarded
+
+
+def logged_drops(gateway: Gateway, trace_id: str) -> list[dict[str, Any]]:
+    """The drop-log events of one call, read back from the log."""
+    return next(c for c in reconstruct(gateway.drops()) if c.trace_id == trace_id).drops
+
+
+def test_budget_header_cuts_just_enough(gateway: Gateway, upstream: Upstream) -> None:
+    messages = long_session(turns=12)
+    size = call_size(gateway, messages, TOOLS)  # fits: nothing cut
+    budget = int(0.8 * size)
+    after, trace_id, forwarded = budgeted(gateway, upstream, messages, TOOLS, budget)
+    assert budget - 0.1 * size <= after <= budget
     answered = {m["tool_call_id"] for m in forwarded["messages"] if m["role"] == "tool"}
     called = {c["id"] for m in forwarded["messages"] for c in m.get("tool_calls") or ()}
     assert answered == called
     assert forwarded["messages"][1] == messages[1]  # the task survives a 20% cut
-    trace_id = raw.headers["x-ctxgate-trace-id"]
-    calls = [c for c in reconstruct(gateway.drops()) if c.trace_id == trace_id]
-    assert sum(d["tokens_before"] - d["tokens_after"] for d in calls[0].drops) == size - after
+    drops = logged_drops(gateway, trace_id)
+    assert sum(d["tokens_before"] - d["tokens_after"] for d in drops) == size - after
 
 
 SQL_TOOLS = [{"type": "function", "function": {"name": "sql", "parameters": {
@@ -61,27 +78,16 @@ def test_budget_cuts_old_tool_call_arguments_just_enough(
             }]},
             {"role": "tool", "tool_call_id": f"q{t}", "content": f"{t} rows"},
         ]
-    probe = client(gateway, uuid.uuid4().hex, **{"x-ctxgate-budget-tokens": "1000000"})
-    raw = probe.chat.completions.with_raw_response.create(
-        model="gpt-4o-mini", messages=messages, tools=SQL_TOOLS)  # type: ignore[arg-type]
-    size = int(raw.headers["x-ctxgate-tokens-before"])
+    size = call_size(gateway, messages, SQL_TOOLS)
     for share in (0.8, 0.6):
         budget = int(share * size)
-        api = client(gateway, uuid.uuid4().hex, **{"x-ctxgate-budget-tokens": str(budget)})
-        upstream.clear()
-        raw = api.chat.completions.with_raw_response.create(
-            model="gpt-4o-mini", messages=messages, tools=SQL_TOOLS)  # type: ignore[arg-type]
-        after = int(raw.headers["x-ctxgate-tokens-after"])
+        after, trace_id, forwarded = budgeted(gateway, upstream, messages, SQL_TOOLS, budget)
         assert budget - 0.1 * size <= after <= budget
-        forwarded = upstream.last_body()
-        validate("CreateChatCompletionRequest", forwarded)
         assert forwarded["messages"][-2:] == messages[-2:]  # the open exchange whole
         calls = [c for m in forwarded["messages"] for c in m.get("tool_calls") or ()]
         cut = [json.loads(c["function"]["arguments"]) for c in calls
                if "chars cut]" in c["function"]["arguments"]]
         assert cut and all(set(a) == {"query", "db"} for a in cut)
-        trace_id = raw.headers["x-ctxgate-trace-id"]
-        logged = [c for c in reconstruct(gateway.drops()) if c.trace_id == trace_id]
-        assert sum(d["tokens_before"] - d["tokens_after"] for d in logged[0].drops) == (
-            size - after)
-        assert any(d["kind"] == "tool_call" and d["tokens_after"] for d in logged[0].drops)
+        drops = logged_drops(gateway, trace_id)
+        assert sum(d["tokens_before"] - d["tokens_after"] for d in drops) == size - after
+        assert any(d["kind"] == "tool_call" and d["tokens_after"] for d in drops)
