@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import time
 from collections import Counter, OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -46,6 +47,9 @@ SHUTDOWN_WAIT_S = 5.0  # how long shutdown keeps trying to write held traces
 EVENT_FIELD = "event"
 MESSAGE_RUN = 16  # a stored trace's messages per piece (`split_messages`)
 PIECES_REMEMBERED = 16_384  # account pieces this process knows it wrote (~4 MB, most recent)
+# A piece's TTL is twice the trace's; this process refreshes one it wrote only once its last
+# refresh is older than this share of the trace's TTL (`_queue_pieces` says why it is safe).
+REFRESH_SHARE = 0.5
 FEEDBACK_FIELD = "feedback"
 
 
@@ -153,6 +157,21 @@ def keep_recent(messages: list[dict[str, Any]], max_chars: int,
     return [messages[0], note, *messages[start:]]
 
 
+# A check queued for pieces this process wrote: (True, [piece]) an `EXPIRE` (it refreshes),
+# (False, pieces) one tenant's `EXISTS` (the reply counts those still there).
+_Check = tuple[bool, list[tuple[str, str]]]
+
+
+def _lost_pieces(checks: list[_Check], replies: list[Any]) -> list[tuple[str, str]]:
+    """The pieces `checks` found gone. An `EXISTS` short of its count does not say which:
+    all it named are written again (the same bytes: a piece is named by its hash)."""
+    lost: list[tuple[str, str]] = []
+    for (_, named), reply in zip(checks, replies, strict=False):
+        if int(reply) < len(named):
+            lost += named
+    return lost
+
+
 class TeachingFilter:
     """`may_teach` for trace events, with each class's playbook settings resolved once."""
 
@@ -206,9 +225,10 @@ class TraceSink:
         self._held = OutageBuffer(outage_traces, outage_bytes)
         self._writing_back = asyncio.Lock()  # one write-back at a time, in order
         self._retrier: asyncio.Task[None] | None = None
-        # Account pieces this process wrote (tenant, hash), most recent last: a later call
-        # naming one only checks that it is still there (`_queue_pieces`).
-        self._written: OrderedDict[tuple[str, str], None] = OrderedDict()
+        # Account pieces this process wrote (tenant, hash), most recent last (`_queue_pieces`),
+        # and when it last set its TTL (monotonic): a later call naming one refreshes it only
+        # when that is old, and otherwise only checks that it is still there.
+        self._written: OrderedDict[tuple[str, str], float] = OrderedDict()
 
     @classmethod
     def from_services(cls, services: Services) -> TraceSink:
@@ -275,8 +295,9 @@ class TraceSink:
 
     async def _send(self, records: list[TraceRecord]) -> None:
         pieces: dict[tuple[str, str], bytes] = {}  # the batch's account pieces, once each
+        now = time.monotonic()  # before any command is sent: a refresh happens after it
         async with self._redis.pipeline(transaction=False) as pipe:
-            checked = self._queue_pieces(pipe, records, pieces)
+            checks = self._queue_pieces(pipe, records, pieces, now)
             for record in records:
                 trace_key = keys.trace(record.tenant, record.trace_id)
                 pipe.hset(trace_key, EVENT_FIELD, record.event)
@@ -292,41 +313,54 @@ class TraceSink:
                     maxlen=self._maxlen, approximate=True,
                 )
             replies = await pipe.execute()
-        lost = [piece for piece, kept in zip(checked, replies, strict=False) if not kept]
+        lost = _lost_pieces(checks, replies)
         if lost:  # gone since this process wrote them (restart, flush, eviction): again
             async with self._redis.pipeline(transaction=False) as pipe:
                 for tenant, digest in lost:
                     pipe.set(keys.account_piece(tenant, digest), pieces[tenant, digest],
                              ex=2 * self._ttl_s)
                 await pipe.execute()
+        refreshed = {piece for check in checks if check[0] for piece in check[1]}
         for piece in pieces:
-            self._written[piece] = None
+            if piece in refreshed or piece not in self._written or piece in lost:
+                self._written[piece] = now  # its TTL (2 × the trace's) started after `now`
             self._written.move_to_end(piece)
         while len(self._written) > PIECES_REMEMBERED:
             self._written.popitem(last=False)
 
     def _queue_pieces(self, pipe: Any, records: list[TraceRecord],
-                      pieces: dict[tuple[str, str], bytes]) -> list[tuple[str, str]]:
-        """Queue the batch's account pieces first in `pipe`: a piece this process wrote
-        before gets an `EXPIRE` (no bytes sent; its TTL starts again, twice the trace's, so
-        it outlives every trace naming it), any other a `SET`. Returns the pieces checked by
-        `EXPIRE`, in order: their replies, the first in the pipeline's, say which are gone."""
-        checked: list[tuple[str, str]] = []
+                      pieces: dict[tuple[str, str], bytes], now: float) -> list[_Check]:
+        """Queue the batch's account pieces first in `pipe`: a piece this process did not
+        write gets a `SET`; one it wrote gets an `EXPIRE` (no bytes sent, its TTL starts
+        again) when its last refresh is older than REFRESH_SHARE of the trace's TTL, and
+        otherwise is only checked to be there, with one `EXISTS` per tenant for all such.
+        Safe: a piece refreshed at r lives until r + 2 × ttl at least; a trace written now
+        naming it lives until now + ttl; a piece not refreshed has now − r ≤ ttl / 2, so
+        it outlives the trace by ttl / 2 or more (the pipeline's own delay is far less).
+        Returns the checks queued, in order: their replies, the first in the pipeline's,
+        say which pieces are gone (`_lost_pieces`)."""
         for record in records:
             for digest, raw in record.pieces:
-                piece = (record.tenant, digest)
-                if piece in pieces:
-                    continue
-                pieces[piece] = raw
-                if piece in self._written:
-                    checked.append(piece)
-        fresh = [piece for piece in pieces if piece not in self._written]
-        for tenant, digest in checked:
-            pipe.expire(keys.account_piece(tenant, digest), 2 * self._ttl_s)
-        for tenant, digest in fresh:
-            pipe.set(keys.account_piece(tenant, digest), pieces[tenant, digest],
-                     ex=2 * self._ttl_s)
-        return checked
+                pieces.setdefault((record.tenant, digest), raw)
+        due = now - REFRESH_SHARE * self._ttl_s
+        checks: list[_Check] = []
+        present: dict[str, list[tuple[str, str]]] = {}
+        for piece in pieces:
+            refreshed = self._written.get(piece)
+            if refreshed is None:
+                continue
+            if refreshed < due:
+                checks.append((True, [piece]))
+                pipe.expire(keys.account_piece(*piece), 2 * self._ttl_s)
+            else:
+                present.setdefault(piece[0], []).append(piece)
+        for tenant, named in present.items():  # one tenant's keys share a hash slot
+            checks.append((False, named))
+            pipe.exists(*(keys.account_piece(tenant, digest) for _, digest in named))
+        for piece, raw in pieces.items():
+            if piece not in self._written:
+                pipe.set(keys.account_piece(*piece), raw, ex=2 * self._ttl_s)
+        return checks
 
     @property
     def _holding(self) -> bool:

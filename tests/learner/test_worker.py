@@ -314,3 +314,39 @@ async def test_a_long_sessions_traces_share_their_messages_and_read_back_whole(
     sink.publish(TraceEvent(tenant, "qa", "s", "tr-120", list(history), {"content": "ok"}))
     await sink.aclose()  # the session's next trace names the run again: written back
     assert await load_trace(lredis, tenant, "tr-119") is not None
+
+
+async def test_a_piece_is_refreshed_only_when_due_and_outlives_every_trace_naming_it(
+        lredis: aioredis.Redis) -> None:
+    """A piece this process wrote gets no `EXPIRE` from a call that comes soon after its last
+    refresh (its TTL keeps running down), one once half the trace's TTL has passed (its TTL
+    starts again), and at every moment it lives longer than every stored trace naming it."""
+    tenant, history = "t" + uuid.uuid4().hex[:8], [{"role": "system", "content": "S" * 200}]
+    history += [{"role": "user", "content": f"early {n} " + "x" * 300} for n in range(120)]
+    sink = TraceSink(lredis, ttl_s=2, teaches=lambda _: False)
+    named: dict[str, list[str]] = {}  # trace id -> the pieces it names
+    kept = refreshed = 0
+    last: dict[str, int] = {}
+    for turn in range(14):
+        history.append({"role": "user", "content": f"turn {turn} " + "x" * 300})
+        sink.publish(TraceEvent(tenant, "qa", "s", f"tr-{turn}", list(history),
+                                {"content": "ok"}))
+        await sink.flush()
+        stored = orjson.loads(await lredis.hget(keys.trace(tenant, f"tr-{turn}"), "event")
+                              or b"{}")
+        named[f"tr-{turn}"] = stored["tail"]["pieces"]
+        for trace_id, pieces in named.items():
+            trace_ms = await lredis.pttl(keys.trace(tenant, trace_id))
+            if trace_ms < 0:
+                continue  # this trace has expired: nothing names its pieces any more
+            for digest in pieces:
+                piece_ms = await lredis.pttl(keys.account_piece(tenant, digest))
+                assert piece_ms > trace_ms, (trace_id, digest, piece_ms, trace_ms)
+        for digest in named[f"tr-{turn}"]:
+            ms = await lredis.pttl(keys.account_piece(tenant, digest))
+            if digest in last:
+                kept, refreshed = kept + (ms < last[digest]), refreshed + (ms > last[digest])
+            last[digest] = ms
+        await asyncio.sleep(0.25)
+    assert kept > refreshed > 0  # most calls refresh nothing; some piece was refreshed
+    await sink.aclose()
