@@ -345,7 +345,9 @@ async def test_a_piece_is_refreshed_only_when_due_and_outlives_every_trace_namin
         for digest in named[f"tr-{turn}"]:
             ms = await lredis.pttl(keys.account_piece(tenant, digest))
             if digest in last:
-                kept, refreshed = kept + (ms < last[digest]), refreshed + (ms > last[digest])
+                # 0.25 s apart: left to run down, or started again (not a clock's jitter)
+                kept += ms < last[digest] - 100
+                refreshed += ms > last[digest] + 100
             last[digest] = ms
         await asyncio.sleep(0.25)
     assert kept > refreshed > 0  # most calls refresh nothing; some piece was refreshed
