@@ -25,7 +25,7 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import RedisClusterException, RedisError, ResponseError
 
 from gateway.learner.build import build_learner, build_llm
 from gateway.learner.episodes import TraceLearner
@@ -265,7 +265,10 @@ async def _consume(worker: StreamConsumer, stop: asyncio.Event, burst: bool) -> 
         try:
             await worker.run(stop, burst)
             return
-        except (RedisError, OSError):  # Redis restarting or unreachable: wait, resume
+        # Redis restarting or unreachable: wait, resume. A cluster whose slots are being
+        # failed over raises RedisClusterException (SlotNotCoveredError, "cannot be
+        # connected"), which is not a RedisError: it must not end the worker either.
+        except (RedisError, RedisClusterException, OSError):
             if burst:
                 raise
             if stop.is_set():
