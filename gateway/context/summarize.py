@@ -251,14 +251,29 @@ def _short_fence(fence: str) -> str:
     return _keep_lines(lines, {0, 1, 2, len(lines) - 2, len(lines) - 1})
 
 
-def _assistant(text: str, level: int, whole_commands: bool = False) -> str:
+def _codey(sentences: list[str], known: frozenset[str]) -> list[str]:
+    """Up to 3 sentences (after the first) naming code, paths or numbers, in their order:
+    those naming a notable value the model has not read above first (the turn's own
+    findings: `348 / 12 = 29`), then those that only repeat what it read."""
+    codey = [i for i, x in enumerate(sentences) if i and _CODEY.search(x)]
+    new = [
+        i for i in codey
+        if any(_NOTABLE.search(v) and v not in known for v in values(sentences[i]))
+    ]
+    chosen = sorted([*dict.fromkeys([*new, *codey])][:3])
+    return [sentences[i][:300] for i in chosen]
+
+
+def _assistant(
+    text: str, level: int, whole_commands: bool = False, known: frozenset[str] = frozenset()
+) -> str:
     fences = _FENCE.findall(text)
     prose = _FENCE.sub(" ", text).strip()
     sentences = [x for x in re.split(r"(?<=[.!?:])\s+", prose) if x.strip()] if prose else []
     parts: list[str] = []
     if level == 1 and sentences:
         # the first sentence, and those naming code, paths or numbers
-        parts = [sentences[0][:300], *[x[:300] for x in sentences[1:] if _CODEY.search(x)][:3]]
+        parts = [sentences[0][:300], *_codey(sentences, known)]
     if level >= 3:  # an old command keeps its shape, not the payload it pasted
         fences = [_BLOB.sub(lambda m: f"{m[0][:40]}…({len(m[0])} chars)", f) for f in fences]
         if not whole_commands:
@@ -298,7 +313,7 @@ def _structured(
     whole_commands: bool,
 ) -> str:
     if kind in ("assistant", "tool_call"):
-        return _assistant(text, level, whole_commands)
+        return _assistant(text, level, whole_commands, known)
     compact = _json(text, level)
     if compact is not None:
         return compact

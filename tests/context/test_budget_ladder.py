@@ -18,6 +18,7 @@ from gateway.context.engine import CallContext, ContextEngine
 from gateway.context.items import parse_request
 from gateway.context.stages import base as stage_base
 from gateway.context.stages import ladder
+from gateway.context.summarize import summarize, values
 from gateway.context.taskclass import task_class
 from gateway.context.tokens import TokenCounter
 from gateway.errors import ContextBudgetExceeded
@@ -351,3 +352,34 @@ async def test_cut_arguments_are_remembered_by_the_sessions_next_call(
         saved = sum(d.tokens_before - d.tokens_after for d in fitted.drops)
         assert saved == fitted.tokens_before - fitted.tokens_after
         assert _pinned(engine, {"messages": fitted.body["messages"]})[0] == fitted.tokens_after
+
+
+# A web agent's turn (webchorearena `task_10243`): it reads a report's table above and states a
+# finding of its own, the calculation it then runs (`348 / 12`).
+_FINDING_TURN = (
+    "The goal requires the months of July–December 2022 whose completed-orders Sales Items"
+    " exceed the monthly average.\n\nCurrent page shows Reports > Orders Report with filters"
+    " set to:\n- Date Used: Order Created\n- Period: Month\n- From: 01/01/22\n- To: 12/31/22\n"
+    "- Order Status: Specified with Complete selected (option id 790)\n\nThe table lists"
+    " monthly Sales Items totals:\nJan 34, Feb 47, Mar 43, Apr 25, May 25, Jun 34, Jul 28,"
+    " Aug 18, Sep 31, Oct 11, Nov 15, Dec 37, and Total 348.\n\nWe will need the average over"
+    " 12 months: 348 / 12 = 29 (will use calculate later). Months in the second half above 29"
+    " are: September (31) and December (37).\n\nNext, open the Sales section."
+)
+# The page it read: the filters and the table (the finding `29` is not on it).
+_REPORT = (
+    "[1201] table 'Orders Report' From 01/01/22 To 12/31/22 Status Complete [option 790]\n"
+    "Jan 34 Feb 47 Mar 43 Apr 25 May 25 Jun 34 Jul 28 Aug 18 Sep 31 Oct 11 Nov 15 Dec 37\n"
+    "Total 348 over 12 months\n"
+)
+
+
+def test_a_turns_summary_keeps_its_own_findings_before_what_it_repeats() -> None:
+    """A summary of an assistant turn keeps, of the sentences naming numbers or code, those
+    with a value the model has not read above (its finding `348 / 12 = 29`) before those
+    that only repeat the page (`01/01/22`, `790`): the plain fit keeps the turn whole."""
+    read = frozenset(values(_REPORT)) & frozenset(values(_FINDING_TURN))
+    out = summarize(_FINDING_TURN, "tool_call", 1, read)
+    assert "348 / 12 = 29" in out
+    assert out.startswith(_FINDING_TURN.split("\n")[0]) and "Next, open" not in out
+
