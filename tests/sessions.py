@@ -6,6 +6,7 @@ tests depend on nothing under bench/.
 
 from __future__ import annotations
 
+import json
 import random
 from typing import Any
 
@@ -119,3 +120,20 @@ def synthetic_session(
 
 
 CACHE_RATES = (0.1, 0.5)  # price of a cached input token relative to a fresh one
+
+
+def sql_session(question: str, outputs: list[str], command: str = "SELECT {k}"
+                ) -> list[dict[str, Any]]:
+    """An SQL agent's session (intercode's shape): one `execute_sql` exchange per output,
+    the k-th sending `command` with `{k}` filled in."""
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You query a MySQL database with execute_sql."},
+        {"role": "user", "content": question},
+    ]
+    for k, out in enumerate(outputs):
+        arguments = json.dumps({"command": command.format(k=k)})
+        messages.append({"role": "assistant", "content": "", "tool_calls": [
+            {"id": f"c{k}", "type": "function",
+             "function": {"name": "execute_sql", "arguments": arguments}}]})
+        messages.append({"role": "tool", "tool_call_id": f"c{k}", "content": out})
+    return messages

@@ -12,6 +12,7 @@ from gateway.context.session import MemorySessionStore
 from gateway.observability.droplog import DropLog
 from gateway.observability.metrics import Metrics
 from gateway.settings import Settings
+from tests.sessions import sql_session
 
 from .conftest import without_credit
 
@@ -25,16 +26,7 @@ def _call(session: str) -> CallContext:
 
 
 def _session(outputs: list[str]) -> list[dict[str, Any]]:
-    messages: list[dict[str, Any]] = [
-        {"role": "system", "content": "You query a MySQL database with execute_sql."},
-        {"role": "user", "content": "How many cities have more than 1000 people?"},
-    ]
-    for k, out in enumerate(outputs):
-        messages.append({"role": "assistant", "content": "", "tool_calls": [
-            {"id": f"c{k}", "type": "function",
-             "function": {"name": "execute_sql", "arguments": '{"command": "SELECT 1"}'}}]})
-        messages.append({"role": "tool", "tool_call_id": f"c{k}", "content": out})
-    return messages
+    return sql_session("How many cities have more than 1000 people?", outputs, "SELECT 1")
 
 
 async def test_a_repeated_output_is_a_pointer_from_its_first_call(

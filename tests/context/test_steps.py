@@ -24,6 +24,7 @@ from gateway.context.tokens import TokenCounter
 from gateway.observability.droplog import DropLog
 from gateway.observability.metrics import Metrics
 from gateway.settings import Settings
+from tests.sessions import sql_session
 
 from .conftest import without_credit
 
@@ -215,16 +216,7 @@ TOOLS = [{"type": "function",
 
 
 def _sql_session(outputs: list[str]) -> list[dict[str, Any]]:
-    messages: list[dict[str, Any]] = [
-        {"role": "system", "content": "You query a MySQL database with execute_sql."},
-        {"role": "user", "content": "Which language do most people speak in each country?"},
-    ]
-    for k, out in enumerate(outputs):
-        messages.append({"role": "assistant", "content": "", "tool_calls": [
-            {"id": f"c{k}", "type": "function",
-             "function": {"name": "execute_sql", "arguments": f'{{"command": "SELECT {k}"}}'}}]})
-        messages.append({"role": "tool", "tool_call_id": f"c{k}", "content": out})
-    return messages
+    return sql_session("Which language do most people speak in each country?", outputs)
 
 
 async def test_a_large_output_arriving_on_a_step_call_is_digested_a_call_later(
