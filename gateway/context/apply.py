@@ -22,11 +22,19 @@ def first_line(item: Item) -> str:
 
 
 def placeholder(item: Item) -> str:
-    """What a masked item is sent as: its kind and the start of its first line, cut as a
-    pointer's. A long session's late calls carry hundreds of these (the 300-call synthetic
+    """What a masked item is sent as: the start of its first line, cut as a pointer's, and
+    its kind where its message's role does not tell it (a retrieved document inside a
+    message). A long session's late calls carry hundreds of these (the 300-call synthetic
     session: 233 a late call, 5.1% of what the client sent when each named the item id,
-    which means nothing to the model, its tokens and 100 characters of its first line)."""
-    return f"[ctxgate: {item.kind} omitted: {excerpt(item, POINTER_EXCERPT)}]"
+    which means nothing to the model, its tokens and 100 characters of its first line; the
+    kind a tool message's role already gives was 12 more characters each)."""
+    kind = "" if item.kind in ROLE_KINDS else f"{item.kind} "
+    return f"[ctxgate: {kind}omitted {excerpt(item, POINTER_EXCERPT)}]"
+
+
+# Kinds a message's role names already (a tool message is a tool result): a placeholder
+# leaves them out.
+ROLE_KINDS = frozenset({"system", "user", "assistant", "tool_call", "tool_result"})
 
 
 # Characters of its first line a pointer quotes to name the copy it stands for. Issue-7

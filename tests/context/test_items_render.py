@@ -199,14 +199,30 @@ def test_digest_of_a_turn_that_made_tool_calls_keeps_no_prose() -> None:
     assert summarize(short, "tool_call", 3) == short
 
 
-def test_a_mask_names_the_kind_and_the_first_line_in_few_characters() -> None:
+def test_a_mask_names_the_first_line_in_few_characters() -> None:
     """A long session sends hundreds of placeholders on every late call: each says what was
-    left out and how it began, without the item id or its size (nothing the model can use)."""
+    left out and how it began, without the item id or its size (nothing the model can use),
+    nor the kind its message's role gives (a tool message holds a tool result)."""
     output = "[File: /repo/src/pkg/module_3.py (224 lines total)]\n" + "1: x = 1\n" * 200
     msgs = [*MESSAGES[:3], {"role": "tool", "tool_call_id": "c1", "content": output}]
     item = parse_request({"messages": msgs}, COUNTER, "o200k_base").items[3]
-    masked = apply_decision(item, Decision("compress", "mask", "aged", "mask", 1), COUNTER,
-                            "o200k_base")
+    mask = Decision("compress", "mask", "aged", "mask", 1)
+    masked = apply_decision(item, mask, COUNTER, "o200k_base")
     assert masked is not None
-    assert masked.text == "[ctxgate: tool_result omitted: [File: /repo/src…]"
-    assert item.id not in masked.text and len(masked.text) <= 50
+    assert masked.text == "[ctxgate: omitted [File: /repo/src…]"
+    assert item.id not in masked.text and len(masked.text) <= 38
+
+
+def test_a_masked_document_inside_a_message_keeps_its_kind() -> None:
+    """A retrieved document is a segment of a user or tool message: its role does not say
+    what was left out, so the placeholder does."""
+    docs = "".join(f"<document id={k}>Paragraph {k} about refunds. " * 9 + "</document>\n"
+                   for k in range(2))
+    text = "Answer from these sources.\n" + docs + "What is the refund window?"
+    parsed = parse_request({"messages": [{"role": "user", "content": text}]}, COUNTER,
+                           "o200k_base")
+    doc = next(i for i in parsed.items if i.kind == "knowledge")
+    mask = Decision("compress", "mask", "aged", "mask", 1)
+    masked = apply_decision(doc, mask, COUNTER, "o200k_base")
+    assert masked is not None
+    assert masked.text == "[ctxgate: knowledge omitted <document id=0>P…]"
