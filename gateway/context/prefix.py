@@ -277,6 +277,7 @@ class Prefix:
             final=list(final),
             built=len(messages),
             marks=list(rendered.marks),
+            copies=rendered.copies,
         )
 
     def extend(
