@@ -802,7 +802,7 @@ def _render(
         return render_messages(r.messages, items, final), drop_events(items, final, ctx.decisions)
     items, final = _from_message(items, mark.index), _from_message(final, mark.index)
     rendered = render_from(r.messages, items, final, mark,
-                           (r.prefix.plan, r.prefix.digests, r.prefix.marks))
+                           (r.prefix.plan, r.prefix.digests, r.prefix.marks), r.prefix.copies)
     return rendered, r.prefix.events_before(mark.index) + drop_events(items, final, ctx.decisions)
 
 

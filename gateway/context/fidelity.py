@@ -58,6 +58,9 @@ NEAR_SAME = 0.8
 SKETCH_SIZE = 16
 MAX_INDEXED_CALLS = 256
 _TOKEN = re.compile(r"[A-Za-z0-9_./:-]+")
+# Two sketches near enough (`_may_be_near`) differ in at most (1 - NEAR_SAME) * SKETCH_SIZE
+# hashes of either (3): any 4 hashes of one hold one of the other's (`CallIndex`).
+FILED_HASHES = int((1 - NEAR_SAME) * SKETCH_SIZE) + 1
 
 
 @dataclass(frozen=True)
@@ -349,6 +352,7 @@ class Haystack:
         self.record_raw: bytes | None = None  # the session's fidelity record, as last written
         self.record_runs: Mapping[int, bytes] = {}  # its runs of calls, as last written
         self.record: tuple[int, str, int, list[IndexedCall]] = (0, "", 0, [])
+        self.calls = CallIndex()  # the record's calls by sketch hash
         # The `lost` of the last call this process remembered, with the plan (an object
         # that only grows: the prefix's) and message count it was found from, and its JSON.
         self.plan: Plan | None = None
@@ -438,17 +442,82 @@ class _Lazy(dict[int, str | None]):
         return text
 
 
+def _keys(call: IndexedCall) -> set[tuple[str, int | None]]:
+    """Where `CallIndex` files a call: its name with each of its sketch's first
+    FILED_HASHES hashes (None: an empty sketch)."""
+    sketch = call.sketch[:FILED_HASHES]
+    return {(call.name, h) for h in sketch} if sketch else {(call.name, None)}
+
+
+class CallIndex:
+    """The numbers of one list of indexed calls (`of`, numbered from `first`) by tool name
+    and a few hashes of their sketches (`_keys`). A call near another (`_may_be_near`) has
+    one of those hashes among its own, or both sketches are empty, so `refetch_counts`
+    compares a new call with the calls filed under its hashes only, not with every call of
+    the window. Kept with the session's `Haystack` and moved on with the calls each call
+    adds (`update`); used only for the very list it indexes."""
+
+    def __init__(self) -> None:
+        self.of: list[IndexedCall] | None = None
+        self.first = 0
+        self.by: dict[tuple[str, int | None], list[int]] = {}
+
+    def update(self, earlier: list[IndexedCall], calls: list[IndexedCall], first: int) -> None:
+        """Index `calls` (numbered from `first`): `earlier` and the calls added after it,
+        the oldest left out. Read from where the list indexed last ended when `earlier` is
+        that list, else whole."""
+        old, old_first = self.of, self.first
+        self.of, self.first = calls, first
+        if old is None or earlier is not old or first > old_first + len(old):
+            self._rebuild()
+            return
+        for n in range(old_first, first):  # left the window: the oldest of each list
+            for key in _keys(old[n - old_first]):
+                numbers = self.by[key]
+                if numbers[0] != n:
+                    self._rebuild()
+                    return
+                del numbers[0]
+                if not numbers:
+                    del self.by[key]
+        for n in range(old_first + len(old), first + len(calls)):
+            self._add(n)
+
+    def _rebuild(self) -> None:
+        self.by = {}
+        for n in range(self.first, self.first + len(self.of or ())):
+            self._add(n)
+
+    def _add(self, n: int) -> None:
+        assert self.of is not None
+        for key in _keys(self.of[n - self.first]):
+            self.by.setdefault(key, []).append(n)
+
+    def near(self, earlier: Sequence[IndexedCall], name: str,
+             sketch: tuple[int, ...]) -> list[IndexedCall] | None:
+        """The calls of `earlier` that may be near a call of `name` with `sketch`, in
+        order; None when `earlier` is not the list indexed."""
+        if earlier is not self.of:
+            return None
+        keys = [(name, h) for h in sketch] if sketch else [(name, None)]
+        numbers = sorted({n for key in keys for n in self.by.get(key, ())})
+        return [earlier[n - self.first] for n in numbers]
+
+
 def refetch_counts(
-    turn: Mapping[str, Any], earlier: Sequence[IndexedCall], lost: Mapping[int, str | None]
+    turn: Mapping[str, Any], earlier: Sequence[IndexedCall], lost: Mapping[int, str | None],
+    index: CallIndex | None = None,
 ) -> tuple[int, int, int]:
     """(tool calls, repeats, refetches) of `turn`: a repeat matches an earlier call; a
-    refetch is a repeat all of whose matches' results were lost."""
+    refetch is a repeat all of whose matches' results were lost. `index`: the calls of
+    `earlier` by sketch hash (`CallIndex`), so only those that may match are compared."""
     made = tool_calls(turn)
     repeats = refetches = 0
     for call in made:
         name, sketch = tool_name(call), call_sketch(call)
         mine = set(sketch)
-        matches = [c for c in earlier
+        near = index.near(earlier, name, sketch) if index is not None else None
+        matches = [c for c in (earlier if near is None else near)
                    if c.name == name and _may_be_near(mine, c.sketch)
                    and similarity(c.sketch, sketch) >= NEAR_SAME]
         if matches:
@@ -480,13 +549,16 @@ def observe(
             turn = messages[count]
             needed, found = recall_counts(turn, messages, count, record.lost, extra,
                                           haystack)
-            made, repeats, refetches = refetch_counts(turn, record.calls, record.lost)
+            made, repeats, refetches = refetch_counts(
+                turn, record.calls, record.lost, haystack.calls if haystack else None)
             signals = CallSignals(task_class, mode, needed, found, made,
                                   refetches if mode == "managed" else repeats, repeats)
         earlier, added = record.calls, new_calls(messages, count)
         before = state.indexed_runs
     calls = [*earlier, *added][-MAX_INDEXED_CALLS:]
     first = new_from + len(added) - len(calls)
+    if haystack is not None:
+        haystack.calls.update(earlier, calls, first)
     _remember(state, messages, plan, (first, calls, call_runs(calls, first, before, new_from)),
               haystack)
     return signals

@@ -277,6 +277,7 @@ class Prefix:
             final=list(final),
             built=len(messages),
             marks=list(rendered.marks),
+            copies=rendered.copies,
         )
 
     def extend(
@@ -380,17 +381,17 @@ class Prefix:
         k, n = 0, min(len(old), len(final))
         while k < n:
             a, b = old[k], final[k]
-            if a.id != b.id or a.tokens != b.tokens or (a.text is not b.text
-                                                          and a.text != b.text):
+            if a is not b and (a.id != b.id or a.tokens != b.tokens or (
+                    a.text is not b.text and a.text != b.text)):
                 break
             k += 1
         first = min([self.start, *(x[k].message_index for x in (old, final) if k < len(x))])
         was = self.decisions
-        for item_id in {*decisions, *was}:
-            made = decisions.get(item_id)
-            if made is not was.get(item_id) and made != was.get(item_id):
-                item = originals.get(item_id)
-                first = min(first, item.message_index) if item is not None else first
+        changed = [item_id for item_id, made in decisions.items()
+                   if made is not was.get(item_id) and made != was.get(item_id)]
+        for item_id in [*changed, *(was.keys() - decisions.keys())]:  # made, or undone
+            item = originals.get(item_id)
+            first = min(first, item.message_index) if item is not None else first
         at = bisect_right(self.marks, first, key=lambda m: m.index) - 1
         return self.marks[at] if at >= 0 else None
 

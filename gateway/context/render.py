@@ -40,31 +40,40 @@ class Rendered:
     plan: Plan = field(default_factory=list)
     rolling: Any = None  # the rolling hash after the last message: a next call continues it
     marks: list[Mark] = field(default_factory=list)  # every MARK_EVERY plan entries
+    # The rewritten messages `messages` holds, by index (`materialize`'s `copies`): the
+    # session's prefix keeps them, so its next calls make only the new ones.
+    copies: dict[int, Mapping[str, Any]] = field(default_factory=dict)
 
 
 def render_messages(
     messages: Sequence[Mapping[str, Any]], original: Sequence[Item], final: Sequence[Item]
 ) -> Rendered:
     marks: list[Mark] = []
+    copies: dict[int, Mapping[str, Any]] = {}
     plan, changed, digests, rolling = render_plan(messages, original, final, 0, None, marks)
-    return Rendered(materialize(messages, plan), changed, digests, plan, rolling, marks)
+    return Rendered(materialize(messages, plan, copies), changed, digests, plan, rolling, marks,
+                    copies)
 
 
 def render_from(
     messages: Sequence[Mapping[str, Any]], original: Sequence[Item], final: Sequence[Item],
     mark: Mark, earlier: tuple[Plan, list[str], list[Mark]],
+    copies: Mapping[int, Mapping[str, Any]] | None = None,
 ) -> Rendered:
     """`render_messages(messages, ...)` where an `earlier` render of the same messages (its
     plan, digests and marks) sent the same items up to `mark.index`, one of its marks: only
-    the items of messages from there on are read (`original`, `final`: those items only)."""
+    the items of messages from there on are read (`original`, `final`: those items only).
+    `copies`: the rewritten messages of the earlier render's plan (`materialize`); those
+    before the mark are taken, not made again."""
     plan, digests, marks = earlier
     marks = marks[: bisect_left(marks, mark.pos, key=lambda m: m.pos)]
     part, changed, added, rolling = render_plan(
         messages, original, final, mark.index, mark.rolling.copy(), marks, mark.pos,
         mark.changed)
     plan = plan[: mark.pos] + part
-    return Rendered(materialize(messages, plan), changed, digests[: mark.pos] + added, plan,
-                    rolling, marks)
+    kept = {i: c for i, c in copies.items() if i < mark.index} if copies else {}
+    return Rendered(materialize(messages, plan, kept), changed, digests[: mark.pos] + added,
+                    plan, rolling, marks, kept)
 
 
 def materialize(

@@ -296,7 +296,9 @@ def restated_text(item: Any, text: str) -> Any:
 @given(case=two_fittings())
 def test_a_render_resumed_from_a_mark_is_the_render_from_scratch(case: Any) -> None:
     """A step call renders from the last mark before its first change (`render_from`): it
-    gives what rendering every message anew gives, its marks too."""
+    gives what rendering every message anew gives, its marks too; the rewritten messages
+    before the mark are the earlier render's own copies, and the copies it keeps are
+    those of its own plan."""
     from bisect import bisect_right
 
     from gateway.context.render import render_from, render_messages
@@ -316,11 +318,17 @@ def test_a_render_resumed_from_a_mark_is_the_render_from_scratch(case: Any) -> N
     resumed = render_from(
         messages, [i for i in items if i.message_index >= mark.index],
         [i for i in after if i.message_index >= mark.index], mark,
-        (earlier.plan, earlier.digests, earlier.marks))
+        (earlier.plan, earlier.digests, earlier.marks), earlier.copies)
     assert (resumed.plan, resumed.digests, resumed.changed, resumed.messages) == (
         whole.plan, whole.digests, whole.changed, whole.messages)
     assert [(m.pos, m.index, m.changed, m.rolling.hexdigest()) for m in resumed.marks] == [
         (m.pos, m.index, m.changed, m.rolling.hexdigest()) for m in whole.marks]
+    assert resumed.copies == whole.copies
+    rewritten = {i: text for i, text in resumed.plan if text is not None}
+    assert set(resumed.copies) == set(rewritten)
+    for i, copy in resumed.copies.items():
+        assert copy["content"] == rewritten[i]
+        assert (copy is earlier.copies.get(i)) == (i < mark.index)
 
 
 def _items_view(prefix: Prefix) -> tuple[Any, ...]:

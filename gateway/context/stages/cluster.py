@@ -120,12 +120,13 @@ def arrival_duplicates(
     verbatim: dict[str, Item] = {}  # text -> the first copy sent as is
     lines: LineIndex | None = {} if opts.arrival_lines else None
     chosen: dict[str, Decision] = {}
-    for item in items:
+    decided = ctx.decisions
+    # an item with a decision is neither new nor sent as is: it changes nothing below
+    for item in [item for item in items if item.id not in decided]:
         original = ctx.originals.get(item.id, item)
         if not arrival_item(original, opts.arrival_min_chars, marked):
             continue
-        new = (item.message_index >= start and item.id not in ctx.decisions
-               and item.rewritable)
+        new = item.message_index >= start and item.rewritable
         rep = verbatim.get(original.text)
         if new and rep is not None:
             chosen[item.id] = Decision("cluster", "dedup", "duplicate", "dedup", arg=rep.id,
@@ -135,7 +136,7 @@ def arrival_duplicates(
             new and lines) else None
         if cut is not None:
             chosen[item.id] = cut
-        elif item.text == original.text and item.id not in ctx.decisions:
+        elif item.text == original.text:
             verbatim.setdefault(original.text, item)
             if lines is not None:
                 index_lines(lines, item)

@@ -1,0 +1,93 @@
+"""State a late call carries from its session's earlier calls instead of reading the whole
+history again (issue 7, per-call time grows with the new content only), pinned to what
+reading it whole gives: the fidelity signals' index of earlier tool calls (`CallIndex`)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gateway.context.fidelity import (
+    FILED_HASHES,
+    NEAR_SAME,
+    CallIndex,
+    IndexedCall,
+    _may_be_near,
+    call_sketch,
+    refetch_counts,
+    similarity,
+)
+
+WINDOW = 6  # observe keeps the latest MAX_INDEXED_CALLS; a small window slides often here
+WORDS = [f"w{i}" for i in range(24)]
+
+
+def _call(name: str, words: list[str]) -> dict[str, Any]:
+    return {"id": "c", "type": "function",
+            "function": {"name": name, "arguments": json.dumps({"a": " ".join(words)})}}
+
+
+calls_st = st.lists(
+    st.tuples(st.sampled_from(["run", "read"]),
+              st.lists(st.sampled_from(WORDS), max_size=20)),
+    min_size=0, max_size=4)
+
+
+@settings(max_examples=150, deadline=None)
+@given(batches=st.lists(calls_st, min_size=1, max_size=12), results=st.data())
+def test_the_kept_call_index_compares_what_comparing_every_call_finds(
+    batches: list[list[tuple[str, list[str]]]], results: st.DataObject
+) -> None:
+    """Calls added batch by batch to a sliding window (as `observe` adds a call's new tool
+    calls): the index moved on with each batch files what an index of the window built
+    afresh files, and each new call's (calls, repeats, refetches) against the window is
+    the count over every call of it."""
+    index, earlier, first, number = CallIndex(), [], 0, 0
+    lost = {i: None for i in range(0, 40, 3)}
+    for batch in batches:
+        made = [_call(name, words) for name, words in batch]
+        turn = {"role": "assistant", "content": None, "tool_calls": made}
+        assert refetch_counts(turn, earlier, lost, index) == refetch_counts(turn, earlier, lost)
+        added = [IndexedCall(c["function"]["name"], call_sketch(c),
+                             results.draw(st.integers(-1, 40))) for c in made]
+        number += len(added)
+        calls = [*earlier, *added][-WINDOW:]
+        first = number - len(calls)
+        index.update(earlier, calls, first)
+        fresh = CallIndex()
+        fresh.update([], calls, first)
+        assert index.by == fresh.by and index.of is calls and index.first == first
+        earlier = calls
+
+
+def test_an_index_of_another_list_is_not_used() -> None:
+    calls = [IndexedCall("run", call_sketch(_call("run", ["w1", "w2"])), 3)]
+    index = CallIndex()
+    index.update([], calls, 0)
+    other = list(calls)
+    assert index.near(other, "run", calls[0].sketch) is None
+    assert index.near(calls, "run", calls[0].sketch) == calls
+
+
+@st.composite
+def near_pairs(draw: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """A sketch and another made from it by taking out a few of its hashes (its smallest
+    ones most often: those are what it is filed under) and putting others in."""
+    a = sorted(draw(st.sets(st.integers(0, 999), max_size=16)))
+    out = draw(st.integers(0, min(4, len(a))))
+    gone = set(a[:out]) if draw(st.booleans()) else set(draw(st.permutations(a))[:out])
+    added = draw(st.sets(st.integers(1000, 1100), max_size=4))
+    b = sorted((set(a) - gone) | added)[:16]
+    return tuple(a), tuple(b)
+
+
+@settings(max_examples=600, deadline=None)
+@given(pair=near_pairs())
+def test_a_near_call_shares_one_of_the_filed_hashes(pair: tuple[Any, Any]) -> None:
+    """What `CallIndex` files a call under finds every call the signal may count near it."""
+    a, b = pair
+    if _may_be_near(set(b), a) and similarity(a, b) >= NEAR_SAME:
+        assert set(a[:FILED_HASHES]) & set(b) or not (a or b)
