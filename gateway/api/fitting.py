@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import orjson
 
 from gateway.api.asgi import parse_json_object
+from gateway.api.bodies import BodyCache, Decode
 from gateway.api.pieces import parse_large
 from gateway.context.engine import (
     HEADER_CLASS,
@@ -105,6 +106,7 @@ class Fitting:
         self._timeouts = metrics.fit_timeouts
         self._large: set[int] = set()  # ids of large calls' fitted calls not yet released
         self._pieces = AccountPieces()  # each session's latest account pieces
+        self.bodies = BodyCache()  # a session's body decoded from where its last one ended
 
     async def prepare(self, wire: WireFormat, raw: bytes, call: Call) -> Prepared:
         """Parse, validate, fit and render `raw` within the call's time budget."""
@@ -113,10 +115,12 @@ class Fitting:
         try:
             if self.thread is not None and is_large(raw):
                 return self._owned(await self.thread.run(
-                    lambda engine: _prepare(engine, wire, raw, call, parse_large),
+                    lambda engine: _prepare(engine, wire, raw, call,
+                                            self._decoder(call, parse_large)),
                     deadline))
             async with fit_deadline(deadline):
-                return await _prepare(self.engine, wire, raw, call, parse_json_object)
+                return await _prepare(self.engine, wire, raw, call,
+                                      self._decoder(call, parse_json_object))
         except FitDeadline as late:
             return self._late(wire, raw, call, late.cause)
         except ContextBudgetExceeded:
@@ -129,17 +133,24 @@ class Fitting:
         holding the loop throughout), which then frees it there (`release`). Not a fit: bounded
         as after-response work is, so that a slow parse is not done twice; one the thread
         cannot take (its queue full, or stuck) is parsed inline, as a small one is."""
+        inline = self._decoder(call, parse_json_object)
         if self.thread is None or not is_large(raw):
-            return as_is(wire, raw)
+            return as_is(wire, raw, inline)
         try:
             body = await self.thread.run(
-                _as_job(lambda _: as_is(wire, raw, parse_large)), self._later())
+                _as_job(lambda _: as_is(wire, raw, self._decoder(call, parse_large))),
+                self._later())
         except FitDeadline:
             log.info("the fitting thread is busy: a large bypassed call is parsed inline",
                      extra={"trace_id": call.trace_id, "endpoint": wire.name})
-            return as_is(wire, raw)
+            return as_is(wire, raw, inline)
         self._large.add(id(body))
         return body
+
+    def _decoder(self, call: Call, whole: Decode) -> Decode:
+        """`whole`, or the session's last body's values and the new messages decoded."""
+        tenant = call.caller.tenant
+        return lambda raw: self.bodies.decode(tenant, raw, whole)
 
     def _owned(self, prepared: Prepared) -> Prepared:
         """A large call's fitted call, or its parsed body when the engine failed on it, to
