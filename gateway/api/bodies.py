@@ -73,6 +73,20 @@ class BodyCache:
         """`whole(raw)`'s value (or its error), from a kept body's values when one fits."""
         if len(raw) < self._min_bytes:
             return whole(raw)
+        resumed = self.resume(tenant, raw)
+        if resumed is not None:
+            return resumed
+        split = self._split(raw)
+        if split is None:
+            return whole(raw)
+        self._keep(tenant, split)
+        return split.body()
+
+    def resume(self, tenant: str, raw: bytes) -> dict[str, Any] | None:
+        """`raw`'s value from one of the tenant's kept bodies and its new messages, or None
+        when it continues none of them (cheap: a few comparisons of bytes in C)."""
+        if len(raw) < self._min_bytes:
+            return None
         with self._lock:
             candidates = list(self._by_tenant.get(tenant, ()))
         for serial, kept in candidates:
@@ -81,11 +95,7 @@ class BodyCache:
                 self.resumed += 1
                 self._keep(tenant, split, replacing=serial)
                 return split.body()
-        split = self._split(raw)
-        if split is None:
-            return whole(raw)
-        self._keep(tenant, split)
-        return split.body()
+        return None
 
     def _resume(self, kept: _Split, raw: bytes) -> _Split | None:
         """`raw` as `kept`'s body with messages appended, or None if it is not that."""
