@@ -29,12 +29,15 @@ from typing import Any
 
 import orjson
 
-from gateway.api.pieces import decode_members
+from gateway.api.pieces import PIECEWISE_BYTES
 
 Decode = Callable[[bytes], dict[str, Any]]
 KEY = b'"messages"'
 SPACE = b" \t\n\r"  # JSON's whitespace (bytes.strip's default also takes \v and \f)
 MIN_BYTES = 1 << 16  # smaller bodies decode in well under 0.1 ms: not kept
+# From a megabyte a body is decoded, fitted and freed on the fitting thread (issue 10): not
+# kept, so that no eviction frees 10^5 messages on the event loop.
+MAX_BODY_BYTES = PIECEWISE_BYTES
 MAX_BYTES = 1 << 25  # the bodies kept, all tenants (their decoded values take ~3x more)
 PER_TENANT = 16  # bodies kept per tenant, newest first (sessions of one agent share a head)
 TAIL_TRIES = 32  # closing brackets tried from the end when a body is first split
@@ -71,7 +74,7 @@ class BodyCache:
 
     def decode(self, tenant: str, raw: bytes, whole: Decode) -> dict[str, Any]:
         """`whole(raw)`'s value (or its error), from a kept body's values when one fits."""
-        if len(raw) < self._min_bytes:
+        if not self._min_bytes <= len(raw) < MAX_BODY_BYTES:
             return whole(raw)
         resumed = self.resume(tenant, raw)
         if resumed is not None:
@@ -85,7 +88,7 @@ class BodyCache:
     def resume(self, tenant: str, raw: bytes) -> dict[str, Any] | None:
         """`raw`'s value from one of the tenant's kept bodies and its new messages, or None
         when it continues none of them (cheap: a few comparisons of bytes in C)."""
-        if len(raw) < self._min_bytes:
+        if not self._min_bytes <= len(raw) < MAX_BODY_BYTES:
             return None
         with self._lock:
             candidates = list(self._by_tenant.get(tenant, ()))
@@ -182,3 +185,15 @@ def _array_start(raw: bytes) -> int | None:
     if not rest.startswith(b":") or not rest[1:].lstrip(SPACE).startswith(b"["):
         return None
     return raw.index(b"[", at + len(KEY))
+
+
+def decode_members(members: bytes) -> list[Any] | None:
+    """The array `[members]` decoded as orjson decodes it where a body's `messages` sits
+    (one level in: its depth limit applies as in the whole body), or None if that is not
+    an array. Under `MAX_BODY_BYTES` (a kept body's size): orjson in one go."""
+    try:
+        value = orjson.loads(b"".join((b"[[", members, b"]]")))
+    except orjson.JSONDecodeError:
+        return None
+    # One element, a list: the inner `[` closed by the `]` after `members`, not inside it.
+    return value[0] if len(value) == 1 and isinstance(value[0], list) else None

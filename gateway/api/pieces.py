@@ -17,8 +17,6 @@ import json
 import re
 from typing import Any
 
-import orjson
-
 from gateway.api.asgi import parse_json_object
 
 _SPACE = re.compile(r"[ \t\n\r]*")
@@ -121,36 +119,3 @@ def _next(text: str, at: int, close: str) -> int:
     elif text[at] != close:
         raise _Unsure("separator")
     return at
-
-
-def decode_members(members: bytes) -> list[Any] | None:
-    """The array `[members]` decoded as orjson decodes it where a body's `messages` sits
-    (one level in: its depth limit applies as in the whole body), or None if that is not
-    an array; a piece at a time from `PIECEWISE_BYTES` on."""
-    if len(members) >= PIECEWISE_BYTES and b"\\ud" not in members and b"\\uD" not in members:
-        try:
-            return _members(members.decode("utf-8"))
-        except (_Unsure, ValueError, IndexError, RecursionError):
-            pass  # orjson decides
-    try:
-        value = orjson.loads(b"[[" + members + b"]]")
-    except orjson.JSONDecodeError:
-        return None
-    # One element, a list: the inner `[` closed by the `]` after `members`, not inside it.
-    return value[0] if len(value) == 1 and isinstance(value[0], list) else None
-
-
-def _members(text: str) -> list[Any]:
-    out: list[Any] = []
-    at = _skip(text, 0)
-    while at < len(text):
-        value, at = _DECODE(text, at)
-        out.append(value)
-        at = _skip(text, at)
-        if at < len(text):
-            if text[at] != ",":
-                raise _Unsure("separator")
-            at = _skip(text, at + 1)
-            if at == len(text):
-                raise _Unsure("trailing comma")
-    return out

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from gateway.api import bodies
 from gateway.api.asgi import parse_json_object
-from gateway.api.bodies import BodyCache
-from gateway.api.pieces import PIECEWISE_BYTES, decode_members, parse_large
+from gateway.api.bodies import BodyCache, decode_members
+from gateway.api.pieces import PIECEWISE_BYTES, parse_large
 from gateway.context.replay import calls_from_messages
 from gateway.errors import InvalidJSON
 from tests.sessions import synthetic_session
@@ -138,18 +138,15 @@ def test_nesting_past_orjsons_limit_is_refused_as_in_the_whole_body() -> None:
         assert outcome(cached(cache), raw) == outcome(parse_json_object, raw)
 
 
-def test_members_past_a_megabyte_are_decoded_in_pieces_as_orjson_would() -> None:
+def test_a_body_past_a_megabyte_is_decoded_whole_and_not_kept() -> None:
     messages = [{"role": "tool", "content": "x" * 1000 + str(n), "n": n / 3} for n in
                 range(PIECEWISE_BYTES // 900)]
-    members = orjson.dumps(messages)[1:-1]
-    assert len(members) >= PIECEWISE_BYTES
-    assert orjson.dumps(decode_members(members)) == orjson.dumps(messages)
-    assert decode_members(members + b",") is None
-    assert decode_members(members + b"]") is None
     body = orjson.dumps({"model": "m", "messages": messages})
     cache = BodyCache(min_bytes=0)
     assert outcome(lambda raw: cache.decode("t", raw, parse_large), body) == orjson.dumps(
         orjson.loads(body))
+    assert not cache._order  # a body this large is the fitting thread's: never kept
+    assert decode_members(b"1],[2") is None and decode_members(b" ") == []
 
 
 def test_a_body_split_in_the_wrong_place_is_decoded_whole() -> None:
