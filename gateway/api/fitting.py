@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import orjson
 
 from gateway.api.asgi import parse_json_object
+from gateway.api.bodies import BodyCache, Decode
 from gateway.api.pieces import parse_large
 from gateway.context.engine import (
     HEADER_CLASS,
@@ -37,6 +38,7 @@ from gateway.context.engine import (
     derive_session_id,
 )
 from gateway.context.offload import (
+    LARGE_BODY_BYTES,
     LARGE_MESSAGES,
     Deadline,
     FitDeadline,
@@ -105,18 +107,21 @@ class Fitting:
         self._timeouts = metrics.fit_timeouts
         self._large: set[int] = set()  # ids of large calls' fitted calls not yet released
         self._pieces = AccountPieces()  # each session's latest account pieces
+        self.bodies = BodyCache()  # a session's body decoded from where its last one ended
 
     async def prepare(self, wire: WireFormat, raw: bytes, call: Call) -> Prepared:
         """Parse, validate, fit and render `raw` within the call's time budget."""
         spent = time.perf_counter() - call.started  # reading the body counts too
         deadline = Deadline(time.monotonic() + self.timeout_s - spent)
+        resumed = self.bodies.resume(call.caller.tenant, raw)  # its new messages decoded
         try:
-            if self.thread is not None and is_large(raw):
+            if self.thread is not None and _large(raw, resumed):
+                decode = self._decoder(call, parse_large, resumed)
                 return self._owned(await self.thread.run(
-                    lambda engine: _prepare(engine, wire, raw, call, parse_large),
-                    deadline))
+                    lambda engine: _prepare(engine, wire, raw, call, decode), deadline))
             async with fit_deadline(deadline):
-                return await _prepare(self.engine, wire, raw, call, parse_json_object)
+                return await _prepare(self.engine, wire, raw, call,
+                                      self._decoder(call, parse_json_object, resumed))
         except FitDeadline as late:
             return self._late(wire, raw, call, late.cause)
         except ContextBudgetExceeded:
@@ -128,18 +133,37 @@ class Fitting:
         for a large one (a piece at a time: 0.6-0.9 s for 3.5 MB, where orjson took 0.15 s
         holding the loop throughout), which then frees it there (`release`). Not a fit: bounded
         as after-response work is, so that a slow parse is not done twice; one the thread
-        cannot take (its queue full, or stuck) is parsed inline, as a small one is."""
+        cannot take (its queue full, or stuck) is parsed inline, as a small one is. A body
+        that continues one the session sent before has only its new messages decoded: it
+        stays on the loop, and a large one is observed and freed on the thread all the same."""
+        resumed = self.bodies.resume(call.caller.tenant, raw)
+        if resumed is not None:
+            body = as_is(wire, raw, lambda _raw: resumed)
+            if self.thread is not None and _large(raw, body):
+                self._large.add(id(body))
+            return body
+        inline = self._decoder(call, parse_json_object)
         if self.thread is None or not is_large(raw):
-            return as_is(wire, raw)
+            return as_is(wire, raw, inline)
         try:
             body = await self.thread.run(
-                _as_job(lambda _: as_is(wire, raw, parse_large)), self._later())
+                _as_job(lambda _: as_is(wire, raw, self._decoder(call, parse_large))),
+                self._later())
         except FitDeadline:
             log.info("the fitting thread is busy: a large bypassed call is parsed inline",
                      extra={"trace_id": call.trace_id, "endpoint": wire.name})
-            return as_is(wire, raw)
+            return as_is(wire, raw, inline)
         self._large.add(id(body))
         return body
+
+    def _decoder(self, call: Call, whole: Decode,
+                 resumed: dict[str, Any] | None = None) -> Decode:
+        """`whole`, or the session's last body's values and the new messages decoded
+        (`resumed`: already decoded so)."""
+        if resumed is not None:
+            return lambda _raw: resumed
+        tenant = call.caller.tenant
+        return lambda raw: self.bodies.decode(tenant, raw, whole)
 
     def _owned(self, prepared: Prepared) -> Prepared:
         """A large call's fitted call, or its parsed body when the engine failed on it, to
@@ -250,6 +274,13 @@ def as_is(wire: WireFormat, raw: bytes,
     body = {}  # the last reference to the parsed body: dropped where this runs
     error.__traceback__ = error.__context__ = error.__cause__ = None
     raise error
+
+
+def _large(raw: bytes, body: dict[str, Any] | None) -> bool:
+    """`offload.is_large`, with the messages counted when the body is already decoded."""
+    if body is None:
+        return is_large(raw)
+    return len(raw) >= LARGE_BODY_BYTES or len(body["messages"]) >= LARGE_MESSAGES
 
 
 def _as_job(build: Callable[[ContextEngine], T]) -> Job[T]:

@@ -47,6 +47,7 @@ SHUTDOWN_WAIT_S = 5.0  # how long shutdown keeps trying to write held traces
 EVENT_FIELD = "event"
 MESSAGE_RUN = 16  # a stored trace's messages per piece (`split_messages`)
 PIECES_REMEMBERED = 16_384  # account pieces this process knows it wrote (~4 MB, most recent)
+RUNS_REMEMBERED = 1024  # message runs kept serialised (`MessageRuns`), most recently used
 # A piece's TTL is twice the trace's; this process refreshes one it wrote only once its last
 # refresh is older than this share of the trace's TTL (`_queue_pieces` says why it is safe).
 REFRESH_SHARE = 0.5
@@ -88,7 +89,35 @@ class TraceEvent:
         )
 
 
-def split_messages(messages: list[dict[str, Any]], kept: list[dict[str, Any]]
+class MessageRuns:
+    """The runs `split_messages` stores, remembered by the identity of the messages they
+    hold: a session's next trace holds the same message objects (its body decoded from the
+    last call's, `api/bodies.py`; the engine's rewritten copies kept by its prefix), so a
+    run none of whose messages is new is neither serialised nor hashed again. Exact: a
+    remembered run holds its messages, so their ids cannot be reused while it is kept, and
+    nothing writes to a request's messages once decoded."""
+
+    def __init__(self, size: int = RUNS_REMEMBERED) -> None:
+        self._size = size
+        self._runs: OrderedDict[tuple[int, ...], tuple[list[Any], str, bytes]] = OrderedDict()
+
+    def run(self, first: int, messages: list[dict[str, Any]]) -> tuple[str, bytes]:
+        """The hash and JSON of the run `[first, messages]`."""
+        key = (first, *map(id, messages))
+        known = self._runs.get(key)
+        if known is not None:
+            self._runs.move_to_end(key)
+            return known[1], known[2]
+        raw = orjson.dumps([first, messages])
+        digest = hashlib.blake2b(raw, digest_size=16).hexdigest()
+        self._runs[key] = (messages, digest, raw)
+        if len(self._runs) > self._size:
+            self._runs.popitem(last=False)
+        return digest, raw
+
+
+def split_messages(messages: list[dict[str, Any]], kept: list[dict[str, Any]],
+                   runs: MessageRuns | None = None
                    ) -> tuple[list[dict[str, Any]], dict[str, Any] | None, Pieces]:
     """`kept` (`keep_recent(messages, ...)`) as a trace stores it: the first message and the
     note inline, the newest ones as the runs of MESSAGE_RUN messages (by their number in
@@ -103,10 +132,10 @@ def split_messages(messages: list[dict[str, Any]], kept: list[dict[str, Any]]
         return kept, None, ()
     start, end = len(messages) - body, len(messages)
     names, pieces = [], []
+    runs = runs or MessageRuns(0)
     for run in range(start // MESSAGE_RUN, (end - 1) // MESSAGE_RUN + 1):
         lo = run * MESSAGE_RUN
-        raw = orjson.dumps([lo, messages[lo:min(lo + MESSAGE_RUN, end)]])
-        digest = hashlib.blake2b(raw, digest_size=16).hexdigest()
+        digest, raw = runs.run(lo, messages[lo:min(lo + MESSAGE_RUN, end)])
         names.append(digest)
         pieces.append((digest, raw))
     return kept[:2], {"from": start, "pieces": names}, tuple(pieces)
@@ -229,6 +258,7 @@ class TraceSink:
         # and when it last set its TTL (monotonic): a later call naming one refreshes it only
         # when that is old, and otherwise only checks that it is still there.
         self._written: OrderedDict[tuple[str, str], float] = OrderedDict()
+        self._runs = MessageRuns()  # the loop's writer task alone serialises runs
 
     @classmethod
     def from_services(cls, services: Services) -> TraceSink:
@@ -279,7 +309,8 @@ class TraceSink:
         the account beside them."""
         inline, tail, runs = event.messages, None, cast(Pieces, ())
         if not trimmed:
-            inline, tail, runs = split_messages(event.messages, self.trim(event.messages))
+            inline, tail, runs = split_messages(event.messages, self.trim(event.messages),
+                                                self._runs)
         kept = replace(event, account=None, pieces=(), messages=inline, tail=tail)
         return TraceRecord(event.tenant, event.trace_id, kept.to_json(), event.account, teaches,
                            event.pieces + runs)

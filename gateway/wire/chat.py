@@ -42,23 +42,32 @@ def validate_chat_request(body: Mapping[str, Any]) -> None:
         raise InvalidRequest("'stream' must be a boolean.", param="stream")
     open_calls: set[str] = set()
     for index, message in enumerate(messages):
-        where = f"messages[{index}]"
-        if not isinstance(message, dict):
-            raise InvalidRequest(f"{where} must be an object.", param=where)
+        # The common message (a dict, a known role, string content, no tool calls) is
+        # checked in a few type tests: a long session's call has hundreds of them.
+        if type(message) is not dict:
+            raise InvalidRequest(f"messages[{index}] must be an object.",
+                                 param=f"messages[{index}]")
         role = message.get("role")
-        if role not in ROLES:
-            raise InvalidRequest(f"{where}.role must be one of {sorted(ROLES)}.", param=where)
-        _check_content(message, role, where)
+        if type(message.get("content")) is not str or role not in ROLES:
+            _check_message(message, role, f"messages[{index}]")
         if role == "assistant":
-            open_calls.update(_tool_call_ids(message, where))
+            if message.get("tool_calls") is not None:
+                open_calls.update(_tool_call_ids(message, f"messages[{index}]"))
         elif role == "tool":
             call_id = message.get("tool_call_id")
             if not isinstance(call_id, str) or call_id not in open_calls:
+                where = f"messages[{index}]"
                 raise InvalidRequest(
                     f"{where} is a 'tool' message whose tool_call_id {call_id!r} answers no "
                     "tool call of an earlier assistant message.",
                     param=f"{where}.tool_call_id",
                 )
+
+
+def _check_message(message: dict[str, Any], role: Any, where: str) -> None:
+    if role not in ROLES:
+        raise InvalidRequest(f"{where}.role must be one of {sorted(ROLES)}.", param=where)
+    _check_content(message, role, where)
 
 
 def _check_content(message: dict[str, Any], role: str, where: str) -> None:

@@ -1,0 +1,199 @@
+"""A long session's body decoded from where its previous call's left off (issue 7).
+
+A session's next call is its last call's body with new messages appended: the same bytes up
+to the closing `]` of `messages`, the same bytes after it. Decoding the whole body again
+made every call pay for the session's history (1 ms of orjson at call 300 of the synthetic
+session, 753 KB, on every call, bypassed or fitted). `BodyCache` keeps, per tenant, the
+last few large bodies with where their `messages` array closes and what it decoded to; a
+body that starts and ends with one of them is decoded as that body's values plus its new
+messages, and only those are decoded.
+
+Exact by construction, not by heuristics: JSON's grammar is context free, so a text whose
+value at one place is replaced by another value decodes to the same object with that value
+replaced. A body is split as `head [messages] tail` only when `head "<nonce>" tail` decodes
+to an object whose `messages` is that nonce (a random string: the client cannot place it)
+and `[messages]` decodes to an array; a later body `head [old , new] tail` only when `[new]`
+decodes to a non-empty array. Anything else (another layout, an error) is decoded whole,
+so an error reads exactly as before. Decoded values are shared with the call that cached
+them: nothing downstream writes to a request's messages (adapters build their own).
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from gateway.api.pieces import PIECEWISE_BYTES
+
+Decode = Callable[[bytes], dict[str, Any]]
+KEY = b'"messages"'
+SPACE = b" \t\n\r"  # JSON's whitespace (bytes.strip's default also takes \v and \f)
+MIN_BYTES = 1 << 16  # smaller bodies decode in well under 0.1 ms: not kept
+# From a megabyte a body is decoded, fitted and freed on the fitting thread (issue 10): not
+# kept, so that no eviction frees 10^5 messages on the event loop.
+MAX_BODY_BYTES = PIECEWISE_BYTES
+MAX_BYTES = 1 << 25  # the bodies kept, all tenants (their decoded values take ~3x more)
+PER_TENANT = 16  # bodies kept per tenant, newest first (sessions of one agent share a head)
+TAIL_TRIES = 32  # closing brackets tried from the end when a body is first split
+
+
+@dataclass(frozen=True, slots=True)
+class _Split:
+    """A body kept: its bytes, where its `messages` array closes, and its decoded parts."""
+
+    raw: bytes
+    end: int  # where `messages`' last member ends (the whitespace and `]` after it: tail)
+    top: dict[str, Any]  # the body's other members, `messages` holding the nonce
+    messages: list[Any]
+
+    def body(self) -> dict[str, Any]:
+        body = dict(self.top)  # the same key order: `messages` stays where it was
+        body["messages"] = list(self.messages)
+        return body
+
+
+class BodyCache:
+    """Decodes request bodies, a session's later bodies from its earlier one's values."""
+
+    def __init__(self, max_bytes: int = MAX_BYTES, min_bytes: int = MIN_BYTES) -> None:
+        self._max_bytes = max_bytes
+        self._min_bytes = min_bytes
+        self._nonce = secrets.token_hex(16)
+        self._order: OrderedDict[int, tuple[str, _Split]] = OrderedDict()  # oldest first
+        self._by_tenant: dict[str, list[tuple[int, _Split]]] = {}  # newest first
+        self._serial = 0
+        self._bytes = 0
+        self._lock = threading.Lock()  # the loop and the fitting thread both decode
+        self.resumed = 0  # bodies decoded from a kept one (read by tests and benches)
+
+    def decode(self, tenant: str, raw: bytes, whole: Decode) -> dict[str, Any]:
+        """`whole(raw)`'s value (or its error), from a kept body's values when one fits."""
+        if not self._min_bytes <= len(raw) < MAX_BODY_BYTES:
+            return whole(raw)
+        resumed = self.resume(tenant, raw)
+        if resumed is not None:
+            return resumed
+        split = self._split(raw)
+        if split is None:
+            return whole(raw)
+        self._keep(tenant, split)
+        return split.body()
+
+    def resume(self, tenant: str, raw: bytes) -> dict[str, Any] | None:
+        """`raw`'s value from one of the tenant's kept bodies and its new messages, or None
+        when it continues none of them (cheap: a few comparisons of bytes in C)."""
+        if not self._min_bytes <= len(raw) < MAX_BODY_BYTES:
+            return None
+        with self._lock:
+            candidates = list(self._by_tenant.get(tenant, ()))
+        for serial, kept in candidates:
+            split = self._resume(kept, raw)
+            if split is not None:
+                self.resumed += 1
+                self._keep(tenant, split, replacing=serial)
+                return split.body()
+        return None
+
+    def _resume(self, kept: _Split, raw: bytes) -> _Split | None:
+        """`raw` as `kept`'s body with messages appended, or None if it is not that."""
+        tail = len(kept.raw) - kept.end
+        if len(raw) < len(kept.raw) or not (
+                raw.startswith(memoryview(kept.raw)[:kept.end])
+                and raw.endswith(memoryview(kept.raw)[kept.end:])):
+            return None
+        end = len(raw) - tail
+        middle = raw[kept.end:end]
+        comma = False
+        if kept.messages:  # after the last kept message: nothing, or `, new...`
+            middle = middle.lstrip(SPACE)
+            comma = middle.startswith(b",")
+            if middle and not comma:
+                return None
+            middle = middle[1:]
+        new = decode_members(middle) if comma or middle.strip(SPACE) else []
+        if new is None or (comma and not new):
+            return None  # not an array, or `[a, ]` (a trailing comma): decoded whole
+        return _Split(raw, end, kept.top, kept.messages + new)
+
+    def _split(self, raw: bytes) -> _Split | None:
+        """`raw` as `head [messages] tail`, each part decoded, or None."""
+        start = _array_start(raw)
+        if start is None:
+            return None
+        head, nonce = raw[:start], orjson.dumps(self._nonce)
+        close = len(raw)
+        for _ in range(TAIL_TRIES):
+            close = raw.rfind(b"]", start, close)
+            if close < 0:
+                return None
+            after = raw[close + 1:]
+            if after.lstrip(SPACE)[:1] not in (b",", b"}"):
+                continue
+            try:
+                top = orjson.loads(head + nonce + after)
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(top, dict) and top.get("messages") == self._nonce:
+                messages = decode_members(raw[start + 1:close])
+                end = close  # before the whitespace ahead of `]`: an indented body's next
+                while raw[end - 1] in SPACE:  # call puts its `,` right after the last message
+                    end -= 1
+                return None if messages is None else _Split(raw, end, top, messages)
+        return None
+
+    def _keep(self, tenant: str, split: _Split, replacing: int | None = None) -> None:
+        with self._lock:
+            if replacing is not None:
+                self._drop(replacing)
+            self._serial += 1
+            self._order[self._serial] = (tenant, split)
+            self._by_tenant.setdefault(tenant, []).insert(0, (self._serial, split))
+            self._bytes += len(split.raw)
+            mine = self._by_tenant[tenant]
+            if len(mine) > PER_TENANT:
+                self._drop(mine[-1][0])
+            while self._bytes > self._max_bytes:
+                self._drop(next(iter(self._order)))
+
+    def _drop(self, serial: int) -> None:
+        """Forget a kept body (the lock held; one another thread dropped first: nothing)."""
+        entry = self._order.pop(serial, None)
+        if entry is None:
+            return
+        tenant, split = entry
+        self._bytes -= len(split.raw)
+        mine = [kept for kept in self._by_tenant[tenant] if kept[0] != serial]
+        if mine:
+            self._by_tenant[tenant] = mine
+        else:
+            del self._by_tenant[tenant]
+
+
+def _array_start(raw: bytes) -> int | None:
+    """Where the first `"messages": [` opens its array (whether it is the body's own
+    `messages` is checked when the body is split)."""
+    at = raw.find(KEY)
+    if at < 0:
+        return None
+    rest = raw[at + len(KEY):at + len(KEY) + 64].lstrip(SPACE)
+    if not rest.startswith(b":") or not rest[1:].lstrip(SPACE).startswith(b"["):
+        return None
+    return raw.index(b"[", at + len(KEY))
+
+
+def decode_members(members: bytes) -> list[Any] | None:
+    """The array `[members]` decoded as orjson decodes it where a body's `messages` sits
+    (one level in: its depth limit applies as in the whole body), or None if that is not
+    an array. Under `MAX_BODY_BYTES` (a kept body's size): orjson in one go."""
+    try:
+        value = orjson.loads(b"".join((b"[[", members, b"]]")))
+    except orjson.JSONDecodeError:
+        return None
+    # One element, a list: the inner `[` closed by the `]` after `members`, not inside it.
+    return value[0] if len(value) == 1 and isinstance(value[0], list) else None

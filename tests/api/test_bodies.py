@@ -1,0 +1,158 @@
+"""A session's body decoded from where its last call's ended is the body decoded whole."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import orjson
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gateway.api import bodies
+from gateway.api.asgi import parse_json_object
+from gateway.api.bodies import BodyCache, decode_members
+from gateway.api.pieces import PIECEWISE_BYTES, parse_large
+from gateway.context.replay import calls_from_messages
+from gateway.errors import InvalidJSON
+from tests.sessions import synthetic_session
+
+
+def outcome(decode: Any, raw: bytes) -> Any:
+    """What a decoder makes of `raw`, exactly: its value's own bytes (orjson writes 1 and
+    true, 1.0 and 1, a key order apart), or its error."""
+    try:
+        value = decode(raw)
+    except InvalidJSON as error:
+        return ("invalid_json", error.message)
+    try:
+        return orjson.dumps(value)
+    except TypeError:  # nested too deep for orjson to write (and for ==): its shape
+        return ("deep", _shape(value))
+
+
+def _shape(value: Any) -> list[Any]:
+    """A deeply nested value's nesting, walked without recursion."""
+    shape, stack = [], [value]
+    while stack:
+        item = stack.pop()
+        shape.append(type(item).__name__ if isinstance(item, list | dict) else item)
+        stack.extend(item.values() if isinstance(item, dict) else
+                     item if isinstance(item, list) else ())
+    return shape
+
+
+def cached(cache: BodyCache, tenant: str = "t") -> Any:
+    return lambda raw: cache.decode(tenant, raw, parse_json_object)
+
+
+def test_a_long_session_is_decoded_from_its_last_call_and_exactly_as_whole() -> None:
+    calls = calls_from_messages(synthetic_session(0, 120)[1], "gpt-4o-mini")
+    cache = BodyCache(min_bytes=1024)
+    for dumps in (orjson.dumps, lambda b: json.dumps(b).encode(),
+                  lambda b: json.dumps(b, ensure_ascii=False, indent=1).encode()):
+        before = cache.resumed
+        for body in calls:
+            raw = dumps(body)
+            assert outcome(cached(cache), raw) == outcome(parse_json_object, raw)
+        large = sum(len(dumps(body)) >= 1024 for body in calls)
+        assert cache.resumed - before >= large - 2  # every later call but the first kept
+
+
+def test_a_decoded_body_is_the_callers_own_list() -> None:
+    calls = calls_from_messages(synthetic_session(1, 40)[1], "gpt-4o-mini")
+    cache = BodyCache(min_bytes=256)
+    first = cache.decode("t", orjson.dumps(calls[-2]), parse_json_object)
+    first["messages"].append({"role": "user", "content": "changed by its caller"})
+    first["model"] = "changed"
+    later = cache.decode("t", orjson.dumps(calls[-1]), parse_json_object)
+    assert cache.resumed == 1 and later == calls[-1]
+
+
+def test_tenants_never_resume_from_each_others_bodies() -> None:
+    calls = calls_from_messages(synthetic_session(2, 30)[1], "gpt-4o-mini")
+    cache = BodyCache(min_bytes=256)
+    cache.decode("a", orjson.dumps(calls[-2]), parse_json_object)
+    assert cache.decode("b", orjson.dumps(calls[-1]), parse_json_object) == calls[-1]
+    assert cache.resumed == 0
+    assert cache.decode("a", orjson.dumps(calls[-1]), parse_json_object) == calls[-1]
+    assert cache.resumed == 1
+
+
+def test_the_bodies_kept_stay_within_their_bytes() -> None:
+    calls = calls_from_messages(synthetic_session(3, 60)[1], "gpt-4o-mini")
+    raws = [orjson.dumps(body) for body in calls[-6:]]
+    cache = BodyCache(max_bytes=2 * len(raws[-1]), min_bytes=256)
+    for n, raw in enumerate(raws):
+        cache.decode(f"tenant-{n}", raw, parse_json_object)  # none resumes: all kept
+        assert cache._bytes <= 2 * len(raws[-1])
+    assert cache.resumed == 0 and len(cache._order) == 2
+    assert sum(len(kept) for kept in cache._by_tenant.values()) == 2
+
+
+MESSAGE = st.fixed_dictionaries({"role": st.sampled_from(["user", "tool", "assistant"]),
+                                 "content": st.text(max_size=12) | st.none()})
+# Byte strings that put a call's new messages, or something that only looks like them,
+# between a kept body's last message and its tail.
+MIDDLE = st.sampled_from([
+    b"", b" ", b",", b", ", b",]", b", {}", b",{\"role\":\"user\"}", b"{}", b",1,", b",1 ,2",
+    b",[1]],\"x\":[2", b",1],[2", b"1],[2", b"],\"messages\":[", b",\"\\ud800\"",
+    b",\"\\ud83d\\ude00\"", b",1e400",
+    b",NaN", b",\"a\"\x00", b"\xff", b",\"\xc3\xa9\"", b",\"]\"", b",{\"a\":\"]\"}",
+    b"," + b"[" * 1030 + b"]" * 1030, b"," + b"[" * 1021 + b"]" * 1021,
+])
+TAIL = st.sampled_from([
+    b"", b',"tools":[{"a":["]"]}]', b',"messages":"later wins"', b',"messages":[]',
+    b',"stream":true , "n":[1,2]', b' ', b',"x":"\\"messages\\":["',
+])
+HEAD = st.sampled_from([
+    b'{"model":"m","messages":', b'{ "messages" : ', b'{"model":"messages","messages":',
+    b'{"tools":[{"messages":[1]}],"messages":', b'{"messages":1,"messages":',
+    b'{"messages":',
+])
+
+
+@settings(max_examples=400, deadline=None)
+@given(HEAD, st.lists(MESSAGE, max_size=4), TAIL, st.lists(MESSAGE, max_size=3), MIDDLE,
+       st.booleans())
+def test_any_next_body_decodes_as_it_does_whole(head: bytes, kept: list[Any], tail: bytes,
+                                                new: list[Any], middle: bytes,
+                                                valid: bool) -> None:
+    cache = BodyCache(min_bytes=0)
+    first = head + orjson.dumps(kept) + tail + b"}"
+    assert outcome(cached(cache), first) == outcome(parse_json_object, first)
+    messages = orjson.dumps(kept)[:-1]
+    if valid:  # a well-formed next call: its new messages appended
+        sep = b"," if kept and new else b""
+        middle = sep + orjson.dumps(new)[1:-1]
+    second = head + messages + middle + b"]" + tail + b"}"
+    assert outcome(cached(cache), second) == outcome(parse_json_object, second)
+
+
+def test_nesting_past_orjsons_limit_is_refused_as_in_the_whole_body() -> None:
+    head = b'{"model":"m","messages":[{"role":"user","content":"x"}'
+    cache = BodyCache(min_bytes=0)
+    cache.decode("t", head + b"]}", parse_json_object)
+    for depth in (1020, 1021, 1022, 1023, 1024):
+        raw = head + b"," + b"[" * depth + b"]" * depth + b"]}"
+        assert outcome(cached(cache), raw) == outcome(parse_json_object, raw)
+
+
+def test_a_body_past_a_megabyte_is_decoded_whole_and_not_kept() -> None:
+    messages = [{"role": "tool", "content": "x" * 1000 + str(n), "n": n / 3} for n in
+                range(PIECEWISE_BYTES // 900)]
+    body = orjson.dumps({"model": "m", "messages": messages})
+    cache = BodyCache(min_bytes=0)
+    assert outcome(lambda raw: cache.decode("t", raw, parse_large), body) == orjson.dumps(
+        orjson.loads(body))
+    assert not cache._order  # a body this large is the fitting thread's: never kept
+    assert decode_members(b"1],[2") is None and decode_members(b" ") == []
+
+
+def test_a_body_split_in_the_wrong_place_is_decoded_whole() -> None:
+    """Where `"messages": [` is not the body's own history, nothing is kept."""
+    cache = BodyCache(min_bytes=0)
+    raw = b'{"tools":[{"messages":[1]}],"model":"m"}'
+    assert cache.decode("t", raw, parse_json_object) == orjson.loads(raw)
+    assert not cache._order
+    assert bodies.TAIL_TRIES > 0

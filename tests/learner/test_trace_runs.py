@@ -1,0 +1,47 @@
+"""A trace's message runs remembered by identity are the runs serialised afresh."""
+
+from __future__ import annotations
+
+import copy
+import random
+
+from gateway.learner.traces import MESSAGE_RUN, MessageRuns, keep_recent, split_messages
+
+
+def _split(history: list[dict[str, str]], runs: MessageRuns | None) -> object:
+    return split_messages(history, keep_recent(history, 48_000, 24_000), runs)
+
+
+def test_runs_remembered_by_identity_are_the_runs_serialised_afresh() -> None:
+    rng = random.Random(7)
+    history = [{"role": "system", "content": "S" * 200}]
+    runs = MessageRuns()
+    serialised = []
+    for turn in range(150):
+        history += [{"role": "user", "content": f"turn {turn} " + "x" * rng.randrange(400)},
+                    {"role": "assistant", "content": f"done {turn}"}]
+        if turn % 7 == 3:  # the client's messages decoded whole: new objects, same values
+            history = copy.deepcopy(history)
+        if turn % 11 == 5:  # an old message rewritten in place of the old object
+            at = rng.randrange(1, len(history))
+            history[at] = {**history[at], "content": f"rewritten at turn {turn}"}
+        before = len(runs._runs)
+        assert _split(history, runs) == _split(history, None)
+        serialised.append(len(runs._runs) - before)
+    # A call whose messages are the last call's objects serialises its newest run or two.
+    assert max(serialised[-20:]) >= 2 and sorted(serialised)[len(serialised) // 2] <= 2
+    assert len(keep_recent(history, 48_000, 24_000)) > 3 * MESSAGE_RUN
+
+
+def test_a_run_of_new_objects_is_never_answered_from_the_memory() -> None:
+    runs = MessageRuns(size=4)
+    first = [{"role": "user", "content": str(n)} for n in range(MESSAGE_RUN)]
+    digest, raw = runs.run(0, first)
+    again = [dict(m) for m in first]
+    again[3]["content"] = "changed"
+    other_digest, other_raw = runs.run(0, again)
+    assert other_raw != raw and b"changed" in other_raw and other_digest != digest
+    assert runs.run(0, list(first)) == (digest, raw)  # the same objects: remembered
+    for n in range(8):  # bounded: the oldest are forgotten
+        runs.run(n + 1, first)
+    assert len(runs._runs) == 4
