@@ -21,12 +21,13 @@ consumer resumes after 1 s. Anything else escaping the consumer's loop is logged
 traceback (log.exception, never silent), counted as `{reason="error"}`, and the loop
 resumes after a pause that doubles from 1 s to 30 s while such errors keep coming (a bug
 that fails every time neither spins nor ends the worker; back to 1 s after a quiet minute).
-That is not hypothetical: redis-py 8.1's asyncio cluster client, whose nodes are killed and
-restarted, lets `AttributeError: 'NoneType' object has no attribute 'writelines'` out of a
-command (a connection torn down while another task connects it; redis/redis-py#4287 is
-the same family, TypeError on Python 3.12), and that ended a worker in CI. The heartbeat
-that keeps a job's entry claimed survives the same way: a missed beat is logged, never the
-heartbeat's silent end (its end would let another worker reclaim the job mid-learning).
+That is not hypothetical: while a primary is killed and restarted, redis-py 8.1's asyncio
+cluster client lets `AttributeError: 'NoneType' object has no attribute 'writelines'` out
+of ordinary commands (XREADGROUP, XINFO, XADD: a connection closed while it is being
+connected; redis/redis-py#4287 is the same family, a TypeError on Python 3.12), and a
+worker ended on it. The heartbeat that keeps a job's entry claimed survives the same way:
+a missed beat is logged, never the heartbeat's silent end (which would let another worker
+reclaim the job while it is learned).
 """
 
 from __future__ import annotations
