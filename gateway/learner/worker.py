@@ -134,11 +134,17 @@ class StreamConsumer:
             return None
         return as_text(info[0]["consumer"]), int(info[0]["times_delivered"])
 
-    async def _keep_claimed(self, entry_id: str) -> None:
-        """Reset the entry's idle time while it is worked on, so no one reclaims it."""
+    async def _keep_claimed(self, entry_id: str, done: asyncio.Event) -> None:
+        """Reset the entry's idle time until `done`, so no one reclaims it while it is
+        worked on. Ended by `done`, not only by a cancel: redis-py 8.1 was seen to swallow
+        the cancel of a command in flight, and a heartbeat that outlived its job would keep
+        an unacknowledged entry claimed by this consumer for ever."""
         period = max(self._settings.reclaim_idle_s / 3, 0.05)
         while True:
-            await asyncio.sleep(period)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(done.wait(), period)
+            if done.is_set():
+                return
             try:
                 await self._redis.xclaim(self._stream, keys.TRACE_GROUP, self.name, 0,
                                          [entry_id], justid=True)
@@ -160,7 +166,8 @@ class StreamConsumer:
             await self._redis.xack(self._stream, keys.TRACE_GROUP, entry_id)
             self.failed("duplicate_trace")
             return
-        heartbeat = asyncio.create_task(self._keep_claimed(entry_id))
+        done = asyncio.Event()
+        heartbeat = asyncio.create_task(self._keep_claimed(entry_id, done))
         try:
             await self._learner.handle(fields)
         except MalformedOutput as exc:
@@ -175,8 +182,8 @@ class StreamConsumer:
             self.failed("error")
             return
         finally:
+            done.set()
             heartbeat.cancel()
-            await asyncio.wait({heartbeat})  # ended before the ack (cancelling us still does)
         await self._redis.xack(self._stream, keys.TRACE_GROUP, entry_id)
 
     async def _first_for_trace(self, entry_id: str, fields: dict[str, str]) -> bool:
