@@ -148,10 +148,13 @@ class StreamConsumer:
             try:
                 await self._redis.xclaim(self._stream, keys.TRACE_GROUP, self.name, 0,
                                          [entry_id], justid=True)
-            except STORE_ERRORS:  # a missed beat risks a reclaim, which the merge tolerates
-                log.warning("could not keep %s claimed", entry_id, exc_info=True)
-            except Exception:  # not a store error: say so loudly, but keep beating
-                log.exception("could not keep %s claimed", entry_id)
+            except Exception as exc:
+                if done.is_set():  # the beat was cancelled (redis-py may raise, not cancel)
+                    return
+                if isinstance(exc, STORE_ERRORS):  # a missed beat risks a reclaim, which
+                    log.warning("could not keep %s claimed", entry_id, exc_info=True)
+                else:  # the merge tolerates; not a store error: said loudly, beats go on
+                    log.exception("could not keep %s claimed", entry_id)
 
     async def process(self, entry_id: str, fields: dict[str, str]) -> None:
         state = await self.claim_state(entry_id)
