@@ -12,6 +12,22 @@ feedback) to be taken claims it (`keys.trace_learned`, SET NX, kept as long as t
 any other entry for it is acknowledged unlearned and counted as
 `ctxgate_worker_failures_total{reason="duplicate_trace"}`. The claiming entry's own
 redeliveries (a worker that died mid-job) are still learned from.
+
+A long-running worker outlives anything that goes wrong around a job: it never exits but
+on `stop` (burst mode, a one-shot drain, still raises). A store outage or failover (a
+RedisError, a RedisClusterException such as SlotNotCoveredError, an OSError) is logged as
+a warning, counted as `ctxgate_worker_failures_total{reason="store_unavailable"}`, and the
+consumer resumes after 1 s. Anything else escaping the consumer's loop is logged with its
+traceback (log.exception, never silent), counted as `{reason="error"}`, and the loop
+resumes after a pause that doubles from 1 s to 30 s while such errors keep coming (a bug
+that fails every time neither spins nor ends the worker; back to 1 s after a quiet minute).
+That is not hypothetical: while a primary is killed and restarted, redis-py 8.1's asyncio
+cluster client lets `AttributeError: 'NoneType' object has no attribute 'writelines'` out
+of ordinary commands (XREADGROUP, XINFO, XADD: a connection closed while it is being
+connected; redis/redis-py#4287 is the same family, a TypeError on Python 3.12), and a
+worker ended on it. The heartbeat that keeps a job's entry claimed survives the same way:
+a missed beat is logged, never the heartbeat's silent end (which would let another worker
+reclaim the job while it is learned).
 """
 
 from __future__ import annotations
@@ -46,6 +62,11 @@ log = logging.getLogger(__name__)
 Entry = tuple[str, dict[str, str]]
 DEAD_LETTER_MAXLEN = 10_000
 DEPTH_EVERY_S = 5.0  # the queue-depth gauge scans the stream on Redis 6: not after every job
+# Redis down, restarting, or a cluster failing over: waited out (see the module docstring).
+STORE_ERRORS = (RedisError, RedisClusterException, OSError)
+RETRY_S = 1.0  # after a store error, and the first pause after an unexpected one
+RETRY_MAX_S = 30.0  # unexpected errors in a row: the pause doubles up to this
+CALM_S = 60.0  # an unexpected error this long after the last one starts again at RETRY_S
 # 1 when entry ARGV[1] is the one its trace is learned from (it claims it now, or did
 # before), 0 when another entry did: one key, so one round trip, atomic on a cluster too.
 CLAIM_TRACE = """
@@ -113,16 +134,27 @@ class StreamConsumer:
             return None
         return as_text(info[0]["consumer"]), int(info[0]["times_delivered"])
 
-    async def _keep_claimed(self, entry_id: str) -> None:
-        """Reset the entry's idle time while it is worked on, so no one reclaims it."""
+    async def _keep_claimed(self, entry_id: str, done: asyncio.Event) -> None:
+        """Reset the entry's idle time until `done`, so no one reclaims it while it is
+        worked on. Ended by `done`, not only by a cancel: redis-py 8.1 was seen to swallow
+        the cancel of a command in flight, and a heartbeat that outlived its job would keep
+        an unacknowledged entry claimed by this consumer for ever."""
         period = max(self._settings.reclaim_idle_s / 3, 0.05)
         while True:
-            await asyncio.sleep(period)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(done.wait(), period)
+            if done.is_set():
+                return
             try:
                 await self._redis.xclaim(self._stream, keys.TRACE_GROUP, self.name, 0,
                                          [entry_id], justid=True)
-            except RedisError:  # a missed beat risks a reclaim, which the merge tolerates
-                log.warning("could not keep %s claimed", entry_id, exc_info=True)
+            except Exception as exc:
+                if done.is_set():  # the beat was cancelled (redis-py may raise, not cancel)
+                    return
+                if isinstance(exc, STORE_ERRORS):  # a missed beat risks a reclaim, which
+                    log.warning("could not keep %s claimed", entry_id, exc_info=True)
+                else:  # the merge tolerates; not a store error: said loudly, beats go on
+                    log.exception("could not keep %s claimed", entry_id)
 
     async def process(self, entry_id: str, fields: dict[str, str]) -> None:
         state = await self.claim_state(entry_id)
@@ -135,9 +167,10 @@ class StreamConsumer:
             log.info("%s repeats a trace already queued: not learned from twice", entry_id,
                      extra={"trace_id": fields.get("trace_id")})
             await self._redis.xack(self._stream, keys.TRACE_GROUP, entry_id)
-            self._fail("duplicate_trace")
+            self.failed("duplicate_trace")
             return
-        heartbeat = asyncio.create_task(self._keep_claimed(entry_id))
+        done = asyncio.Event()
+        heartbeat = asyncio.create_task(self._keep_claimed(entry_id, done))
         try:
             await self._learner.handle(fields)
         except MalformedOutput as exc:
@@ -145,13 +178,14 @@ class StreamConsumer:
             return
         except LearnerUnavailable as exc:  # left pending: reclaimed and retried later
             log.warning("learner unavailable for %s: %s", entry_id, exc)
-            self._fail("learner_unavailable")
+            self.failed("learner_unavailable")
             return
         except Exception:  # a bug or a Redis error: leave it pending, max_deliveries bounds it
             log.exception("learning from %s failed", entry_id)
-            self._fail("error")
+            self.failed("error")
             return
         finally:
+            done.set()
             heartbeat.cancel()
         await self._redis.xack(self._stream, keys.TRACE_GROUP, entry_id)
 
@@ -171,9 +205,10 @@ class StreamConsumer:
         await self._redis.xadd(self._dead, parked,  # type: ignore[arg-type]
                                maxlen=DEAD_LETTER_MAXLEN, approximate=True)
         await self._redis.xack(self._stream, keys.TRACE_GROUP, entry_id)
-        self._fail(reason.split(":", 1)[0])
+        self.failed(reason.split(":", 1)[0])
 
-    def _fail(self, reason: str) -> None:
+    def failed(self, reason: str) -> None:
+        """Counted on `ctxgate_worker_failures_total{reason}` (and per shard)."""
         if self._metrics is not None:
             self._metrics.worker_failure(reason, self.shard)
 
@@ -261,17 +296,31 @@ async def _consume_all(workers: list[StreamConsumer], stop: asyncio.Event, burst
 
 
 async def _consume(worker: StreamConsumer, stop: asyncio.Event, burst: bool) -> None:
+    """`worker.run` until it returns; whatever ends it otherwise is waited out and run again
+    (the policy of the module docstring). Burst mode raises: its caller wants the cause."""
+    pause, last_error = RETRY_S, -CALM_S
     while True:
         try:
             await worker.run(stop, burst)
             return
-        # Redis restarting or unreachable: wait, resume. A cluster whose slots are being
-        # failed over raises RedisClusterException (SlotNotCoveredError, "cannot be
-        # connected"), which is not a RedisError: it must not end the worker either.
-        except (RedisError, RedisClusterException, OSError):
+        except Exception as exc:
             if burst:
                 raise
             if stop.is_set():
                 return  # shutting down: whatever is pending is redelivered later
-            log.warning("worker lost Redis; retrying in 1 s", exc_info=True)
-            await asyncio.sleep(1)
+            if isinstance(exc, STORE_ERRORS):
+                log.warning("worker lost Redis; retrying in %.0f s", RETRY_S, exc_info=True)
+                worker.failed("store_unavailable")
+                wait = RETRY_S
+            else:
+                calm = time.monotonic() - last_error >= CALM_S
+                pause = RETRY_S if calm else min(pause * 2, RETRY_MAX_S)
+                last_error = time.monotonic()
+                log.exception("worker loop failed (shard %d); resuming in %.0f s",
+                              worker.shard, pause)
+                worker.failed("error")
+                wait = pause
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(stop.wait(), wait)  # a stop meanwhile ends the wait
+        if stop.is_set():
+            return

@@ -8,10 +8,9 @@ from pathlib import Path
 
 import orjson
 import redis.asyncio as aioredis
-from redis.exceptions import SlotNotCoveredError
 
 from gateway.learner.traces import TeachingFilter, TraceEvent, TraceSink, record_feedback
-from gateway.learner.worker import _consume, run_worker
+from gateway.learner.worker import run_worker
 from gateway.playbook.bullet import Operation
 from gateway.playbook.inject import PlaybookInjector
 from gateway.playbook.store import PlaybookStore
@@ -354,22 +353,3 @@ async def test_a_piece_is_refreshed_only_when_due_and_outlives_every_trace_namin
     assert kept > refreshed > 0  # most calls refresh nothing; some piece was refreshed
     await sink.aclose()
 
-
-class SlotsMoving:
-    """A consumer whose cluster is failing a primary over: its first run raises what
-    redis-py's cluster client raises then (SlotNotCoveredError is not a RedisError)."""
-
-    def __init__(self) -> None:
-        self.runs = 0
-
-    async def run(self, stop: asyncio.Event, burst: bool) -> None:
-        self.runs += 1
-        if self.runs == 1:
-            raise SlotNotCoveredError("Slot 5798 is not covered by the cluster.")
-        stop.set()
-
-
-async def test_a_cluster_failing_over_does_not_end_the_worker() -> None:
-    consumer, stop = SlotsMoving(), asyncio.Event()
-    await _consume(consumer, stop, burst=False)  # type: ignore[arg-type]
-    assert consumer.runs == 2  # waited, then consumed again

@@ -11,6 +11,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -37,6 +38,7 @@ ROUNDS = 2  # citing steps per tenant before the kill, and again after the resta
 class Deployment:
     gateways: list[Gateway]
     workers: list[subprocess.Popen[bytes]]
+    logs: list[Path]  # each worker's output, told when it died
     kill_target: Node  # the node that holds the first tenant's keys
     restart: Any
     client: Any
@@ -77,12 +79,13 @@ def deployment(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
            "CTXGATE_LEARNER": orjson.dumps({"reclaim_idle_s": 1.0,
                                             "trace_shards": SHARDS[request.param]}).decode()}
     gateways = [Gateway.start(tmp / f"gw{n}", env) for n in range(2)]
-    workers = []
+    workers, logs = [], [tmp / f"worker{n}.log" for n in range(2)]
     for n in range(2):
         worker_env = {**gateways[n].env, "CTXGATE_DROP_LOG": str(tmp / f"w{n}-drops.jsonl")}
-        workers.append(_start_worker(worker_env, (tmp / f"worker{n}.log").open("wb")))
+        workers.append(_start_worker(worker_env, logs[n].open("wb")))
     try:
-        yield Deployment(gateways, workers, target, restart, client, SHARDS[request.param]), tokens
+        yield (Deployment(gateways, workers, logs, target, restart, client,
+                          SHARDS[request.param]), tokens)
     finally:
         for process in [*workers, *(g.process for g in gateways)]:
             stop(process)
@@ -146,4 +149,15 @@ def test_playbooks_exact_across_a_primary_restart(
         assert deploy.client.xlen(keys.trace_dead_letter(shard)) == 0
         [group] = deploy.client.xinfo_groups(keys.trace_stream(shard))
         assert group["pending"] == 0
-    assert all(w.poll() is None for w in deploy.workers)  # they rode out the restart
+    assert all(w.poll() is None for w in deploy.workers), dead_workers(deploy)  # rode it out
+
+
+def dead_workers(deploy: Deployment, lines: int = 60) -> str:
+    """Each exited worker's exit code and the tail of its log: why it died, in CI's output."""
+    told = []
+    for n, (process, path) in enumerate(zip(deploy.workers, deploy.logs, strict=True)):
+        if process.poll() is not None:
+            tail = path.read_text(errors="replace").splitlines()[-lines:]
+            told.append(f"worker{n} exited with {process.returncode}; last lines of {path}:\n"
+                        + "\n".join(tail))
+    return "\n\n".join(told)
