@@ -5,13 +5,16 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
+from redis.asyncio.connection import AbstractConnection
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from gateway.settings import load_settings
 from gateway.store import STORE_DOWN
-from gateway.store.client import blocking_ms, connect
-from tests.store.cluster import Node
+from gateway.store.client import blocking_ms, connect, torn_down
+from tests.store.cluster import LocalCluster, Node
 
 
 def test_the_socket_timeouts_follow_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -48,3 +51,55 @@ async def test_a_restarted_redis_answers_the_first_command_on_a_pooled_connectio
         if single_redis.process is None:
             single_redis.start()
         await redis.aclose()
+
+
+@pytest.fixture
+def tear_down_once(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """redis-py's own race, on cue: the next send finds its connection torn down (its
+    writer gone) by another task, as seen in a cluster failover (redis/redis-py#4287)."""
+    original = AbstractConnection._send_packed_command
+    armed: list[int] = []  # append to arm: the next send is torn down
+
+    async def send(self: AbstractConnection, command: Any) -> None:
+        if armed:
+            armed.clear()
+            self._writer = None
+        await original(self, command)
+
+    monkeypatch.setattr(AbstractConnection, "_send_packed_command", send)
+    return armed
+
+
+async def test_a_connection_torn_down_under_a_cluster_command_is_the_store_down(
+        redis_cluster: LocalCluster, tear_down_once: list[int]) -> None:
+    """The cluster client raised AttributeError there, which every caller took for a bug (a
+    worker exited; a route would answer 500): it is a ConnectionError, one of STORE_DOWN,
+    and the client answers the next command."""
+    redis = connect(load_settings(redis_url=redis_cluster.url, redis_cluster=True))
+    try:
+        await redis.set("torn-{a}", "1")  # connected before the race
+        tear_down_once.append(1)
+        with pytest.raises(RedisConnectionError) as raised:
+            await redis.get("torn-{a}")
+        assert isinstance(raised.value.__cause__, AttributeError)
+        assert await redis.get("torn-{a}") == b"1"
+        tear_down_once.append(1)
+        with pytest.raises(STORE_DOWN):
+            async with redis.pipeline(transaction=False) as pipe:
+                pipe.get("torn-{a}")
+                pipe.get("torn-{b}")
+                await pipe.execute()
+        async with redis.pipeline(transaction=False) as pipe:
+            assert await pipe.get("torn-{a}").get("torn-{b}").execute() == [b"1", None]
+    finally:
+        await redis.aclose()
+
+
+def test_only_redis_pys_own_attribute_error_is_translated() -> None:
+    def ours() -> None:
+        raise AttributeError("a bug of ours stays a bug")
+
+    with pytest.raises(AttributeError) as raised:
+        ours()
+    assert not torn_down(raised.value)
+    assert not torn_down(ValueError("not a torn connection"))
