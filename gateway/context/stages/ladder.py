@@ -333,9 +333,11 @@ class Ladder:
         return item.tokens - (new.tokens if new is not None else 0) - added
 
     def _lean(self, p: int, seen: frozenset[str] | None, new: Item | None) -> None:
-        """Note the notable values the summary now at `p` left out as read above it."""
+        """Note the notable values the summary now at `p` left out as read above it, when
+        it is the agent's own turn (its plan repeating a name it read); an output repeating
+        an earlier one (a dump printed twice) leans on nothing: the agent did not name it."""
         leaned: frozenset[str] = frozenset()
-        if seen is not None and new is not None:
+        if seen is not None and new is not None and new.kind in ("assistant", "tool_call"):
             left_out = seen - self._known - item_values(new.text, self.ctx)
             leaned = frozenset(v for v in left_out if len(v) >= LEANED_MIN and notable(v))
         self._leaned[p] = leaned
