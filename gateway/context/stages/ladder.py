@@ -19,6 +19,12 @@ first, and drops a later large one made needless come back. A drop takes the ite
 unit (a tool call goes with its results), or becomes a mask where part of the unit is
 pinned.
 
+Values a turn leaned on. A summary leaves out what the model reads above it; when the agent's
+own turn is summarised so (its plan repeats a file name from an email), a later rewrite of the
+text above that takes the value away keeps it: a mask or digest of the source lists it after
+its own text, a drop of the source's unit lists it in the turn's summary instead (agentdojo
+`workspace/user_task_19` at 60%: the email masked, the plan's `feedback.xlsx` gone with it).
+
 O(n log n) in the number of items: one sort, and each rewrite looks only at the item's own
 values (what the model reads before an item is kept, per value, as a heap of positions).
 """
