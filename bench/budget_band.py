@@ -6,12 +6,14 @@ lists those whose pinned content leaves 10 points of room but whose forwarded si
 [budget − 10 points, budget], or whose recall is under the plain fit's.
 
     python -m bench.budget_band [--corpora DIR] [--corpus NAME ...] [--per-split 60]
+        [--budget 0.8 --budget 0.6 ...]  (default: 80% and 60%, as `bench/replay.py`)
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +23,12 @@ from gateway.context.replay import build_engine
 from gateway.settings import Settings
 
 
-def misses(record: dict[str, Any]) -> list[str]:
+def misses(
+    record: dict[str, Any], fractions: Sequence[float] = BUDGET_FRACTIONS
+) -> list[str]:
     """One line per budget of `record` (a `budget_call` record) that misses the target."""
     out = []
-    for fraction in BUDGET_FRACTIONS:
+    for fraction in fractions:
         c = record[str(fraction)]
         size, plain = c["engine"]["size"], c["plain"]
         if not c["slack10"]:
@@ -60,18 +64,21 @@ def summary(records: list[dict[str, Any]], fraction: float) -> str:
     )
 
 
-async def run(names: list[str], root: Path, per_split: int) -> None:
+async def run(
+    names: list[str], root: Path, per_split: int, fractions: Sequence[float]
+) -> None:
     engine = build_engine(Settings())
     try:
         for name in names:
             records = await budget_calls(
-                engine, corpora.load(name, root), corpus=name, per_split=per_split
+                engine, corpora.load(name, root), corpus=name, per_split=per_split,
+                fractions=fractions,
             )
-            lines = [line for r in records for line in misses(r)]
-            room = sum(r[str(f)]["slack10"] for r in records for f in BUDGET_FRACTIONS)
+            lines = [line for r in records for line in misses(r, fractions)]
+            room = sum(r[str(f)]["slack10"] for r in records for f in fractions)
             print(f"## {name}: {len(lines)} of {room} calls × budgets with 10 points of room")
             print("\n".join(lines))
-            for fraction in BUDGET_FRACTIONS:
+            for fraction in fractions:
                 print(summary(records, fraction))
     finally:
         if engine.embedder is not None:
@@ -84,9 +91,11 @@ def main() -> int:
     parser.add_argument("--corpus", action="append", choices=(*corpora.JSONL_CORPORA,
                                                               "swe-agent"))
     parser.add_argument("--per-split", type=int, default=60, help="calls sampled a split")
+    parser.add_argument("--budget", action="append", type=float, dest="budgets",
+                        help="a budget as a fraction of the call (repeatable; default 0.8, 0.6)")
     args = parser.parse_args()
     asyncio.run(run(args.corpus or ["swe-agent", *corpora.JSONL_CORPORA], args.corpora,
-                    args.per_split))
+                    args.per_split, tuple(args.budgets or BUDGET_FRACTIONS)))
     return 0
 
 

@@ -178,7 +178,13 @@ def _message_tokens(
 
 
 async def budget_call(
-    engine: ContextEngine, session: Session, end: int, *, corpus: str, memo: dict[Any, Any]
+    engine: ContextEngine,
+    session: Session,
+    end: int,
+    *,
+    corpus: str,
+    memo: dict[Any, Any],
+    fractions: Sequence[float] = BUDGET_FRACTIONS,
 ) -> dict[str, Any]:
     """One call under budgets of each fraction of its size, as a new session's first call."""
     body = request(session, end)
@@ -196,7 +202,7 @@ async def budget_call(
         "pinned": pinned,
         "needed": len(needed),
     }
-    for fraction in BUDGET_FRACTIONS:
+    for fraction in fractions:
         budget = int(fraction * tokens)
         headers = {
             "x-ctxgate-session-id": f"budget:{corpus}:{session.id}:{end}:{fraction}",
@@ -237,10 +243,15 @@ async def budget_call(
 
 
 async def budget_calls(
-    engine: ContextEngine, sessions: Sequence[Session], *, corpus: str, per_split: int
+    engine: ContextEngine,
+    sessions: Sequence[Session],
+    *,
+    corpus: str,
+    per_split: int,
+    fractions: Sequence[float] = BUDGET_FRACTIONS,
 ) -> list[dict[str, Any]]:
     memo: dict[Any, Any] = {}
     return [
-        await budget_call(engine, s, end, corpus=corpus, memo=memo)
+        await budget_call(engine, s, end, corpus=corpus, memo=memo, fractions=fractions)
         for s, end in sample_calls(sessions, per_split)
     ]

@@ -130,8 +130,19 @@ def _mentions(
     cap = MENTION_CAP.get(level, 30)
     if level >= 3:
         cap = max(cap, len(original) // MENTION_CHARS_PER_VALUE)
+    return f"{compact}\n{mentions_line(lost, cap)}"
+
+
+def mentions_line(lost: list[str], cap: int) -> str:
+    """The line listing values a rewrite left out (the first `cap` of them)."""
     more = f" (+{len(lost) - cap} more)" if len(lost) > cap else ""
-    return f"{compact}\n[omitted text mentions: {' '.join(lost[:cap])}{more}]"
+    return f"[omitted text mentions: {' '.join(lost[:cap])}{more}]"
+
+
+def notable(value: str) -> bool:
+    """A value an agent re-types (a name with a digit, `_`, `.`, `/`, camelCase), not a
+    plain word, a digest or a blob."""
+    return bool(_NOTABLE.search(value)) and len(value) <= 80 and not _HASH.search(value)
 
 
 def _cut(line: str, limit: int = MAX_LINE_CHARS) -> str:

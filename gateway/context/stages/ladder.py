@@ -19,6 +19,12 @@ first, and drops a later large one made needless come back. A drop takes the ite
 unit (a tool call goes with its results), or becomes a mask where part of the unit is
 pinned.
 
+Values a turn leaned on. A summary leaves out what the model reads above it; when the agent's
+own turn is summarised so (its plan repeats a file name from an email), a later rewrite of the
+text above that takes the value away keeps it: a mask or digest of the source lists it after
+its own text, a drop of the source's unit lists it in the turn's summary instead (agentdojo
+`workspace/user_task_19` at 60%: the email masked, the plan's `feedback.xlsx` gone with it).
+
 O(n log n) in the number of items: one sort, and each rewrite looks only at the item's own
 values (what the model reads before an item is kept, per value, as a heap of positions).
 """
@@ -34,7 +40,8 @@ from gateway.context.calls import call_arguments, cut_to_save
 from gateway.context.items import Item
 from gateway.context.session import Decision
 from gateway.context.stages.base import StageContext, item_values, unit_pinned
-from gateway.context.summarize import summarize
+from gateway.context.summarize import MENTION_CAP, mentions_line, notable, summarize
+from gateway.context.summarize import values as item_values_ordered
 from gateway.context.taskclass import TaskClass
 from gateway.context.tokens import TokenCounter
 
@@ -52,6 +59,9 @@ MIN_REWRITE = 24
 # A step may land this share of the total below the target; one that would land lower cuts
 # an excerpt of its item instead (a large output digested in one go would overshoot).
 LANDING = 0.04
+# A value shorter than this a summary left out as read above is not kept when its source
+# goes ("00" of a time, "id_"): names and ids an agent re-types are longer.
+LEANED_MIN = 4
 EXCERPT_MIN = 32  # tokens an excerpt keeps at least, else the rung's own rewrite stands
 
 
@@ -106,8 +116,11 @@ class _Values:
     """Which values the model reads before each position, as items are rewritten: per value,
     a heap of the positions whose current text has it (stale entries popped lazily)."""
 
-    def __init__(self, items: Sequence[Item | None], ctx: StageContext) -> None:
+    def __init__(
+        self, items: Sequence[Item | None], ctx: StageContext, known: frozenset[str]
+    ) -> None:
         self._ctx = ctx
+        self._known = known
         self._at: list[frozenset[str]] = []
         self._where: dict[str, list[int]] = {}
         for p, item in enumerate(items):
@@ -128,9 +141,13 @@ class _Values:
             heapq.heappop(heap)
         return bool(heap) and heap[0] < p
 
+    def at(self, p: int) -> frozenset[str]:
+        """The values of the current text at `p`."""
+        return self._at[p]
+
     def seen(self, text: str, p: int) -> frozenset[str]:
         """Those values of `text` the model has read before position `p`."""
-        known = self._ctx.known
+        known = self._known
         return frozenset(v for v in item_values(text, self._ctx) if v in known or self.before(v, p))
 
 
@@ -145,10 +162,16 @@ class Ladder:
         # Units dropped, each as (position, item, decision) before the drop, least useful first
         self._dropped: list[list[tuple[int, Item, Decision | None]]] = []
         self._values: _Values | None = None  # built when a first summary needs it
+        # Notable values a summary at a position left out because the model read them
+        # above it, and per value the positions that did: a rewrite of the text above that
+        # takes such a value away keeps it in a mentions line (the turn leaned on it).
+        self._leaned: dict[int, frozenset[str]] = {}
+        self._leaning: dict[str, list[int]] = {}
         self._units: dict[str, list[int]] = {}
         for p, item in enumerate(items):
             self._units.setdefault(item.unit, []).append(p)
         self._pinned_units = unit_pinned(items)
+        self._known = ctx.known
 
     def kept(self) -> list[Item]:
         return [item for item in self.current if item is not None]
@@ -272,7 +295,11 @@ class Ladder:
             return saved
         decision = Decision("compress", "compress", reason, "summary", 1, text=text)
         new = apply_decision(original, decision, self.ctx.counter, self.ctx.encoding)
+        if new is not None:
+            decision, new = self._keep_leaned(p, original, decision, new)
         if new is None or new.tokens >= item.tokens:
+            if self._values is not None:
+                self._values.set(p, item)
             return saved
         self.ctx.decisions[item.id] = self.made[item.id] = decision
         self.current[p] = replace(new, score=item.score)
@@ -285,26 +312,119 @@ class Ladder:
         if item is None:
             return 0
         original = self.ctx.originals.get(item.id, item)
+        seen: frozenset[str] | None = None
         if decision.method == "summary" and original.rewritable:
             # A summary need not repeat what the model has already read above it.
             if self._values is None:
-                self._values = _Values(self.current, self.ctx)
+                self._values = _Values(self.current, self.ctx, self._known)
             seen = self._values.seen(original.text, p)
             text = summarize(original.text, original.kind, decision.level, seen)
             decision = replace(decision, text=text)
-        self.ctx.decisions[item.id] = self.made[item.id] = decision
         ctx = self.ctx
         new = apply_decision(
             original, decision, ctx.counter, ctx.encoding, ctx.known, ctx.caches.rewritten
         )
-        if new is not None and new.score != item.score:
-            new = replace(new, score=item.score)
+        added = self._lean_back(p, counted) if new is None else 0
+        if new is not None:
+            decision, new = self._keep_leaned(p, original, decision, new)
+            if new.score != item.score:
+                new = replace(new, score=item.score)
+        self.ctx.decisions[item.id] = self.made[item.id] = decision
         self.current[p] = new
         if self._values is not None:
             self._values.set(p, new)
+        self._lean(p, seen, new)
         if not counted(item):
+            return -added
+        return item.tokens - (new.tokens if new is not None else 0) - added
+
+    def _lean(self, p: int, seen: frozenset[str] | None, new: Item | None) -> None:
+        """Note the notable values the summary now at `p` left out as read above it, when
+        it is the agent's own turn (its plan repeating a name it read); an output repeating
+        an earlier one (a dump printed twice) leans on nothing: the agent did not name it."""
+        leaned: frozenset[str] = frozenset()
+        if seen is not None and new is not None and new.kind in ("assistant", "tool_call"):
+            left_out = seen - self._known - item_values(new.text, self.ctx)
+            leaned = frozenset(v for v in left_out if len(v) >= LEANED_MIN and notable(v))
+        self._leaned[p] = leaned
+        for v in leaned:
+            self._leaning.setdefault(v, []).append(p)
+
+    def _lost(self, p: int, new: Item | None) -> dict[str, int]:
+        """The values the rewrite `new` (None: a drop) of the item at `p` takes away that a
+        summary below it left out as read above, nothing else above that summary showing
+        them any more; each with the first such summary still sent (outside `p`'s unit)."""
+        values, item = self._values, self.current[p]
+        if values is None or item is None or not self._leaning:
+            return {}
+        gone = values.at(p) - (item_values(new.text, self.ctx) if new is not None else set())
+        leaning = sorted(
+            ((q, v) for v in gone for q in self._leaning.get(v, ()) if q > p), key=lambda x: x[0]
+        )
+        if not leaning:
+            return {}
+        values.set(p, new)  # the caller sets it again to what it keeps
+        unit = self._units[item.unit]
+        lost: dict[str, int] = {}
+        for q, v in leaning:
+            if v in lost or v not in self._leaned.get(q, ()) or values.before(v, q):
+                continue
+            if self.current[q] is not None and q not in unit:
+                lost[v] = q
+        return lost
+
+    def _mentioned(
+        self, original: Item, decision: Decision, text: str, lost: set[str]
+    ) -> Decision:
+        """`decision` rendering `text` and a mentions line of the `lost` values of `original`
+        (in their order there; unchanged when it names none of them)."""
+        kept = [v for v in item_values_ordered(original.text) if v in lost]
+        if not kept:  # a marker's own number ("[…16 lines]"), not the item's
+            return decision
+        return replace(decision, text=f"{text}\n{mentions_line(kept, MENTION_CAP[1])}")
+
+    def _keep_leaned(
+        self, p: int, original: Item, decision: Decision, new: Item
+    ) -> tuple[Decision, Item]:
+        """The rewrite `new` of the item at `p` with a mentions line of the values it takes
+        away that a summary below it left out as read above (and nothing else above it
+        still shows): a turn that repeated a file name from an email keeps it when the
+        email is masked."""
+        lost = self._lost(p, new)
+        if not lost:
+            return decision, new
+        decision = self._mentioned(original, decision, new.text, set(lost))
+        ctx = self.ctx
+        kept = apply_decision(original, decision, ctx.counter, ctx.encoding, ctx.known)
+        return decision, kept if kept is not None else new
+
+    def _lean_back(self, p: int, counted: Callable[[Item], bool]) -> int:
+        """Before the item at `p` is dropped: the values it takes away that a summary below
+        left out as read above, listed in that summary instead; returns the counted tokens
+        that adds."""
+        by_summary: dict[int, set[str]] = {}
+        for v, q in self._lost(p, None).items():
+            by_summary.setdefault(q, set()).add(v)
+        if self._values is None or not by_summary:
             return 0
-        return item.tokens - (new.tokens if new is not None else 0)
+        self._values.set(p, self.current[p])
+        added, ctx = 0, self.ctx
+        for q, lost in by_summary.items():
+            item = self.current[q]
+            made = ctx.decisions.get(item.id) if item is not None else None
+            if item is None or made is None or made.method != "summary":
+                continue
+            original = ctx.originals.get(item.id, item)
+            decision = self._mentioned(original, made, item.text, lost)
+            new = apply_decision(original, decision, ctx.counter, ctx.encoding, ctx.known)
+            if new is None or decision is made:
+                continue
+            ctx.decisions[item.id] = self.made[item.id] = decision
+            self.current[q] = replace(new, score=item.score)
+            self._values.set(q, self.current[q])
+            self._leaned[q] = self._leaned.get(q, frozenset()) - lost
+            added += new.tokens - item.tokens if counted(item) else 0
+        return added
 
 
 def usefulness(item: Item) -> tuple[bool, float, int, int]:
