@@ -56,6 +56,14 @@ def stop(process: subprocess.Popen[bytes]) -> None:
 LEARNER_MODELS = frozenset({"reflector-stub", "curator-stub"})  # tests/conftest.py's
 
 
+def _from_learner(raw: bytes) -> bool:
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(body, dict) and body.get("model") in LEARNER_MODELS
+
+
 @dataclass
 class Upstream:
     """The scripted upstream stub (tests/upstream_stub.py) in its own process."""
@@ -80,15 +88,19 @@ class Upstream:
             request["body"] = base64.b64decode(request.pop("body_b64"))
         return recorded
 
+    def client_requests(self) -> list[dict[str, Any]]:
+        """The requests the gateway forwarded for clients: the in-process learner's calls
+        to the same stub (its models, `LEARNER_MODELS`) are left out, since they may arrive
+        at any time (a session a test before sent is still being learned from)."""
+        return [request for request in self.requests() if not _from_learner(request["body"])]
+
     def last_body(self) -> dict[str, Any]:
-        """The last request body the gateway forwarded for a client: the in-process
-        learner's calls to the same stub (its models, `LEARNER_MODELS`) are skipped, since
-        they may arrive in between."""
-        for request in reversed(self.requests()):
-            body: dict[str, Any] = orjson.loads(request["body"])
-            if not (isinstance(body, dict) and body.get("model") in LEARNER_MODELS):
-                return body
-        raise AssertionError("the upstream received no client request")
+        """The last request body the gateway forwarded for a client."""
+        forwarded = self.client_requests()
+        if not forwarded:
+            raise AssertionError("the upstream received no client request")
+        body: dict[str, Any] = orjson.loads(forwarded[-1]["body"])
+        return body
 
     def clear(self) -> None:
         httpx.delete(f"{self.url}/_requests")

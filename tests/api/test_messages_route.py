@@ -165,7 +165,7 @@ def test_count_tokens_passes_through_to_the_anthropic_upstream(gateway: Gateway,
     counted = client(gateway).messages.count_tokens(
         model="claude-x", messages=[{"role": "user", "content": "hello there"}])
     assert counted.input_tokens > 0
-    assert upstream.requests()[-1]["path"] == "/v1/messages/count_tokens"
+    assert upstream.client_requests()[-1]["path"] == "/v1/messages/count_tokens"
 
 
 def test_x_api_key_and_anthropic_headers_go_upstream_unchanged(gateway: Gateway,
@@ -179,7 +179,7 @@ def test_x_api_key_and_anthropic_headers_go_upstream_unchanged(gateway: Gateway,
         upstream.clear()
         answer = httpx.post(gateway.url + path, headers=headers, json=body)
         assert answer.status_code == 200
-        recorded = upstream.requests()[-1]
+        recorded = upstream.client_requests()[-1]
         assert recorded["path"] == path
         for name, value in headers.items():
             assert recorded["headers"][name] == value

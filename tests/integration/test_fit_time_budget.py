@@ -166,7 +166,7 @@ def test_a_class_that_refuses_answers_an_openai_error(hurried: Gateway, upstream
     assert error["code"] == "context_fit_timeout" and error["type"] == "server_error"
     assert "on_fit_timeout: refuse" in error["message"]
     assert "CTXGATE_FIT_TIMEOUT_S" in error["message"]
-    assert upstream.requests() == []  # nothing went upstream
+    assert upstream.client_requests() == []  # nothing went upstream
     assert hurried.metric("ctxgate_fit_timeouts_total", task_class="strict",
                           outcome="refused") >= 1
 
@@ -219,7 +219,7 @@ def test_a_small_call_is_answered_while_a_large_bypassed_one_is_parsed(
     assert large[0].status_code == 200, large[0].text
     assert large[0].headers["x-ctxgate-task-class"] == "bypass"
     sent = orjson.dumps({"model": "gpt-4o-mini", "messages": messages})  # as `post` sends it
-    assert any(r["body"] == sent for r in upstream.requests())  # forwarded as sent
+    assert any(r["body"] == sent for r in upstream.client_requests())  # forwarded as sent
     # Loose (2 busy shared cores, at load 4 once failed at 0.5 s, cause not kept): at 0.7 MB the
     # loop's own parse took ~15-50 ms, so this guards against a stall, not that; the
     # 3.5 MB figures are bench.large's (`--bypass`, bench/README.md).

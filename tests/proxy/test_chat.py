@@ -55,14 +55,14 @@ def test_forwarded_bytes_equal_client_bytes(gateway: Gateway, upstream: Upstream
                               headers={"authorization": f"Bearer {KEY}",
                                        "content-type": "application/json", **extra})
         assert response.status_code == 200, response.text
-        assert upstream.requests()[-1]["body"] == body
+        assert upstream.client_requests()[-1]["body"] == body
 
 
 def test_upstream_sees_client_key_in_passthrough_mode(client: openai.OpenAI,
                                                       upstream: Upstream) -> None:
     upstream.clear()
     client.chat.completions.create(model="m", messages=[{"role": "user", "content": "k"}])
-    headers = upstream.requests()[-1]["headers"]
+    headers = upstream.client_requests()[-1]["headers"]
     assert headers["authorization"] == f"Bearer {KEY}"
     assert not any(name.startswith("x-ctxgate") for name in headers)
 

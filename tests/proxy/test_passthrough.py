@@ -28,7 +28,7 @@ def test_models_and_embeddings_through_the_sdk(gateway: Gateway, upstream: Upstr
         model="text-embedding-3-small", input=["a", "b"])
     validate("CreateEmbeddingResponse", orjson.loads(embedding.content))
     assert len(embedding.parse().data) == 2
-    assert upstream.requests()[-1]["headers"]["authorization"] == f"Bearer {KEY}"
+    assert upstream.client_requests()[-1]["headers"]["authorization"] == f"Bearer {KEY}"
 
 
 @pytest.mark.parametrize("method", ["POST", "PUT", "DELETE", "PATCH"])
@@ -40,7 +40,7 @@ def test_any_method_and_path_is_forwarded_verbatim(gateway: Gateway, upstream: U
                              content=body, headers={"authorization": f"Bearer {KEY}",
                                                     "openai-beta": "assistants=v2"})
     assert response.status_code == 200
-    seen = upstream.requests()[-1]
+    seen = upstream.client_requests()[-1]
     assert (seen["method"], seen["path"], seen["query"]) == (
         method, "/v1/responses/resp_1/things", "limit=3&x=y")
     assert seen["body"] == body
@@ -69,7 +69,7 @@ def test_keys_mode_swaps_the_credential(keys_gateway: Gateway, upstream: Upstrea
     upstream.clear()
     client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
     client.models.list()
-    for seen in upstream.requests():
+    for seen in upstream.client_requests():
         assert seen["headers"]["authorization"] == "Bearer sk-upstream-secret-987654321"
 
 
