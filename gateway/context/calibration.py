@@ -7,7 +7,10 @@ the ratio of their sums, per model, is the model's scale (provider tokens per es
 token), and a budget is fitted in estimated tokens as `budget / scale` so that it holds in
 the provider's tokens. The sums live in Redis (shared by replicas and kept over restarts),
 written in one batched pipeline a second like the forecast's counts; the newest calls
-count most (the sums are halved whenever they pass DECAY_AT estimated tokens).
+count most (the sums are halved whenever they pass DECAY_AT estimated tokens). The scale is
+held within [MIN_SCALE, MAX_SCALE]: tokenizers differ by tens of percent, not by 4x, so a
+provider (or a proxy in front of it) reporting bogus usage — ten tokens for a 2,000-token
+call — cannot make every budget of that model 200 times larger.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ if TYPE_CHECKING:
     import redis.asyncio as aioredis
 
 MIN_ESTIMATED = 1_000  # estimated tokens observed before the scale is trusted
+MIN_SCALE, MAX_SCALE = 0.25, 4.0  # plausible provider tokens per estimated token
 DECAY_AT = 2_000_000  # estimated tokens after which both sums are halved
 SCALE_TTL_S = 10.0  # how long a replica trusts its copy of a model's scale
 FLUSH_EVERY_S = 1.0
@@ -89,4 +93,4 @@ def scale_of(estimated: float, reported: float) -> float:
     """Provider tokens per estimated token, once MIN_ESTIMATED tokens were observed."""
     if estimated < MIN_ESTIMATED or reported <= 0:
         return 1.0
-    return reported / estimated
+    return min(max(reported / estimated, MIN_SCALE), MAX_SCALE)

@@ -122,7 +122,8 @@ def test_thinking_and_unknown_blocks_are_never_edited(gateway: Gateway,
     messages[2]["content"].append(unknown)
     upstream.clear()
     api = client(gateway, **{"x-ctxgate-budget-tokens": "2200"})
-    raw = api.messages.with_raw_response.create(model="claude-x", max_tokens=64,
+    model = f"claude-x-{uuid.uuid4().hex[:8]}"  # no scale learned from earlier tests' answers
+    raw = api.messages.with_raw_response.create(model=model, max_tokens=64,
                                                 messages=messages, tools=TOOLS)
     assert int(raw.headers["x-ctxgate-tokens-after"]) <= 2200
     forwarded = upstream.last_body()["messages"]
@@ -191,7 +192,10 @@ def test_x_api_key_and_anthropic_headers_go_upstream_unchanged(gateway: Gateway,
 def test_budget_cuts_old_tool_use_input_and_keeps_it_an_object(gateway: Gateway,
                                                                 upstream: Upstream) -> None:
     """Old exchanges that are mostly tool input (long commands), under a budget: their
-    `tool_use.input` is sent cut, still an object with the same keys; the latest one whole."""
+    `tool_use.input` is sent cut, still an object with the same keys; the latest one whole.
+    A model of its own: the budget is in the provider's tokens, and the scale the shared
+    gateway learned for `claude-x` from earlier tests' answers would move it (calibration)."""
+    model = f"claude-x-{uuid.uuid4().hex[:8]}"
     messages: list[Any] = [{"role": "user", "content": "Clean up the build scripts."}]
     for step in range(3):
         cmd = f"find /srv/build_{step} " + " ".join(f"-name 'part_{step}_{k}.o'" for k in range(60))
@@ -203,13 +207,13 @@ def test_budget_cuts_old_tool_use_input_and_keeps_it_an_object(gateway: Gateway,
     probe = client(gateway, **{"x-ctxgate-budget-tokens": "1000000",
                                "x-ctxgate-session-id": uuid.uuid4().hex})
     size = int(probe.messages.with_raw_response.create(
-        model="claude-x", max_tokens=64, messages=messages, tools=TOOLS
+        model=model, max_tokens=64, messages=messages, tools=TOOLS
     ).headers["x-ctxgate-tokens-before"])
     budget = int(0.8 * size)
     upstream.clear()
     raw = client(gateway, **{"x-ctxgate-budget-tokens": str(budget),  # a first call
                              "x-ctxgate-session-id": uuid.uuid4().hex}).messages \
-        .with_raw_response.create(model="claude-x", max_tokens=64, messages=messages,
+        .with_raw_response.create(model=model, max_tokens=64, messages=messages,
                                   tools=TOOLS)
     assert budget - 0.1 * size <= int(raw.headers["x-ctxgate-tokens-after"]) <= budget
     forwarded = upstream.last_body()["messages"]

@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import orjson
 
+from gateway.context.calibration import MAX_SCALE, MIN_SCALE, scale_of
 from tests import stub_wire
 from tests.harness import Gateway, Upstream
 
@@ -65,3 +66,12 @@ def test_budget_holds_in_the_providers_tokens(gateway: Gateway, upstream: Upstre
     assert min(p / e for p, e in zip(provider, estimated, strict=True)) > 1.5
     assert max(provider) > 0.4 * BUDGET  # the budget was used, not starved
     assert max(provider) <= 1.05 * BUDGET, (provider, estimated)
+
+
+def test_a_bogus_usage_report_cannot_unbound_a_budget() -> None:
+    """Ten tokens reported for a 2,000-token call is not a tokenizer's difference: the scale
+    stays within bounds, so a budget grows at most 1 / MIN_SCALE times, not 200 times."""
+    assert scale_of(999, 10) == 1.0  # too little observed yet
+    assert scale_of(2000, 2600) == 1.3
+    assert scale_of(2000, 10) == MIN_SCALE
+    assert scale_of(2000, 2_000_000) == MAX_SCALE
