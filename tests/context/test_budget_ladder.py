@@ -495,6 +495,6 @@ def test_a_rewrite_keeps_what_a_later_summary_left_out_as_read_above(rung: int) 
     holder = cut.current[email] if rung == ladder.MASK else cut.current[turn]
     assert holder is not None and "feedback.xlsx" in holder.text
     if rung == ladder.MASK:
-        assert holder.text.startswith("[ctxgate: tool_result omitted:")
+        assert holder.text.startswith("[ctxgate: omitted ")
     else:
         assert cut.current[email] is None
