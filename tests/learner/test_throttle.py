@@ -188,7 +188,9 @@ def test_serve_with_a_tight_budget_still_learns_every_lesson(
                             json={"model": "gpt-4o-mini", "messages": failed_step()})
         assert answer.status_code == 200
     url = f"{tight_gateway.url}/admin/playbooks/{tenant_of_token(key)}/{CLASS}/bullets"
-    deadline = time.monotonic() + 120
+    # 2% of a CPU learns three lessons in ~70 s on an idle machine (the embedding model
+    # loads within the budget too); 120 s was missed once in CI with two of three learned
+    deadline = time.monotonic() + 300
     contents: list[str] = []
     while sorted(contents) != sorted(lessons):
         assert time.monotonic() < deadline, (contents, tight_gateway.log[-2000:])
