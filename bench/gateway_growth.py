@@ -4,10 +4,13 @@ behind a counting proxy (`bench/capacity.py`), and for the first and the last `-
 calls, per call: the gateway's `x-ctxgate-overhead-ms`, the bytes sent to and read from
 Redis by command and key kind, and (`--profile DIR`) a cProfile of the gateway's event-loop
 thread over those calls only (switched on and off by signals), to compare function by
-function.
+function; or (`--pyspy DIR`) py-spy's samples of every thread of the gateway over those
+calls (the fitting thread's work included, native frames too), compared function by
+function as samples per call.
 
     python -m bench.gateway_growth [--turns 300] [--edge 20] [--profile /tmp/prof]
     python -m bench.gateway_growth --tree /tmp/base ...   # another checkout's gateway
+    python -m bench.gateway_growth --pyspy /tmp/spy [--bypass]
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
+import json
 import os
 import pstats
 import signal
@@ -122,28 +126,69 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     _SizedResp.sizes.clear()
                     _SizedResp.counts.clear()
                     before, ms, cpu = proxy.snapshot(), [], _cpu_s(process.pid)
-                    sent = 0
+                    sent, waited = 0, []
                     if args.profile:
                         process.send_signal(signal.SIGUSR1)
                         time.sleep(0.2)
-                response = client.post(f"{url}/v1/chat/completions", json=body,
-                                       headers=headers)
+                    if args.pyspy:
+                        spy = _spy(process.pid, args.pyspy / f"{edge}.txt")
+                content = json.dumps(body, ensure_ascii=False, separators=(",", ":"),
+                                     allow_nan=False).encode()  # httpx's `json=`, timed apart
+                posted = time.perf_counter()
+                response = client.post(f"{url}/v1/chat/completions", content=content,
+                                       headers={**headers, "content-type": "application/json"})
+                if edge:
+                    waited.append(1000 * (time.perf_counter() - posted))
                 assert response.status_code == 200, response.text
                 time.sleep(SETTLE_S)
                 if edge:
                     ms.append(float(response.headers["x-ctxgate-overhead-ms"]))
-                    sent += len(orjson.dumps(body))
+                    sent += len(content)
                 if edge and n == edges[edge][-1]:
                     if args.profile:
                         process.send_signal(signal.SIGUSR2)
                         time.sleep(0.5)
+                    if args.pyspy:
+                        spy.send_signal(signal.SIGINT)
+                        spy.wait(30)
                     out[edge] = _edge(proxy.snapshot().minus(before), ms, args.edge)
+                    out[edge]["client ms/call (median)"] = round(statistics.median(waited), 3)
                     out[edge]["client body bytes/call"] = round(sent / args.edge)
                     out[edge]["gateway CPU ms/call"] = round(
                         1000 * (_cpu_s(process.pid) - cpu) / args.edge, 2)
                     out[edge]["stored at its last call"] = _stored(store.port, response)
         out["output"] = _output(upstream, tmp / "drops.jsonl")
     return out
+
+
+def _spy(pid: int, out: Path) -> subprocess.Popen[bytes]:
+    """py-spy sampling every thread of `pid` (1 kHz, not pausing it: native frames would)
+    into `out` until SIGINT."""
+    spy = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "-p",
+                            str(pid), "-r", "1000", "-t", "--nonblocking", "-f", "raw",
+                            "-o", str(out)],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(1.0)  # attached before the first call
+    return spy
+
+
+def compare_spies(directory: Path, calls: int, top: int) -> None:
+    """Functions by samples per call (1 sample = 1 ms of a thread not idle), inclusive, in the
+    first edge and the last: those whose share grew most."""
+    tallies = []
+    for edge in ("first", "last"):
+        inclusive: Counter[str] = Counter()
+        for line in (directory / f"{edge}.txt").read_text().splitlines():
+            stack, _, count = line.rpartition(" ")
+            frames = {f.split(" (")[0] + " (" + f.split(" (")[-1].split(":")[0].rsplit("/", 1)[-1]
+                      for f in stack.split(";")[1:]}
+            for frame in frames:
+                inclusive[frame] += int(count)
+        tallies.append(inclusive)
+    first, last = tallies
+    print("ms/call first -> last | function (inclusive, every thread)")
+    for frame in sorted(last, key=lambda f: first[f] - last[f])[:top]:
+        print(f"{first[frame] / calls:7.2f} -> {last[frame] / calls:7.2f} | {frame}")
 
 
 def _output(upstream: Upstream, drops: Path) -> dict[str, str]:
@@ -216,16 +261,20 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--edge", type=int, default=20)
     parser.add_argument("--profile", type=Path, help="dump the edges' cProfiles here")
+    parser.add_argument("--pyspy", type=Path, help="dump the edges' py-spy samples here")
     parser.add_argument("--top", type=int, default=40)
     parser.add_argument("--bypass", action="store_true",
                         help="send x-ctxgate-bypass: the floor every gateway pays per call")
     args = parser.parse_args()
-    if args.profile:
-        args.profile.mkdir(parents=True, exist_ok=True)
+    for directory in (args.profile, args.pyspy):
+        if directory:
+            directory.mkdir(parents=True, exist_ok=True)
     result = run(args)
     print(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode())
     if args.profile:
         compare_profiles(args.profile, args.top)
+    if args.pyspy:
+        compare_spies(args.pyspy, args.edge, args.top)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import orjson
 
 from gateway.api.asgi import parse_json_object
-from gateway.api.bodies import BodyCache, Decode
+from gateway.api.bodies import MAX_BODY_BYTES, BodyCache, BodyEncoder, Decode
 from gateway.api.pieces import parse_large
 from gateway.context.engine import (
     HEADER_CLASS,
@@ -108,20 +108,25 @@ class Fitting:
         self._large: set[int] = set()  # ids of large calls' fitted calls not yet released
         self._pieces = AccountPieces()  # each session's latest account pieces
         self.bodies = BodyCache()  # a session's body decoded from where its last one ended
+        self.encoder = BodyEncoder()  # a body to forward encoded from its unchanged runs
 
     async def prepare(self, wire: WireFormat, raw: bytes, call: Call) -> Prepared:
         """Parse, validate, fit and render `raw` within the call's time budget."""
         spent = time.perf_counter() - call.started  # reading the body counts too
         deadline = Deadline(time.monotonic() + self.timeout_s - spent)
-        resumed = self.bodies.resume(call.caller.tenant, raw)  # its new messages decoded
+        # Its new messages decoded and validated (the rest was, in its session's last call).
+        resumed = self.bodies.resume(call.caller.tenant, raw, (wire.name, wire.validate_from))
+        checked = resumed is not None
         try:
             if self.thread is not None and _large(raw, resumed):
                 decode = self._decoder(call, parse_large, resumed)
                 return self._owned(await self.thread.run(
-                    lambda engine: _prepare(engine, wire, raw, call, decode), deadline))
+                    lambda engine: _prepare(engine, wire, raw, call, decode, checked,
+                                            self._encode(raw)), deadline))
             async with fit_deadline(deadline):
                 return await _prepare(self.engine, wire, raw, call,
-                                      self._decoder(call, parse_json_object, resumed))
+                                      self._decoder(call, parse_json_object, resumed), checked,
+                                      self._encode(raw))
         except FitDeadline as late:
             return self._late(wire, raw, call, late.cause)
         except ContextBudgetExceeded:
@@ -135,10 +140,10 @@ class Fitting:
         as after-response work is, so that a slow parse is not done twice; one the thread
         cannot take (its queue full, or stuck) is parsed inline, as a small one is. A body
         that continues one the session sent before has only its new messages decoded: it
-        stays on the loop, and a large one is observed and freed on the thread all the same."""
-        resumed = self.bodies.resume(call.caller.tenant, raw)
-        if resumed is not None:
-            body = as_is(wire, raw, lambda _raw: resumed)
+        stays on the loop (validated from where that one's validation ended), and a large
+        one is observed and freed on the thread all the same."""
+        body = self.bodies.resume(call.caller.tenant, raw, (wire.name, wire.validate_from))
+        if body is not None:
             if self.thread is not None and _large(raw, body):
                 self._large.add(id(body))
             return body
@@ -164,6 +169,12 @@ class Fitting:
             return lambda _raw: resumed
         tenant = call.caller.tenant
         return lambda raw: self.bodies.decode(tenant, raw, whole)
+
+    def _encode(self, raw: bytes) -> Callable[[dict[str, Any]], bytes]:
+        """How the fitted body of a call sent as `raw` is encoded: by runs (`BodyEncoder`)
+        under a megabyte; a body from a megabyte on is fitted and freed on the fitting thread
+        (issue 10), so no run keeps its messages."""
+        return self.encoder.dumps if len(raw) < MAX_BODY_BYTES else orjson.dumps
 
     def _owned(self, prepared: Prepared) -> Prepared:
         """A large call's fitted call, or its parsed body when the engine failed on it, to
@@ -332,11 +343,14 @@ def _trace_parts(fitted: FittedCall, pieces: AccountPieces) -> TraceParts:
 
 
 async def _prepare(engine: ContextEngine, wire: WireFormat, raw: bytes, call: Call,
-                   parse: Callable[[bytes], dict[str, Any]]) -> Prepared:
-    """The call's body parsed, fitted and rendered, on whichever loop runs it: it reads
-    `call` and never writes it (a late result must not touch a call already sent on)."""
+                   parse: Callable[[bytes], dict[str, Any]], checked: bool = False,
+                   encode: Callable[[dict[str, Any]], bytes] = orjson.dumps) -> Prepared:
+    """The call's body parsed (validated already when `checked`), fitted, rendered and
+    encoded, on whichever loop runs it: it reads `call` and never writes it (a late result
+    must not touch a call already sent on)."""
     body = parse(raw)
-    wire.validate(body)
+    if not checked:
+        wire.validate(body)
     stream = body.get("stream") is True
     view = wire.view(body)
     headers = call.headers
@@ -352,5 +366,5 @@ async def _prepare(engine: ContextEngine, wire: WireFormat, raw: bytes, call: Ca
                       extra={"trace_id": call.trace_id, "endpoint": wire.name})
         return Prepared(raw, UNMANAGED, stream=stream, sent=body, unmanaged=STORE_DOWN_REASON
                         if isinstance(exc, STORE_DOWN) else ENGINE_FAILED)
-    forward = orjson.dumps(wire.render(body, view, fitted)) if fitted.changed else raw
+    forward = encode(wire.render(body, view, fitted)) if fitted.changed else raw
     return Prepared(forward, fitted.task_class, fitted, stream)

@@ -29,6 +29,16 @@ ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function
 
 def validate_chat_request(body: Mapping[str, Any]) -> None:
     """Raise InvalidRequest (naming the parameter) if the gateway cannot handle `body`."""
+    check_chat_request(body)
+
+
+def check_chat_request(body: Mapping[str, Any], start: int = 0,
+                       calls: frozenset[str] = frozenset()) -> frozenset[str]:
+    """`validate_chat_request` of a body whose first `start` messages passed it before (in
+    an earlier call's body that this one continues: `gateway/api/bodies.py`), `calls` being
+    the tool call ids they opened: only the rest is walked, and the same error is raised
+    as by the whole walk. Returns the tool call ids of all its messages, from which a later
+    body continuing this one is checked."""
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise InvalidRequest("'messages' must be a non-empty array.", param="messages")
@@ -40,8 +50,9 @@ def validate_chat_request(body: Mapping[str, Any]) -> None:
             raise InvalidRequest(f"'{key}' must be an integer.", param=key)
     if "stream" in body and not isinstance(body["stream"], bool | None):
         raise InvalidRequest("'stream' must be a boolean.", param="stream")
-    open_calls: set[str] = set()
-    for index, message in enumerate(messages):
+    open_calls: set[str] = set()  # opened from `start` on; `calls` before it
+    for index in range(start, len(messages)):
+        message = messages[index]
         # The common message (a dict, a known role, string content, no tool calls) is
         # checked in a few type tests: a long session's call has hundreds of them.
         if type(message) is not dict:
@@ -55,13 +66,15 @@ def validate_chat_request(body: Mapping[str, Any]) -> None:
                 open_calls.update(_tool_call_ids(message, f"messages[{index}]"))
         elif role == "tool":
             call_id = message.get("tool_call_id")
-            if not isinstance(call_id, str) or call_id not in open_calls:
+            if not isinstance(call_id, str) or (call_id not in open_calls
+                                                and call_id not in calls):
                 where = f"messages[{index}]"
                 raise InvalidRequest(
                     f"{where} is a 'tool' message whose tool_call_id {call_id!r} answers no "
                     "tool call of an earlier assistant message.",
                     param=f"{where}.tool_call_id",
                 )
+    return calls | open_calls if open_calls else calls
 
 
 def _check_message(message: dict[str, Any], role: Any, where: str) -> None:
@@ -170,6 +183,9 @@ class ChatCompletions:
 
     def validate(self, body: Mapping[str, Any]) -> None:
         validate_chat_request(body)
+
+    def validate_from(self, body: Mapping[str, Any], start: int, state: Any) -> Any:
+        return check_chat_request(body, start, state or frozenset())
 
     def view(self, body: dict[str, Any]) -> ChatView:
         return ChatView(body, range(len(body["messages"])))

@@ -219,13 +219,16 @@ def _with_block(system: Any, block: str) -> Any:
     return block
 
 
-def validate(body: Mapping[str, Any]) -> None:
+def validate(body: Mapping[str, Any], start: int = 0) -> None:
+    """Raise InvalidRequest if the gateway cannot handle `body`; its first `start` messages
+    passed before (an earlier body that this one continues): not walked again."""
     if not isinstance(body.get("model"), str):
         raise InvalidRequest("model: Field required", param="model")
     messages = body.get("messages")
     if not isinstance(messages, list):
         raise InvalidRequest("messages: Field required", param="messages")
-    for m, message in enumerate(messages):
+    for m in range(start, len(messages)):
+        message = messages[m]
         if not isinstance(message, dict) or not isinstance(message.get("role"), str):
             raise InvalidRequest(f"messages.{m}: must be an object with a string role",
                                  param=f"messages.{m}")
@@ -332,6 +335,9 @@ class Messages:
 
     def validate(self, body: Mapping[str, Any]) -> None:
         validate(body)
+
+    def validate_from(self, body: Mapping[str, Any], start: int, state: Any) -> Any:
+        validate(body, start)  # no state: each message is checked on its own
 
     def view(self, body: dict[str, Any]) -> ChatView:
         return build_view(body)

@@ -296,6 +296,9 @@ class Responses:
     def validate(self, body: Mapping[str, Any]) -> None:
         validate(body)
 
+    def validate_from(self, body: Mapping[str, Any], start: int, state: Any) -> Any:
+        validate(body)  # never asked: a Responses body (`input`) is not kept to continue
+
     def view(self, body: dict[str, Any]) -> ChatView:
         return build_view(body)
 

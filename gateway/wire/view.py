@@ -73,6 +73,13 @@ class WireFormat(Protocol):
     def validate(self, body: Mapping[str, Any]) -> None:
         """Raise InvalidRequest if the gateway cannot handle `body`."""
 
+    def validate_from(self, body: Mapping[str, Any], start: int, state: Any) -> Any:
+        """`validate(body)` where the body's first `start` messages passed it in an earlier
+        body that this one continues (`gateway/api/bodies.py`), leaving `state` (None when
+        none did: `start` is 0): only the rest is walked, the same error raised as by the
+        whole walk. Returns the state after all its messages, for a body continuing this
+        one."""
+
     def view(self, body: dict[str, Any]) -> ChatView: ...
 
     def render(self, body: dict[str, Any], view: ChatView,

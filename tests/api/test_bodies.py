@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
+import copy
 import json
+import random
 from typing import Any
 
 import orjson
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.api import bodies
 from gateway.api.asgi import parse_json_object
-from gateway.api.bodies import BodyCache, decode_members
+from gateway.api.bodies import BodyCache, BodyEncoder, decode_members
 from gateway.api.pieces import PIECEWISE_BYTES, parse_large
 from gateway.context.replay import calls_from_messages
-from gateway.errors import InvalidJSON
+from gateway.errors import GatewayError, InvalidJSON
+from gateway.wire.chat import ChatCompletions
+from gateway.wire.messages import Messages
 from tests.sessions import synthetic_session
 
 
@@ -156,3 +161,134 @@ def test_a_body_split_in_the_wrong_place_is_decoded_whole() -> None:
     assert cache.decode("t", raw, parse_json_object) == orjson.loads(raw)
     assert not cache._order
     assert bodies.TAIL_TRIES > 0
+
+
+def _refusal(check: Any) -> Any:
+    """What a validation makes of a body: passes, or its error's message and parameter."""
+    try:
+        check()
+    except GatewayError as error:
+        return (type(error).__name__, error.message, error.param)
+    return "ok"
+
+
+CHAT = ChatCompletions()
+MESSAGES_WIRE = Messages()
+BAD = [  # each breaks one check (the chat format's; the last two, the Messages format's too)
+    {"role": "tool", "tool_call_id": "never-opened", "content": "x"},
+    {"role": "tool", "content": "no id"},
+    {"role": "wizard", "content": "x"},
+    {"role": "user", "content": 7},
+    {"role": "assistant", "content": None, "tool_calls": "not a list"},
+    {"role": "assistant", "content": None, "tool_calls": [{"function": {}}]},
+    {"content": "no role"},
+    "not an object",
+]
+
+
+def _opened(n: int) -> list[dict[str, Any]]:
+    return [{"role": "assistant", "content": None, "tool_calls": [
+        {"id": f"call_{n}", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": f"call_{n}", "content": "out " * 40}]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 6), st.lists(st.sampled_from([*range(len(BAD)), *[-1, -2] * 4]),
+                                   min_size=1, max_size=6), st.integers(0, 3 * len(BAD)),
+       st.booleans())
+def test_a_resumed_body_is_validated_from_where_its_last_one_was_as_whole(
+        turns: int, later: list[int], bad_kept: int, messages_wire: bool) -> None:
+    """Each next body (new messages good, bad, answering a tool call opened in the kept part
+    (-1) or opening one (-2)) is refused or passed exactly as the whole walk does, message and
+    parameter; a kept body that was refused is checked again from its first message."""
+    wire = MESSAGES_WIRE if messages_wire else CHAT
+    history: list[Any] = [{"role": "system", "content": "s" * 2000}]
+    for n in range(turns):
+        history += [{"role": "user", "content": f"turn {n}"}, *_opened(n)]
+    if bad_kept < len(BAD):  # an invalid message in the kept part
+        history.insert(1 + bad_kept % max(1, len(history)), BAD[bad_kept])
+    cache = BodyCache(min_bytes=512)
+    check = (wire.name, wire.validate_from)
+    body = {"model": "m", "messages": history, "stream": False}
+    cache.decode("t", orjson.dumps(body), parse_json_object)  # kept, not validated
+    for step, pick in enumerate(later):
+        new = (BAD[pick] if pick >= 0  # -1: answers the kept part's first call (if any)
+               else {"role": "tool", "content": "again", "tool_call_id": "call_0"} if pick == -1
+               else _opened(100 + step)[0])  # -2: opens a call of its own
+        body = {**body, "messages": [*body["messages"], new]}
+        raw = orjson.dumps(body)
+        whole = _refusal(lambda raw=raw: wire.validate(orjson.loads(raw)))
+        resumed = _refusal(lambda raw=raw: cache.resume("t", raw, check))
+        assert resumed == whole
+    assert cache.resumed == len(later)
+
+
+def test_validation_state_is_noted_only_for_a_body_that_passed() -> None:
+    history: list[Any] = [{"role": "system", "content": "s" * 2000}, *_opened(0)]
+    cache, check = BodyCache(min_bytes=512), (CHAT.name, CHAT.validate_from)
+    body = {"model": "m", "messages": history}
+    cache.decode("t", orjson.dumps(body), parse_json_object)
+    for new, ok in [({"role": "tool", "tool_call_id": "call_0", "content": "a"}, True),
+                    ({"role": "tool", "tool_call_id": "call_9", "content": "b"}, False),
+                    ({"role": "user", "content": "c"}, False),  # the bad one is kept above
+                    ]:
+        body = {**body, "messages": [*body["messages"], new]}
+        assert (_refusal(lambda b=body: cache.resume("t", orjson.dumps(b), check)) == "ok") is ok
+
+
+def test_a_body_encoded_by_runs_is_the_body_encoded_whole() -> None:
+    calls = calls_from_messages(synthetic_session(1, 80)[1], "gpt-4o-mini")
+    encoder, rng = BodyEncoder(), random.Random(3)
+    previous: list[Any] = []
+    for body in calls:
+        messages = [*previous, *body["messages"][len(previous):]]  # the last call's objects
+        if rng.random() < 0.3 and len(messages) > 40:  # a step: rewrites, drops, copies
+            at = rng.randrange(1, len(messages))
+            messages[at] = {**messages[at], "content": "[digest]"}
+            del messages[rng.randrange(1, len(messages))]
+            messages[5:9] = copy.deepcopy(messages[5:9])
+        previous = body["messages"]
+        forwarded = {"tools": [{"key": encoder._key}], **body, "messages": messages}
+        assert encoder.dumps(forwarded) == orjson.dumps(forwarded)  # the nonce twice: whole
+        forwarded = {**body, "messages": messages}
+        assert encoder.dumps(forwarded) == orjson.dumps(forwarded)
+    assert encoder.reused > 250  # most runs were not encoded again (315 here)
+
+
+def _nested(levels: int) -> Any:
+    deep: Any = "x"
+    for _ in range(levels):
+        deep = [deep]
+    return deep
+
+
+def test_a_body_orjson_cannot_encode_fails_by_runs_as_whole() -> None:
+    """At the deepest nesting orjson writes in a body and one level past it (its limit
+    counts from the body, not from a run), the runs encode or fail as the whole body."""
+    messages = [{"role": "user", "content": f"m{n}"} for n in range(40)]
+    body = {"model": "m", "messages": messages}
+    levels = 200
+    while True:  # the deepest a message's content can be in the body
+        messages[20] = {"role": "user", "content": _nested(levels + 1)}
+        try:
+            orjson.dumps(body)
+        except orjson.JSONEncodeError:
+            break
+        levels += 1
+    encoder = BodyEncoder()
+    with pytest.raises(orjson.JSONEncodeError) as whole:
+        orjson.dumps(body)
+    with pytest.raises(orjson.JSONEncodeError) as runs:
+        encoder.dumps(body)
+    assert str(runs.value) == str(whole.value)
+    messages[20] = {"role": "user", "content": _nested(levels)}
+    assert encoder.dumps(body) == orjson.dumps(body)
+
+
+def test_the_runs_kept_stay_within_their_bytes() -> None:
+    encoder = BodyEncoder(max_bytes=20_000)
+    for n in range(30):
+        messages = [{"role": "user", "content": f"{n}:{k} " + "y" * 100} for k in range(64)]
+        assert encoder.dumps({"messages": messages}) == orjson.dumps({"messages": messages})
+        assert encoder._bytes <= 20_000
+    assert encoder._bytes == sum(len(raw) for _, raw in encoder._runs.values())

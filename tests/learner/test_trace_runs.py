@@ -5,7 +5,13 @@ from __future__ import annotations
 import copy
 import random
 
-from gateway.learner.traces import MESSAGE_RUN, MessageRuns, keep_recent, split_messages
+from gateway.learner.traces import (
+    MESSAGE_RUN,
+    MessageRuns,
+    MessageSizes,
+    keep_recent,
+    split_messages,
+)
 
 
 def _split(history: list[dict[str, str]], runs: MessageRuns | None) -> object:
@@ -45,3 +51,22 @@ def test_a_run_of_new_objects_is_never_answered_from_the_memory() -> None:
     for n in range(8):  # bounded: the oldest are forgotten
         runs.run(n + 1, first)
     assert len(runs._runs) == 4
+
+
+def test_sizes_remembered_by_identity_trim_as_measured_afresh() -> None:
+    """`keep_recent` with its measures remembered keeps what it keeps measuring every
+    message, while a session's messages are sometimes new objects, rewritten or short."""
+    rng = random.Random(11)
+    history: list[dict[str, str]] = [{"role": "system", "content": "S" * 300}]
+    sizes = MessageSizes(size=64)
+    for turn in range(200):
+        history += [{"role": "user", "content": f"turn {turn} " + "x" * rng.randrange(600)},
+                    {"role": "assistant", "content": "ok" if turn % 3 else "y" * 900}]
+        if turn % 9 == 4:  # decoded whole: new objects, same values
+            history = copy.deepcopy(history)
+        if turn % 5 == 2:  # an old message rewritten (a digest), a new object in its place
+            at = rng.randrange(1, len(history))
+            history[at] = {**history[at], "content": "z" * rng.randrange(3000)}
+        for limits in ((48_000, 24_000), (6_000, None), (20_000, 3_000)):
+            assert keep_recent(history, *limits, sizes) == keep_recent(history, *limits)
+    assert len(sizes._known) == 64  # bounded
