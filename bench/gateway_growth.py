@@ -119,6 +119,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                    "x-ctxgate-session-id": f"growth-{args.seed}"}
         if args.bypass:  # the floor: the same bodies read, forwarded and metered, not fitted
             headers["x-ctxgate-bypass"] = "true"
+        every: list[tuple[int, int, float]] = []  # each call: body bytes, new bytes, overhead
         with httpx.Client(timeout=60) as client:
             for n, body in enumerate(calls):
                 edge = next((name for name, span in edges.items() if n in span), None)
@@ -141,6 +142,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     waited.append(1000 * (time.perf_counter() - posted))
                 assert response.status_code == 200, response.text
                 time.sleep(SETTLE_S)
+                every.append((len(content), len(content) - (every[-1][0] if every else 0),
+                              float(response.headers["x-ctxgate-overhead-ms"])))
                 if edge:
                     ms.append(float(response.headers["x-ctxgate-overhead-ms"]))
                     sent += len(content)
@@ -158,7 +161,25 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         1000 * (_cpu_s(process.pid) - cpu) / args.edge, 2)
                     out[edge]["stored at its last call"] = _stored(store.port, response)
         out["output"] = _output(upstream, tmp / "drops.jsonl")
+    out["per call"] = per_call(every)
     return out
+
+
+def per_call(every: list[tuple[int, int, float]]) -> dict[str, float]:
+    """Every call's overhead fitted as fixed + per new KB + per KB of the whole body (least
+    squares over all calls, and over the calls under 3x the median residual again)."""
+    import numpy as np
+
+    data = np.array(every, dtype=float)
+    design = np.column_stack([np.ones(len(data)), data[:, 1] / 1024, data[:, 0] / 1024])
+    keep = np.ones(len(data), dtype=bool)
+    for _ in range(2):
+        coef = np.linalg.lstsq(design[keep], data[keep, 2], rcond=None)[0]
+        residual = np.abs(design @ coef - data[:, 2])
+        keep = residual <= 3 * np.median(residual)
+    return {"fixed ms": round(float(coef[0]), 3), "ms per new KB": round(float(coef[1]), 4),
+            "ms per KB of body": round(float(coef[2]), 5),
+            "calls fitted": int(keep.sum()), "calls": len(data)}
 
 
 def _spy(pid: int, out: Path) -> subprocess.Popen[bytes]:
