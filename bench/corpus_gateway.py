@@ -11,7 +11,7 @@ by the engine in this process (`bench/corpus_run.py`, as `bench/replay.py` does)
 many calls went upstream exactly as the replay forwards them.
 
     python -m bench.corpus_gateway --corpora /tmp/taubench --corpus taubench-airline-queue \\
-        [--max-sessions N] [--model gpt-4o] [--json OUT]
+        [--max-sessions N] [--model gpt-4o] [--env KEY=VALUE ...] [--json OUT]
 """
 
 from __future__ import annotations
@@ -72,8 +72,8 @@ async def replay_engine(sessions: list[Session], corpus: str) -> dict[str, list[
     return out
 
 
-def through_gateway(sessions: list[Session], corpus: str, model: str,
-                    workdir: Path) -> dict[str, list[Any]]:
+def through_gateway(sessions: list[Session], corpus: str, model: str, workdir: Path,
+                    env: dict[str, str] | None = None) -> dict[str, list[Any]]:
     """Per session, per call: the class the gateway answered and the forwarded messages."""
     out: dict[str, list[Any]] = {}
     with contextlib.ExitStack() as stack:
@@ -84,7 +84,7 @@ def through_gateway(sessions: list[Session], corpus: str, model: str,
         gateway = Gateway.start(workdir / "gateway", {
             "CTXGATE_UPSTREAM_URL": f"{upstream.url}/v1", "CTXGATE_WORKER": "off",
             "CTXGATE_REDIS_URL": f"redis://127.0.0.1:{store.port}/0",
-            "CTXGATE_LOG_LEVEL": "warning"}, timeout_s=600)
+            "CTXGATE_LOG_LEVEL": "warning", **(env or {})}, timeout_s=600)
         stack.callback(stop, gateway.process)
         auth = {"authorization": "Bearer sk-bench-corpus-gateway"}
         with httpx.Client(timeout=120) as client:
@@ -137,10 +137,13 @@ def main() -> int:
     parser.add_argument("--max-sessions", type=int)
     parser.add_argument("--model", default="gpt-4o")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                        help="extra gateway environment (e.g. CTXGATE_FORECAST_ADJUST=false)")
     args = parser.parse_args()
+    env = dict(item.split("=", 1) for item in args.env)
     sessions = corpora.load(args.corpus, args.corpora)[: args.max_sessions]
     with tempfile.TemporaryDirectory() as tmp:
-        gateway = through_gateway(sessions, args.corpus, args.model, Path(tmp))
+        gateway = through_gateway(sessions, args.corpus, args.model, Path(tmp), env)
     engine = asyncio.run(replay_engine(sessions, args.corpus))
     rows = compare(sessions, gateway, engine)
     print("| session | calls | class (gateway) | class (replay) | late reduction gateway / "
