@@ -57,10 +57,19 @@ def jsonl(name: str, root: Path = CORPORA) -> list[Session]:
     return out
 
 
+def extra_jsonl(root: Path) -> list[str]:
+    """Folders under `root` in the JSONL format that are not among the shared corpora (a
+    corpus converted outside the repository, e.g. by `bench/taubench.py`)."""
+    if not root.is_dir():
+        return []
+    return sorted(p.parent.name for p in root.glob("*/sessions.jsonl")
+                  if p.parent.name not in CORPUS_NAMES)
+
+
 def load(name: str, root: Path = CORPORA, *, synthetic: int = 3, turns: int = 100) -> list[Session]:
     if name == "swe-agent":
         return swe_agent(root)
-    if name in JSONL_CORPORA:
+    if name in JSONL_CORPORA or (name != "synthetic" and (root / name / "sessions.jsonl").exists()):
         return jsonl(name, root)
     if name == "synthetic":
         return [synthetic_session(seed, turns) for seed in range(synthetic)]

@@ -100,7 +100,8 @@ async def run(groups: dict[str, list[Session]]) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--corpora", type=Path, default=CORPORA)
-    parser.add_argument("--corpus", action="append", choices=CORPUS_NAMES)
+    parser.add_argument("--corpus", action="append", metavar="NAME",
+                        help=f"{', '.join(CORPUS_NAMES[:-1])}, or a JSONL folder under --corpora")
     parser.add_argument("--split", choices=("all", "tune", "holdout"), default="all")
     args = parser.parse_args()
     groups = {}

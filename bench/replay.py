@@ -329,7 +329,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--corpora", type=Path, default=CORPORA, help="root of the corpora")
     parser.add_argument(
-        "--corpus", action="append", choices=CORPUS_NAMES, help="only this corpus (repeatable)"
+        "--corpus", action="append", metavar="NAME",
+        help=f"only this corpus (repeatable): {', '.join(CORPUS_NAMES)}, or any folder under "
+        "--corpora holding a sessions.jsonl (all such folders are run by default too)",
     )
     parser.add_argument("--max-sessions", type=int, help="first N sessions of each corpus")
     parser.add_argument("--split", choices=("all", "tune", "holdout"), default="all")
@@ -362,7 +364,7 @@ def main() -> int:
         return 0
     settings = Settings()
     sessions: dict[str, list[Session]] = {}
-    for name in args.corpus or CORPUS_NAMES:
+    for name in args.corpus or (*CORPUS_NAMES, *corpora.extra_jsonl(args.corpora)):
         if name == "synthetic":
             group = [corpora.synthetic_session(seed) for seed in range(args.synthetic)]
             group += [corpora.synthetic_session(seed, 300) for seed in range(args.long)]

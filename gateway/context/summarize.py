@@ -43,7 +43,10 @@ _TIMESTAMP = re.compile(
     r"^\s*(DEBUG|INFO|WARN|WARNING|ERROR|TRACE)\b"
 )
 _FENCE = re.compile(r"```.*?```", re.DOTALL)
-_VALUE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-/]*[A-Za-z0-9_]")
+# A time of day (`03:00`, `9:45`) is one value an agent re-tells, not two bare numbers
+# (`03`, `00`); longer colon runs (log timestamps `10:02:14`, `file.py:12:5`) split as before,
+# so a log's every second does not become a value of its own.
+_VALUE = re.compile(r"(?<![\d:])\d{1,2}:\d{2}(?![\d:])|[A-Za-z0-9_][A-Za-z0-9_.\-/]*[A-Za-z0-9_]")
 # Shell prompts and status lines repeat in every observation: the latest one carries them.
 _PROMPT = re.compile(
     r"^\((?:Open file|Current directory)[^)]*\)\s*$|^\S{0,40}[$#>]\s*$", re.MULTILINE

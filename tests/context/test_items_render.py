@@ -131,6 +131,16 @@ def test_digest_keeps_header_errors_and_values_not_lines() -> None:
     assert "decrypts" not in out and "with" not in out
 
 
+def test_a_time_of_day_is_one_value_in_a_digest() -> None:
+    assert values("at 9:45, log 10:02:14 (a.py:12:5)") == [
+        "at", "9:45", "log", "10", "02", "14", "a.py", "12"]  # a log's seconds split as before
+    turn = ("Here are the options from JFK to SEA:\n1. HAT039: departs 10:00 PM, arrives"
+            " 03:00 AM (next day), $103.\n2. HAT136: departs 11:15 AM, $140.")
+    mentions = summarize(turn, "assistant", 3).split("mentions: ")[1]
+    # the times the agent re-tells the customer survive, not `03` and `00`
+    assert {"10:00", "03:00", "11:15", "HAT039"} <= set(mentions.rstrip("]").split())
+
+
 def test_digest_of_a_command_cuts_the_payload_it_pasted() -> None:
     blob = "QUJD" * 100
     turn = f"Decode it.\n```\necho '{blob}' | base64 -d > out.bin\n```"
