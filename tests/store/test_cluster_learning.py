@@ -11,6 +11,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,9 @@ LESSON = "Install missing Python modules with pip before rerunning pytest."
 TENANTS = 3
 SHARDS = {"cluster": 3, "single": 1}  # the cluster run spreads the trace queue over shards
 ROUNDS = 2  # citing steps per tenant before the kill, and again after the restart
+# Four processes load the embedding model (~11 s of CPU each) on two cores: measured
+# 253 s until all four were warm at load ~20 (two of these tests at once), ~30 s idle.
+WARM_S = 360
 
 
 @dataclass
@@ -46,6 +50,33 @@ class Deployment:
     shards: int
     models: tuple[str, str]  # the Reflector's and the Curator's
     started: float  # wall clock, when the workers were started
+
+
+def _worker_warm(log: Path) -> bool:
+    """Whether the worker logging to `log` has loaded its embedding model."""
+    return b'"msg":"embedding model warm"' in log.read_bytes()
+
+
+def _warm(gateways: list[Gateway], logs: list[Path],
+          workers: list[subprocess.Popen[bytes]]) -> bool:
+    assert all(w.poll() is None for w in workers), "a worker exited while it loaded"
+    try:  # a gateway's loop stalls while its model loads: a slow answer is a "not yet"
+        return all(_worker_warm(log) for log in logs) and all(
+            httpx.get(f"{g.url}/readyz", timeout=10).status_code == 200 for g in gateways)
+    except httpx.TimeoutException:
+        return False
+
+
+def _warmth(gateways: list[Gateway], logs: list[Path],
+            workers: list[subprocess.Popen[bytes]], started: float) -> list[str]:
+    told = [f"load average {os.getloadavg()}; {time.time() - started:.1f} s since the start"]
+    for n, gateway in enumerate(gateways):
+        ready = _safely(lambda g=gateway: httpx.get(f"{g.url}/readyz", timeout=10).status_code)
+        told.append(f"gateway{n}: /readyz {ready}, cpu {_cpu_s(gateway.process.pid)} s")
+    for n, (process, log) in enumerate(zip(workers, logs, strict=True)):
+        told.append(f"worker{n}: warm {_worker_warm(log)}, returncode {process.poll()}, "
+                    f"cpu {_cpu_s(process.pid)} s; log:\n{_log_lines(log, started, 20)}")
+    return told
 
 
 def _start_worker(env: dict[str, str], log: Any) -> subprocess.Popen[bytes]:
@@ -82,12 +113,31 @@ def deployment(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
            "CTXGATE_LEARNER": orjson.dumps({"reclaim_idle_s": 1.0,
                                             "trace_shards": SHARDS[request.param]}).decode()}
     started = time.time()
-    gateways = [Gateway.start(tmp / f"gw{n}", env) for n in range(2)]
-    workers, logs = [], [tmp / f"worker{n}.log" for n in range(2)]
-    for n in range(2):
-        worker_env = {**gateways[n].env, "CTXGATE_DROP_LOG": str(tmp / f"w{n}-drops.jsonl")}
-        workers.append(_start_worker(worker_env, logs[n].open("wb")))
+    logs = [tmp / f"worker{n}.log" for n in range(2)]
+    workers: list[subprocess.Popen[bytes]] = []
+    gateways: list[Gateway] = []
     try:
+        # All four processes start at once: each loads the embedding model, and started
+        # one after another their loads took turns instead of sharing the cores.
+        for n in range(2):
+            worker_env = {**os.environ, **env, "HF_HUB_OFFLINE": "1",
+                          "CTXGATE_DATA_DIR": str(tmp / f"w{n}-data"),
+                          "CTXGATE_DROP_LOG": str(tmp / f"w{n}-drops.jsonl")}
+            workers.append(_start_worker(worker_env, logs[n].open("wb")))
+        with ThreadPoolExecutor(2) as pool:
+            starting = [pool.submit(Gateway.start, tmp / f"gw{n}", env) for n in range(2)]
+            wait(starting)  # both, so that a failed start leaks no process
+        gateways = [f.result() for f in starting if f.exception() is None]
+        for future in starting:
+            future.result()  # raises a failed start's error
+        # Every process loads the embedding model (~10 s of CPU each) before it serves or
+        # learns: four at once on two loaded cores is the slow part, waited out here so
+        # that the learning the test times is learning (the gateways' /readyz, as the
+        # session's gateway; the workers' log). A gateway still loading stalls its loop
+        # for seconds: a poll of it timed out (ReadTimeout) under load.
+        wait_explained(lambda: _warm(gateways, logs, workers), WARM_S,
+                       lambda: "\n".join(_warmth(gateways, logs, workers, started)))
+        print(f"warm: {time.time() - started:.1f} s after the start")
         yield (Deployment(gateways, workers, logs, target, restart, client,
                           SHARDS[request.param], models, started), tokens)
     finally:
@@ -108,6 +158,7 @@ def cite_and_succeed(gateway: Gateway, upstream: Upstream, token: str, session: 
            "content": "Successfully installed PyYAML-6.0.1"}])
 
 
+@pytest.mark.timeout(600)  # the models' loads above, then learning (seconds), in one item
 def test_playbooks_exact_across_a_primary_restart(
     deployment: tuple[Deployment, list[str]], upstream: Upstream
 ) -> None:
@@ -132,10 +183,10 @@ def test_playbooks_exact_across_a_primary_restart(
         return (len(found) == 1 and set(found[0]["sources"]) >= taught[tenant]
                 and found[0]["helpful"] == helpful)
 
-    # Four processes load the embedding model on two cores: generous, and instant when idle.
+    # Learning alone, the models loaded: seconds (measured); generous for a loaded machine.
     print(f"waiting: {time.time() - deploy.started:.1f} s after the start")
     wait_explained(lambda: all(learned(t, 0) for t in taught), 180, explain)
-    print(f"taught: {time.time() - deploy.started:.1f} s after the start\n{explain()}")
+    print(f"taught: {time.time() - deploy.started:.1f} s after the start")
 
     for r in range(ROUNDS):
         for n, token in enumerate(tokens):
