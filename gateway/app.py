@@ -129,9 +129,6 @@ class Gateway:
         examples = [text for cls in self._engine.classes.values()
                     for text in cls.match.examples]
         try:
-            # The model itself, even when Redis already holds the examples' vectors: else
-            # the first request with a new text would load it, stalling the loop for seconds.
-            await services.embedder.warm()
             await services.embedder.embed(examples or ["warm-up"])
             for encoding in ENCODINGS:  # building a BPE table takes ~0.5 s: not on a request
                 await asyncio.to_thread(self._engine.counter.encoding, encoding)

@@ -369,8 +369,8 @@ class LoadingModel(WordEmbedder):
 async def test_a_worker_takes_no_entry_before_its_model_is_loaded(
     lredis: aioredis.Redis, upstream: Upstream, models: tuple[str, str], tmp_path: Path
 ) -> None:
-    """The model's load stalls the event loop for seconds (`Embedder.warm`): a worker that
-    took an entry first held it through the load, its Redis commands timing out and its
+    """The model's load stalls the event loop for seconds (`Embedder.warm`): `ctxgate
+    worker` that took an entry first held it through the load, its Redis commands timing out and its
     heartbeat missing (tests/store/test_cluster_learning.py under load). It loads first;
     a stop meanwhile ends it with nothing taken."""
     tenant = "t" + uuid.uuid4().hex[:8]
@@ -386,14 +386,15 @@ async def test_a_worker_takes_no_entry_before_its_model_is_loaded(
         return all(g["last-delivered-id"] in (b"0-0", "0-0") for g in groups)
 
     stop = asyncio.Event()  # stopped while loading: returns, the entry left for the next
-    stopped = asyncio.create_task(run_worker(services, stop=stop, consumer="c0"))
+    stopped = asyncio.create_task(run_worker(services, stop=stop, consumer="c0",
+                                                warm=True))
     await asyncio.sleep(0.5)
     stop.set()
     await asyncio.wait_for(stopped, 5)
     assert await untaken()
 
     stop = asyncio.Event()
-    worker = asyncio.create_task(run_worker(services, stop=stop, consumer="c1"))
+    worker = asyncio.create_task(run_worker(services, stop=stop, consumer="c1", warm=True))
     try:
         await asyncio.sleep(1.5)  # a worker that reads first has learned by now (~0.1 s)
         assert await untaken() and not upstream.calls(models[0])
