@@ -125,7 +125,10 @@ def deployment(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
                           "CTXGATE_DROP_LOG": str(tmp / f"w{n}-drops.jsonl")}
             workers.append(_start_worker(worker_env, logs[n].open("wb")))
         with ThreadPoolExecutor(2) as pool:
-            starting = [pool.submit(Gateway.start, tmp / f"gw{n}", env) for n in range(2)]
+            # Their start alone (imports, then the app's start-up) took over Gateway.start's
+            # 60 s at load ~22, its log showing it under way: the same bound as the loads.
+            starting = [pool.submit(Gateway.start, tmp / f"gw{n}", env, timeout_s=WARM_S)
+                        for n in range(2)]
             wait(starting)  # both, so that a failed start leaks no process
         gateways = [f.result() for f in starting if f.exception() is None]
         for future in starting:
