@@ -35,7 +35,7 @@ TENANTS = 3
 SHARDS = {"cluster": 3, "single": 1}  # the cluster run spreads the trace queue over shards
 ROUNDS = 2  # citing steps per tenant before the kill, and again after the restart
 # Four processes load the embedding model (~11 s of CPU each) on two cores: measured
-# 253 s until all four were warm at load ~20 (two of these tests at once), ~30 s idle.
+# 154-253 s until all four were warm at load 15-22 (bench/README.md, "CI reliability").
 WARM_S = 360
 
 
@@ -49,7 +49,7 @@ class Deployment:
     client: Any
     shards: int
     models: tuple[str, str]  # the Reflector's and the Curator's
-    started: float  # wall clock, when the workers were started
+    started: float  # wall clock, when the processes were started
 
 
 def _worker_warm(log: Path) -> bool:
@@ -133,7 +133,7 @@ def deployment(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
         gateways = [f.result() for f in starting if f.exception() is None]
         for future in starting:
             future.result()  # raises a failed start's error
-        # Every process loads the embedding model (~10 s of CPU each) before it serves or
+        # Every process loads the embedding model (~11 s of CPU each) before it serves or
         # learns: four at once on two loaded cores is the slow part, waited out here so
         # that the learning the test times is learning (the gateways' /readyz, as the
         # session's gateway; the workers' log). A gateway still loading stalls its loop
