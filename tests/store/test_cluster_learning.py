@@ -35,7 +35,7 @@ TENANTS = 3
 SHARDS = {"cluster": 3, "single": 1}  # the cluster run spreads the trace queue over shards
 ROUNDS = 2  # citing steps per tenant before the kill, and again after the restart
 # Four processes load the embedding model (~11 s of CPU each) on two cores: measured
-# 154-253 s until all four were warm at load 15-22 (bench/README.md, "CI reliability").
+# 129-253 s until all four were warm at load 15-22 (bench/README.md, "CI reliability").
 WARM_S = 360
 
 
