@@ -106,7 +106,7 @@ def worker(
 
                 start_http_server(metrics_port, addr=settings.host,
                                   registry=services.metrics.registry)
-            await run_worker(services, stop=stop)
+            await run_worker(services, stop=stop, warm=True)
 
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(main())

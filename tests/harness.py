@@ -109,6 +109,11 @@ class Upstream:
         events: dict[str, int] = httpx.get(f"{self.url}/_events").json()
         return events
 
+    def calls(self, model: str) -> list[float]:
+        """When the chat calls for `model` arrived (unix time), since the stub started."""
+        calls: dict[str, list[float]] = httpx.get(f"{self.url}/_calls").json()
+        return calls.get(model, [])
+
     def script(self, model: str, responses: list[dict[str, Any]]) -> None:
         httpx.post(f"{self.url}/_script", json={"model": model, "responses": responses})
 

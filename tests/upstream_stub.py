@@ -12,7 +12,9 @@ chat completions by model name:
   stalled requests are counted in `GET /_events`;
 - scripted: `POST /_script {"model": m, "responses": [completion-or-{"content": s}, ...]}`
   queues answers for model `m` (the last one repeats); used for Reflector and Curator. An
-  answer with `"delay_s": s` is sent after s seconds (a slow learner model).
+  answer with `"delay_s": s` is sent after s seconds (a slow learner model);
+- `GET /_calls`: when each model's chat calls arrived ({model: [unix time, ...]}), kept
+  across `DELETE /_requests` (a learner test's account of which calls were made).
 
 `POST /v1/responses` and Anthropic's `POST /v1/messages` (and `/v1/messages/count_tokens`)
 are answered by `tests/stub_wire.py`, which refuses what those APIs refuse.
@@ -41,6 +43,8 @@ class Stub:
         self.requests: list[dict[str, Any]] = []
         self.scripts: dict[str, list[Any]] = {}
         self.events: dict[str, int] = {"cancelled": 0}
+        # When each model's chat calls arrived (wall clock), never cleared: `GET /_calls`.
+        self.calls: dict[str, list[float]] = {}
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -104,6 +108,8 @@ class Stub:
             await _json(send, 200, self.requests)
         elif path == "/_events":
             await _json(send, 200, self.events)
+        elif path == "/_calls":
+            await _json(send, 200, self.calls)
         elif path == "/_script":
             script = orjson.loads(body)
             self.scripts[script["model"]] = list(script["responses"])
@@ -113,6 +119,7 @@ class Stub:
 
     async def _chat(self, body: dict[str, Any], receive: Any, send: Any) -> None:
         model = body.get("model", "")
+        self.calls.setdefault(model, []).append(time.time())
         stream = body.get("stream") is True
         if model in ("stub-429", "stub-500"):
             status = int(model[-3:])

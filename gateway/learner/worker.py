@@ -28,6 +28,17 @@ connected; redis/redis-py#4287 is the same family, a TypeError on Python 3.12), 
 worker ended on it. The heartbeat that keeps a job's entry claimed survives the same way:
 a missed beat is logged, never the heartbeat's silent end (which would let another worker
 reclaim the job while it is learned).
+
+`ctxgate worker` takes no entry before its embedding model is loaded (`Embedder.warm`; the
+merge's near-duplicate check needs it). Loaded lazily, the model came in the middle of the
+first job that merged a second lesson, and its load holds the GIL for seconds at a time: the
+job's Redis commands timed out on the stalled loop (the cluster client then tore down
+connections under the other commands), its heartbeat missed, another worker reclaimed the
+entry and waited on its own model load too, and every later entry of that shard waited
+behind both (tests/store/test_cluster_learning.py, 1 run in 8 past its 180 s under load).
+The in-process learner (`process.py`) still loads it on first use: at idle priority, its
+load before any entry could take minutes on a busy machine, and the first lessons (an ADD
+to an empty playbook needs no model) would wait for it.
 """
 
 from __future__ import annotations
@@ -254,14 +265,20 @@ async def run_worker(
     consumer: str | None = None,
     grace_s: float = 5.0,
     throttle: Throttle | None = None,
+    warm: bool = False,
 ) -> None:
     """Consume the trace stream until `stop` is set (or, in burst mode, until it is empty).
+
+    With `warm` (`ctxgate worker`) the embedding model is loaded before any entry is taken
+    (`warm_up`, the module docstring says why).
 
     Once `stop` is set no new entry is taken; the one in flight may finish within `grace_s`,
     after which it is cancelled and handed back: left pending, never acknowledged, so
     another worker reclaims it (the merge is atomic and idempotent, so a job cancelled after
     its merge is merely applied once more as duplicates).
     """
+    if warm and not await warm_up(services, stop):
+        return
     llm = build_llm(services)
     settings = learner_settings(services.settings)
     learner = build_learner(services, llm)
@@ -288,6 +305,29 @@ async def run_worker(
         stopping.cancel()
         consuming.cancel()
         await llm.aclose()
+
+
+async def warm_up(services: Services, stop: asyncio.Event) -> bool:
+    """Load the embedding model before any entry is taken (see the module docstring);
+    False when `stop` came first. A model that fails to load is logged and left to load
+    on first use, as before: the worker still learns."""
+    started = time.monotonic()
+    warming = asyncio.ensure_future(services.embedder.warm())
+    stopping = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({warming, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+    if not warming.done():
+        warming.cancel()  # its thread finishes the load; nothing waits for it
+        return False
+    if warming.exception() is not None:
+        log.error("embedding model warm-up failed; it loads on first use instead",
+                  exc_info=warming.exception())
+    else:
+        log.info("embedding model warm",
+                 extra={"seconds": round(time.monotonic() - started, 1)})
+    return True
 
 
 async def _consume_all(workers: list[StreamConsumer], stop: asyncio.Event, burst: bool) -> None:

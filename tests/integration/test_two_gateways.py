@@ -90,8 +90,11 @@ def gateways(tmp_path_factory: pytest.TempPathFactory,
         first, second = pool.map(
             lambda name: Gateway.start(tmp_path_factory.mktemp(name), pair_env,
                                        # warm (fitting reranks); four processes
-                                       # load the model at once: slow on 2 cores
-                                       wait_path="/readyz", timeout_s=180),
+                                       # load the model at once (the workers too,
+                                       # before they take entries): 129-253 s at
+                                       # load 15-22 (tests/store/
+                                       # test_cluster_learning.py), 180 s too few
+                                       wait_path="/readyz", timeout_s=360),
             ["gateway-a", "gateway-b"])
     yield first, second
     stop(first.process)
@@ -198,6 +201,7 @@ def forwarded(upstream: Upstream, key: str) -> list[bytes]:
             and r["headers"].get("authorization") == f"Bearer {key}"]
 
 
+@pytest.mark.timeout(600)  # the four model loads of the fixtures, then the test
 def test_two_gateways_two_workers_one_redis(
     workers: list[subprocess.Popen[bytes]], gateways: tuple[Gateway, Gateway],
     upstream: Upstream, models: tuple[str, str], pair_env: dict[str, str],

@@ -189,7 +189,9 @@ async def test_ctxgate_worker_process_learns_and_stops_on_sigterm(
     try:
         await publish(lredis, [failed_step_event(tenant, "tr-proc")])
         store = PlaybookStore(lredis)
-        deadline = time.monotonic() + 60
+        # It loads its embedding model (~11 s of CPU) before it takes an entry: 33.8 s at
+        # load ~20 (its log), after its own start; the test asserts that it learns.
+        deadline = time.monotonic() + 180
         while not await store.bullets(tenant, "code") and time.monotonic() < deadline:
             await asyncio.sleep(0.1)
         assert [b.content for b in await store.bullets(tenant, "code")] == ["Pass -q to pytest."]

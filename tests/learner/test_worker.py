@@ -23,6 +23,7 @@ from tests.learner.conftest import (
     make_settings,
     reflection,
 )
+from tests.playbook.conftest import WordEmbedder
 
 LESSON = "Install missing modules with pip before rerunning pytest."
 
@@ -353,3 +354,56 @@ async def test_a_piece_is_refreshed_only_when_due_and_outlives_every_trace_namin
     assert kept > refreshed > 0  # most calls refresh nothing; some piece was refreshed
     await sink.aclose()
 
+
+
+class LoadingModel(WordEmbedder):
+    """The word embedder behind a model load that ends when the test says (`loaded`)."""
+
+    def __init__(self) -> None:
+        self.loaded = asyncio.Event()
+
+    async def warm(self) -> None:
+        await self.loaded.wait()
+
+
+async def test_a_worker_takes_no_entry_before_its_model_is_loaded(
+    lredis: aioredis.Redis, upstream: Upstream, models: tuple[str, str], tmp_path: Path
+) -> None:
+    """The model's load stalls the event loop for seconds (`Embedder.warm`): `ctxgate
+    worker` that took an entry first held it through the load, its Redis commands timing out and its
+    heartbeat missing (tests/store/test_cluster_learning.py under load). It loads first;
+    a stop meanwhile ends it with nothing taken."""
+    tenant = "t" + uuid.uuid4().hex[:8]
+    upstream.script(models[0], [reflection(insight=LESSON)])
+    upstream.script(models[1], [curation([{"type": "ADD", "section": "common_mistakes",
+                                           "content": LESSON}])])
+    services = make_services(make_settings(upstream, models, tmp_path), lredis, tmp_path)
+    services.embedder = model = LoadingModel()  # type: ignore[assignment]
+    await publish(lredis, failed_step_event(tenant, "tr-1"))
+
+    async def untaken() -> bool:
+        groups = await lredis.xinfo_groups(keys.TRACE_STREAM)
+        return all(g["last-delivered-id"] in (b"0-0", "0-0") for g in groups)
+
+    stop = asyncio.Event()  # stopped while loading: returns, the entry left for the next
+    stopped = asyncio.create_task(run_worker(services, stop=stop, consumer="c0",
+                                                warm=True))
+    await asyncio.sleep(0.5)
+    stop.set()
+    await asyncio.wait_for(stopped, 5)
+    assert await untaken()
+
+    stop = asyncio.Event()
+    worker = asyncio.create_task(run_worker(services, stop=stop, consumer="c1", warm=True))
+    try:
+        await asyncio.sleep(1.5)  # a worker that reads first has learned by now (~0.1 s)
+        assert await untaken() and not upstream.calls(models[0])
+        model.loaded.set()
+        store = PlaybookStore(lredis)
+        async with asyncio.timeout(20):
+            while not await store.bullets(tenant, "code"):
+                await asyncio.sleep(0.05)
+        assert [b.sources for b in await store.bullets(tenant, "code")] == [("tr-1",)]
+    finally:
+        stop.set()
+        await asyncio.wait_for(worker, 10)

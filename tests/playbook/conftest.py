@@ -33,6 +33,9 @@ class WordEmbedder:
     lessons would flake.
     """
 
+    async def warm(self) -> None:
+        """Nothing to load (the worker warms its embedder before it takes entries)."""
+
     async def embed(self, texts: Sequence[str]) -> Vectors:
         out = np.zeros((len(texts), 256), dtype=np.float32)
         for row, text in enumerate(texts):
