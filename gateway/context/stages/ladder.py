@@ -174,6 +174,7 @@ class Ladder:
             self._units.setdefault(item.unit, []).append(p)
         self._pinned_units = unit_pinned(items)
         self._known = ctx.known
+        self._goal_ids: dict[int, frozenset[str]] = {}  # per task-statement position
 
     def kept(self) -> list[Item]:
         return [item for item in self.current if item is not None]
@@ -424,13 +425,16 @@ class Ladder:
         return replace(decision, text=f"{text}\n{mentions_line(kept, cap)}")
 
     def _goal_lost(self, p: int, original: Item, new: Item) -> set[str]:
-        """The task statement's identifiers its rewrite `new` takes away (`goal_lost`)."""
+        """The task statement's identifiers its rewrite `new` takes away (`goal_ids`)."""
         if not original.goal:
             return set()
         if self._values is None:
             self._values = _Values(self.current, self.ctx, self._known)
         values = self._values
-        return goal_lost(original.text, new.text, self.ctx, lambda v: values.before(v, p))
+        ids = self._goal_ids.get(p)
+        if ids is None:  # once per item: the cut stays O(n) in item visits
+            ids = self._goal_ids[p] = goal_ids(original.text, self.ctx)
+        return {v for v in ids if v not in new.text and not values.before(v, p)}
 
     def _keep_leaned(
         self, p: int, original: Item, decision: Decision, new: Item
@@ -478,18 +482,12 @@ class Ladder:
         return added
 
 
-def goal_lost(
-    text: str, new: str, ctx: StageContext, read: Callable[[str], bool]
-) -> set[str]:
-    """The identifiers of a task statement `text` (notable values: hosts, ports, paths, ids)
-    that its rewrite `new` takes away and the model does not `read` above it (the system
-    prompt): a port only the task names is what the agent connects to steps later
-    (swe-agent `ctf__crypto__katy`). Its rewrite lists them (`GOAL_MENTION_CAP`)."""
-    kept = item_values(new, ctx)
-    return {
-        v for v in item_values(text, ctx)
-        if v not in kept and len(v) >= LEANED_MIN and notable(v) and not read(v)
-    }
+def goal_ids(text: str, ctx: StageContext) -> frozenset[str]:
+    """The identifiers of a task statement (notable values: hosts, ports, paths, ids). Those
+    a rewrite of it takes away (no longer in its text) and the model does not read above it
+    (the system prompt) are listed after the rewrite (`GOAL_MENTION_CAP`): a port only the
+    task names is what the agent connects to steps later (swe-agent `ctf__crypto__katy`)."""
+    return frozenset(v for v in item_values(text, ctx) if len(v) >= LEANED_MIN and notable(v))
 
 
 def usefulness(item: Item) -> tuple[bool, float, int, int]:
@@ -604,7 +602,7 @@ def _excerpt_back(unit: list[Item], now: dict[str, Item], ctx: StageContext, roo
     if longest.goal:  # the task statement keeps its identifiers (Ladder._goal_lost)
         above = {v for i in now.values() if i.message_index < longest.message_index
                  for v in item_values(i.text, ctx)}
-        lost = goal_lost(longest.text, text, ctx, above.__contains__)
+        lost = {v for v in goal_ids(longest.text, ctx) if v not in text and v not in above}
         kept = [v for v in item_values_ordered(longest.text) if v in lost]
         if kept:
             text = f"{text}\n{mentions_line(kept, GOAL_MENTION_CAP)}"
