@@ -25,6 +25,19 @@ text above that takes the value away keeps it: a mask or digest of the source li
 its own text, a drop of the source's unit lists it in the turn's summary instead (agentdojo
 `workspace/user_task_19` at 60%: the email masked, the plan's `feedback.xlsx` gone with it).
 
+The task statement. It is not pinned (ARCHITECTURE: the latest user message's words are;
+an agent's first user message is the task only until another comes) and goes last. Its
+values are the session's `known` ones, which a summary need not list while the task is sent
+whole; cut, every rewrite of it (summary, excerpt, mask) ends with a mentions line of its
+identifiers (notable values: hosts, ports, paths, ids) that it no longer shows and the
+system prompt does not: the port only the task names is what the agent connects to later
+(swe-agent `ctf__crypto__katy` at 70%).
+
+Texts too short to digest. A text under `MIN_REWRITE` tokens is not worth a digest on its
+own, but before a drop that would land far below the target (the one cut left), such texts
+are digested or masked where that saves tokens: on calls of a few hundred tokens the band is
+narrower than an exchange (intercode's exchanges of a sentence, a command and an error).
+
 O(n log n) in the number of items: one sort, and each rewrite looks only at the item's own
 values (what the model reads before an item is kept, per value, as a heap of positions).
 """
