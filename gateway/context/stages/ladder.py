@@ -78,6 +78,9 @@ LEANED_MIN = 4
 # The task statement's identifiers a rewrite of it lists at most (in the task's order).
 GOAL_MENTION_CAP = 24
 EXCERPT_MIN = 32  # tokens an excerpt keeps at least, else the rung's own rewrite stands
+# An excerpt that lists values it cut (a task statement's identifiers) is made again this many
+# times at most, shorter by what the list overshot (the values lost change with the cut).
+EXCERPT_TRIES = 4
 
 
 def excerpt(text: str, keep: int, counter: TokenCounter, encoding: str) -> str | None:
@@ -330,7 +333,7 @@ class Ladder:
         original = self.ctx.originals.get(item.id, item)
         keep = item.tokens - need - original.fixed_tokens
         new: Item | None = None
-        for _ in range(2):  # again, shorter, when the mentions line it keeps overshoots
+        for _ in range(EXCERPT_TRIES):  # again, shorter, when its mentions line overshoots
             if not original.rewritable or keep <= EXCERPT_MIN:
                 break
             text = excerpt(original.text, keep, self.ctx.counter, self.ctx.encoding)
@@ -344,7 +347,7 @@ class Ladder:
             over = new.tokens - (item.tokens - need)
             if over <= 0:
                 break
-            keep -= over
+            keep -= over + 1
             if self._values is not None:  # as it stood before this attempt
                 self._values.set(p, self.current[p])
         if new is None or new.tokens >= item.tokens:
