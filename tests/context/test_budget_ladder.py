@@ -646,3 +646,33 @@ async def test_a_short_sentence_is_cut_before_an_exchange_drop_lands_under_the_b
     _check_valid(sent)
     saved = sum(d.tokens_before - d.tokens_after for d in fitted.drops)
     assert saved == fitted.tokens_before - fitted.tokens_after
+
+
+@pytest.mark.parametrize("share", [0.7, 0.6])
+async def test_a_long_task_statement_cut_with_its_identifiers_lands_in_the_band(
+    engine: ContextEngine, share: float
+) -> None:
+    """A first call that is mostly a long task statement naming many files (swe-agent
+    `test-repo-i1`: 8,386 of 10,317 tokens), then the latest user message: the excerpt of
+    the task plus the list of the identifiers it cut lands in the band (made with the list's
+    size unaccounted, it fell short by a few tokens, and the next rung's summary of the task
+    sent 20% of the call)."""
+    task = "Fix the failing imports described below.\n" + "".join(
+        f"In src/pkg_{k}/module_{k}.py the call to helper_{k}() raises ImportError at line"
+        f" {100 + k}; see tests/test_module_{k}.py for the expected behaviour.\n"
+        for k in range(300)
+    )
+    msgs = [
+        {"role": "system", "content": "You are a software engineer working in a repository."},
+        {"role": "user", "content": task},
+        {"role": "user", "content": "Start with the first file, then run the tests."},
+    ]
+    body = {"messages": msgs}
+    tokens, pinned = _pinned(engine, body)
+    budget = int(share * tokens)
+    assert pinned < 0.1 * tokens
+    fitted = await engine.fit(body, _call(uuid.uuid4().hex, budget, "coding_agent"))
+    assert budget - BAND * tokens <= fitted.tokens_after <= budget
+    assert "[omitted text mentions:" in fitted.body["messages"][1]["content"]
+    saved = sum(d.tokens_before - d.tokens_after for d in fitted.drops)
+    assert saved == fitted.tokens_before - fitted.tokens_after
