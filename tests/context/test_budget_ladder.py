@@ -498,3 +498,181 @@ def test_a_rewrite_keeps_what_a_later_summary_left_out_as_read_above(rung: int) 
         assert holder.text.startswith("[ctxgate: omitted ")
     else:
         assert cut.current[email] is None
+
+
+_INSTRUCTIONS = (
+    "INSTRUCTIONS:\nNow, you're going to solve this challenge on your own. Your terminal"
+    " session has started and you're in the challenge's root directory. You can use any bash"
+    " commands or the special interface to help you. Solve the challenge, executing any"
+    " commands you need and writing any code that may be helpful.\nRemember, YOU CAN ONLY"
+    " ENTER ONE COMMAND AT A TIME. You should always wait for feedback after every command."
+    "\nNote however that you cannot use any interactive session commands (e.g. python, vim)"
+    " in this environment, but you can write scripts and run them.\n\nIMPORTANT TIPS:\n"
+    + "".join(
+        f"{k}. Tip number {k}: when you cannot finish a step, prefer the tools of the"
+        f" container and keep each command short; avoid brute force attempts.\n\n"
+        for k in range(1, 12)
+    )
+)
+
+
+def _ctf_call() -> list[dict[str, Any]]:
+    """swe-agent `ctf__crypto__katy`'s shape: the task statement names the server's port in
+    its middle, between a description and long instructions; the exchanges after it
+    decompile a binary; the agent is about to connect to the server."""
+    task = (
+        "We're currently solving the following CTF challenge, a cryptography problem named"
+        " \"Kitty\". The description is:\n" + "so random lol… " * 60 + "\nFiles included in"
+        " the challenge: ['release']\n\nThe challenge web server is running on"
+        " `crypto.chal.example.io` port `4242` and you can access it from within the"
+        " container environment using `nc crypto.chal.example.io:4242`.\n\n" + _INSTRUCTIONS
+        + "(Open file: n/a)\n(Current directory: /ctf/Kitty)\nbash-$"
+    )
+    code = "".join(
+        f"  local_{k} = _hash(param_{k}) ^ 0x{k:04x}dead;\n  seed_{k} = next_cypher(local_{k});\n"
+        for k in range(8)
+    )
+    def turn(text: str, command: str, output: str) -> list[dict[str, Any]]:
+        return [{"role": "assistant", "content": f"{text}\n```\n{command}\n```"},
+                {"role": "user", "content": output}]
+
+    return [
+        {"role": "system", "content": "You are a skilled CTF player. " * 20},
+        {"role": "user", "content": task},
+        *turn("We will first examine the files supplied with this challenge.", "file release",
+              "release: ELF 64-bit LSB executable, x86-64"),
+        *turn("The release file probably contains the server's program.", "decompile release",
+              f"Decompilation Found!\n{code}"),
+        *turn("Now the `next_cypher` function, which makes the random numbers.",
+              "decompile release --function_name next_cypher", f"Decompilation Found!\n{code}"),
+        *turn("I will write a script that reads the server's numbers with pwntools.",
+              "create retrieve_random_numbers.py",
+              "[File: retrieve_random_numbers.py (1 lines total)]\n1:"),
+    ]
+
+
+async def test_the_task_statements_identifiers_stay_when_it_is_cut(
+    engine: ContextEngine,
+) -> None:
+    """At 70% and 50% the task statement itself is cut (it goes last): its rewrite keeps the
+    host and the port only it names, the next step's `nc … 4242` (before: an excerpt of its
+    head and tail, the port gone with the middle)."""
+    msgs = _ctf_call()
+    body = {"messages": msgs}
+    tokens, pinned = _pinned(engine, body)
+    items = parse_request(body, engine.counter, "o200k_base").items
+    goal = sum(i.tokens for i in items if i.goal)
+    for share in (0.7, 0.5):
+        budget = int(share * tokens)
+        assert pinned <= budget - BAND * tokens and goal > 0.3 * tokens
+        fitted = await engine.fit(body, _call(uuid.uuid4().hex, budget, "coding_agent"))
+        assert budget - BAND * tokens <= fitted.tokens_after <= budget
+        sent = fitted.body["messages"]
+        assert sent[1]["content"] != msgs[1]["content"]  # the task statement was cut
+        assert "4242" in sent[1]["content"] and "crypto.chal.example.io" in sent[1]["content"]
+        _check_valid(sent)
+        saved = sum(d.tokens_before - d.tokens_after for d in fitted.drops)
+        assert saved == fitted.tokens_before - fitted.tokens_after
+
+
+def _ctf_ladder() -> tuple[ladder.Ladder, int]:
+    counter = TokenCounter()
+    items = parse_request({"messages": _ctf_call()}, counter, "o200k_base").items
+    ctx = stage_base.StageContext(
+        task_class=task_class("t", {}), counter=counter, encoding="o200k_base",
+        embedder=None, fixed_tokens=0, horizon=len(items), query="",
+        originals={i.id: i for i in items}, decisions={}, messages=_ctf_call(),
+        known=frozenset(v for i in items if i.kind == "system" or i.goal for v in values(i.text)),
+    )
+    return ladder.Ladder(items, ctx), next(p for p, i in enumerate(items) if i.goal)
+
+
+@pytest.mark.parametrize("to", [0, 1, 2, ladder.MASK, "excerpt"])
+def test_every_rewrite_of_the_task_statement_lists_its_identifiers(to: int | str) -> None:
+    """Summaries at each level, the mask, and an excerpt of the task statement end with a
+    mentions line naming its identifiers that the system prompt does not (the session's
+    `known` values include the task's own: before, the summaries listed none of them);
+    what the step reports saved is what the item lost, the line counted."""
+    cut, goal = _ctf_ladder()
+    before = sum(i.tokens for i in cut.kept())
+    need = 10**6 if to != "excerpt" else cut.current[goal].tokens // 2  # type: ignore[union-attr]
+    saved = cut.step(goal, 0 if to == "excerpt" else int(to), "over_budget", lambda _: True, need)
+    assert saved > 0 and saved == before - sum(i.tokens for i in cut.kept())
+    text = cut.current[goal].text  # type: ignore[union-attr]
+    assert "[omitted text mentions:" in text
+    for value in ("4242", "crypto.chal.example.io", "ctf/Kitty"):
+        assert value in text
+    if to == "excerpt":
+        assert "tokens omitted]" in text
+    assert "You are a skilled" not in text.split("[omitted text mentions:")[1]
+
+
+def _small_shell_call() -> list[dict[str, Any]]:
+    """intercode `ic_bash_react_10_turns_fs_1/30`'s shape: a first and only user message
+    (pinned), two old exchanges of a sentence, a short command and an error, each too
+    short to digest or mask, the third still open. Each old exchange is about 25% of the
+    call, the band 10%."""
+    error = "find: paths must precede expression: `boot'\n0"
+    return [
+        {"role": "system", "content": "You are an agent interacting with a Bourne shell (bash)"
+         " in an Ubuntu container. Accomplish the user's query by running commands with the"
+         " bash tool; each result is the shell output."},
+        {"role": "user", "content": "Count the number of regular files in directory tree"
+         " ${DIRECTORY} that contain a vowel in their names"},
+        *_exchange("b0", "find ${DIRECTORY} -type f -name \"*[aeiou]*\" | wc -l", error,
+                   "I should use find with a name pattern to count the files in the tree."),
+        *_exchange("b1", "find ${DIRECTORY} -path \"*[aeiou]*\" -type f | wc -l", error,
+                   "I should use the `-path` option to match the whole directory tree."),
+        *_exchange("b2", "find ${DIRECTORY} -name \"*[aeiou]*\" -type f | wc -l", error,
+                   "I should use the `-name` option instead of the `-path` option here."),
+    ]
+
+
+async def test_a_short_sentence_is_cut_before_an_exchange_drop_lands_under_the_band(
+    engine: ContextEngine,
+) -> None:
+    """Where dropping one old exchange is too little and both too much, the other's sentence
+    (too short for a digest on its own) is cut too and the call lands in the band (before:
+    both exchanges dropped, the call at its pinned content, 10 points under the band)."""
+    msgs = _small_shell_call()
+    body = {"messages": msgs}
+    tokens, pinned = _pinned(engine, body)
+    budget = int(0.7 * tokens)
+    assert pinned <= budget - BAND * tokens
+    fitted = await engine.fit(body, _call(uuid.uuid4().hex, budget, "data_sql"))
+    assert budget - BAND * tokens <= fitted.tokens_after <= budget
+    sent = fitted.body["messages"]
+    assert sum(1 for m in sent if m.get("tool_calls")) == 2  # one old exchange kept, cut
+    _check_valid(sent)
+    saved = sum(d.tokens_before - d.tokens_after for d in fitted.drops)
+    assert saved == fitted.tokens_before - fitted.tokens_after
+
+
+@pytest.mark.parametrize("share", [0.7, 0.6])
+async def test_a_long_task_statement_cut_with_its_identifiers_lands_in_the_band(
+    engine: ContextEngine, share: float
+) -> None:
+    """A first call that is mostly a long task statement naming many files (swe-agent
+    `test-repo-i1`: 8,386 of 10,317 tokens), then the latest user message: the excerpt of
+    the task plus the list of the identifiers it cut lands in the band (made with the list's
+    size unaccounted, it fell short by a few tokens, and the next rung's summary of the task
+    sent 20% of the call)."""
+    task = "Fix the failing imports described below.\n" + "".join(
+        f"In src/pkg_{k}/module_{k}.py the call to helper_{k}() raises ImportError at line"
+        f" {100 + k}; see tests/test_module_{k}.py for the expected behaviour.\n"
+        for k in range(300)
+    )
+    msgs = [
+        {"role": "system", "content": "You are a software engineer working in a repository."},
+        {"role": "user", "content": task},
+        {"role": "user", "content": "Start with the first file, then run the tests."},
+    ]
+    body = {"messages": msgs}
+    tokens, pinned = _pinned(engine, body)
+    budget = int(share * tokens)
+    assert pinned < 0.1 * tokens
+    fitted = await engine.fit(body, _call(uuid.uuid4().hex, budget, "coding_agent"))
+    assert budget - BAND * tokens <= fitted.tokens_after <= budget
+    assert "[omitted text mentions:" in fitted.body["messages"][1]["content"]
+    saved = sum(d.tokens_before - d.tokens_after for d in fitted.drops)
+    assert saved == fitted.tokens_before - fitted.tokens_after

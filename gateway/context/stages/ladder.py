@@ -25,6 +25,19 @@ text above that takes the value away keeps it: a mask or digest of the source li
 its own text, a drop of the source's unit lists it in the turn's summary instead (agentdojo
 `workspace/user_task_19` at 60%: the email masked, the plan's `feedback.xlsx` gone with it).
 
+The task statement. It is not pinned (ARCHITECTURE: the latest user message's words are;
+an agent's first user message is the task only until another comes) and goes last. Its
+values are the session's `known` ones, which a summary need not list while the task is sent
+whole; cut, every rewrite of it (summary, excerpt, mask) ends with a mentions line of its
+identifiers (notable values: hosts, ports, paths, ids) that it no longer shows and the
+system prompt does not: the port only the task names is what the agent connects to later
+(swe-agent `ctf__crypto__katy` at 70%).
+
+Texts too short to digest. A text under `MIN_REWRITE` tokens is not worth a digest on its
+own, but before a drop that would land far below the target (the one cut left), such texts
+are digested or masked where that saves tokens: on calls of a few hundred tokens the band is
+narrower than an exchange (intercode's exchanges of a sentence, a command and an error).
+
 O(n log n) in the number of items: one sort, and each rewrite looks only at the item's own
 values (what the model reads before an item is kept, per value, as a heap of positions).
 """
@@ -62,7 +75,12 @@ LANDING = 0.04
 # A value shorter than this a summary left out as read above is not kept when its source
 # goes ("00" of a time, "id_"): names and ids an agent re-types are longer.
 LEANED_MIN = 4
+# The task statement's identifiers a rewrite of it lists at most (in the task's order).
+GOAL_MENTION_CAP = 24
 EXCERPT_MIN = 32  # tokens an excerpt keeps at least, else the rung's own rewrite stands
+# An excerpt that lists values it cut (a task statement's identifiers) is made again this many
+# times at most, shorter by what the list overshot (the values lost change with the cut).
+EXCERPT_TRIES = 4
 
 
 def excerpt(text: str, keep: int, counter: TokenCounter, encoding: str) -> str | None:
@@ -172,6 +190,7 @@ class Ladder:
             self._units.setdefault(item.unit, []).append(p)
         self._pinned_units = unit_pinned(items)
         self._known = ctx.known
+        self._goal_ids: dict[int, frozenset[str]] = {}  # per task-statement position
 
     def kept(self) -> list[Item]:
         return [item for item in self.current if item is not None]
@@ -184,19 +203,31 @@ class Ladder:
         counted: Callable[[Item], bool],
         need: int,
         fine: bool = False,
+        short: bool = False,
     ) -> int:
         """Take the item at `p` down to rung `to` if it stands above it; returns the counted
-        tokens saved. A text too short to digest or mask only takes the drop rung. A rewrite
-        that would save far more than the `need`ed tokens becomes an excerpt that saves
-        just those; a unit whose drop would is left alone when `fine`."""
+        tokens saved. A text too short to digest or mask only takes the drop rung, unless
+        `short` (then only a rewrite that saves tokens is kept). A rewrite that would save
+        far more than the `need`ed tokens becomes an excerpt that saves just those; a unit
+        whose drop would is left alone when `fine`."""
         item = self.current[p]
         if item is None:
             return 0
         before = self.ctx.decisions.get(item.id)
         if to == ARGS:
             return self._cut_arguments(p, item, before, reason, need) if counted(item) else 0
-        if rung(before) >= to or (to < DROP and item.tokens - item.fixed_tokens < MIN_REWRITE):
+        if rung(before) >= to:
             return 0
+        if to < DROP and item.tokens - item.fixed_tokens < MIN_REWRITE:
+            if not short or not counted(item):
+                return 0
+            made = self.made.get(item.id)
+            action, method, level = LADDER[to]
+            short_cut = Decision("compress", action, reason, method, level)
+            saved = self._set(p, short_cut, counted)
+            if saved <= 0:  # nothing saved: undone
+                self._undo(p, item, before, made)
+            return max(saved, 0)
         action, method, level = LADDER[to]
         if method == "drop" and (
             (item.kind == "knowledge" and item.segment == 0)
@@ -219,6 +250,19 @@ class Ladder:
         if saved > need + self.tolerance and counted(item):
             saved = self._excerpt(p, item, reason, need, saved)
         return saved
+
+    def _undo(self, p: int, item: Item, before: Decision | None, made: Decision | None) -> None:
+        """The item at `p` back as `item`, under its decisions `before` (the session's) and
+        `made` (this cut's)."""
+        self.current[p] = item
+        for decisions, old in ((self.ctx.decisions, before), (self.made, made)):
+            if old is None:
+                decisions.pop(item.id, None)
+            else:
+                decisions[item.id] = old
+        if self._values is not None:
+            self._values.set(p, item)
+        self._leaned.pop(p, None)
 
     def restore(self, room: int, counted: Callable[[Item], bool]) -> int:
         """Undo drops, most useful first, that fit in `room` tokens (a later, larger drop
@@ -288,15 +332,24 @@ class Ladder:
         tail cut to save about `need` tokens, when that is shorter than the item."""
         original = self.ctx.originals.get(item.id, item)
         keep = item.tokens - need - original.fixed_tokens
-        if not original.rewritable or keep <= EXCERPT_MIN:
-            return saved
-        text = excerpt(original.text, keep, self.ctx.counter, self.ctx.encoding)
-        if text is None:
-            return saved
-        decision = Decision("compress", "compress", reason, "summary", 1, text=text)
-        new = apply_decision(original, decision, self.ctx.counter, self.ctx.encoding)
-        if new is not None:
+        new: Item | None = None
+        for _ in range(EXCERPT_TRIES):  # again, shorter, when its mentions line overshoots
+            if not original.rewritable or keep <= EXCERPT_MIN:
+                break
+            text = excerpt(original.text, keep, self.ctx.counter, self.ctx.encoding)
+            if text is None:
+                break
+            decision = Decision("compress", "compress", reason, "summary", 1, text=text)
+            new = apply_decision(original, decision, self.ctx.counter, self.ctx.encoding)
+            if new is None:
+                break
             decision, new = self._keep_leaned(p, original, decision, new)
+            over = new.tokens - (item.tokens - need)
+            if over <= 0:
+                break
+            keep -= over + 1
+            if self._values is not None:  # as it stood before this attempt
+                self._values.set(p, self.current[p])
         if new is None or new.tokens >= item.tokens:
             if self._values is not None:
                 self._values.set(p, item)
@@ -318,7 +371,10 @@ class Ladder:
             if self._values is None:
                 self._values = _Values(self.current, self.ctx, self._known)
             seen = self._values.seen(original.text, p)
-            text = summarize(original.text, original.kind, decision.level, seen)
+            # The task statement's own values are `known` (it is the session's constant
+            # context) until it is cut: its identifiers are listed by `_keep_leaned`.
+            listed = item_values(original.text, self.ctx) if original.goal else seen
+            text = summarize(original.text, original.kind, decision.level, listed)
             decision = replace(decision, text=text)
         ctx = self.ctx
         new = apply_decision(
@@ -374,14 +430,27 @@ class Ladder:
         return lost
 
     def _mentioned(
-        self, original: Item, decision: Decision, text: str, lost: set[str]
+        self, original: Item, decision: Decision, text: str, lost: set[str],
+        cap: int = MENTION_CAP[1],
     ) -> Decision:
         """`decision` rendering `text` and a mentions line of the `lost` values of `original`
         (in their order there; unchanged when it names none of them)."""
         kept = [v for v in item_values_ordered(original.text) if v in lost]
         if not kept:  # a marker's own number ("[…16 lines]"), not the item's
             return decision
-        return replace(decision, text=f"{text}\n{mentions_line(kept, MENTION_CAP[1])}")
+        return replace(decision, text=f"{text}\n{mentions_line(kept, cap)}")
+
+    def _goal_lost(self, p: int, original: Item, new: Item) -> set[str]:
+        """The task statement's identifiers its rewrite `new` takes away (`goal_ids`)."""
+        if not original.goal:
+            return set()
+        if self._values is None:
+            self._values = _Values(self.current, self.ctx, self._known)
+        values = self._values
+        ids = self._goal_ids.get(p)
+        if ids is None:  # once per item: the cut stays O(n) in item visits
+            ids = self._goal_ids[p] = goal_ids(original.text, self.ctx)
+        return {v for v in ids if v not in new.text and not values.before(v, p)}
 
     def _keep_leaned(
         self, p: int, original: Item, decision: Decision, new: Item
@@ -390,10 +459,12 @@ class Ladder:
         away that a summary below it left out as read above (and nothing else above it
         still shows): a turn that repeated a file name from an email keeps it when the
         email is masked."""
-        lost = self._lost(p, new)
-        if not lost:
+        lost = set(self._lost(p, new))
+        goal = self._goal_lost(p, original, new)
+        if not lost and not goal:
             return decision, new
-        decision = self._mentioned(original, decision, new.text, set(lost))
+        cap = GOAL_MENTION_CAP if goal else MENTION_CAP[1]
+        decision = self._mentioned(original, decision, new.text, lost | goal, cap)
         ctx = self.ctx
         kept = apply_decision(original, decision, ctx.counter, ctx.encoding, ctx.known)
         return decision, kept if kept is not None else new
@@ -425,6 +496,14 @@ class Ladder:
             self._leaned[q] = self._leaned.get(q, frozenset()) - lost
             added += new.tokens - item.tokens if counted(item) else 0
         return added
+
+
+def goal_ids(text: str, ctx: StageContext) -> frozenset[str]:
+    """The identifiers of a task statement (notable values: hosts, ports, paths, ids). Those
+    a rewrite of it takes away (no longer in its text) and the model does not read above it
+    (the system prompt) are listed after the rewrite (`GOAL_MENTION_CAP`): a port only the
+    task names is what the agent connects to steps later (swe-agent `ctf__crypto__katy`)."""
+    return frozenset(v for v in item_values(text, ctx) if len(v) >= LEANED_MIN and notable(v))
 
 
 def usefulness(item: Item) -> tuple[bool, float, int, int]:
@@ -464,19 +543,23 @@ def cut(
     # large unit far under it (and `restore` then brings back what fits).
     old = [p for p in free if items[p].unit not in recent]
     latest = [p for p in free if items[p].unit in recent]
+    # Before such a drop, texts too short for a digest are digested or masked where that
+    # saves tokens (a sentence before a call): the finer cut that lands in the band.
     rungs = [to for to in (0, 1, 2, MASK, DROP, ARGS) if to != ARGS or arguments]
-    for order, to, only_fine in [
-        *((old, to, True) for to in rungs),
-        *((latest, to, True) for to in rungs),
-        (old, DROP, False),
-        (latest, DROP, False),
+    for order, to, only_fine, short in [
+        *((old, to, True, False) for to in rungs),
+        *((latest, to, True, False) for to in rungs),
+        *((old, to, True, True) for to in (2, MASK)),
+        *((latest, to, True, True) for to in (2, MASK)),
+        (old, DROP, False, False),
+        (latest, DROP, False, False),
     ]:
         if not only_fine:
             order = sorted(order, key=lambda p: ladder.unit_tokens(p, counted))
         for p in order:
             if total <= target:
                 break
-            total -= ladder.step(p, to, reason, counted, total - target, only_fine)
+            total -= ladder.step(p, to, reason, counted, total - target, only_fine, short)
     if total <= target:  # a large drop came last: smaller ones before it may come back
         ladder.restore(target - total, counted)
     return ladder.kept(), ladder.made
@@ -532,6 +615,13 @@ def _excerpt_back(unit: list[Item], now: dict[str, Item], ctx: StageContext, roo
     text = excerpt(longest.text, keep, ctx.counter, ctx.encoding)
     if text is None:
         return
+    if longest.goal:  # the task statement keeps its identifiers (Ladder._goal_lost)
+        above = {v for i in now.values() if i.message_index < longest.message_index
+                 for v in item_values(i.text, ctx)}
+        lost = {v for v in goal_ids(longest.text, ctx) if v not in text and v not in above}
+        kept = [v for v in item_values_ordered(longest.text) if v in lost]
+        if kept:
+            text = f"{text}\n{mentions_line(kept, GOAL_MENTION_CAP)}"
     filled = Decision("compress", "compress", "over_budget", "summary", 1, text=text)
     new = apply_decision(longest, filled, ctx.counter, ctx.encoding)
     if new is None or not current < new.tokens <= current + room - others:
