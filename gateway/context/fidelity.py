@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import sys
 from bisect import bisect_left
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -51,7 +52,7 @@ from gateway.context.needed import (
     tool_name,
 )
 from gateway.context.render import Plan
-from gateway.context.session import CALL_RUN, SessionState
+from gateway.context.session import CALL_RUN, LOST_RUN, SessionState, run_hash
 
 MODES = ("managed", "bypass", "unmanaged")
 NEAR_SAME = 0.8
@@ -361,6 +362,11 @@ class Haystack:
         self.found: dict[int, str | None] = {}
         self.found_raw: bytes | None = None
         self.visited = 0  # plan entries the latest `lost_after` read
+        # `found`'s JSON cut into its stored runs (`session.lost_runs`) with their hashes,
+        # right for the messages before `runs_stale` (`found` changed from there since).
+        self.runs: dict[int, bytes] = {}
+        self.run_hashes: dict[int, bytes] = {}
+        self.runs_stale = 0
 
     def lost_after(self, count: int, plan: Plan | None) -> tuple[dict[int, str | None], bool]:
         """`lost_messages(count, plan)`, and whether it is the one found last (then
@@ -370,7 +376,9 @@ class Haystack:
         if (plan is None or plan is not self.plan or len(plan) < self.planned
                 or count < self.count):
             spliced = self._spliced(count, plan)
-            found, raw = spliced if spliced is not None else (lost_messages(count, plan), None)
+            found, raw, bound = (spliced if spliced is not None
+                                 else (lost_messages(count, plan), None, 0))
+            self.runs_stale = min(self.runs_stale, bound)
             self.plan, self.planned, self.count = plan, len(plan or ()), count
             self.found, self.found_raw, self.visited = found, raw, len(plan or ())
             return found, raw is not None
@@ -385,18 +393,20 @@ class Haystack:
                 del lost[i]
             else:
                 lost[i] = text
-        self.planned, self.count = len(plan), count
         if lost:
+            self.runs_stale = min(self.runs_stale, self.count)
             self.found, self.found_raw = {**self.found, **lost}, None
+        self.planned, self.count = len(plan), count
         return self.found, not lost
 
     def _spliced(
         self, count: int, plan: Plan | None
-    ) -> tuple[dict[int, str | None], bytes] | None:
-        """`lost_messages(count, plan)` and its JSON for a plan that is not the last one
-        extended (a step's), or None: what the last found before the first message the two
-        plans render otherwise is kept (the keys run in order; `,"` occurs in no JSON
-        string, so the JSON is cut at the first key kept no more)."""
+    ) -> tuple[dict[int, str | None], bytes, int] | None:
+        """`lost_messages(count, plan)`, its JSON and the message from which it may differ
+        from the last found, for a plan that is not the last one extended (a step's), or
+        None: what the last found before the first message the two plans render otherwise
+        is kept (the keys run in order; `,"` occurs in no JSON string, so the JSON is cut at
+        the first key kept no more)."""
         old, raw = self.plan, self.found_raw
         if plan is None or old is None or raw is None or count < self.count:
             return None
@@ -413,7 +423,24 @@ class Haystack:
         found.update(tail)
         cut = len(raw) - 1 if n == len(keys) else raw.index(b',"%d":' % keys[n])
         added = orjson.dumps({str(i): text for i, text in tail.items()})[1:] if tail else b"}"
-        return found, raw[:cut] + (b"," + added if tail else added)
+        return found, raw[:cut] + (b"," + added if tail else added), bound
+
+    def found_runs(self) -> tuple[dict[int, bytes], dict[int, bytes]]:
+        """`session.lost_runs` of `found`'s JSON and their `run_hashes`: the runs before
+        the first message whose entry changed since the last call of this are kept, the
+        others made from `found` (its keys run in order, as in its JSON)."""
+        first = self.runs_stale // LOST_RUN
+        runs = {run: raw for run, raw in self.runs.items() if run < first}
+        hashes = {run: self.run_hashes[run] for run in runs}
+        grouped: dict[int, dict[str, str | None]] = {}
+        start = bisect_left(list(self.found), first * LOST_RUN)
+        for i, text in islice(self.found.items(), start, None):
+            grouped.setdefault(i // LOST_RUN, {})[str(i)] = text
+        for run, entries in grouped.items():
+            runs[run] = raw = orjson.dumps(entries)
+            hashes[run] = run_hash(raw)
+        self.runs, self.run_hashes, self.runs_stale = runs, hashes, sys.maxsize
+        return runs, hashes
 
     def cover(self, messages: Sequence[Mapping[str, Any]], count: int) -> list[str | None]:
         """The texts of messages[:count] (what they held so far must be those messages')."""
@@ -591,5 +618,7 @@ def _remember(
     if raw != (state.lost or None):
         state.lost = raw
         state.dirty.add("lost")
+        if haystack is not None and raw is not None and lost is haystack.found:
+            state.lost_split = (raw, *haystack.found_runs())
     if haystack is not None:  # the next call need not decode what this one wrote
         haystack.lost_raw, haystack.lost = raw, lost
