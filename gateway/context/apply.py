@@ -232,7 +232,8 @@ def reapply_changed(
     message's items): the caller re-applies in full."""
     if not changed:
         return list(applied)
-    edits: list[tuple[int, int, int, list[Item]]] = []  # `applied[from:to]`, rank, new
+    # `applied[from:to]` replaced by `new`, ordered by place: (from, message, rank, to, new)
+    edits: list[tuple[int, int, int, int, list[Item]]] = []
     for item_id in changed:
         item = originals.get(item_id)
         if item is None:
@@ -252,12 +253,12 @@ def reapply_changed(
         while at < end and rank[applied[at].id] < mine:
             at += 1
         taken = at + 1 if at < end and applied[at].id == item_id else at
-        edits.append((at, taken, mine, apply_decisions(
+        edits.append((at, m, mine, taken, apply_decisions(
             (item,), decisions, counter, encoding, known, memo)))
-    edits.sort(key=lambda e: (e[0], e[2]))
+    edits.sort(key=lambda e: e[:3])
     out: list[Item] = []
     pos = 0
-    for lo, hi, _, new in edits:
+    for lo, _, _, hi, new in edits:
         out += applied[pos:lo]
         out += new
         pos = hi
