@@ -32,7 +32,7 @@ from __future__ import annotations
 import hashlib
 import re
 import sys
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import islice
@@ -269,9 +269,10 @@ def recall_counts(
     """(needed, found) of `turn` against the call made of messages[:count], as forwarded
     under `lost` with `extra` (the playbook block). Each value is looked for from the latest
     message back and is settled at its first occurrence in a message forwarded as sent,
-    so a value the agent just saw costs a few messages, not the history; a value in no
-    message costs one scan of `haystack`, which keeps the messages' searchable texts
-    between a session's calls (`Haystack`)."""
+    so a value the agent just saw costs a few messages, not the history. With `haystack`,
+    which keeps the messages' searchable texts between a session's calls, joined, the
+    messages are not walked: its joined text is scanned back at C speed from occurrence to
+    occurrence (`Haystack.holders`), a value in no message costing one scan."""
     values = action_values(turn)
     if not values:
         return 0, 0
@@ -281,10 +282,10 @@ def recall_counts(
     needed = found = 0
     for value in values:
         seen = kept = False
+        if haystack is not None and value:
+            seen, kept = haystack.holders(value, lost)
         # from the end: a value the agent just saw is found in the last few messages
-        if haystack is not None and haystack.joined.rfind(value) < 0:
-            continue  # in no message: one C-speed scan says so
-        for i in range(count - 1, -1, -1):
+        for i in range(count - 1, -1, -1) if haystack is None or not value else ():
             text = texts[i]
             if text is None:  # a system message
                 continue
@@ -344,6 +345,9 @@ class Haystack:
     def __init__(self) -> None:
         self.texts: list[str | None] = []  # per message; None: a system message
         self.joined = ""
+        # where each non-system message's text starts in `joined`, and its index
+        self.starts: list[int] = []
+        self.slots: list[int] = []
         self.system: list[int] = []  # the system messages' indexes
         # per message: the text it was last forwarded as (None: as sent) and that message's
         # searchable text (`_rewritten`)
@@ -446,14 +450,43 @@ class Haystack:
         """The texts of messages[:count] (what they held so far must be those messages')."""
         if count < len(self.texts):  # a shorter history than the one read: read it anew
             self.texts, self.joined, self.system, self.rewrites = [], "", [], {}
+            self.starts, self.slots = [], []
         start = len(self.texts)
         added = [None if is_system(m) else searchable_text(m) for m in messages[start:count]]
         if added:
             self.system += [start + k for k, text in enumerate(added) if text is None]
             self.texts += added
             new = SEPARATOR.join(t for t in added if t is not None)
-            self.joined = f"{self.joined}{SEPARATOR}{new}" if self.joined else new
+            at = len(self.joined) + len(SEPARATOR) if self.starts else 0
+            if self.starts:
+                self.joined = f"{self.joined}{SEPARATOR}{new}"
+            elif any(t is not None for t in added):
+                self.joined = new
+            for k, text in enumerate(added, start):
+                if text is not None:
+                    self.starts.append(at)
+                    self.slots.append(k)
+                    at += len(text) + len(SEPARATOR)
         return self.texts
+
+    def holders(self, value: str, lost: Mapping[int, str | None]) -> tuple[bool, bool]:
+        """Whether a message `cover` read holds `value` (a non-empty text), and whether one
+        outside `lost` does: `joined` searched from the end at C speed, each occurrence
+        placed in its message by `starts` (one spanning two messages counts for neither),
+        the search going on before a message that is lost. As many scans as lost messages
+        hold the value, where a pass per message read each one's text."""
+        joined, starts, slots, texts = self.joined, self.starts, self.slots, self.texts
+        n, end, seen = len(value), len(joined), False
+        while (pos := joined.rfind(value, 0, end)) >= 0:
+            k = bisect_right(starts, pos) - 1
+            i = slots[k]
+            if pos + n <= starts[k] + len(texts[i] or ""):
+                if i not in lost:
+                    return True, True
+                seen, end = True, starts[k]
+            else:
+                end = pos + n - 1
+        return seen, False
 
 
 class _Lazy(dict[int, str | None]):
