@@ -51,7 +51,7 @@ from gateway.context.prefix import Prefix, PrefixCache
 from gateway.context.render import (
     Plan,
     Rendered,
-    materialize,
+    materialize_picked,
     render_from,
     render_messages,
     with_cut_calls,
@@ -428,8 +428,8 @@ class ContextEngine:
         if r.cls.compaction.ages:  # as _fit_items does on a call without a step
             r.state.calls += 1
             r.state.dirty.add("horizon")
-        messages = (materialize(r.messages, reuse.plan, r.prefix.copies) if reuse.changed
-                    else r.messages)
+        messages = (materialize_picked(r.messages, reuse.plan, r.prefix.copies, r.prefix.picks)
+                    if reuse.changed else r.messages)
         return _Fitted(
             messages, reuse.changed, reuse.tokens_after, reuse.events, reuse.digests, r.prefix,
             reuse.plan if reuse.changed else None,

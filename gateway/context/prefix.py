@@ -40,7 +40,7 @@ from gateway.context.lines import (
     lines_decision,
     verbatim_index,
 )
-from gateway.context.render import Mark, Plan, Rendered, render_plan
+from gateway.context.render import Mark, Picks, Plan, Rendered, render_plan
 from gateway.context.session import Decision, SessionState
 from gateway.context.steps import (
     ages_out,
@@ -202,6 +202,8 @@ class Prefix:
     calls: RepeatScan | None = None
     # The rewritten messages calls reusing this prefix forwarded, by index (`materialize`).
     copies: dict[int, Mapping[str, Any]] = field(default_factory=dict)
+    # What those calls' `materialize` took of `plan` (which they only append to).
+    picks: Picks = field(default_factory=Picks)
     # Every item of the messages, with the age and pin it had when parsed: a step call
     # restates them (`parsed`) instead of parsing its whole history again.
     items: list[Item] = field(default_factory=list)

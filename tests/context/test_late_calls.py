@@ -30,7 +30,7 @@ from gateway.context.fidelity import (
 )
 from gateway.context.items import PINNED, parse_request
 from gateway.context.prefix import Prefix, _derived
-from gateway.context.render import materialize
+from gateway.context.render import Picks, materialize, materialize_picked
 from gateway.context.session import (
     Decision,
     SessionState,
@@ -605,3 +605,31 @@ def test_re_applying_the_changed_decisions_only_is_re_applying_all(data: st.Data
     whole = reapply(items, decisions, earlier, applied, COUNTER, "o200k_base", frozenset())
     assert out is not None
     assert [(i.id, i.text, i.tokens) for i in out] == [(i.id, i.text, i.tokens) for i in whole]
+
+
+@settings(max_examples=150, deadline=None)
+@given(calls=growing_plans(), data=st.data())
+def test_materialize_picked_from_the_last_call_gives_the_very_objects_of_materialize(
+    calls: list[tuple[int, list[tuple[int, str | None]]]], data: st.DataObject,
+) -> None:
+    """Between steps a call's forwarded list is taken by `materialize_picked` from what the
+    last call picked of the same growing plan (`Picks`, kept with the prefix): each call
+    sends its own messages (a new list of new objects each call, as a new body decodes)
+    and the copies made so far, object for object what `materialize` with the copies gives
+    (fails when a picked entry keeps an earlier call's message, or when a copy is placed
+    by a stale number)."""
+    plan: list[tuple[int, str | None]] = []
+    copies: dict[int, Any] = {}
+    check: dict[int, Any] = {}
+    picks = Picks()
+    for count, grown in calls:
+        plan += grown[len(plan):]
+        msgs = [{"role": "user", "content": f"m{i}"} for i in range(count)]
+        picked = materialize_picked(msgs, plan, copies, picks)
+        expected = materialize(msgs, plan, check)
+        assert picked == expected and len(picked) == len(plan)
+        for (i, text), got in zip(plan, picked, strict=True):
+            assert (got is msgs[i]) if text is None else (got is copies[i])
+        assert picks.planned == len(plan)
+        if data.draw(st.booleans()):
+            check = dict(copies)  # materialize's copies are the ones kept
