@@ -27,7 +27,6 @@ REWRITTEN = 200_000  # an item's text and tokens under a decision: re-applying c
 STALE = 100_000  # whether a stale pattern occurs in an item
 KNOWN = 10_000  # values of a session's constant context (system prompt, task statement)
 VALUES = 100_000  # values of a text, for summaries that skip what the model has read
-REMINDERS = 100_000  # the reminder blocks a text holds (select's `reminder_patterns`)
 MINHASH = 50_000  # a text's MinHash, for near duplicates
 LSH_PARAMS = 64  # MinHash LSH band layout per threshold (one per class setting)
 # Bytes of text (as characters: exact for ASCII) each text-holding memo keeps at most, with
@@ -35,7 +34,6 @@ LSH_PARAMS = 64  # MinHash LSH band layout per threshold (one per class setting)
 PARTS_BYTES = 128 << 20
 REWRITTEN_BYTES = 64 << 20
 VALUES_BYTES = 64 << 20
-REMINDERS_BYTES = 64 << 20
 KNOWN_BYTES = 16 << 20  # a session's constant context has ~100 values: ~5 kB an entry
 ENTRY_BYTES = 200
 TEXT_BYTES = 64  # a short text's own object, and its slot, inside a tuple or a set
@@ -158,7 +156,5 @@ class ContextCaches:
     stale: LRU[tuple[str, str], bool] = field(default_factory=_lru(STALE))
     known: LRU[str, frozenset[str]] = field(default_factory=_sized(KNOWN, KNOWN_BYTES))
     values: LRU[str, frozenset[str]] = field(default_factory=_sized(VALUES, VALUES_BYTES))
-    reminders: LRU[tuple[tuple[str, ...], str], tuple[tuple[str, str], ...]] = field(
-        default_factory=_sized(REMINDERS, REMINDERS_BYTES))
     minhash: LRU[str, MinHash] = field(default_factory=_lru(MINHASH))
     lsh_params: LRU[float, tuple[int, int]] = field(default_factory=_lru(LSH_PARAMS))

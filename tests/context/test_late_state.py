@@ -1,19 +1,16 @@
 """State a late call carries from its session's earlier calls instead of reading the whole
 history again (issue 7, per-call time grows with the new content only), pinned to what
 reading it whole gives: the fidelity signals' index of earlier tool calls (`CallIndex`),
-select's reminder blocks looked up per text, a value placed by its occurrences in the
-haystack's joined texts."""
+a value placed by its occurrences in the haystack's joined texts."""
 
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
 from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.context.caches import ContextCaches
 from gateway.context.fidelity import (
     FILED_HASHES,
     NEAR_SAME,
@@ -25,7 +22,6 @@ from gateway.context.fidelity import (
     refetch_counts,
     similarity,
 )
-from gateway.context.stages.select import _last_blocks
 
 WINDOW = 6  # observe keeps the latest MAX_INDEXED_CALLS; a small window slides often here
 WORDS = [f"w{i}" for i in range(24)]
@@ -97,27 +93,6 @@ def test_a_near_call_shares_one_of_the_filed_hashes(pair: tuple[Any, Any]) -> No
     a, b = pair
     if _may_be_near(set(b), a) and similarity(a, b) >= NEAR_SAME:
         assert set(a[:FILED_HASHES]) & set(b) or not (a or b)
-
-
-@settings(max_examples=150, deadline=None)
-@given(texts=st.lists(st.sampled_from(["<r>a</r> x", "<r>b</r>", "y", "<r>a</r><s>1</s>", ""]),
-                      max_size=12),
-       more=st.lists(st.sampled_from(["<r>b</r> z", "<s>1</s>", "y"]), max_size=6))
-def test_reminder_blocks_looked_up_per_text_are_those_searched_afresh(
-    texts: list[str], more: list[str]
-) -> None:
-    """select's reminder blocks kept per text (`caches.reminders`, shared by every session
-    and step): one memo used with two pattern lists and a growing list of items gives
-    where each block occurs last as searching every text gives (fails when the key leaves
-    out the patterns)."""
-    memo = ContextCaches().reminders
-    for patterns in (["<r>.*?</r>"], ["<r>.*?</r>", "<s>(.)</s>"], ["<r>.*?</r>"]):
-        for items in ([_text_item(t) for t in texts], [_text_item(t) for t in texts + more]):
-            assert _last_blocks(items, patterns, memo) == _last_blocks(items, patterns)
-
-
-def _text_item(text: str) -> Any:
-    return SimpleNamespace(text=text)
 
 
 piece = st.sampled_from(["ab", "abc", "x", "\n", "\x00", "\n\x00", "", "cab"])

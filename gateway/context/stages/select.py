@@ -12,7 +12,6 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from gateway.context.caches import LRU
 from gateway.context.forecast import Budget
 from gateway.context.items import Item
 from gateway.context.session import Decision
@@ -41,29 +40,14 @@ def _reminder(
     return None
 
 
-def _last_blocks(
-    items: list[Item], patterns: Sequence[str],
-    memo: LRU[tuple[tuple[str, ...], str], tuple[tuple[str, str], ...]] | None = None,
-) -> dict[tuple[str, str], int]:
-    """Where each reminder block occurs last: one pass, not a scan of the rest per item.
-    `memo`: the blocks each text holds (a step call's items are mostly its last step's
-    texts: each is searched once, then looked up)."""
+def _last_blocks(items: list[Item], patterns: Sequence[str]) -> dict[tuple[str, str], int]:
+    """Where each reminder block occurs last: one pass, not a scan of the rest per item."""
     last: dict[tuple[str, str], int] = {}
-    key = tuple(patterns)
     for pos, item in enumerate(items):
-        found = memo.get((key, item.text)) if memo is not None else None
-        if found is None:
-            found = _blocks(item.text, patterns)
-            if memo is not None:
-                memo[(key, item.text)] = found
-        for block in found:
-            last[block] = pos
+        for pattern in patterns:
+            for block in re.findall(pattern, item.text):
+                last[(pattern, block)] = pos
     return last
-
-
-def _blocks(text: str, patterns: Sequence[str]) -> tuple[tuple[str, str], ...]:
-    """(pattern, block) of each reminder block in `text`, in `_last_blocks`' order."""
-    return tuple((pattern, block) for pattern in patterns for block in re.findall(pattern, text))
 
 
 async def select_items(items: list[Item], budget: Budget, ctx: StageContext) -> StageResult:
@@ -71,7 +55,7 @@ async def select_items(items: list[Item], budget: Budget, ctx: StageContext) -> 
     max_turns, knowledge_max = opts.max_turns, opts.knowledge_max_turns
     stale_rules, reminders = opts.stale_patterns, opts.reminder_patterns
     pinned_units = unit_pinned(items)
-    last_blocks = _last_blocks(items, reminders, ctx.caches.reminders) if reminders else {}
+    last_blocks = _last_blocks(items, reminders) if reminders else {}
     chosen: dict[str, Decision] = {}
     for pos, item in enumerate(items):
         if item.pinned or item.id in ctx.decisions or item.message_index >= ctx.horizon:
