@@ -24,8 +24,9 @@ from collections.abc import Callable
 from typing import Any
 
 ENGINE_PHASES = ("parse_request", "_apply_remembered", "render_messages", "drop_events",
-                 "reapply", "observe", "materialize", "step_horizon", "arrival_duplicates",
-                 "repeated_calls")
+                 "reapply", "reapply_changed", "observe", "materialize", "materialize_picked",
+                 "step_horizon", "arrival_duplicates", "repeated_calls", "_stamp_step",
+                 "lagging_tokens", "_render")
 PREFIX_PHASES = ("build", "extend", "reuse", "parsed", "applied")
 DROPLOG_PHASES = ("write_call", "_decided")
 
@@ -53,6 +54,12 @@ def _wrap(spent: dict[str, float]) -> None:
     for name in PREFIX_PHASES:
         if hasattr(Prefix, name):
             setattr(Prefix, name, _timed(spent, f"prefix.{name}", getattr(Prefix, name)))
+    import gateway.context.stages.select as select
+    from gateway.context.session import MemorySessionStore
+
+    MemorySessionStore.save = _timed(spent, "session.save",  # type: ignore[method-assign]
+                                     MemorySessionStore.save)
+    select._last_blocks = _timed(spent, "select._last_blocks", select._last_blocks)
     for name in DROPLOG_PHASES:
         if hasattr(DropLog, name):
             setattr(DropLog, name, _timed(spent, f"droplog.{name}", getattr(DropLog, name)))

@@ -4,8 +4,10 @@ or strip repeated blocks. Deterministic, so a remembered decision renders identi
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, MutableMapping, Sequence
+from bisect import bisect_left, bisect_right
+from collections.abc import Collection, Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, fields
+from operator import is_
 from typing import cast
 
 import orjson
@@ -200,10 +202,83 @@ def reapply(
     return final
 
 
+def changed_decisions(
+    decisions: Mapping[str, Decision], earlier: Mapping[str, Decision]
+) -> set[str]:
+    """The ids whose decision in `decisions` is not `earlier`'s (made, changed or undone)."""
+    get = earlier.get
+    made = {item_id for item_id, d in decisions.items()
+            if d is not (old := get(item_id)) and d != old}
+    return made | (earlier.keys() - decisions.keys())
+
+
+def reapply_changed(
+    items: Sequence[Item],
+    decisions: Mapping[str, Decision],
+    changed: Collection[str],
+    applied: Sequence[Item],
+    originals: Mapping[str, Item],
+    counter: TokenCounter,
+    encoding: str,
+    known: frozenset[str],
+    memo: AppliedMemo | None = None,
+) -> list[Item] | None:
+    """`reapply(items, decisions, earlier, applied, ...)` given the ids whose decision is not
+    `earlier`'s (`changed`, `changed_decisions`; `originals`: `items` by id): `applied` with
+    only those items applied anew and spliced in at their places, found by message (both
+    lists run in message order, a message's items in `items`' order), not by a pass over
+    every item. An id of `changed` that is no item of `items` changes nothing, as there.
+    None when `applied` is not such a list (an item of a message that is not among that
+    message's items): the caller re-applies in full."""
+    if not changed:
+        return list(applied)
+    # `applied[from:to]` replaced by `new`, ordered by place: (from, message, rank, to, new)
+    edits: list[tuple[int, int, int, int, list[Item]]] = []
+    for item_id in changed:
+        item = originals.get(item_id)
+        if item is None:
+            continue
+        m = item.message_index
+        lo = bisect_left(items, m, key=_message_index)
+        hi = bisect_right(items, m, lo=lo, key=_message_index)
+        group = [x.id for x in items[lo:hi]]
+        if item_id not in group:
+            continue
+        rank = {x: k for k, x in enumerate(group)}
+        at = bisect_left(applied, m, key=_message_index)
+        end = bisect_right(applied, m, lo=at, key=_message_index)
+        mine = rank[item_id]
+        if any(x.id not in rank for x in applied[at:end]):
+            return None
+        while at < end and rank[applied[at].id] < mine:
+            at += 1
+        taken = at + 1 if at < end and applied[at].id == item_id else at
+        edits.append((at, m, mine, taken, apply_decisions(
+            (item,), decisions, counter, encoding, known, memo)))
+    edits.sort(key=lambda e: e[:3])
+    out: list[Item] = []
+    pos = 0
+    for lo, _, _, hi, new in edits:
+        out += applied[pos:lo]
+        out += new
+        pos = hi
+    out += applied[pos:]
+    return out
+
+
+def _message_index(item: Item) -> int:
+    return item.message_index
+
+
 def same_texts(a: Sequence[Item], b: Sequence[Item]) -> bool:
     """Whether two fittings of one call send the same items with the same texts, so they
-    render and log alike (scores and ages, which neither does, may differ)."""
-    return len(a) == len(b) and all(
+    render and log alike (scores and ages, which neither does, may differ). The very same
+    items (most of a step's) are passed over at C speed."""
+    if len(a) != len(b):
+        return False
+    if all(map(is_, a, b)):
+        return True
+    return all(
         x.id == y.id and x.tokens == y.tokens and (x.text is y.text or x.text == y.text)
         for x, y in zip(a, b, strict=True)
     )

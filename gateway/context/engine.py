@@ -14,13 +14,21 @@ import hashlib
 import logging
 import time
 from bisect import bisect_left
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from gateway.context.adjust import ClassForecasts
 from gateway.context.agents import AgentClassStore, MemoryAgentClassStore, RedisAgentClassStore
-from gateway.context.apply import apply_decisions, drop_events, reapply, same_texts
+from gateway.context.apply import (
+    apply_decisions,
+    changed_decisions,
+    drop_events,
+    reapply,
+    reapply_changed,
+    same_texts,
+)
 from gateway.context.caches import ContextCaches
 from gateway.context.calibration import TokenCalibration
 from gateway.context.calls import RepeatScan, point_repeats, repeated_calls
@@ -43,7 +51,7 @@ from gateway.context.prefix import Prefix, PrefixCache
 from gateway.context.render import (
     Plan,
     Rendered,
-    materialize,
+    materialize_picked,
     render_from,
     render_messages,
     with_cut_calls,
@@ -186,10 +194,12 @@ class _Request:
 
 
 class _Applied(NamedTuple):
-    """A call's items as the session's decisions before it send them."""
+    """A call's items as the session's decisions before it send them, and the ids whose
+    decision the call changed (`apply.changed_decisions`, once the stages have run)."""
 
     decisions: Mapping[str, Decision]
     items: list[Item]
+    changed: set[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -418,8 +428,8 @@ class ContextEngine:
         if r.cls.compaction.ages:  # as _fit_items does on a call without a step
             r.state.calls += 1
             r.state.dirty.add("horizon")
-        messages = (materialize(r.messages, reuse.plan, r.prefix.copies) if reuse.changed
-                    else r.messages)
+        messages = (materialize_picked(r.messages, reuse.plan, r.prefix.copies, r.prefix.picks)
+                    if reuse.changed else r.messages)
         return _Fitted(
             messages, reuse.changed, reuse.tokens_after, reuse.events, reuse.digests, r.prefix,
             reuse.plan if reuse.changed else None,
@@ -445,7 +455,7 @@ class ContextEngine:
         if tokens_after > r.budget.input:  # the ladder ends in drops: only pinned content left
             self.metrics.budget_exceeded.labels(r.cls.name).inc()
             raise ContextBudgetExceeded(tokens_after, r.budget.input)
-        rendered, events = _render(r, parsed.items, final, ctx)
+        rendered, events = _render(r, parsed.items, final, ctx, applied)
         prefix = self._prefix(r.messages, parsed, final, rendered, events, ctx, stepped, r.cls,
                               applied, r.prefix)
         if prefix is not None:
@@ -617,11 +627,13 @@ class ContextEngine:
                 state.steps += 1
             state.calls += 1
             state.dirty.add("horizon")
-        _stamp_step(ctx.decisions, state.decisions)  # ctx.decisions began as a copy
-        if ctx.decisions != state.decisions:
+        # ctx.decisions began as a copy: only the ids the stages touched differ
+        changed = changed_decisions(ctx.decisions, state.decisions)
+        _stamp_step(ctx.decisions, state.decisions, changed)
+        if changed:
             state.decisions = ctx.decisions
             state.dirty.add("decisions")
-        return final, ctx, stepped, applied
+        return final, ctx, stepped, applied._replace(changed=changed)
 
     async def _run_stages(
         self,
@@ -678,8 +690,12 @@ class ContextEngine:
         if parsed.layout is None:
             return None
         if stepped:
-            again = reapply(parsed.items, ctx.decisions, applied.decisions, applied.items,
-                            self.counter, parsed.encoding, ctx.known, self.caches.rewritten)
+            again = None if applied.changed is None else reapply_changed(
+                parsed.items, ctx.decisions, applied.changed, applied.items, ctx.originals,
+                self.counter, parsed.encoding, ctx.known, self.caches.rewritten)
+            if again is None:
+                again = reapply(parsed.items, ctx.decisions, applied.decisions, applied.items,
+                                self.counter, parsed.encoding, ctx.known, self.caches.rewritten)
             if not same_texts(final, again):  # most steps re-apply to what they sent
                 rendered = render_messages(messages, parsed.items, again)
                 events = drop_events(parsed.items, again, ctx.decisions)
@@ -792,12 +808,15 @@ class ContextEngine:
 
 
 def _render(
-    r: _Request, items: list[Item], final: list[Item], ctx: StageContext
+    r: _Request, items: list[Item], final: list[Item], ctx: StageContext, applied: _Applied
 ) -> tuple[Rendered, list[DropEvent]]:
     """A call's fitted items rendered, and its drop events. A step call whose session's
     prefix took its new messages reads only the items from the prefix's last mark before
     its first change: what comes before renders and logs as the prefix did."""
-    mark = r.prefix.resume(final, ctx.decisions, ctx.originals) if r.prefix else None
+    mark = None
+    if r.prefix is not None:  # the decisions this call changed, when they were the prefix's
+        changed = applied.changed if applied.decisions is r.prefix.decisions else None
+        mark = r.prefix.resume(final, ctx.decisions, ctx.originals, changed)
     if r.prefix is None or mark is None:
         return render_messages(r.messages, items, final), drop_events(items, final, ctx.decisions)
     items, final = _from_message(items, mark.index), _from_message(final, mark.index)
@@ -811,16 +830,25 @@ def _from_message(items: list[Item], index: int) -> list[Item]:
     return items[bisect_left(items, index, key=lambda item: item.message_index):]
 
 
-def _stamp_step(decisions: dict[str, Decision], remembered: Mapping[str, Decision]) -> None:
+def _stamp_step(decisions: dict[str, Decision], remembered: Mapping[str, Decision],
+                changed: Collection[str]) -> None:
     """Number the decisions this call took: one step after the session's latest, so the
-    drop log logs each once and a call line names the steps in force."""
-    step = 1 + max((d.step for d in remembered.values()), default=0)
-    for item_id, decision in decisions.items():
-        old = remembered.get(item_id)
-        if decision is old:
+    drop log logs each once and a call line names the steps in force. `changed`: the ids
+    whose decision differs from `remembered`'s (`apply.changed_decisions`); the others are
+    the remembered ones."""
+    if not changed:
+        return
+    step = 1 + max(map(_step_of, remembered.values()), default=0)
+    for item_id in changed:
+        decision = decisions.get(item_id)
+        if decision is None:  # undone
             continue
+        old = remembered.get(item_id)
         if old is None or replace(decision, step=old.step) != old:
             decisions[item_id] = replace(decision, step=step)
+
+
+_step_of = attrgetter("step")
 
 
 def _lines_min(cls: TaskClass) -> int | None:

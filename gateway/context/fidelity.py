@@ -31,7 +31,8 @@ from __future__ import annotations
 
 import hashlib
 import re
-from bisect import bisect_left
+import sys
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import islice
@@ -51,7 +52,7 @@ from gateway.context.needed import (
     tool_name,
 )
 from gateway.context.render import Plan
-from gateway.context.session import CALL_RUN, SessionState
+from gateway.context.session import CALL_RUN, LOST_RUN, SessionState, run_hash
 
 MODES = ("managed", "bypass", "unmanaged")
 NEAR_SAME = 0.8
@@ -268,9 +269,10 @@ def recall_counts(
     """(needed, found) of `turn` against the call made of messages[:count], as forwarded
     under `lost` with `extra` (the playbook block). Each value is looked for from the latest
     message back and is settled at its first occurrence in a message forwarded as sent,
-    so a value the agent just saw costs a few messages, not the history; a value in no
-    message costs one scan of `haystack`, which keeps the messages' searchable texts
-    between a session's calls (`Haystack`)."""
+    so a value the agent just saw costs a few messages, not the history. With `haystack`,
+    which keeps the messages' searchable texts between a session's calls, joined, the
+    messages are not walked: its joined text is scanned back at C speed from occurrence to
+    occurrence (`Haystack.holders`), a value in no message costing one scan."""
     values = action_values(turn)
     if not values:
         return 0, 0
@@ -280,10 +282,10 @@ def recall_counts(
     needed = found = 0
     for value in values:
         seen = kept = False
+        if haystack is not None and value:
+            seen, kept = haystack.holders(value, lost)
         # from the end: a value the agent just saw is found in the last few messages
-        if haystack is not None and haystack.joined.rfind(value) < 0:
-            continue  # in no message: one C-speed scan says so
-        for i in range(count - 1, -1, -1):
+        for i in range(count - 1, -1, -1) if haystack is None or not value else ():
             text = texts[i]
             if text is None:  # a system message
                 continue
@@ -343,6 +345,9 @@ class Haystack:
     def __init__(self) -> None:
         self.texts: list[str | None] = []  # per message; None: a system message
         self.joined = ""
+        # where each non-system message's text starts in `joined`, and its index
+        self.starts: list[int] = []
+        self.slots: list[int] = []
         self.system: list[int] = []  # the system messages' indexes
         # per message: the text it was last forwarded as (None: as sent) and that message's
         # searchable text (`_rewritten`)
@@ -361,6 +366,11 @@ class Haystack:
         self.found: dict[int, str | None] = {}
         self.found_raw: bytes | None = None
         self.visited = 0  # plan entries the latest `lost_after` read
+        # `found`'s JSON cut into its stored runs (`session.lost_runs`) with their hashes,
+        # right for the messages before `runs_stale` (`found` changed from there since).
+        self.runs: dict[int, bytes] = {}
+        self.run_hashes: dict[int, bytes] = {}
+        self.runs_stale = 0
 
     def lost_after(self, count: int, plan: Plan | None) -> tuple[dict[int, str | None], bool]:
         """`lost_messages(count, plan)`, and whether it is the one found last (then
@@ -370,7 +380,9 @@ class Haystack:
         if (plan is None or plan is not self.plan or len(plan) < self.planned
                 or count < self.count):
             spliced = self._spliced(count, plan)
-            found, raw = spliced if spliced is not None else (lost_messages(count, plan), None)
+            found, raw, bound = (spliced if spliced is not None
+                                 else (lost_messages(count, plan), None, 0))
+            self.runs_stale = min(self.runs_stale, bound)
             self.plan, self.planned, self.count = plan, len(plan or ()), count
             self.found, self.found_raw, self.visited = found, raw, len(plan or ())
             return found, raw is not None
@@ -385,18 +397,20 @@ class Haystack:
                 del lost[i]
             else:
                 lost[i] = text
-        self.planned, self.count = len(plan), count
         if lost:
+            self.runs_stale = min(self.runs_stale, self.count)
             self.found, self.found_raw = {**self.found, **lost}, None
+        self.planned, self.count = len(plan), count
         return self.found, not lost
 
     def _spliced(
         self, count: int, plan: Plan | None
-    ) -> tuple[dict[int, str | None], bytes] | None:
-        """`lost_messages(count, plan)` and its JSON for a plan that is not the last one
-        extended (a step's), or None: what the last found before the first message the two
-        plans render otherwise is kept (the keys run in order; `,"` occurs in no JSON
-        string, so the JSON is cut at the first key kept no more)."""
+    ) -> tuple[dict[int, str | None], bytes, int] | None:
+        """`lost_messages(count, plan)`, its JSON and the message from which it may differ
+        from the last found, for a plan that is not the last one extended (a step's), or
+        None: what the last found before the first message the two plans render otherwise
+        is kept (the keys run in order; `,"` occurs in no JSON string, so the JSON is cut at
+        the first key kept no more)."""
         old, raw = self.plan, self.found_raw
         if plan is None or old is None or raw is None or count < self.count:
             return None
@@ -413,20 +427,66 @@ class Haystack:
         found.update(tail)
         cut = len(raw) - 1 if n == len(keys) else raw.index(b',"%d":' % keys[n])
         added = orjson.dumps({str(i): text for i, text in tail.items()})[1:] if tail else b"}"
-        return found, raw[:cut] + (b"," + added if tail else added)
+        return found, raw[:cut] + (b"," + added if tail else added), bound
+
+    def found_runs(self) -> tuple[dict[int, bytes], dict[int, bytes]]:
+        """`session.lost_runs` of `found`'s JSON and their `run_hashes`: the runs before
+        the first message whose entry changed since the last call of this are kept, the
+        others made from `found` (its keys run in order, as in its JSON)."""
+        first = self.runs_stale // LOST_RUN
+        runs = {run: raw for run, raw in self.runs.items() if run < first}
+        hashes = {run: self.run_hashes[run] for run in runs}
+        grouped: dict[int, dict[str, str | None]] = {}
+        start = bisect_left(list(self.found), first * LOST_RUN)
+        for i, text in islice(self.found.items(), start, None):
+            grouped.setdefault(i // LOST_RUN, {})[str(i)] = text
+        for run, entries in grouped.items():
+            runs[run] = raw = orjson.dumps(entries)
+            hashes[run] = run_hash(raw)
+        self.runs, self.run_hashes, self.runs_stale = runs, hashes, sys.maxsize
+        return runs, hashes
 
     def cover(self, messages: Sequence[Mapping[str, Any]], count: int) -> list[str | None]:
         """The texts of messages[:count] (what they held so far must be those messages')."""
         if count < len(self.texts):  # a shorter history than the one read: read it anew
             self.texts, self.joined, self.system, self.rewrites = [], "", [], {}
+            self.starts, self.slots = [], []
         start = len(self.texts)
         added = [None if is_system(m) else searchable_text(m) for m in messages[start:count]]
         if added:
             self.system += [start + k for k, text in enumerate(added) if text is None]
             self.texts += added
             new = SEPARATOR.join(t for t in added if t is not None)
-            self.joined = f"{self.joined}{SEPARATOR}{new}" if self.joined else new
+            at = len(self.joined) + len(SEPARATOR) if self.starts else 0
+            if self.starts:
+                self.joined = f"{self.joined}{SEPARATOR}{new}"
+            elif any(t is not None for t in added):
+                self.joined = new
+            for k, text in enumerate(added, start):
+                if text is not None:
+                    self.starts.append(at)
+                    self.slots.append(k)
+                    at += len(text) + len(SEPARATOR)
         return self.texts
+
+    def holders(self, value: str, lost: Mapping[int, str | None]) -> tuple[bool, bool]:
+        """Whether a message `cover` read holds `value` (a non-empty text), and whether one
+        outside `lost` does: `joined` searched from the end at C speed, each occurrence
+        placed in its message by `starts` (one spanning two messages counts for neither),
+        the search going on before a message that is lost. As many scans as lost messages
+        hold the value, where a pass per message read each one's text."""
+        joined, starts, slots, texts = self.joined, self.starts, self.slots, self.texts
+        n, end, seen = len(value), len(joined), False
+        while (pos := joined.rfind(value, 0, end)) >= 0:
+            k = bisect_right(starts, pos) - 1
+            i = slots[k]
+            if pos + n <= starts[k] + len(texts[i] or ""):
+                if i not in lost:
+                    return True, True
+                seen, end = True, starts[k]
+            else:
+                end = pos + n - 1
+        return seen, False
 
 
 class _Lazy(dict[int, str | None]):
@@ -591,5 +651,7 @@ def _remember(
     if raw != (state.lost or None):
         state.lost = raw
         state.dirty.add("lost")
+        if haystack is not None and raw is not None and lost is haystack.found:
+            state.lost_split = (raw, *haystack.found_runs())
     if haystack is not None:  # the next call need not decode what this one wrote
         haystack.lost_raw, haystack.lost = raw, lost

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import secrets
 from bisect import bisect_left, bisect_right
-from collections.abc import Mapping, MutableMapping, Sequence
+from collections.abc import Collection, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -40,7 +40,7 @@ from gateway.context.lines import (
     lines_decision,
     verbatim_index,
 )
-from gateway.context.render import Mark, Plan, Rendered, render_plan
+from gateway.context.render import Mark, Picks, Plan, Rendered, render_plan
 from gateway.context.session import Decision, SessionState
 from gateway.context.steps import (
     ages_out,
@@ -202,6 +202,8 @@ class Prefix:
     calls: RepeatScan | None = None
     # The rewritten messages calls reusing this prefix forwarded, by index (`materialize`).
     copies: dict[int, Mapping[str, Any]] = field(default_factory=dict)
+    # What those calls' `materialize` took of `plan` (which they only append to).
+    picks: Picks = field(default_factory=Picks)
     # Every item of the messages, with the age and pin it had when parsed: a step call
     # restates them (`parsed`) instead of parsing its whole history again.
     items: list[Item] = field(default_factory=list)
@@ -372,11 +374,13 @@ class Prefix:
 
     def resume(
         self, final: Sequence[Item], decisions: Mapping[str, Decision],
-        originals: Mapping[str, Item],
+        originals: Mapping[str, Item], changed: Collection[str] | None = None,
     ) -> Mark | None:
         """For a step call of these messages (its items as sent, `final`, under `decisions`):
         the last mark before the first message it sends or decides otherwise than this
-        prefix did, where its render and drop events may start (`render.render_from`)."""
+        prefix did, where its render and drop events may start (`render.render_from`).
+        `changed`: the ids whose decision differs from this prefix's (made, changed or
+        undone: `apply.changed_decisions`), when the caller knows them."""
         old = self.final
         k, n = 0, min(len(old), len(final))
         while k < n:
@@ -386,10 +390,12 @@ class Prefix:
                 break
             k += 1
         first = min([self.start, *(x[k].message_index for x in (old, final) if k < len(x))])
-        was = self.decisions
-        changed = [item_id for item_id, made in decisions.items()
-                   if made is not was.get(item_id) and made != was.get(item_id)]
-        for item_id in [*changed, *(was.keys() - decisions.keys())]:  # made, or undone
+        if changed is None:
+            was = self.decisions
+            changed = [item_id for item_id, made in decisions.items()
+                       if made is not was.get(item_id) and made != was.get(item_id)]
+            changed += was.keys() - decisions.keys()
+        for item_id in changed:  # made, or undone
             item = originals.get(item_id)
             first = min(first, item.message_index) if item is not None else first
         at = bisect_right(self.marks, first, key=lambda m: m.index) - 1

@@ -11,6 +11,7 @@ import hashlib
 from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
 
 from gateway.context.apply import cut_calls
@@ -89,6 +90,39 @@ def materialize(
                 for i, text in plan]
     return [messages[i] if text is None else copies.get(i) or _copy(copies, messages[i], i, text)
             for i, text in plan]
+
+
+@dataclass(slots=True)
+class Picks:
+    """What `materialize` took for the first `planned` entries of a plan that only grows
+    (the session's prefix's, between steps): per entry, the index of its message, or for a
+    rewritten one -(k + 1), k the number of its copy in `copies` (in the order made)."""
+
+    planned: int = 0
+    indexes: list[int] = field(default_factory=list)
+    copies: list[Mapping[str, Any]] = field(default_factory=list)
+
+
+def materialize_picked(
+    messages: Sequence[Mapping[str, Any]], plan: Plan, copies: dict[int, Mapping[str, Any]],
+    picks: Picks,
+) -> list[Mapping[str, Any]]:
+    """`materialize(messages, plan, copies)`, the very same objects, for a plan whose first
+    `picks.planned` entries are the ones `picks` was made from (the caller keeps it with
+    the plan, which it only appends to): only the new entries are read; the list is taken
+    from `messages` and the copies by one C-speed `itemgetter`, not a pass per entry."""
+    indexes, made = picks.indexes, picks.copies
+    for i, text in plan[picks.planned:]:
+        if text is None:
+            indexes.append(i)
+        else:
+            made.append(copies.get(i) or _copy(copies, messages[i], i, text))
+            indexes.append(-len(made))
+    picks.planned = len(plan)
+    if len(indexes) < 2:
+        return materialize(messages, plan, copies)
+    source = [*messages, *reversed(made)]  # copy k at -(k + 1)
+    return list(itemgetter(*indexes)(source))
 
 
 def _copy(copies: dict[int, Mapping[str, Any]], msg: Mapping[str, Any], i: int, text: str

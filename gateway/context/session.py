@@ -118,6 +118,10 @@ class SessionState:
     version: bytes | None = None
     record_version: bytes | None = None  # token of `fidelity` and `lost` as last saved
     legacy: bool = False  # stored as one blob: the next change of decisions rewrites all
+    # `lost` (the very bytes object) with its runs and their hashes (`lost_runs`,
+    # `run_hashes`), when the fidelity signals made them from what they kept of the last
+    # call's (`fidelity.Haystack.found_runs`): a save need not decode `lost` again.
+    lost_split: tuple[bytes, dict[int, bytes], dict[int, bytes]] | None = None
 
     def encode(self, name: str) -> bytes:
         if name == "class":
@@ -202,7 +206,11 @@ def lost_runs(raw: bytes | None) -> dict[int, bytes]:
 
 
 def run_hashes(runs: Mapping[int, bytes]) -> Chunks:
-    return {run: hashlib.blake2b(raw, digest_size=16).digest() for run, raw in runs.items()}
+    return {run: run_hash(raw) for run, raw in runs.items()}
+
+
+def run_hash(raw: bytes) -> bytes:
+    return hashlib.blake2b(raw, digest_size=16).digest()
 
 
 def _run_field(prefix: bytes, run: int) -> bytes:
@@ -251,8 +259,12 @@ def record_changes(state: SessionState, mapping: dict[bytes, bytes], deleted: li
     stored."""
     hashes = before.lost_runs if before is not None else {}
     if b"lost" in mapping:
-        runs = lost_runs(state.lost)
-        hashes = run_hashes(runs)
+        split = state.lost_split
+        if split is not None and split[0] is state.lost:
+            runs, hashes = split[1], split[2]
+        else:
+            runs = lost_runs(state.lost)
+            hashes = run_hashes(runs)
         for run, raw in runs.items():
             if before is None or before.lost_runs.get(run) != hashes[run]:
                 mapping[_run_field(LOST_RUN_PREFIX, run)] = raw

@@ -8,11 +8,16 @@ from __future__ import annotations
 
 import json
 from typing import Any
+from unittest.mock import patch
 
 import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import gateway.context.engine as engine_module
+import gateway.context.fidelity as fidelity_module
+import gateway.context.session as session_module
+from gateway.context.apply import apply_decisions, changed_decisions, reapply, reapply_changed
 from gateway.context.calls import RepeatScan, repeated_calls
 from gateway.context.engine import CallContext, ContextEngine
 from gateway.context.fidelity import (
@@ -25,8 +30,14 @@ from gateway.context.fidelity import (
 )
 from gateway.context.items import PINNED, parse_request
 from gateway.context.prefix import Prefix, _derived
-from gateway.context.render import materialize
-from gateway.context.session import SessionState
+from gateway.context.render import Picks, materialize, materialize_picked
+from gateway.context.session import (
+    Decision,
+    SessionState,
+    lost_runs,
+    record_changes,
+    run_hashes,
+)
 from gateway.context.steps import horizon_after, open_tokens, step_horizon
 from gateway.context.taskclass import Compaction, TaskClass
 from gateway.context.tokens import TokenCounter
@@ -484,3 +495,141 @@ def test_a_step_keeping_the_start_of_the_plan_splices_the_kept_json() -> None:
     assert same and lost == lost_messages(7, step)
     assert haystack.found_raw == orjson.dumps({"0": None, "1": "gist 1", "3": "gist 3",
                                                "4": None, "6": None})
+
+
+@settings(max_examples=200, deadline=None)
+@given(calls=stepping_plans())
+def test_the_lost_runs_kept_from_the_last_call_are_the_runs_read_whole(
+    calls: list[tuple[int, list[tuple[int, str | None]], bool]],
+) -> None:
+    """A save writes `lost` in runs (`session.lost_runs`); the fidelity signals make them
+    from the runs the last call kept (`Haystack.found_runs`: only those from the first
+    message whose entry changed are made again). Runs of 4 messages here, so that steps
+    and growing plans cross many: after every call that changed `lost`, the runs handed to
+    the save and their hashes are those of decoding `lost` whole (fails when a change is not
+    marked: a run keeps an entry the session no longer has)."""
+    state, haystack = SessionState(), Haystack()
+    plan: list[tuple[int, str | None]] = []
+    with patch.object(fidelity_module, "LOST_RUN", 4), patch.object(session_module,
+                                                                   "LOST_RUN", 4):
+        for count, drawn, step in calls:
+            if step:
+                plan = list(drawn)
+            else:
+                plan += drawn[len(plan):]
+            messages = [{"role": "user", "content": str(i)} for i in range(count)]
+            before = state.lost
+            observe(state, messages, plan, task_class="c", mode="managed", haystack=haystack)
+            if state.lost is None or state.lost == before:
+                continue
+            assert state.lost_split is not None and state.lost_split[0] is state.lost
+            runs = lost_runs(state.lost)
+            assert state.lost_split[1] == runs and state.lost_split[2] == run_hashes(runs)
+            mapping, deleted = state.changes()
+            record = record_changes(state, mapping, deleted, None)
+            assert record.lost_runs == run_hashes(runs)
+            state.saved()
+
+
+async def test_a_step_re_applies_only_what_it_changed_and_gets_what_re_applying_all_gets(
+    settings: Any, embedder: Any
+) -> None:
+    """A step call re-applies the decisions it changed only (`reapply_changed`, spliced
+    into the items the decisions before it sent): on a long session, and on the same
+    session with an earlier message edited (the full path, no prefix), every step's list
+    is the one `reapply` over every item gives, item for item, and the ids it was given
+    are those whose decision differs (fails when an undone decision is left out)."""
+    _, msgs, _ = synthetic_session(1, turns=90)
+    engine = _engine(settings, embedder, True)
+    calls = _growing(msgs)
+    edited = json.loads(json.dumps(msgs))
+    edited[5]["content"] = f"{edited[5]['content']} (edited)"
+    checked: list[int] = []
+    real = engine_module.reapply_changed
+
+    def checking(items: Any, decisions: Any, changed: Any, applied: Any, originals: Any,
+                 *rest: Any) -> Any:
+        earlier = checking.earlier  # type: ignore[attr-defined]
+        assert set(changed) == {
+            k for k in decisions.keys() | earlier.keys() if decisions.get(k) != earlier.get(k)}
+        out = real(items, decisions, changed, applied, originals, *rest)
+        whole = reapply(items, decisions, earlier, applied, *rest)
+        assert out is not None
+        assert [(i.id, i.text, i.tokens, i.fixed_tokens) for i in out] == [
+            (i.id, i.text, i.tokens, i.fixed_tokens) for i in whole]
+        checked.append(len(changed))
+        return out
+
+    real_fit_items = engine._fit_items
+
+    async def fit_items(messages: Any, parsed: Any, cls: Any, budget: Any, state: Any,
+                        *rest: Any) -> Any:
+        checking.earlier = state.decisions  # type: ignore[attr-defined]
+        return await real_fit_items(messages, parsed, cls, budget, state, *rest)
+
+    with patch.object(engine_module, "reapply_changed", checking), \
+            patch.object(engine, "_fit_items", fit_items):
+        for n, (body, _) in enumerate(calls + _growing(edited)[len(calls) - 20:]):
+            await engine.fit(body, CallContext("t1", f"r{n}", {"x-ctxgate-session-id": "re"}))
+    assert len(checked) > 10 and any(checked), checked
+
+
+FATES = [None, Decision("select", "drop", "recency", "drop"),
+         Decision("select", "mask", "stale", "mask"),
+         Decision("compress", "compress", "aged", "summary", text="a gist"),
+         Decision("compress", "compress", "aged", "summary", text="another gist")]
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data())
+def test_re_applying_the_changed_decisions_only_is_re_applying_all(data: st.DataObject) -> None:
+    """`reapply_changed`, given the ids `changed_decisions` finds, gives what `reapply`
+    gives over every item, for drawn decisions before and after a step (made, changed,
+    undone, an item dropped before and sent now, several in one message; pinned items
+    sent as is): the same items, in the same order (fails when undone ids are left out
+    of `changed`, or when an item sent again is spliced at the wrong place)."""
+    _, msgs, _ = synthetic_session(data.draw(st.integers(0, 3)), turns=6)
+    parsed = parse_request({"model": "m", "messages": msgs}, COUNTER, "o200k_base")
+    items = parsed.items
+    draw = lambda: {i.id: d for i in items  # noqa: E731
+                    if (d := data.draw(st.sampled_from(FATES))) is not None}
+    earlier, decisions = draw(), draw()
+    if data.draw(st.booleans()):  # a step that changes a few only
+        decisions = {**earlier, **dict(list(decisions.items())[:3])}
+    applied = apply_decisions(items, earlier, COUNTER, "o200k_base", frozenset())
+    changed = changed_decisions(decisions, earlier)
+    assert changed == {k for k in decisions.keys() | earlier.keys()
+                       if decisions.get(k) != earlier.get(k)}
+    out = reapply_changed(items, decisions, changed, applied, {i.id: i for i in items},
+                          COUNTER, "o200k_base", frozenset())
+    whole = reapply(items, decisions, earlier, applied, COUNTER, "o200k_base", frozenset())
+    assert out is not None
+    assert [(i.id, i.text, i.tokens) for i in out] == [(i.id, i.text, i.tokens) for i in whole]
+
+
+@settings(max_examples=150, deadline=None)
+@given(calls=growing_plans(), data=st.data())
+def test_materialize_picked_from_the_last_call_gives_the_very_objects_of_materialize(
+    calls: list[tuple[int, list[tuple[int, str | None]]]], data: st.DataObject,
+) -> None:
+    """Between steps a call's forwarded list is taken by `materialize_picked` from what the
+    last call picked of the same growing plan (`Picks`, kept with the prefix): each call
+    sends its own messages (a new list of new objects each call, as a new body decodes)
+    and the copies made so far, object for object what `materialize` with the copies gives
+    (fails when a picked entry keeps an earlier call's message, or when a copy is placed
+    by a stale number)."""
+    plan: list[tuple[int, str | None]] = []
+    copies: dict[int, Any] = {}
+    check: dict[int, Any] = {}
+    picks = Picks()
+    for count, grown in calls:
+        plan += grown[len(plan):]
+        msgs = [{"role": "user", "content": f"m{i}"} for i in range(count)]
+        picked = materialize_picked(msgs, plan, copies, picks)
+        expected = materialize(msgs, plan, check)
+        assert picked == expected and len(picked) == len(plan)
+        for (i, text), got in zip(plan, picked, strict=True):
+            assert (got is msgs[i]) if text is None else (got is copies[i])
+        assert picks.planned == len(plan)
+        if data.draw(st.booleans()):
+            check = dict(copies)  # materialize's copies are the ones kept

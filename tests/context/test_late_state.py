@@ -1,6 +1,7 @@
 """State a late call carries from its session's earlier calls instead of reading the whole
 history again (issue 7, per-call time grows with the new content only), pinned to what
-reading it whole gives: the fidelity signals' index of earlier tool calls (`CallIndex`)."""
+reading it whole gives: the fidelity signals' index of earlier tool calls (`CallIndex`),
+a value placed by its occurrences in the haystack's joined texts."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from gateway.context.fidelity import (
     FILED_HASHES,
     NEAR_SAME,
     CallIndex,
+    Haystack,
     IndexedCall,
     _may_be_near,
     call_sketch,
@@ -91,3 +93,31 @@ def test_a_near_call_shares_one_of_the_filed_hashes(pair: tuple[Any, Any]) -> No
     a, b = pair
     if _may_be_near(set(b), a) and similarity(a, b) >= NEAR_SAME:
         assert set(a[:FILED_HASHES]) & set(b) or not (a or b)
+
+
+piece = st.sampled_from(["ab", "abc", "x", "\n", "\x00", "\n\x00", "", "cab"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(batches=st.lists(st.lists(st.one_of(st.none(), st.lists(piece, max_size=5).map("".join)),
+                                 max_size=4), min_size=1, max_size=5),
+       value=st.sampled_from(["ab", "abc", "cab", "b\n\x00a", "x\nx", "bab"]),
+       lost=st.sets(st.integers(0, 20)))
+def test_a_value_placed_by_its_occurrences_in_the_joined_texts_is_found_as_per_message(
+    batches: list[list[str | None]], value: str, lost: set[int]
+) -> None:
+    """The fidelity signals' recall places a value by scanning the haystack's joined texts
+    back from occurrence to occurrence (`Haystack.holders`): as the haystack grows call by
+    call (system messages, empty texts, texts holding the separator), whether a message
+    holds the value, and whether one outside `lost` does, are what testing every message's
+    text gives (fails when an occurrence spanning two messages counts, or when `starts`
+    is not moved on with the texts)."""
+    haystack, messages = Haystack(), []
+    for batch in batches:
+        for text in batch:
+            messages.append({"role": "system", "content": "sys ab"} if text is None
+                            else {"role": "user", "content": text})
+        texts = haystack.cover(messages, len(messages))
+        holding = [i for i, t in enumerate(texts) if t is not None and value in t]
+        assert haystack.holders(value, dict.fromkeys(lost)) == (
+            bool(holding), any(i not in lost for i in holding))
