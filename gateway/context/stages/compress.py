@@ -24,7 +24,7 @@ from gateway.context.steps import ages_out, undecided
 from gateway.context.taskclass import CompressOptions
 
 EXPIRED_MIN_TOKENS = 60  # a shorter digest is left as it is: a placeholder saves too little
-TURN_KINDS = frozenset({"user", "assistant", "tool_call"})  # conversational turns
+TURN_KINDS = frozenset({"user"})  # user turns only: see bench/README.md  # conversational turns
 TURN_MASK_MARGIN = 16  # characters a turn's placeholder must save at least
 
 
