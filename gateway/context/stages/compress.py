@@ -24,7 +24,9 @@ from gateway.context.steps import ages_out, undecided
 from gateway.context.taskclass import CompressOptions
 
 EXPIRED_MIN_TOKENS = 60  # a shorter digest is left as it is: a placeholder saves too little
-TURN_KINDS = frozenset({"user"})  # user turns only: see bench/README.md  # conversational turns
+# User turns only: old assistant answers masked too lost recall on the values the agent
+# re-tells (bench/README.md, "Old customer turns as gists").
+TURN_KINDS = frozenset({"user"})
 TURN_MASK_MARGIN = 16  # characters a turn's placeholder must save at least
 
 
@@ -34,10 +36,9 @@ def _expired_digests(
     """Aged summaries old enough to be masked (the decision replaces the summary). In
     batches, as hysteresis: once a digest is twice `mask_after_turns` old, every digest at
     least `mask_after_turns` old is masked, so the rendered prefix changes this far back
-    only once in that many turns. With `mask_turns_min_tokens`, old conversational turns
-    (user and assistant text) too short for a digest, or left as a short one, join the
-    batch: on long sessions of many short exchanges (a support agent working a queue) they
-    are most of what is left."""
+    only once in that many turns. With `mask_turns_min_tokens`, old user turns too short
+    for a digest, or left as a short one, join the batch as gists: on long sessions of many
+    short exchanges (a support agent working a queue) they were most of what went verbatim."""
     after = opts.mask_after_turns
     if after is None or not ctx.task_class.compaction.ages:
         return {}
@@ -59,7 +60,7 @@ def _expired_digests(
 
 
 def _old_turn(item: Item, ctx: StageContext, opts: CompressOptions, digest: bool) -> bool:
-    """A conversational turn `_expired_digests` masks with the digests: its text at least
+    """A user turn `_expired_digests` masks with the digests: its text at least
     `mask_turns_min_tokens` long and longer than its placeholder, sent verbatim (behind the
     horizon) or as a digest."""
     least = opts.mask_turns_min_tokens
