@@ -14,7 +14,7 @@ import orjson
 
 from gateway.context.items import Item
 from gateway.context.session import Decision
-from gateway.context.summarize import summarize
+from gateway.context.summarize import notable, summarize, values
 from gateway.context.tokens import TokenCounter
 from gateway.observability.droplog import Action, DropEvent, Stage
 
@@ -32,6 +32,19 @@ def placeholder(item: Item) -> str:
     kind a tool message's role already gives was 12 more characters each)."""
     kind = "" if item.kind in ROLE_KINDS else f"{item.kind} "
     return f"[ctxgate: {kind}omitted {excerpt(item, POINTER_EXCERPT)}]"
+
+
+GIST = "gist"  # a masked turn's decision arg: its placeholder lists the values it named
+GIST_VALUES = 12  # values a turn's gist lists at most
+
+
+def gist(item: Item, known: frozenset[str] = frozenset()) -> str:
+    """What an old conversational turn is masked as: its placeholder and the notable values
+    it named (ids, dates, amounts a later step may re-type) that the model sees anyway only
+    if `known` has them. Deterministic in the item's text and `known`."""
+    named = [v for v in values(item.text) if notable(v) and v not in known][:GIST_VALUES]
+    head = placeholder(item)
+    return f"{head[:-1]}; mentions: {' '.join(named)}]" if named else head
 
 
 # Kinds a message's role names already (a tool message is a tool result): a placeholder
@@ -70,7 +83,7 @@ def rewritten_text(
     if method == "drop":
         return None
     if method == "mask":
-        return placeholder(item)
+        return gist(item, known) if decision.arg == GIST else placeholder(item)
     if method == "dedup":
         return f"[ctxgate: same content as {decision.arg}]"
     if method == "strip" and decision.arg:

@@ -205,6 +205,10 @@ class CompressOptions(_Settings):
     # An aged summary this many turns old becomes a one-line placeholder at the next step:
     # digests of long sessions otherwise add up to most of what is sent.
     mask_after_turns: Count | None = None
+    # Old user turns (not the task) at least this many tokens of text, sent verbatim (too
+    # short to digest) or as a short digest, become gists (placeholder and the values they
+    # named) in the same batches as the digests (None: only digests are masked).
+    mask_turns_min_tokens: Count | None = None
 
 
 class Stages(_Settings):

@@ -3,13 +3,20 @@ one agent (tenant, system prompt, tool set) are classed alike however they start
 
 from __future__ import annotations
 
+import copy
 import re
+from pathlib import Path
 from typing import Any
+
+import redis.asyncio as aioredis
 
 from gateway.context.agents import MemoryAgentClassStore
 from gateway.context.classify import Classifier, agent_fingerprint, is_agent_request
 from gateway.context.engine import CallContext, ContextEngine, tool_names
 from gateway.context.taskclass import agent_policy, load_task_classes
+from gateway.embeddings import Embedder
+from gateway.observability.droplog import DropLog
+from gateway.observability.metrics import Metrics
 from gateway.settings import Settings
 
 BROWSER_TOOLS = [
@@ -231,3 +238,76 @@ def test_tool_names_read_every_wire_shape() -> None:
     body = {"tools": [chat, responses, messages, "not a tool", {"type": "web_search"}]}
     assert tool_names(body) == {"get_iban", "send_money", "read_file"}
     assert tool_names({"messages": []}) == frozenset()
+
+
+def _support_queue(tickets: int) -> list[dict[str, Any]]:
+    """One agent working short tickets one after another: each a customer turn naming its
+    ids, a lookup, its result and the agent's answer."""
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You help customers with their reservations."},
+        {"role": "user", "content": "Hello, I need help with my booking."},
+    ]
+    for k in range(tickets):
+        messages.append({"role": "user", "content": (
+            f"Hi, I am customer cust_{k:03d}_4411 and I would like to know the current status "
+            f"of my reservation RES{k:03d}X before I travel, thanks.")})
+        messages.append({"role": "assistant", "content": "", "tool_calls": [
+            {"id": f"c{k}", "type": "function", "function": {
+                "name": "get_reservation", "arguments": f'{{"id": "RES{k:03d}X"}}'}}]})
+        messages.append({"role": "tool", "tool_call_id": f"c{k}", "content": "\n".join(
+            f"segment {i}: flight HAT{k:03d}{i} on 2024-05-{10 + i} seat {i}A" for i in range(12))})
+        messages.append({"role": "assistant", "content": f"Reservation RES{k:03d}X is confirmed."})
+    return messages
+
+
+def _with_gists(settings: Settings) -> Settings:
+    """The shipped settings with old user turns joining the digests' batches as gists in the
+    `agent` class (`mask_turns_min_tokens`, off in the shipped config)."""
+    classes = copy.deepcopy(settings.task_classes)
+    classes["agent"]["stages"]["compress"]["mask_turns_min_tokens"] = 12
+    return settings.model_copy(update={"task_classes": classes})
+
+
+def test_gists_are_off_in_the_shipped_config(settings: Settings) -> None:
+    assert "mask_turns_min_tokens" not in settings.task_classes["agent"]["stages"]["compress"]
+
+
+async def test_old_customer_turns_become_gists_with_the_digests(
+    settings: Settings, redis_client: aioredis.Redis, embedder: Embedder, drop_log_path: Path
+) -> None:
+    metrics = Metrics()
+    log = DropLog(str(drop_log_path), "hash", metrics)
+    engine = ContextEngine(_with_gists(settings), redis_client, metrics, log, embedder)
+    try:
+        await _old_turns_become_gists(engine)
+    finally:
+        log.close()
+
+
+async def _old_turns_become_gists(engine: ContextEngine) -> None:
+    messages = _support_queue(30)
+    fitted = None
+    for end in range(3, len(messages)):
+        if messages[end]["role"] != "assistant":
+            continue
+        fitted = await engine.fit(
+            {"messages": messages[:end], "tools": BROWSER_TOOLS}, _call("support-queue")
+        )
+        assert sum(d.tokens_saved for d in fitted.drops) == (
+            fitted.tokens_before - fitted.tokens_after
+        )
+    assert fitted is not None and fitted.task_class == "agent"
+    sent = fitted.body["messages"]
+    assert len(sent) == len(messages) - 1
+    turns = [(out["content"], came["content"]) for out, came in zip(sent, messages, strict=False)
+             if came["role"] == "user"]
+    assert turns[0][0] == turns[0][1]  # the task stays
+    gists = [(out, came) for out, came in turns[1:] if out != came]
+    assert len(gists) >= 10, "old customer turns are masked"
+    for out, came in gists:  # as a placeholder that keeps the ids the turn named
+        assert out.startswith("[ctxgate: omitted Hi, I am custo") and "; mentions:" in out
+        assert re.search(r"cust_\d+_4411", came)[0] in out  # type: ignore[index]
+        assert re.search(r"RES\d+X", came)[0] in out  # type: ignore[index]
+        assert len(out) < len(came)
+    assert turns[-1][0] == turns[-1][1]  # the latest customer turns stay verbatim
+    assert turns[-5][0] == turns[-5][1]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from gateway.context.apply import GIST, placeholder
 from gateway.context.forecast import Budget
 from gateway.context.items import Item
 from gateway.context.session import Decision
@@ -23,6 +24,10 @@ from gateway.context.steps import ages_out, undecided
 from gateway.context.taskclass import CompressOptions
 
 EXPIRED_MIN_TOKENS = 60  # a shorter digest is left as it is: a placeholder saves too little
+# User turns only: old assistant answers masked too lost recall on the values the agent
+# re-tells (bench/README.md, "Old customer turns as gists").
+TURN_KINDS = frozenset({"user"})
+TURN_MASK_MARGIN = 16  # characters a turn's placeholder must save at least
 
 
 def _expired_digests(
@@ -31,25 +36,45 @@ def _expired_digests(
     """Aged summaries old enough to be masked (the decision replaces the summary). In
     batches, as hysteresis: once a digest is twice `mask_after_turns` old, every digest at
     least `mask_after_turns` old is masked, so the rendered prefix changes this far back
-    only once in that many turns."""
+    only once in that many turns. With `mask_turns_min_tokens`, old user turns too short
+    for a digest, or left as a short one, join the batch as gists: on long sessions of many
+    short exchanges (a support agent working a queue) they were most of what went verbatim."""
     after = opts.mask_after_turns
     if after is None or not ctx.task_class.compaction.ages:
         return {}
     expired = {}
     oldest = 0
     for item in items:
+        if item.age < after or item.pinned:
+            continue
         made = ctx.decisions.get(item.id)
-        if (
-            made is not None
-            and made.method == "summary"
-            and made.reason == "aged"
-            and item.age >= after
-            and item.tokens >= EXPIRED_MIN_TOKENS
-            and not item.pinned
-        ):
+        digest = made is not None and made.method == "summary" and made.reason == "aged"
+        if digest and item.tokens >= EXPIRED_MIN_TOKENS:
             expired[item.id] = Decision("compress", "mask", "aged", "mask", 1)
-            oldest = max(oldest, item.age)
+        elif _old_turn(item, ctx, opts, digest):
+            expired[item.id] = Decision("compress", "mask", "aged", "mask", 1, arg=GIST)
+        else:
+            continue
+        oldest = max(oldest, item.age)
     return expired if oldest >= 2 * after else {}
+
+
+def _old_turn(item: Item, ctx: StageContext, opts: CompressOptions, digest: bool) -> bool:
+    """A user turn `_expired_digests` masks with the digests: its text at least
+    `mask_turns_min_tokens` long and longer than its placeholder, sent verbatim (behind the
+    horizon) or as a digest."""
+    least = opts.mask_turns_min_tokens
+    if (
+        least is None
+        or item.kind not in TURN_KINDS
+        or item.kind not in opts.kinds
+        or item.goal
+        or not item.rewritable
+        or item.tokens - item.fixed_tokens < least
+        or len(item.text) <= len(placeholder(item)) + TURN_MASK_MARGIN
+    ):
+        return False
+    return digest or (undecided(item, ctx.decisions) and item.message_index < ctx.horizon)
 
 
 async def compress_items(items: list[Item], budget: Budget, ctx: StageContext) -> StageResult:
