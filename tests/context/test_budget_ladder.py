@@ -676,3 +676,44 @@ async def test_a_long_task_statement_cut_with_its_identifiers_lands_in_the_band(
     assert "[omitted text mentions:" in fitted.body["messages"][1]["content"]
     saved = sum(d.tokens_before - d.tokens_after for d in fitted.drops)
     assert saved == fitted.tokens_before - fitted.tokens_after
+
+
+@pytest.mark.parametrize(("hosts", "share"), [(6, 0.8), (6, 0.6), (10, 0.7), (14, 0.5)])
+async def test_a_task_statement_of_identifiers_is_cut_not_dropped(
+    engine: ContextEngine, hosts: int, share: float
+) -> None:
+    """A short task statement that is mostly identifiers (hosts, ports, paths, ids), the only
+    text the budget can cut: each rung's rewrite of it lists the identifiers it took away, so
+    none saves enough, and the drop that came next sent none of the task, the call at its
+    pinned content, far under the band (CI run on record: the property test's example of a
+    task of random identifiers). Now an excerpt of it with as many identifiers listed as fit
+    lands in the band."""
+    task = "Roll release 4.12.7 out to these hosts, in this order, and report each one:\n" + (
+        "\n".join(
+            f"web-{i:02d}.dc{i % 3}.example.net:{8400 + i} /srv/app{i}/release_4127_{i}.tgz"
+            f" id=R{9000 + i}"
+            for i in range(hosts)
+        )
+    )
+    msgs = [
+        {"role": "user", "content": task},
+        {"role": "assistant", "content": "Checking the first host.", "tool_calls": [
+            {"id": "c1", "type": "function",
+             "function": {"name": "bash", "arguments": '{"cmd": "curl -s web-00/health"}'}}
+        ]},
+        {"role": "tool", "tool_call_id": "c1",
+         "content": "status: ok\nuptime: 3d 4h\nversion: 4.12.6\n" * 6},
+        {"role": "user", "content": "Go on with the next ones."},
+    ]
+    body = {"messages": msgs}
+    tokens, pinned = _pinned(engine, body)
+    budget = int(share * tokens)
+    assert pinned <= budget - BAND * tokens
+    fitted = await engine.fit(body, _call(uuid.uuid4().hex, budget, "default"))
+    assert budget - BAND * tokens <= fitted.tokens_after <= budget
+    sent = fitted.body["messages"]
+    assert len(sent) == len(msgs) and sent[0]["content"].startswith("Roll release 4.12.7")
+    assert "[ctxgate: " in sent[0]["content"]  # an excerpt
+    _check_valid(sent)
+    saved = sum(d.tokens_before - d.tokens_after for d in fitted.drops)
+    assert saved == fitted.tokens_before - fitted.tokens_after

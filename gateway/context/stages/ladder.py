@@ -67,6 +67,7 @@ LADDER = (
     ("drop", "drop", 1),
 )
 MASK, ARGS, DROP = 3, 4, 5
+TRIM = -1  # not a rung: `cut`'s pass of excerpts before the drops that would overshoot
 # Texts shorter than this (tokens) are not worth a digest or a placeholder: only dropped.
 MIN_REWRITE = 24
 # A step may land this share of the total below the target; one that would land lower cuts
@@ -246,10 +247,28 @@ class Ladder:
                 [(q, i, self.ctx.decisions.get(i.id)) for q, i in before_drop if i is not None]
             )
             return sum(self._set(q, decision, counted) for q in unit)
+        made, leaned = self.made.get(item.id), self._leaned.get(p)
         saved = self._set(p, decision, counted)
+        if saved < 0 and counted(item):  # a mentions line longer than what the rung cut
+            self._undo(p, item, before, made)
+            if leaned is not None:
+                self._leaned[p] = leaned
+            return 0
         if saved > need + self.tolerance and counted(item):
             saved = self._excerpt(p, item, reason, need, saved)
         return saved
+
+    def trim(self, p: int, reason: str, counted: Callable[[Item], bool], need: int) -> int:
+        """Instead of a drop of the unit at `p` that would land far below the target, its
+        item's text an excerpt that saves about `need` tokens: a task statement that every
+        rung left a little too long (its mentions line as long as what the rung cut).
+        Returns the counted tokens saved."""
+        item = self.current[p]
+        if item is None or not counted(item) or item.tokens - item.fixed_tokens < MIN_REWRITE:
+            return 0
+        if self.unit_tokens(p, counted) <= need + self.tolerance:
+            return 0  # the drop lands in the band
+        return max(self._excerpt(p, item, reason, need, 0), 0)
 
     def _undo(self, p: int, item: Item, before: Decision | None, made: Decision | None) -> None:
         """The item at `p` back as `item`, under its decisions `before` (the session's) and
@@ -333,19 +352,26 @@ class Ladder:
         original = self.ctx.originals.get(item.id, item)
         keep = item.tokens - need - original.fixed_tokens
         new: Item | None = None
-        for _ in range(EXCERPT_TRIES):  # again, shorter, when its mentions line overshoots
+        for attempt in range(EXCERPT_TRIES):  # again, shorter, when its mentions line overshoots
             if not original.rewritable or keep <= EXCERPT_MIN:
                 break
             text = excerpt(original.text, keep, self.ctx.counter, self.ctx.encoding)
             if text is None:
                 break
             decision = Decision("compress", "compress", reason, "summary", 1, text=text)
-            new = apply_decision(original, decision, self.ctx.counter, self.ctx.encoding)
-            if new is None:
+            bare = apply_decision(original, decision, self.ctx.counter, self.ctx.encoding)
+            if bare is None:
                 break
-            decision, new = self._keep_leaned(p, original, decision, new)
+            made, new = self._keep_leaned(p, original, decision, bare)
             over = new.tokens - (item.tokens - need)
-            if over <= 0:
+            if over > 0 and (attempt == EXCERPT_TRIES - 1 or keep - over - 1 <= EXCERPT_MIN):
+                # No shorter excerpt is left to try: its mentions line listing fewer values
+                # instead, so that the cut still lands (a text that is all identifiers).
+                if self._values is not None:
+                    self._values.set(p, self.current[p])
+                made, new = self._keep_leaned(p, original, decision, bare, item.tokens - need)
+            decision = made
+            if over <= 0 or attempt == EXCERPT_TRIES - 1 or keep - over - 1 <= EXCERPT_MIN:
                 break
             keep -= over + 1
             if self._values is not None:  # as it stood before this attempt
@@ -453,21 +479,28 @@ class Ladder:
         return {v for v in ids if v not in new.text and not values.before(v, p)}
 
     def _keep_leaned(
-        self, p: int, original: Item, decision: Decision, new: Item
+        self, p: int, original: Item, decision: Decision, new: Item, room: int | None = None
     ) -> tuple[Decision, Item]:
         """The rewrite `new` of the item at `p` with a mentions line of the values it takes
         away that a summary below it left out as read above (and nothing else above it
         still shows): a turn that repeated a file name from an email keeps it when the
-        email is masked."""
+        email is masked. With `room`, the line lists only as many values as keep the
+        rewrite within `room` tokens (none: `new` as it is)."""
         lost = set(self._lost(p, new))
         goal = self._goal_lost(p, original, new)
         if not lost and not goal:
             return decision, new
         cap = GOAL_MENTION_CAP if goal else MENTION_CAP[1]
-        decision = self._mentioned(original, decision, new.text, lost | goal, cap)
         ctx = self.ctx
-        kept = apply_decision(original, decision, ctx.counter, ctx.encoding, ctx.known)
-        return decision, kept if kept is not None else new
+        while cap > 0:
+            made = self._mentioned(original, decision, new.text, lost | goal, cap)
+            kept = apply_decision(original, made, ctx.counter, ctx.encoding, ctx.known)
+            if kept is None:
+                return made, new
+            if room is None or kept.tokens <= room:
+                return made, kept
+            cap //= 2
+        return decision, new
 
     def _lean_back(self, p: int, counted: Callable[[Item], bool]) -> int:
         """Before the item at `p` is dropped: the values it takes away that a summary below
@@ -546,11 +579,15 @@ def cut(
     # Before such a drop, texts too short for a digest are digested or masked where that
     # saves tokens (a sentence before a call): the finer cut that lands in the band.
     rungs = [to for to in (0, 1, 2, MASK, DROP, ARGS) if to != ARGS or arguments]
+    # Before any such drop, a text every rung left a little too long is cut to an excerpt
+    # of just what is needed (`Ladder.trim`).
     for order, to, only_fine, short in [
         *((old, to, True, False) for to in rungs),
         *((latest, to, True, False) for to in rungs),
         *((old, to, True, True) for to in (2, MASK)),
         *((latest, to, True, True) for to in (2, MASK)),
+        (old, TRIM, True, False),
+        (latest, TRIM, True, False),
         (old, DROP, False, False),
         (latest, DROP, False, False),
     ]:
@@ -559,7 +596,10 @@ def cut(
         for p in order:
             if total <= target:
                 break
-            total -= ladder.step(p, to, reason, counted, total - target, only_fine, short)
+            if to == TRIM:
+                total -= ladder.trim(p, reason, counted, total - target)
+            else:
+                total -= ladder.step(p, to, reason, counted, total - target, only_fine, short)
     if total <= target:  # a large drop came last: smaller ones before it may come back
         ladder.restore(target - total, counted)
     return ladder.kept(), ladder.made
