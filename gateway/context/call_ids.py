@@ -84,8 +84,11 @@ class ShortIds:
             new = [renamed(m) for m in messages[n:]]
             self.out = self.out + new
             self.changed = self.changed or not all(map(is_, new, messages[n:]))
-        else:
-            self.out = [renamed(m) for m in messages]
+        else:  # a step rewrote some: the others, the very same objects, are taken as made
+            self.out = [
+                made if m is was else renamed(m)
+                for m, was, made in zip(messages, self.source, self.out, strict=False)
+            ] + [renamed(m) for m in messages[n:]]
             self.changed = not all(map(is_, self.out, messages))
         self.source = list(messages)
         return self.out
