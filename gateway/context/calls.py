@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 
 import orjson
 
+from gateway.context.call_ids import short_id
 from gateway.context.items import PINNED, content_text, message_id
 from gateway.observability.droplog import DropEvent
 
@@ -266,7 +267,8 @@ def _repeats(
                 if first_at is not None:
                     first_at.append(i)
                 continue
-            pointer = None if msg.get(PINNED) else repeat_pointer(raw, earlier)
+            # the earlier call is named as it is sent (a managed call's ids go short)
+            pointer = None if msg.get(PINNED) else repeat_pointer(raw, short_id(earlier))
             if pointer is not None and len(pointer) < len(raw):
                 out[(i, k)] = pointer
     return out

@@ -31,6 +31,7 @@ from gateway.context.apply import (
 )
 from gateway.context.caches import ContextCaches
 from gateway.context.calibration import TokenCalibration
+from gateway.context.call_ids import ShortIds
 from gateway.context.calls import RepeatScan, point_repeats, repeated_calls
 from gateway.context.classify import (
     Classifier,
@@ -124,6 +125,9 @@ class FittedCall:
     # Per tool-call id: the arguments it is sent with, when not as the client sent them
     # (a repeated call's pointer, calls.py); chat messages in `body` carry them already.
     arguments: dict[str, str] | None = None
+    # Whether tool-call ids go out short (`call_ids.short_id`, on both sides of each pair):
+    # chat messages in `body` carry them already, a wire adapter renames its own items.
+    short_ids: bool = False
 
 
 def derive_session_id(tenant: str, messages: list[Mapping[str, Any]]) -> str:
@@ -214,6 +218,7 @@ class _Fitted:
     prefix: Prefix | None  # what the session's next call may reuse
     plan: Plan | None = None  # how the messages rendered (None: all as sent)
     arguments: dict[str, str] | None = None  # call id -> arguments sent (calls.py)
+    short_ids: bool = False  # tool-call ids sent short (call_ids.py)
 
 
 class ContextEngine:
@@ -374,6 +379,8 @@ class ContextEngine:
             fitted = self._cut_calls(request, fitted)
         if point:
             fitted = self._point_repeats(request, fitted)
+        if compact:
+            fitted = self._short_ids(request, fitted)
         check_deadline()  # past the deadline nothing is saved: the call goes out unmanaged
         result = await self._finish(request, fitted, seconds)
         seconds["total"] = time.perf_counter() - timer
@@ -515,7 +522,20 @@ class ContextEngine:
             block=block,
             signals=signals,
             arguments=fitted.arguments,
+            short_ids=fitted.short_ids,
         )
+
+    def _short_ids(self, r: _Request, fitted: _Fitted) -> _Fitted:
+        """Every tool-call id longer than 9 characters sent as `call_ids.short_id` of it,
+        call and result alike (a managed call only: the ids then never change within a
+        session). A call that reused its session's prefix renames only its new messages."""
+        memo = (r.prefix.ids if r.prefix is not None else None) or ShortIds()
+        messages = memo.rename(fitted.messages)
+        if fitted.prefix is not None:
+            fitted.prefix.ids = memo
+        if not memo.changed:
+            return fitted
+        return replace(fitted, messages=messages, changed=True, short_ids=True)
 
     def _cut_calls(self, r: _Request, fitted: _Fitted) -> _Fitted:
         """Old exchanges' tool calls sent with the arguments the budget ladder cut (the

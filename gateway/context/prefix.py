@@ -29,6 +29,7 @@ from cachetools import LRUCache
 
 from gateway.context.apply import apply_decisions, drop_events
 from gateway.context.caches import ContextCaches
+from gateway.context.call_ids import ShortIds
 from gateway.context.calls import RepeatScan
 from gateway.context.fidelity import Haystack
 from gateway.context.items import Item, Layout, ParsedRequest, Part, message_items
@@ -200,6 +201,9 @@ class Prefix:
     # The repeated tool calls of the messages calls reusing this prefix forwarded (these
     # only extend from one such call to the next; `calls.point_repeats`).
     calls: RepeatScan | None = None
+    # The messages those calls forwarded, before and after their tool-call ids were
+    # shortened (`call_ids.ShortIds`): the next call renames only its new messages.
+    ids: ShortIds | None = None
     # The rewritten messages calls reusing this prefix forwarded, by index (`materialize`).
     copies: dict[int, Mapping[str, Any]] = field(default_factory=dict)
     # What those calls' `materialize` took of `plan` (which they only append to).

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from gateway.context.call_ids import short_id
 from gateway.errors import InvalidRequest
 from gateway.wire.view import PINNED, ChatView, Plan, message_fates
 
@@ -209,6 +210,39 @@ def with_arguments(body: dict[str, Any], arguments: Mapping[str, str]) -> dict[s
     return {**body, "messages": messages}
 
 
+def with_short_ids(body: dict[str, Any]) -> dict[str, Any]:
+    """`body` with each `tool_use` block's `id` and the `tool_use_id` of the `tool_result`
+    answering it sent as `call_ids.short_id` of it (the engine's rename: they still pair).
+    The calls of an assistant message with thinking or an unknown block keep their ids, and
+    so do their results: such a message goes out as the client sent it."""
+    wire = body.get("messages") or []
+    kept: set[str] = set()
+    for message in wire:
+        content = message.get("content") if isinstance(message, Mapping) else None
+        if message.get("role") == "assistant" and isinstance(content, list) and any(
+            isinstance(b, Mapping) and (b.get("type") in THINKING or b.get("type") not in KNOWN)
+            for b in content
+        ):
+            kept.update(str(b.get("id")) for b in content
+                        if isinstance(b, Mapping) and b.get("type") == "tool_use")
+
+    def block(b: Any) -> Any:
+        if not isinstance(b, Mapping):
+            return b
+        key = {"tool_use": "id", "tool_result": "tool_use_id"}.get(str(b.get("type")))
+        value = b.get(key) if key else None
+        if not isinstance(value, str) or value in kept or short_id(value) == value:
+            return b
+        return {**b, key: short_id(value)}
+
+    messages = []
+    for message in wire:
+        if isinstance(message, Mapping) and isinstance(message.get("content"), list):
+            message = {**message, "content": [block(b) for b in message["content"]]}
+        messages.append(message)
+    return {**body, "messages": messages}
+
+
 def _with_block(system: Any, block: str) -> Any:
     """The system prompt with the playbook appended: after the client's own blocks (and
     their cache breakpoints), so the client's cached prefix stays valid."""
@@ -345,7 +379,8 @@ class Messages:
     def render(self, body: dict[str, Any], view: ChatView,
                fitted: FittedCall) -> dict[str, Any]:
         out = render(body, view, fitted.plan, fitted.block.text if fitted.block else None)
-        return with_arguments(out, fitted.arguments) if fitted.arguments else out
+        out = with_arguments(out, fitted.arguments) if fitted.arguments else out
+        return with_short_ids(out) if fitted.short_ids else out
 
     def summary(self, answer: Mapping[str, Any]) -> dict[str, Any]:
         return summary(answer)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from gateway.context.call_ids import short_id
 from gateway.errors import InvalidRequest
 from gateway.wire.view import PINNED, ChatView, Plan, message_fates
 
@@ -220,6 +221,25 @@ def with_arguments(body: dict[str, Any], arguments: Mapping[str, str]) -> dict[s
     return {**body, "input": [rewritten(item) for item in items]}
 
 
+def with_short_ids(body: dict[str, Any]) -> dict[str, Any]:
+    """`body` with every tool call's and tool output's `call_id` sent as
+    `call_ids.short_id` of it (the engine's rename: a call and its output still pair). Only
+    `call_id` changes: an item's own `id` is the API's reference to a stored item."""
+    items = body.get("input")
+    if not isinstance(items, list):
+        return body
+
+    def rewritten(item: Any) -> Any:
+        if not isinstance(item, Mapping) or item_type(item) not in (*CALLS, *OUTPUTS):
+            return item
+        call_id = item.get("call_id")
+        if not isinstance(call_id, str) or short_id(call_id) == call_id:
+            return item
+        return {**item, "call_id": short_id(call_id)}
+
+    return {**body, "input": [rewritten(item) for item in items]}
+
+
 def validate(body: Mapping[str, Any]) -> None:
     if not isinstance(body.get("model"), str):
         raise InvalidRequest("'model' must be a string.", param="model")
@@ -305,7 +325,8 @@ class Responses:
     def render(self, body: dict[str, Any], view: ChatView,
                fitted: FittedCall) -> dict[str, Any]:
         out = render(body, view, fitted.plan, fitted.block.text if fitted.block else None)
-        return with_arguments(out, fitted.arguments) if fitted.arguments else out
+        out = with_arguments(out, fitted.arguments) if fitted.arguments else out
+        return with_short_ids(out) if fitted.short_ids else out
 
     def summary(self, answer: Mapping[str, Any]) -> dict[str, Any]:
         return summary(answer)

@@ -262,14 +262,36 @@ def _support_queue(tickets: int) -> list[dict[str, Any]]:
 
 def _with_gists(settings: Settings) -> Settings:
     """The shipped settings with old user turns joining the digests' batches as gists in the
-    `agent` class (`mask_turns_min_tokens`, off in the shipped config)."""
+    `agent` class from a session's first turn (shipped: from its 60th)."""
     classes = copy.deepcopy(settings.task_classes)
     classes["agent"]["stages"]["compress"]["mask_turns_min_tokens"] = 12
+    classes["agent"]["stages"]["compress"]["mask_turns_from_turns"] = 0
     return settings.model_copy(update={"task_classes": classes})
 
 
-def test_gists_are_off_in_the_shipped_config(settings: Settings) -> None:
-    assert "mask_turns_min_tokens" not in settings.task_classes["agent"]["stages"]["compress"]
+async def _queue_gists(engine: ContextEngine, tickets: int, session: str) -> list[str]:
+    """The customer turns the last call of a `tickets`-ticket queue sends as gists."""
+    messages = _support_queue(tickets)
+    fitted = None
+    for end in range(3, len(messages)):
+        if messages[end]["role"] == "assistant":
+            fitted = await engine.fit(
+                {"messages": messages[:end], "tools": BROWSER_TOOLS}, _call(session))
+    assert fitted is not None and fitted.task_class == "agent"
+    return [out["content"] for out, came in zip(fitted.body["messages"], messages, strict=False)
+            if came["role"] == "user" and "; mentions:" in str(out["content"])]
+
+
+async def test_shipped_gists_wait_for_a_long_session(
+    engine: ContextEngine, settings: Settings
+) -> None:
+    """Shipped: `agent`'s old customer turns become gists once a session has made 60 turns;
+    a shorter run (tau-bench's have 2-30 calls) never gets the batch it could not repay."""
+    compress = settings.task_classes["agent"]["stages"]["compress"]
+    assert (compress["mask_turns_min_tokens"], compress["mask_turns_from_turns"]) == (12, 60)
+    assert await _queue_gists(engine, 14, "short-queue") == []  # 28 turns
+    gists = await _queue_gists(engine, 45, "long-queue")  # 90 turns
+    assert len(gists) >= 10 and all(re.search(r"RES\d+X", g) for g in gists)
 
 
 async def test_old_customer_turns_become_gists_with_the_digests(
