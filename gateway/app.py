@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import time
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +26,7 @@ from gateway.context.engine import ContextEngine
 from gateway.context.evidence import EvidenceStore
 from gateway.context.models import ENCODINGS
 from gateway.context.offload import FittingThread
-from gateway.embeddings import Embedder
+from gateway.embeddings import Embedder, load_model
 from gateway.learner.process import LearnerProcess
 from gateway.learner.traces import TraceSink
 from gateway.observability.droplog import DropLog
@@ -54,6 +55,24 @@ class Gateway:
         self._stop = asyncio.Event()
         self._background: list[asyncio.Task[None]] = []
         self.learner: LearnerProcess | None = None
+        self._model: Any = None
+
+    def load_model(self) -> None:
+        """Load the embedding model in the calling thread, before the server listens
+        (`ctxgate serve`). Loaded in a thread of a serving process, its import and set-up
+        held the GIL for seconds at a time on a loaded machine: requests, `/healthz`
+        included, stalled for as long (bench/README.md, "CI reliability: the gateway's
+        model load"). A failed load is logged; the model then loads on first use."""
+        started, cpu = time.monotonic(), time.process_time()
+        log.info("loading the embedding model", extra={"model": self.settings.embed_model})
+        try:
+            self._model = load_model(self.settings.embed_model)
+        except Exception:
+            log.exception("embedding model did not load; it loads on first use instead")
+            return
+        log.info("embedding model loaded", extra={
+            "seconds": round(time.monotonic() - started, 2),
+            "cpu_seconds": round(time.process_time() - cpu, 2)})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
@@ -81,7 +100,7 @@ class Gateway:
         settings = self.settings
         metrics = Metrics(self._registry)
         redis = connect(settings)
-        embedder = Embedder(settings.embed_model, redis)
+        embedder = Embedder(settings.embed_model, redis, loaded=self._model)
         drop_log = DropLog(settings.drop_log, settings.drop_log_preview, metrics,
                            settings.drop_log_form)
         services = Services(settings, metrics, redis, drop_log, embedder)
@@ -108,12 +127,16 @@ class Gateway:
                                    transport_kind=settings.upstream_transport)
         tracer, self._tracer_provider = build_tracer(settings.otel_endpoint)
         self._routes = build_routes(services, self._upstream, tracer, self._anthropic)
-        self._background.append(asyncio.create_task(self._warm(), name="ctxgate-warm-up"))
+        # Warm before the server listens (uvicorn binds its socket once start-up is done):
+        # the fitting thread's encodings too, whose build holds the GIL.
+        fitting_warm = self._fitting_thread.start(warm=_warm_encodings)
+        await self._warm()
+        if fitting_warm is not None:
+            await asyncio.wrap_future(fitting_warm)
         if settings.forecast_adjust:  # judged off the request path, every few seconds
             self._background.append(asyncio.create_task(
                 services.forecasts.run(self._stop, settings.forecast_judge_every_s),
                 name="ctxgate-forecast"))
-        self._fitting_thread.start(warm=_warm_encodings)
         if settings.worker == "inprocess":  # its own process: never on the request path
             self.learner = LearnerProcess(settings, metrics)
             self._background.append(asyncio.create_task(self.learner.run(),
@@ -123,23 +146,31 @@ class Gateway:
                                          "worker": settings.worker})
 
     async def _warm(self) -> None:
-        """Load the embedding model, embed the classes' examples and build the token
-        encodings before traffic needs them: the first request must not pay seconds."""
+        """Load the embedding model (unless `load_model` did), embed the classes' examples
+        and build the token encodings before traffic comes: the first request must not pay
+        seconds, nor share the process with a load."""
         services = self.services
         examples = [text for cls in self._engine.classes.values()
                     for text in cls.match.examples]
+        took: dict[str, float] = {}
+        mark = time.monotonic()
         try:
             await services.embedder.embed(examples or ["warm-up"])
+            took["examples_s"] = time.monotonic() - mark
             for encoding in ENCODINGS:  # building a BPE table takes ~0.5 s: not on a request
                 await asyncio.to_thread(self._engine.counter.encoding, encoding)
+            took["encodings_s"] = time.monotonic() - mark - took["examples_s"]
         except Exception:
             log.exception("warm-up failed; models and encodings load on first use instead")
         # The model leaves ~500k long-lived objects; every full collection would walk them
         # (0.3-0.6 s pauses under load, measured). Move them out of the collector's sight.
+        collecting = time.monotonic()
         gc.collect()
         gc.freeze()
+        took["gc_s"] = time.monotonic() - collecting
         services.warm.set()
         log.info("embedding model warm", extra={"examples": len(examples),
+                                                **{k: round(v, 2) for k, v in took.items()},
                                                 "frozen_objects": gc.get_freeze_count()})
 
     async def shutdown(self) -> None:
@@ -149,7 +180,7 @@ class Gateway:
         self._stop.set()
         if self.learner is not None:
             await _quietly("learner", self.learner.stop())
-        for task in self._background:  # the warm-up, if still loading: no use any more
+        for task in self._background:
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
         services = self.services

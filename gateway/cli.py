@@ -42,14 +42,22 @@ def serve(
     settings = _settings(host=host, port=port, config=config)
     configure_logging(settings.log_level)
     _check_config(settings)
-    embedded = None if settings.redis_url else EmbeddedRedis(settings.data_dir).start()
     # uvicorn re-raises SIGTERM/SIGINT once it has shut down; turn that into an exit that
-    # still runs the `finally` below, so the embedded Redis is stopped too.
+    # still runs the `finally` below, so the embedded Redis is stopped too. Installed first:
+    # a stop during the model's load below ends the process at once, cleanly.
     signal.signal(signal.SIGTERM, _exit_on_signal)
     signal.signal(signal.SIGINT, _exit_on_signal)
+    gateway = Gateway(settings)
+    # The embedding model loads before anything listens, so no request (nor `/healthz`)
+    # meets a process whose loading holds the GIL; the port opens once the gateway is
+    # ready (its start-up warms the rest: the classes' examples, the token encodings).
+    gateway.load_model()
+    embedded = None
     try:
+        if not settings.redis_url:
+            embedded = EmbeddedRedis(settings.data_dir).start()
         server = uvicorn.Server(uvicorn.Config(
-            Gateway(settings), host=settings.host, port=settings.port, loop="uvloop",
+            gateway, host=settings.host, port=settings.port, loop="uvloop",
             http="httptools", lifespan="on", log_config=None, access_log=False,
             timeout_graceful_shutdown=10,
         ))

@@ -47,12 +47,35 @@ def default_model_path() -> str:
     return str(get_model_path())
 
 
+def load_model(name: str | None = None, *, run_once: bool = True) -> Any:
+    """Load the sentence-transformers model `name` (default: the packaged one) on the CPU,
+    in the calling thread, and with `run_once` run it once (its first run sets up kernels).
+
+    ~8-11 s of CPU, most of it importing torch, transformers and their dependencies; parts
+    of that (extension modules' initialisation, in C) hold the GIL for seconds on a loaded
+    machine, stalling every other thread of the process meanwhile (bench/README.md, "CI
+    reliability: the gateway's model load"). So a process loads it before it serves or
+    takes work: `ctxgate serve` before it listens, `ctxgate worker` before its first entry.
+    """
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TQDM_DISABLE", "1")  # no progress bars in JSON logs
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(name or default_model_path(), device="cpu")
+    if run_once:
+        model.encode(["warm-up"], show_progress_bar=False)
+    return model
+
+
 def content_hash(text: str) -> str:
     return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
 
 class Embedder:
-    """Embeds texts with a sentence-transformers model; loads the model lazily, once."""
+    """Embeds texts with a sentence-transformers model; loads the model lazily, once, unless
+    given it loaded."""
 
     def __init__(
         self,
@@ -60,12 +83,15 @@ class Embedder:
         redis: aioredis.Redis | None = None,
         cache_size: int = VECTORS_CACHED,
         cache_bytes: int = VECTORS_BYTES,
+        loaded: Any = None,
     ) -> None:
+        """`loaded`: the model `load_model(model)` returned, when the caller loaded it first
+        (`ctxgate serve` does, before it listens)."""
         self.model_name = model or default_model_path()
         self._tag = content_hash(self.model_name)[:8]
         self._redis = redis
         self._cache: SizedLRU[str, Vectors] = SizedLRU(cache_size, cache_bytes, vector_bytes)
-        self._model: Any = None
+        self._model: Any = loaded
         self._load_lock = threading.Lock()
         # One thread: torch already uses the cores; more threads only contend.
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed")
@@ -85,13 +111,7 @@ class Embedder:
             return self._owner._load()
         with self._load_lock:
             if self._model is None:
-                os.environ.setdefault("HF_HUB_OFFLINE", "1")
-                os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-                os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-                os.environ.setdefault("TQDM_DISABLE", "1")  # no progress bars in JSON logs
-                from sentence_transformers import SentenceTransformer
-
-                self._model = SentenceTransformer(self.model_name, device="cpu")
+                self._model = load_model(self.model_name, run_once=False)
             return self._model
 
     def _encode(self, texts: list[str]) -> Vectors:

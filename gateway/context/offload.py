@@ -174,12 +174,14 @@ class FittingThread:
         asyncio.set_event_loop(self._loop)
         self._loop.run_forever()
 
-    def start(self, warm: Job[Any] | None = None) -> None:
+    def start(self, warm: Job[Any] | None = None) -> concurrent.futures.Future[None] | None:
+        """Start the thread; `warm(engine)` runs on it first (its future is returned)."""
         self._gate = asyncio.Semaphore(CONCURRENT_FITS)
         self._main_loop = asyncio.get_running_loop()
         self._thread.start()
-        if warm is not None:
-            asyncio.run_coroutine_threadsafe(self._quietly(warm), self._loop)
+        if warm is None:
+            return None
+        return asyncio.run_coroutine_threadsafe(self._quietly(warm), self._loop)
 
     async def _quietly(self, job: Job[Any]) -> None:
         try:

@@ -1,5 +1,11 @@
-"""The same lesson learned twice in the first seconds after `ctxgate serve` starts, before
-any embedding model is loaded: one bullet, and no reader ever sees two."""
+"""The first seconds after `ctxgate serve` opens its port.
+
+It loads its embedding model before it listens (a load in a thread of the serving process
+held the GIL for seconds: requests, `/healthz` included, stalled meanwhile; on a loaded
+machine a chat call here waited out its 30 s), so the first answer finds it ready. The same
+lesson learned twice then, while its learner has no model loaded yet: one bullet, and no
+reader ever sees two.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 
 from gateway.auth import tenant_of_token
@@ -18,9 +25,9 @@ from tests.learner.conftest import curation, reflection
 from tests.learner.test_shutdown import CLASS, LESSON, failed_step
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def fresh_gateway(tmp_path_factory: pytest.TempPathFactory, upstream: Upstream,
-                  redis_url: str) -> Iterator[tuple[Gateway, tuple[str, str]]]:
+                  redis_url: str) -> Iterator[tuple[Gateway, tuple[str, str], httpx.Response]]:
     tag = uuid.uuid4().hex[:8]
     models = (f"first-reflector-{tag}", f"first-curator-{tag}")
     upstream.script(models[0], [reflection(insight=LESSON)])
@@ -29,15 +36,27 @@ def fresh_gateway(tmp_path_factory: pytest.TempPathFactory, upstream: Upstream,
     env = gateway_env(upstream, redis_url.rsplit("/", 1)[0] + "/9")
     env.update(CTXGATE_REFLECTOR_MODEL=models[0], CTXGATE_CURATOR_MODEL=models[1],
                CTXGATE_WORKER="inprocess", CTXGATE_UPSTREAM_TIMEOUT_S="30")
-    server = Gateway.start(tmp_path_factory.mktemp("first-seconds"), env)  # live, not warm
-    yield server, models
+    server = Gateway.start(tmp_path_factory.mktemp("first-seconds"), env)  # on /healthz
+    ready_then = httpx.get(f"{server.url}/readyz", timeout=30)  # at its first answer
+    yield server, models, ready_then
     stop(server.process)
 
 
-def test_same_lesson_twice_right_after_start_is_one_bullet(
-    fresh_gateway: tuple[Gateway, tuple[str, str]]
+def test_the_port_opens_once_the_model_is_loaded(
+    fresh_gateway: tuple[Gateway, tuple[str, str], httpx.Response]
 ) -> None:
-    server, _ = fresh_gateway
+    server, _, ready_then = fresh_gateway
+    assert (ready_then.status_code, ready_then.json()) == (200, {"status": "ready"})
+    said = [orjson.loads(line)["msg"] for line in server.log.splitlines()
+            if line.startswith("{")]
+    listening = next(n for n, msg in enumerate(said) if msg.startswith("Uvicorn running on"))
+    assert said.index("embedding model loaded") < said.index("embedding model warm") < listening
+
+
+def test_same_lesson_twice_right_after_start_is_one_bullet(
+    fresh_gateway: tuple[Gateway, tuple[str, str], httpx.Response]
+) -> None:
+    server, _, _ = fresh_gateway
     key = f"sk-first-{uuid.uuid4().hex[:8]}"
     tenant = tenant_of_token(key)
     traces = []

@@ -217,6 +217,11 @@ def test_k8s_ships_the_drop_log_and_scales_the_gateway() -> None:
     pod_labels = pod["metadata"]["labels"]
     containers = {c["name"]: c for c in pod["spec"]["containers"]}
     env = {e["name"]: e.get("value") for e in containers["gateway"]["env"]}
+    # serve listens only once its model is loaded: a start-up probe, minutes long, guards
+    # the liveness probe from killing a pod still loading on a busy node
+    startup = containers["gateway"]["startupProbe"]
+    assert startup["httpGet"]["path"] == "/healthz"
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 120
     drop_log = PurePosixPath(env["CTXGATE_DROP_LOG"])
     assert fnmatch.fnmatch(str(drop_log), _alloy_glob())
     mounts = {m["mountPath"]: m for m in containers["gateway"]["volumeMounts"]}
