@@ -30,6 +30,7 @@ from gateway.context.session import Decision
 ARRIVAL_KINDS = frozenset({"tool_result", "user"})  # outputs and observations, never a turn
 REPEATED_LINES = "repeated_lines"  # a dedup of some lines only: the item may still age
 MINIFIED_JSON = "minified_json"  # JSON sent without its layout: the item may still age
+MINIFIED_KEPT = "minified_kept"  # aged, but kept minified: its digest was hardly shorter
 # Arrival rewrites after which an item still ages (steps.undecided)
 STILL_AGES = frozenset({REPEATED_LINES, MINIFIED_JSON})
 # A JSON string (escapes included) or a run of whitespace outside one

@@ -29,10 +29,10 @@ def _reservation(k: int) -> dict[str, Any]:
     return {
         "reservation_id": f"RES{k:03d}X", "user_id": "omar_davis_3817", "origin": "SFO",
         "destination": "MCO", "cabin": "economy",
-        "flights": [{"origin": "SFO", "destination": "BOS", "flight_number": f"HAT{200 + k}",
-                     "date": "2024-05-16", "price": 133 + k},
-                    {"origin": "BOS", "destination": "MCO", "flight_number": f"HAT{300 + k}",
-                     "date": "2024-05-16", "price": 166 + k}],
+        "flights": [{"origin": a, "destination": b, "flight_number": f"HAT{100 * n + k}",
+                     "date": f"2024-05-{16 + n // 2}", "price": 133 + 10 * n + k}
+                    for n, (a, b) in enumerate([("SFO", "BOS"), ("BOS", "MCO"),
+                                                ("MCO", "PHX"), ("PHX", "SFO")])],
         "passengers": [{"first_name": "Omar", "last_name": "Davis", "dob": "1982-10-19"}],
         "note": f"window seat,  \"quiet\" row {k}",  # spaces and escapes inside a string
     }
@@ -132,3 +132,28 @@ async def test_a_minified_output_still_ages_into_a_digest_of_its_original(
     assert reasons[len(messages) - 1] == "minified_json"
     first = next(m["content"] for m in fitted.body["messages"] if m["role"] == "tool")
     assert "RES000X" in first and "…" in first  # a digest: its arrays cut, its ids kept
+
+
+def _profile(k: int) -> str:
+    """A flat record: every field a value the agent may re-type, nothing a digest can cut."""
+    return json.dumps({"user_id": f"user_{k:04d}", "first_name": "Omar", "last_name": "Davis",
+                       "email": f"omar.davis{k}@example.com", "dob": "1982-10-19",
+                       "membership": "gold", "city": "San Diego", "zip": f"92{k:03d}",
+                       "payment_id": f"credit_card_{2929700 + k}", "last_four": "7803"})
+
+
+async def test_an_aged_output_its_digest_would_hardly_shorten_stays_as_sent(
+    settings: Settings, embedder: Any
+) -> None:
+    """A step that would rewrite it re-sends everything after it for next to nothing."""
+    messages = _session(8)
+    for k, i in enumerate(range(3, len(messages), 2)):
+        messages[i]["content"] = _profile(k)
+    fitted, _ = await _replay(settings, embedder, messages)
+    reasons = {d.message_index: d.reason for d in fitted.drops}
+    sent = fitted.body["messages"]
+    kept = [i for i, reason in reasons.items() if reason == "minified_kept"]
+    assert 3 in kept and len(kept) >= 3  # profiles a step aged, kept as first sent
+    for i in kept:
+        assert sent[i]["content"] == minified(messages[i]["content"])
+    assert reasons[len(messages) - 1] == "minified_json"
