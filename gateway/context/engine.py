@@ -638,7 +638,8 @@ class ContextEngine:
             names = STAGE_ORDER if (over or turns_step) else ("select",)
             final = await self._run_stages(names, final, budget, ctx, over, seconds)
         marked = parsed.layout.pins if parsed.layout else ()
-        final = arrival_duplicates(final, ctx, _arrival_start(messages, first_call), marked).items
+        final = arrival_duplicates(final, ctx, _arrival_start(messages, first_call), marked,
+                                   over).items
         if over and first_call and ctx.target is not None:  # cut just enough
             final = give_back(before, final, ctx, ctx.target)
         if cls.compaction.ages:  # the instability budget counts this session's calls
@@ -725,6 +726,7 @@ class ContextEngine:
             ctx.known, cls.name, parsed.encoding, extended,
             cls.stages.compress if cls.compaction.ages else None,
             lines_min=_lines_min(cls),
+            json_min=_json_min(cls),
         )
 
     def _known_values(
@@ -869,6 +871,12 @@ def _stamp_step(decisions: dict[str, Decision], remembered: Mapping[str, Decisio
 
 
 _step_of = attrgetter("step")
+
+
+def _json_min(cls: TaskClass) -> int | None:
+    """With `cluster.arrival_json`, the least new output sent minified (lines.minified)."""
+    opts = cls.stages.cluster
+    return opts.arrival_min_chars if opts and opts.on_arrival and opts.arrival_json else None
 
 
 def _lines_min(cls: TaskClass) -> int | None:

@@ -9,10 +9,18 @@ above (`arrival_min_chars` characters or more) goes out as one marker naming tha
 its first line. Lossless (the lines are in the same request), and free for the prompt cache:
 the output was never sent before, and the decision is remembered, so every later call sends
 it the same way. When a later step ages the output, it is digested from its original text.
+
+With `cluster.arrival_json`, a new output that is JSON laid out with spaces or line breaks
+goes out without the whitespace outside its strings (`minified`): the same JSON value, every
+string byte for byte, 8-10% fewer characters on tau-bench's reservation records. Like a
+marker, it is decided on the output's first call, so no sent prefix changes, and the output
+still ages from its original text.
 """
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Collection, Mapping
 
 from gateway.context.apply import excerpt
@@ -21,6 +29,12 @@ from gateway.context.session import Decision
 
 ARRIVAL_KINDS = frozenset({"tool_result", "user"})  # outputs and observations, never a turn
 REPEATED_LINES = "repeated_lines"  # a dedup of some lines only: the item may still age
+MINIFIED_JSON = "minified_json"  # JSON sent without its layout: the item may still age
+MINIFIED_KEPT = "minified_kept"  # aged, but kept minified: its digest was hardly shorter
+# Arrival rewrites after which an item still ages (steps.undecided)
+STILL_AGES = frozenset({REPEATED_LINES, MINIFIED_JSON})
+# A JSON string (escapes included) or a run of whitespace outside one
+_JSON_SPACE = re.compile(r'("(?:[^"\\]|\\.)*")|\s+')
 
 # Characters of the named item's first line a marker quotes: more than an exact repeat's
 # pointer (apply.POINTER_EXCERPT), since the marker's lines are only part of the output.
@@ -112,3 +126,25 @@ def lines_decision(text: str, index: LineIndex, min_chars: int) -> Decision | No
     if cut is None:
         return None
     return Decision("cluster", "dedup", REPEATED_LINES, "dedup", arg=cut[1].id, text=cut[0])
+
+
+def minified(text: str) -> str | None:
+    """`text` without the whitespace outside its strings when it is a JSON object or array
+    laid out with some (the same value, every string as it was), else None."""
+    head = text.lstrip()[:1]
+    if head not in ("{", "[") or not any(c in text for c in " \n\t\r"):
+        return None
+    try:
+        json.loads(text)
+    except ValueError:
+        return None
+    out = _JSON_SPACE.sub(lambda m: m.group(1) or "", text)
+    return out if len(out) < len(text) else None
+
+
+def minified_decision(text: str) -> Decision | None:
+    """The decision that sends a new output's JSON without its layout, if it has any."""
+    out = minified(text)
+    if out is None:
+        return None
+    return Decision("cluster", "compress", MINIFIED_JSON, "dedup", text=out)

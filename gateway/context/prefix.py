@@ -39,6 +39,7 @@ from gateway.context.lines import (
     arrival_item,
     index_lines,
     lines_decision,
+    minified_decision,
     verbatim_index,
 )
 from gateway.context.render import Mark, Picks, Plan, Rendered, render_plan
@@ -189,6 +190,8 @@ class Prefix:
     # of a run of them a new output sends as a marker (lines.py); None: off.
     lines: LineIndex | None = None
     lines_min: int = 0
+    # With cluster.arrival_json, the least new output sent minified (lines.minified); None: off.
+    json_min: int | None = None
     tail: list[Item] | None = None  # the new messages' items, between `extend` and `reuse`
     # The items that can lag behind the horizon undecided (`steps.lagging_tokens`): those
     # aging would take but no decision has, and those whose pin lapsed since (the exchange
@@ -236,6 +239,7 @@ class Prefix:
         extended: Prefix | None = None,
         ages: CompressOptions | None = None,
         lines_min: int | None = None,
+        json_min: int | None = None,
     ) -> Prefix | None:
         """`extended`: the session's previous prefix extended by these messages, whose
         fingerprint it already holds (else it is taken here). `ages`: the class's aging
@@ -279,6 +283,7 @@ class Prefix:
             lines=None if lines_min is None
             else verbatim_index(final, decisions, lines_min, layout.pins),
             lines_min=lines_min or 0,
+            json_min=json_min,
             items=list(items),
             final=list(final),
             built=len(messages),
@@ -470,22 +475,27 @@ class Prefix:
         self, messages: Sequence[Mapping[str, Any]], tail: list[Item],
         decisions: Mapping[str, Decision],
     ) -> dict[str, Decision]:
-        """The new outputs' runs of repeated lines, decided as the full path's
-        `arrival_duplicates` decides them (`lines.py`); the others' lines join the index."""
-        index = self.lines
-        if index is None:
+        """The new outputs' runs of repeated lines and minified JSON, decided as the full
+        path's `arrival_duplicates` decides them (`lines.py`); the others' lines join the
+        index."""
+        index, json_min = self.lines, self.json_min
+        if index is None and json_min is None:
             return {}
+        least = self.lines_min if index is not None else json_min or 0
         start = next((i for i in range(len(messages) - 1, -1, -1)
                       if messages[i].get("role") == "assistant"), len(messages) - 1)
         cuts: dict[str, Decision] = {}
         step = 0
         for item in tail:
-            if item.id in decisions or not arrival_item(item, self.lines_min, self.layout.pins):
+            if item.id in decisions or not arrival_item(item, least, self.layout.pins):
                 continue
-            cut = lines_decision(item.text, index, self.lines_min) if (
-                item.message_index >= start and item.rewritable and index) else None
+            new = item.message_index >= start and item.rewritable
+            cut = lines_decision(item.text, index, least) if new and index else None
+            if cut is None and new and json_min is not None:
+                cut = minified_decision(item.text)
             if cut is None:
-                index_lines(index, item)
+                if index is not None:
+                    index_lines(index, item)
                 continue
             if not step:  # numbered as the full path's _stamp_step numbers a call's decisions
                 step = 1 + max((d.step for d in decisions.values()), default=0)

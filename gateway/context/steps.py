@@ -15,7 +15,7 @@ from operator import attrgetter
 from typing import Any
 
 from gateway.context.items import Item
-from gateway.context.lines import REPEATED_LINES
+from gateway.context.lines import STILL_AGES
 from gateway.context.session import Decision, SessionState
 from gateway.context.stale import stale_rule
 from gateway.context.taskclass import Compaction, CompressOptions, TaskClass
@@ -47,9 +47,10 @@ def ages_out(item: Item, opts: CompressOptions) -> bool:
 
 
 def undecided(item: Item, decisions: Mapping[str, Decision]) -> bool:
-    """No decision yet, or only its repeated lines cut on arrival (the rest still ages)."""
+    """No decision yet, or only its repeated lines cut or its JSON minified on arrival (it
+    still ages)."""
     made = decisions.get(item.id)
-    return made is None or made.reason == REPEATED_LINES
+    return made is None or made.reason in STILL_AGES
 
 
 def open_tokens(items: Iterable[Item]) -> int:

@@ -196,6 +196,10 @@ class ClusterOptions(_Settings):
     # more each) repeat an item the model still reads verbatim goes out with each run as a
     # one-line marker (lines.py): pages after a click, re-run listings, overlapping windows.
     arrival_lines: bool = False
+    # With on_arrival, a new tool result or turn that is JSON laid out with whitespace goes out
+    # without the whitespace outside its strings (lines.minified): the same value, fewer
+    # characters, from its first call on (no sent prefix changes).
+    arrival_json: bool = False
 
 
 class CompressOptions(_Settings):

@@ -27,10 +27,12 @@ from gateway.context.apply import pointer
 from gateway.context.forecast import Budget
 from gateway.context.items import Item
 from gateway.context.lines import (
+    MINIFIED_JSON,
     LineIndex,
     arrival_item,
     index_lines,
     lines_decision,
+    minified_decision,
 )
 from gateway.context.session import Decision
 from gateway.context.stages.base import StageContext, StageResult, decide
@@ -109,22 +111,33 @@ async def cluster_items(items: list[Item], budget: Budget, ctx: StageContext) ->
 
 
 def arrival_duplicates(
-    items: list[Item], ctx: StageContext, start: int, marked: Collection[int] = ()
+    items: list[Item], ctx: StageContext, start: int, marked: Collection[int] = (),
+    over: bool = False,
 ) -> StageResult:
     """Tool results and user turns of messages from `start` on that repeat, exactly, one
     rendered verbatim before them (`items`: as they will be sent) become pointers to it.
-    `marked`: messages a wire adapter pinned (opaque or signed content), never rewritten."""
+    `marked`: messages a wire adapter pinned (opaque or signed content), never rewritten.
+    With `arrival_json`, a new one that is JSON laid out with whitespace goes out without
+    it (`lines.minified`), except on a call over its budget (`over`: the ladder's cut)."""
     opts = ctx.task_class.stages.cluster
     if opts is None or not opts.on_arrival:
         return StageResult(items, {})
-    verbatim: dict[str, Item] = {}  # text -> the first copy sent as is
+    minify = opts.arrival_json and not over
+    verbatim: dict[str, Item] = {}  # text -> the first copy sent as is (or minified)
     lines: LineIndex | None = {} if opts.arrival_lines else None
     chosen: dict[str, Decision] = {}
     decided = ctx.decisions
-    # an item with a decision is neither new nor sent as is: it changes nothing below
-    for item in [item for item in items if item.id not in decided]:
+    # an item with a decision is neither new nor sent as is: it changes nothing below,
+    # unless it is sent minified (the same JSON: a repeat of it may point to it)
+    for item in items:
+        made = decided.get(item.id)
+        if made is not None and made.reason != MINIFIED_JSON:
+            continue
         original = ctx.originals.get(item.id, item)
         if not arrival_item(original, opts.arrival_min_chars, marked):
+            continue
+        if made is not None:
+            verbatim.setdefault(original.text, item)
             continue
         new = item.message_index >= start and item.rewritable
         rep = verbatim.get(original.text)
@@ -134,6 +147,10 @@ def arrival_duplicates(
             continue
         cut = lines_decision(original.text, lines, opts.arrival_min_chars) if (
             new and lines) else None
+        if cut is None and new and minify:
+            cut = minified_decision(original.text)
+            if cut is not None:
+                verbatim.setdefault(original.text, item)
         if cut is not None:
             chosen[item.id] = cut
         elif item.text == original.text:

@@ -51,6 +51,7 @@ from dataclasses import replace
 from gateway.context.apply import CutCalls, apply_decision
 from gateway.context.calls import call_arguments, cut_to_save
 from gateway.context.items import Item
+from gateway.context.lines import MINIFIED_JSON, MINIFIED_KEPT
 from gateway.context.session import Decision
 from gateway.context.stages.base import StageContext, item_values, unit_pinned
 from gateway.context.summarize import MENTION_CAP, mentions_line, notable, summarize
@@ -102,7 +103,7 @@ def excerpt(text: str, keep: int, counter: TokenCounter, encoding: str) -> str |
 
 def rung(decision: Decision | None) -> int:
     """Where on the ladder an item stands (-1: untouched)."""
-    if decision is None:
+    if decision is None or decision.reason in (MINIFIED_JSON, MINIFIED_KEPT):  # the same JSON
         return -1
     for i, (_, method, level) in enumerate(LADDER):
         if decision.method == method and decision.level == level:
