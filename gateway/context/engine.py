@@ -19,6 +19,8 @@ from dataclasses import dataclass, field, replace
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from cachetools import LRUCache
+
 from gateway.context.adjust import ClassForecasts
 from gateway.context.agents import AgentClassStore, MemoryAgentClassStore, RedisAgentClassStore
 from gateway.context.apply import (
@@ -47,7 +49,7 @@ from gateway.context.injection import InjectedBlock, PlaybookSource, inject_bloc
 from gateway.context.items import Item, ParsedRequest, base_tokens, content_text, parse_request
 from gateway.context.models import ModelTable
 from gateway.context.offload import check_deadline
-from gateway.context.prefix import Prefix, PrefixCache
+from gateway.context.prefix import Lineage, Prefix, PrefixCache
 from gateway.context.render import (
     Plan,
     Rendered,
@@ -81,7 +83,8 @@ if TYPE_CHECKING:
 
     from gateway.embeddings import Embedder
 
-__all__ = ["CallContext", "ContextEngine", "FittedCall", "InjectedBlock", "PlaybookSource"]
+__all__ = ["CallContext", "ContextEngine", "FittedCall", "InjectedBlock", "Lineage",
+           "PlaybookSource"]
 
 log = logging.getLogger("ctxgate.context")
 
@@ -95,6 +98,8 @@ class CallContext:
     tenant: str
     trace_id: str
     headers: Mapping[str, str]  # lower-cased request headers
+    # What the gateway proved of the messages (`prefix.Lineage`); None: the engine checks.
+    lineage: Lineage | None = None
 
 
 @dataclass
@@ -258,6 +263,11 @@ class ContextEngine:
         self.caches = ContextCaches()
         # The previous call's work per session, reused by a call that only appends messages.
         self.prefixes = PrefixCache(prefix_cache_size)
+        # Per (tenant, session) of calls sent as is: the fidelity haystack of the last one
+        # and the number of its body (`Lineage.body`); a call whose body the gateway proved
+        # to continue that one's reads only its new messages (taken out while in use).
+        self.sent_seen: LRUCache[tuple[str, str], tuple[int, Haystack]] | None = (
+            LRUCache(maxsize=prefix_cache_size) if prefix_cache_size > 0 else None)
 
     async def _task_class(
         self, body: dict[str, Any], call: CallContext, state: SessionState, tokens: int
@@ -392,7 +402,7 @@ class ContextEngine:
         parsed: ParsedRequest | None = None
         tools = tool_names(body)
         if prefix is not None and prefix.tools == tools and prefix.extend(
-            messages, model.encoding, self.counter, self.caches.parts
+            messages, model.encoding, self.counter, self.caches.parts, call.lineage
         ):
             base = base_tokens(body, self.counter, model.encoding)
             tokens_before = base + prefix.item_tokens
@@ -488,7 +498,8 @@ class ContextEngine:
             tokens=(r.tokens_before, fitted.tokens_after, block.tokens if block else 0),
             signals=signals,
         )
-        if fitted.prefix is not None:
+        if fitted.prefix is not None:  # it holds this call's messages: its body's
+            fitted.prefix.body = call.lineage.body if call.lineage is not None else None
             self.prefixes.put(call.tenant, r.session_id, fitted.prefix)
         changed = fitted.changed or block is not None
         self.metrics.context_tokens.labels(cls.name, "before").inc(r.tokens_before)
@@ -802,9 +813,26 @@ class ContextEngine:
         if named not in self.classes:
             named = self.classifier.by_rules(body) or DEFAULT_CLASS
         state.dirty.clear()  # only the fidelity record is this call's to write
-        signals = observe(state, messages, None, task_class=named, mode=mode)
+        seen = self._seen_sent(call, session_id)
+        signals = observe(state, messages, None, task_class=named, mode=mode, haystack=seen)
+        if seen is not None and call.lineage is not None and self.sent_seen is not None:
+            self.sent_seen[(call.tenant, session_id)] = (call.lineage.body, seen)
         await self.sessions.save(call.tenant, session_id, state)
         return signals
+
+    def _seen_sent(self, call: CallContext, session_id: str) -> Haystack | None:
+        """The haystack a call sent as is reads its session's messages from: its last such
+        call's when the gateway proved this call's body continues that one's (so the texts
+        it read are these messages'), a new one for a body the gateway numbered; None (the
+        messages walked, nothing kept) for a call with no lineage, e.g. the replay's."""
+        lineage = call.lineage
+        if lineage is None or self.sent_seen is None:
+            return None
+        kept = self.sent_seen.pop((call.tenant, session_id), None)
+        if (kept is not None and lineage.after is not None and kept[0] == lineage.after
+                and len(kept[1].texts) <= lineage.count):
+            return kept[1]
+        return Haystack()
 
 
 def _render(
