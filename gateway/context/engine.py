@@ -36,6 +36,7 @@ from gateway.context.calibration import TokenCalibration
 from gateway.context.calls import RepeatScan, point_repeats, repeated_calls
 from gateway.context.classify import (
     Classifier,
+    HistoryRules,
     agent_fingerprint,
     is_agent_request,
     request_text,
@@ -266,7 +267,7 @@ class ContextEngine:
         # Per (tenant, session) of calls sent as is: the fidelity haystack of the last one
         # and the number of its body (`Lineage.body`); a call whose body the gateway proved
         # to continue that one's reads only its new messages (taken out while in use).
-        self.sent_seen: LRUCache[tuple[str, str], tuple[int, Haystack]] | None = (
+        self.sent_seen: LRUCache[tuple[str, str], _SentSeen] | None = (
             LRUCache(maxsize=prefix_cache_size) if prefix_cache_size > 0 else None)
 
     async def _task_class(
@@ -809,30 +810,42 @@ class ContextEngine:
         messages = body.get("messages") or []
         session_id = call.headers.get(HEADER_SESSION) or derive_session_id(call.tenant, messages)
         state = await self.sessions.load(call.tenant, session_id)
+        seen = self._seen_sent(call, session_id)
         named = call.headers.get(HEADER_CLASS) or state.task_class
         if named not in self.classes:
-            named = self.classifier.by_rules(body) or DEFAULT_CLASS
+            named = self.classifier.by_rules(
+                body, seen.rules if seen is not None else None) or DEFAULT_CLASS
         state.dirty.clear()  # only the fidelity record is this call's to write
-        seen = self._seen_sent(call, session_id)
-        signals = observe(state, messages, None, task_class=named, mode=mode, haystack=seen)
+        signals = observe(state, messages, None, task_class=named, mode=mode,
+                          haystack=seen.haystack if seen is not None else None)
         if seen is not None and call.lineage is not None and self.sent_seen is not None:
-            self.sent_seen[(call.tenant, session_id)] = (call.lineage.body, seen)
+            self.sent_seen[(call.tenant, session_id)] = replace(seen, body=call.lineage.body)
         await self.sessions.save(call.tenant, session_id, state)
         return signals
 
-    def _seen_sent(self, call: CallContext, session_id: str) -> Haystack | None:
-        """The haystack a call sent as is reads its session's messages from: its last such
-        call's when the gateway proved this call's body continues that one's (so the texts
-        it read are these messages'), a new one for a body the gateway numbered; None (the
-        messages walked, nothing kept) for a call with no lineage, e.g. the replay's."""
+    def _seen_sent(self, call: CallContext, session_id: str) -> _SentSeen | None:
+        """What a call sent as is reads its session's messages from: its last such call's
+        when the gateway proved this call's body continues that one's (so the messages it
+        read are these messages'), new for a body the gateway numbered; None (the messages
+        walked, nothing kept) for a call with no lineage, e.g. the replay's."""
         lineage = call.lineage
         if lineage is None or self.sent_seen is None:
             return None
         kept = self.sent_seen.pop((call.tenant, session_id), None)
-        if (kept is not None and lineage.after is not None and kept[0] == lineage.after
-                and len(kept[1].texts) <= lineage.count):
-            return kept[1]
-        return Haystack()
+        if (kept is not None and lineage.after is not None and kept.body == lineage.after
+                and max(len(kept.haystack.texts), kept.rules.count) <= lineage.count):
+            return kept
+        return _SentSeen(lineage.body, Haystack(), HistoryRules())
+
+
+@dataclass(frozen=True, slots=True)
+class _SentSeen:
+    """What the calls of a session sent as is read of its messages (`observe_sent`): the
+    fidelity haystack and what the class rules read, as of the body numbered `body`."""
+
+    body: int
+    haystack: Haystack
+    rules: HistoryRules
 
 
 def _render(
