@@ -130,6 +130,8 @@ class FittedCall:
     # Per tool-call id: the arguments it is sent with, when not as the client sent them
     # (a repeated call's pointer, calls.py); chat messages in `body` carry them already.
     arguments: dict[str, str] | None = None
+    # What the gateway proved of `request`'s messages (`CallContext.lineage`).
+    lineage: Lineage | None = None
 
 
 def derive_session_id(tenant: str, messages: list[Mapping[str, Any]]) -> str:
@@ -527,6 +529,7 @@ class ContextEngine:
             block=block,
             signals=signals,
             arguments=fitted.arguments,
+            lineage=call.lineage,
         )
 
     def _cut_calls(self, r: _Request, fitted: _Fitted) -> _Fitted:

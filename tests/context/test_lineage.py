@@ -148,3 +148,30 @@ def test_class_rules_read_on_from_a_kept_read_name_what_reading_all_names(
             assert named == classifier.by_rules(body)
             names.add(named)
         assert len(names) > 1  # the rules' answer changed as the session went on
+
+
+async def test_account_roles_read_on_for_proven_calls_are_the_account_built_afresh(
+    settings: Any, embedder: Any
+) -> None:
+    """The explainer's account pieces of calls whose bodies name the body before them take
+    the roles of the new messages only (`AccountPieces`), and are byte for byte the account
+    built and cut afresh; a body whose old message changed role, with no proof or with a
+    lineage naming another body, has its roles read whole (fails when the kept roles are
+    used for it)."""
+    from gateway.observability import explain
+
+    _, msgs, _ = synthetic_session(4, turns=30)
+    engine, pieces = _engine(settings, embedder, True), explain.AccountPieces()
+    calls, count = _growing(msgs), 0
+    for n, (body, _) in enumerate(calls):
+        fitted = await engine.fit(body, _context(n, "r", Lineage(n + 1, n or None, count)))
+        assert pieces.of(fitted, fitted.budget_source) == explain.split_account(
+            explain.account_of(fitted, fitted.budget_source))
+        count = len(body["messages"])
+    assert pieces._roles[("t1", "r")][0] == len(calls)
+    edited = copy.deepcopy(calls[-1][0])
+    edited["messages"][1]["role"] = "developer"
+    for k, lineage in enumerate((None, Lineage(900, 5, count))):
+        fitted = await engine.fit(edited, _context(100 + k, "r", lineage))
+        assert pieces.of(fitted, fitted.budget_source) == explain.split_account(
+            explain.account_of(fitted, fitted.budget_source))
