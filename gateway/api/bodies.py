@@ -25,6 +25,7 @@ whole walk (0.4-1 ms of checks over 602 messages at call 300, on every call).
 
 from __future__ import annotations
 
+import itertools
 import secrets
 import threading
 from collections import OrderedDict
@@ -35,6 +36,7 @@ from typing import Any
 import orjson
 
 from gateway.api.pieces import PIECEWISE_BYTES
+from gateway.context.prefix import Lineage
 from gateway.errors import GatewayError
 
 Decode = Callable[[bytes], dict[str, Any]]
@@ -49,6 +51,9 @@ MAX_BODY_BYTES = PIECEWISE_BYTES
 MAX_BYTES = 1 << 25  # the bodies kept, all tenants (their decoded values take ~3x more)
 PER_TENANT = 16  # bodies kept per tenant, newest first (sessions of one agent share a head)
 TAIL_TRIES = 32  # closing brackets tried from the end when a body is first split
+# Every body kept gets a number (`Lineage.body`), unique in the process (every BodyCache
+# draws from it: the engine that compares them may serve several routes' caches).
+_NUMBERS = itertools.count(1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +66,7 @@ class _Split:
     messages: list[Any]
     # Per wire format: its validation's state after all of `messages`, once they passed.
     checked: dict[str, Any] = field(default_factory=dict)
+    number: int = field(default_factory=lambda: next(_NUMBERS))
 
     def body(self) -> dict[str, Any]:
         body = dict(self.top)  # the same key order: `messages` stays where it was
@@ -84,16 +90,21 @@ class BodyCache:
 
     def decode(self, tenant: str, raw: bytes, whole: Decode) -> dict[str, Any]:
         """`whole(raw)`'s value (or its error), from a kept body's values when one fits."""
+        return self.decode_traced(tenant, raw, whole)[0]
+
+    def decode_traced(self, tenant: str, raw: bytes,
+                      whole: Decode) -> tuple[dict[str, Any], Lineage | None]:
+        """`decode`, and the body's lineage when it is kept (None: it is not)."""
         if not self._min_bytes <= len(raw) < MAX_BODY_BYTES:
-            return whole(raw)
-        resumed = self.resume(tenant, raw)
+            return whole(raw), None
+        resumed = self.resume_traced(tenant, raw)
         if resumed is not None:
             return resumed
         split = self._split(raw)
         if split is None:
-            return whole(raw)
+            return whole(raw), None
         self._keep(tenant, split)
-        return split.body()
+        return split.body(), Lineage(split.number)
 
     def resume(self, tenant: str, raw: bytes,
                check: Check | None = None) -> dict[str, Any] | None:
@@ -101,6 +112,14 @@ class BodyCache:
         when it continues none of them (cheap: a few comparisons of bytes in C). With
         `check`, the value returned is validated too (its error raised: the wire format's
         `validate`'s), from where the kept body's validation by that format ended."""
+        resumed = self.resume_traced(tenant, raw, check)
+        return None if resumed is None else resumed[0]
+
+    def resume_traced(self, tenant: str, raw: bytes, check: Check | None = None
+                      ) -> tuple[dict[str, Any], Lineage] | None:
+        """`resume`, and what it proved: the body's messages up to the kept body's count
+        are that body's, decoded from the very same bytes (`Lineage`; the engine then
+        skips its own byte check of them)."""
         if not self._min_bytes <= len(raw) < MAX_BODY_BYTES:
             return None
         with self._lock:
@@ -113,7 +132,7 @@ class BodyCache:
                 body = split.body()
                 if check is not None:
                     _check(kept, split, body, check)
-                return body
+                return body, Lineage(split.number, kept.number, len(kept.messages))
         return None
 
     def _resume(self, kept: _Split, raw: bytes) -> _Split | None:

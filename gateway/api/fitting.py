@@ -35,6 +35,7 @@ from gateway.context.engine import (
     HEADER_SESSION,
     CallContext,
     FittedCall,
+    Lineage,
     derive_session_id,
 )
 from gateway.context.offload import (
@@ -115,18 +116,20 @@ class Fitting:
         spent = time.perf_counter() - call.started  # reading the body counts too
         deadline = Deadline(time.monotonic() + self.timeout_s - spent)
         # Its new messages decoded and validated (the rest was, in its session's last call).
-        resumed = self.bodies.resume(call.caller.tenant, raw, (wire.name, wire.validate_from))
+        resumed = self.bodies.resume_traced(call.caller.tenant, raw,
+                                            (wire.name, wire.validate_from))
         checked = resumed is not None
+        lineage: list[Lineage] = []  # what the body cache proved of the body, once decoded
         try:
-            if self.thread is not None and _large(raw, resumed):
-                decode = self._decoder(call, parse_large, resumed)
+            if self.thread is not None and _large(raw, resumed and resumed[0]):
+                decode = self._decoder(call, parse_large, resumed, lineage)
                 return self._owned(await self.thread.run(
                     lambda engine: _prepare(engine, wire, raw, call, decode, checked,
-                                            self._encode(raw)), deadline))
+                                            self._encode(raw), lineage), deadline))
             async with fit_deadline(deadline):
                 return await _prepare(self.engine, wire, raw, call,
-                                      self._decoder(call, parse_json_object, resumed), checked,
-                                      self._encode(raw))
+                                      self._decoder(call, parse_json_object, resumed, lineage),
+                                      checked, self._encode(raw), lineage)
         except FitDeadline as late:
             return self._late(wire, raw, call, late.cause)
         except ContextBudgetExceeded:
@@ -142,33 +145,52 @@ class Fitting:
         that continues one the session sent before has only its new messages decoded: it
         stays on the loop (validated from where that one's validation ended), and a large
         one is observed and freed on the thread all the same."""
-        body = self.bodies.resume(call.caller.tenant, raw, (wire.name, wire.validate_from))
-        if body is not None:
+        resumed = self.bodies.resume_traced(call.caller.tenant, raw,
+                                            (wire.name, wire.validate_from))
+        if resumed is not None:
+            body, call.lineage = resumed
             if self.thread is not None and _large(raw, body):
                 self._large.add(id(body))
             return body
-        inline = self._decoder(call, parse_json_object)
+        lineage: list[Lineage] = []
+        inline = self._decoder(call, parse_json_object, traced=lineage)
         if self.thread is None or not is_large(raw):
-            return as_is(wire, raw, inline)
-        try:
-            body = await self.thread.run(
-                _as_job(lambda _: as_is(wire, raw, self._decoder(call, parse_large))),
-                self._later())
-        except FitDeadline:
-            log.info("the fitting thread is busy: a large bypassed call is parsed inline",
-                     extra={"trace_id": call.trace_id, "endpoint": wire.name})
-            return as_is(wire, raw, inline)
-        self._large.add(id(body))
+            body = as_is(wire, raw, inline)
+        else:
+            try:
+                body = await self.thread.run(_as_job(lambda _: as_is(
+                    wire, raw, self._decoder(call, parse_large, traced=lineage))),
+                    self._later())
+            except FitDeadline:
+                log.info("the fitting thread is busy: a large bypassed call is parsed inline",
+                         extra={"trace_id": call.trace_id, "endpoint": wire.name})
+                return as_is(wire, raw, inline)
+            self._large.add(id(body))
+        call.lineage = lineage[-1] if lineage else None
         return body
 
     def _decoder(self, call: Call, whole: Decode,
-                 resumed: dict[str, Any] | None = None) -> Decode:
+                 resumed: tuple[dict[str, Any], Lineage] | None = None,
+                 traced: list[Lineage] | None = None) -> Decode:
         """`whole`, or the session's last body's values and the new messages decoded
-        (`resumed`: already decoded so)."""
+        (`resumed`: already decoded so). What the body cache proved of the body (its
+        `Lineage`, when it keeps it) is appended to `traced`."""
         if resumed is not None:
-            return lambda _raw: resumed
+            body, lineage = resumed
+            if traced is not None:
+                traced.append(lineage)
+            return lambda _raw: body
         tenant = call.caller.tenant
-        return lambda raw: self.bodies.decode(tenant, raw, whole)
+        if traced is None:
+            return lambda raw: self.bodies.decode(tenant, raw, whole)
+
+        def decode(raw: bytes) -> dict[str, Any]:
+            body, lineage = self.bodies.decode_traced(tenant, raw, whole)
+            if lineage is not None:
+                traced.append(lineage)
+            return body
+
+        return decode
 
     def _encode(self, raw: bytes) -> Callable[[dict[str, Any]], bytes]:
         """How the fitted body of a call sent as `raw` is encoded: by runs (`BodyEncoder`)
@@ -246,7 +268,7 @@ class Fitting:
         call whose body was parsed there (a walk of its every message)."""
         mode = UNMANAGED if call.unmanaged is not None else "bypass"
         observe = partial(_observe_sent, wire=wire, body=body, mode=mode, context=CallContext(
-            call.caller.tenant, call.trace_id, call.headers))
+            call.caller.tenant, call.trace_id, call.headers, call.lineage))
         if self.thread is None or id(body) not in self._large:
             return await observe(self.engine)
         return await self._on_thread(observe)
@@ -304,9 +326,12 @@ def _as_job(build: Callable[[ContextEngine], T]) -> Job[T]:
 async def _observe_sent(engine: ContextEngine, *, wire: WireFormat, body: dict[str, Any],
                         mode: str, context: CallContext) -> CallSignals | None:
     view = wire.view(body)
+    lineage = context.lineage if view.body is body else None  # of the client's messages
     if view.session_key is not None and HEADER_SESSION not in context.headers:
         context = CallContext(context.tenant, context.trace_id,
-                              {**context.headers, HEADER_SESSION: view.session_key})
+                              {**context.headers, HEADER_SESSION: view.session_key}, lineage)
+    elif lineage is not context.lineage:
+        context = CallContext(context.tenant, context.trace_id, context.headers, lineage)
     return await engine.observe_sent(view.body, context, mode)
 
 
@@ -344,10 +369,14 @@ def _trace_parts(fitted: FittedCall, pieces: AccountPieces) -> TraceParts:
 
 async def _prepare(engine: ContextEngine, wire: WireFormat, raw: bytes, call: Call,
                    parse: Callable[[bytes], dict[str, Any]], checked: bool = False,
-                   encode: Callable[[dict[str, Any]], bytes] = orjson.dumps) -> Prepared:
+                   encode: Callable[[dict[str, Any]], bytes] = orjson.dumps,
+                   lineage: list[Lineage] | None = None) -> Prepared:
     """The call's body parsed (validated already when `checked`), fitted, rendered and
     encoded, on whichever loop runs it: it reads `call` and never writes it (a late result
-    must not touch a call already sent on)."""
+    must not touch a call already sent on). `lineage`: what the body cache proved of the
+    body as `parse` decoded it (its last entry), handed to the engine, which then skips its
+    own byte check of the messages proven, when the engine reads the client's messages
+    themselves (a wire format whose view builds others gets none)."""
     body = parse(raw)
     if not checked:
         wire.validate(body)
@@ -356,7 +385,8 @@ async def _prepare(engine: ContextEngine, wire: WireFormat, raw: bytes, call: Ca
     headers = call.headers
     if view.session_key is not None and HEADER_SESSION not in headers:
         headers = {**headers, HEADER_SESSION: view.session_key}
-    context = CallContext(call.caller.tenant, call.trace_id, headers)
+    proven = lineage[-1] if lineage and view.body is body else None
+    context = CallContext(call.caller.tenant, call.trace_id, headers, proven)
     try:
         fitted = await engine.fit(view.body, context, compact=view.compact)
     except (GatewayError, FitDeadline):

@@ -36,7 +36,7 @@ from gateway.store import STORE_DOWN
 from gateway.upstream.client import UpstreamWait
 
 if TYPE_CHECKING:
-    from gateway.context.engine import FittedCall
+    from gateway.context.engine import FittedCall, Lineage
 
 log = logging.getLogger("ctxgate.route")
 CALL = "ctxgate.call"  # the scope key under which a route finds its Call
@@ -58,6 +58,7 @@ class Call:
     stream: bool = False
     fitted: FittedCall | None = None
     sent_as_is: dict[str, Any] | None = None  # bypassed or unmanaged: its body, for fidelity
+    lineage: Lineage | None = None  # what the body cache proved of `sent_as_is`'s messages
     # Why fitting failed open (None: it did not): the call went out as the client sent
     # it (`sent_raw`) and is traced all the same, with that reason.
     unmanaged: str | None = None

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -79,6 +80,35 @@ def request_text(messages: Sequence[Mapping[str, Any]]) -> str:
     return (system_text(messages)[:300] + "\n" + first_user[:1500]).strip()
 
 
+@dataclass
+class HistoryRules:
+    """What `Classifier.by_rules` reads of a request's messages (the tools its history
+    called, its system texts, whether it carries tool history), kept from one call of a
+    session to the next so that a call reads only its new messages: only for calls whose
+    messages[:count] are proven to be the very ones read before (`prefix.Lineage`)."""
+
+    count: int = 0
+    called: set[str] = field(default_factory=set)
+    system: list[str] = field(default_factory=list)
+    agent: bool = False
+
+    def read(self, messages: Sequence[Mapping[str, Any]]) -> None:
+        """Take in messages[count:], as `tool_names`, `system_text` and
+        `is_agent_request` read each message."""
+        for msg in messages[self.count:]:
+            calls = msg.get("tool_calls")
+            for call in calls or ():
+                fn = call.get("function") if isinstance(call, Mapping) else None
+                if isinstance(fn, Mapping) and fn.get("name"):
+                    self.called.add(str(fn["name"]))
+            role = msg.get("role")
+            if role in ("system", "developer"):
+                self.system.append(content_text(msg.get("content")))
+            if role in ("tool", "function") or calls:
+                self.agent = True
+        self.count = max(self.count, len(messages))
+
+
 class Classifier:
     def __init__(self, classes: Mapping[str, TaskClass], embedder: Embedder | None) -> None:
         self._classes = [c for c in classes.values() if c.name != DEFAULT_CLASS]
@@ -86,19 +116,25 @@ class Classifier:
         self._embedder = embedder
         self._centroids: tuple[list[str], Vectors] | None = None
 
-    def by_rules(self, body: Mapping[str, Any]) -> str | None:
+    def by_rules(self, body: Mapping[str, Any], seen: HistoryRules | None = None) -> str | None:
+        """The class the rules name, or None. `seen`: what an earlier call of the session
+        read of these same messages (`HistoryRules`), read on from there."""
         messages = body.get("messages") or []
-        tools = tool_names(body)
+        if seen is not None:
+            seen.read(messages)
+        tools = tool_names(body) if seen is None else set(defined_tools(body)) | seen.called
         if tools:
             for cls in self._classes:
                 if cls.match.tools & tools:
                     return cls.name
-        system = system_text(messages)
+        system = system_text(messages) if seen is None else "\n".join(seen.system)
         if system:
             for cls in self._classes:
                 if any(p.search(system) for p in cls.match.system_patterns):
                     return cls.name
-        if self._agents is not None and is_agent_request(body):
+        if self._agents is not None and (
+                is_agent_request(body) if seen is None
+                else bool(body.get("tools")) or seen.agent):
             return self._agents
         model = str(body.get("model") or "")
         for cls in self._classes:

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field, replace
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from cachetools import LRUCache
+
 from gateway.context.adjust import ClassForecasts
 from gateway.context.agents import AgentClassStore, MemoryAgentClassStore, RedisAgentClassStore
 from gateway.context.apply import (
@@ -35,6 +37,7 @@ from gateway.context.call_ids import ShortIds
 from gateway.context.calls import RepeatScan, point_repeats, repeated_calls
 from gateway.context.classify import (
     Classifier,
+    HistoryRules,
     agent_fingerprint,
     is_agent_request,
     request_text,
@@ -48,7 +51,7 @@ from gateway.context.injection import InjectedBlock, PlaybookSource, inject_bloc
 from gateway.context.items import Item, ParsedRequest, base_tokens, content_text, parse_request
 from gateway.context.models import ModelTable
 from gateway.context.offload import check_deadline
-from gateway.context.prefix import Prefix, PrefixCache
+from gateway.context.prefix import Lineage, Prefix, PrefixCache
 from gateway.context.render import (
     Plan,
     Rendered,
@@ -82,7 +85,8 @@ if TYPE_CHECKING:
 
     from gateway.embeddings import Embedder
 
-__all__ = ["CallContext", "ContextEngine", "FittedCall", "InjectedBlock", "PlaybookSource"]
+__all__ = ["CallContext", "ContextEngine", "FittedCall", "InjectedBlock", "Lineage",
+           "PlaybookSource"]
 
 log = logging.getLogger("ctxgate.context")
 
@@ -96,6 +100,8 @@ class CallContext:
     tenant: str
     trace_id: str
     headers: Mapping[str, str]  # lower-cased request headers
+    # What the gateway proved of the messages (`prefix.Lineage`); None: the engine checks.
+    lineage: Lineage | None = None
 
 
 @dataclass
@@ -128,6 +134,8 @@ class FittedCall:
     # Whether tool-call ids go out short (`call_ids.short_id`, on both sides of each pair):
     # chat messages in `body` carry them already, a wire adapter renames its own items.
     short_ids: bool = False
+    # What the gateway proved of `request`'s messages (`CallContext.lineage`).
+    lineage: Lineage | None = None
 
 
 def derive_session_id(tenant: str, messages: list[Mapping[str, Any]]) -> str:
@@ -263,6 +271,11 @@ class ContextEngine:
         self.caches = ContextCaches()
         # The previous call's work per session, reused by a call that only appends messages.
         self.prefixes = PrefixCache(prefix_cache_size)
+        # Per (tenant, session) of calls sent as is: the fidelity haystack of the last one
+        # and the number of its body (`Lineage.body`); a call whose body the gateway proved
+        # to continue that one's reads only its new messages (taken out while in use).
+        self.sent_seen: LRUCache[tuple[str, str], _SentSeen] | None = (
+            LRUCache(maxsize=prefix_cache_size) if prefix_cache_size > 0 else None)
 
     async def _task_class(
         self, body: dict[str, Any], call: CallContext, state: SessionState, tokens: int
@@ -399,7 +412,7 @@ class ContextEngine:
         parsed: ParsedRequest | None = None
         tools = tool_names(body)
         if prefix is not None and prefix.tools == tools and prefix.extend(
-            messages, model.encoding, self.counter, self.caches.parts
+            messages, model.encoding, self.counter, self.caches.parts, call.lineage
         ):
             base = base_tokens(body, self.counter, model.encoding)
             tokens_before = base + prefix.item_tokens
@@ -495,7 +508,8 @@ class ContextEngine:
             tokens=(r.tokens_before, fitted.tokens_after, block.tokens if block else 0),
             signals=signals,
         )
-        if fitted.prefix is not None:
+        if fitted.prefix is not None:  # it holds this call's messages: its body's
+            fitted.prefix.body = call.lineage.body if call.lineage is not None else None
             self.prefixes.put(call.tenant, r.session_id, fitted.prefix)
         changed = fitted.changed or block is not None
         self.metrics.context_tokens.labels(cls.name, "before").inc(r.tokens_before)
@@ -523,6 +537,7 @@ class ContextEngine:
             signals=signals,
             arguments=fitted.arguments,
             short_ids=fitted.short_ids,
+            lineage=call.lineage,
         )
 
     def _short_ids(self, r: _Request, fitted: _Fitted) -> _Fitted:
@@ -820,13 +835,42 @@ class ContextEngine:
         messages = body.get("messages") or []
         session_id = call.headers.get(HEADER_SESSION) or derive_session_id(call.tenant, messages)
         state = await self.sessions.load(call.tenant, session_id)
+        seen = self._seen_sent(call, session_id)
         named = call.headers.get(HEADER_CLASS) or state.task_class
         if named not in self.classes:
-            named = self.classifier.by_rules(body) or DEFAULT_CLASS
+            named = self.classifier.by_rules(
+                body, seen.rules if seen is not None else None) or DEFAULT_CLASS
         state.dirty.clear()  # only the fidelity record is this call's to write
-        signals = observe(state, messages, None, task_class=named, mode=mode)
+        signals = observe(state, messages, None, task_class=named, mode=mode,
+                          haystack=seen.haystack if seen is not None else None)
+        if seen is not None and call.lineage is not None and self.sent_seen is not None:
+            self.sent_seen[(call.tenant, session_id)] = replace(seen, body=call.lineage.body)
         await self.sessions.save(call.tenant, session_id, state)
         return signals
+
+    def _seen_sent(self, call: CallContext, session_id: str) -> _SentSeen | None:
+        """What a call sent as is reads its session's messages from: its last such call's
+        when the gateway proved this call's body continues that one's (so the messages it
+        read are these messages'), new for a body the gateway numbered; None (the messages
+        walked, nothing kept) for a call with no lineage, e.g. the replay's."""
+        lineage = call.lineage
+        if lineage is None or self.sent_seen is None:
+            return None
+        kept = self.sent_seen.pop((call.tenant, session_id), None)
+        if (kept is not None and lineage.after is not None and kept.body == lineage.after
+                and max(len(kept.haystack.texts), kept.rules.count) <= lineage.count):
+            return kept
+        return _SentSeen(lineage.body, Haystack(), HistoryRules())
+
+
+@dataclass(frozen=True, slots=True)
+class _SentSeen:
+    """What the calls of a session sent as is read of its messages (`observe_sent`): the
+    fidelity haystack and what the class rules read, as of the body numbered `body`."""
+
+    body: int
+    haystack: Haystack
+    rules: HistoryRules
 
 
 def _render(

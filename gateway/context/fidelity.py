@@ -55,6 +55,7 @@ from gateway.context.render import Plan
 from gateway.context.session import CALL_RUN, LOST_RUN, SessionState, run_hash
 
 MODES = ("managed", "bypass", "unmanaged")
+_SEPARATOR = SEPARATOR.encode()
 NEAR_SAME = 0.8
 SKETCH_SIZE = 16
 MAX_INDEXED_CALLS = 256
@@ -344,9 +345,15 @@ class Haystack:
 
     def __init__(self) -> None:
         self.texts: list[str | None] = []  # per message; None: a system message
-        self.joined = ""
-        # where each non-system message's text starts in `joined`, and its index
+        # The non-system messages' texts in UTF-8 (surrogates passed), joined by SEPARATOR:
+        # a bytearray grows in place, so a call appends its new messages' bytes only (a
+        # `str` was copied whole on every call). UTF-8 is self-synchronising: a value's
+        # bytes occur in it exactly where the value occurs in the joined text.
+        self.joined = bytearray()
+        # where each non-system message's text starts in `joined`, its length there, and
+        # its index
         self.starts: list[int] = []
+        self.sizes: list[int] = []
         self.slots: list[int] = []
         self.system: list[int] = []  # the system messages' indexes
         # per message: the text it was last forwarded as (None: as sent) and that message's
@@ -449,24 +456,23 @@ class Haystack:
     def cover(self, messages: Sequence[Mapping[str, Any]], count: int) -> list[str | None]:
         """The texts of messages[:count] (what they held so far must be those messages')."""
         if count < len(self.texts):  # a shorter history than the one read: read it anew
-            self.texts, self.joined, self.system, self.rewrites = [], "", [], {}
-            self.starts, self.slots = [], []
+            self.texts, self.joined, self.system, self.rewrites = [], bytearray(), [], {}
+            self.starts, self.sizes, self.slots = [], [], []
         start = len(self.texts)
         added = [None if is_system(m) else searchable_text(m) for m in messages[start:count]]
         if added:
             self.system += [start + k for k, text in enumerate(added) if text is None]
             self.texts += added
-            new = SEPARATOR.join(t for t in added if t is not None)
-            at = len(self.joined) + len(SEPARATOR) if self.starts else 0
-            if self.starts:
-                self.joined = f"{self.joined}{SEPARATOR}{new}"
-            elif any(t is not None for t in added):
-                self.joined = new
+            joined = self.joined
             for k, text in enumerate(added, start):
                 if text is not None:
-                    self.starts.append(at)
+                    raw = text.encode("utf-8", "surrogatepass")
+                    if self.starts:
+                        joined += _SEPARATOR
+                    self.starts.append(len(joined))
+                    self.sizes.append(len(raw))
                     self.slots.append(k)
-                    at += len(text) + len(SEPARATOR)
+                    joined += raw
         return self.texts
 
     def holders(self, value: str, lost: Mapping[int, str | None]) -> tuple[bool, bool]:
@@ -475,12 +481,13 @@ class Haystack:
         placed in its message by `starts` (one spanning two messages counts for neither),
         the search going on before a message that is lost. As many scans as lost messages
         hold the value, where a pass per message read each one's text."""
-        joined, starts, slots, texts = self.joined, self.starts, self.slots, self.texts
-        n, end, seen = len(value), len(joined), False
-        while (pos := joined.rfind(value, 0, end)) >= 0:
+        joined, starts, slots, sizes = self.joined, self.starts, self.slots, self.sizes
+        raw = value.encode("utf-8", "surrogatepass")
+        n, end, seen = len(raw), len(joined), False
+        while (pos := joined.rfind(raw, 0, end)) >= 0:
             k = bisect_right(starts, pos) - 1
             i = slots[k]
-            if pos + n <= starts[k] + len(texts[i] or ""):
+            if pos + n <= starts[k] + sizes[k]:
                 if i not in lost:
                     return True, True
                 seen, end = True, starts[k]

@@ -75,14 +75,16 @@ def _head(fitted: FittedCall, budget_source: str) -> dict[str, Any]:
     }
 
 
-def _sources(fitted: FittedCall) -> dict[str, Sequence[Any]]:
-    """What the account's lists are made of: the messages' roles, the plan's entries and the
-    drop events (between steps a session's calls hand over the same objects, grown)."""
+def _sources(fitted: FittedCall, roles: list[str] | None = None) -> dict[str, Sequence[Any]]:
+    """What the account's lists are made of: the messages' roles (`roles`, when known),
+    the plan's entries and the drop events (between steps a session's calls hand over the
+    same objects, grown)."""
     messages = (fitted.request or {}).get("messages") or []
     plan = fitted.plan
     if plan is None:  # nothing rendered (passed through): every message went as sent
         plan = [(i, None) for i in range(len(messages))]
-    return {"roles": roles_of(messages), "plan": plan, "drops": fitted.drops}
+    return {"roles": roles_of(messages) if roles is None else roles, "plan": plan,
+            "drops": fitted.drops}
 
 
 def _entries(name: str, source: Sequence[Any]) -> list[Any]:
@@ -115,13 +117,37 @@ class AccountPieces:
     def __init__(self, sessions: int = 1024) -> None:
         self._sessions = sessions
         self._by_session: OrderedDict[Any, dict[str, list[Known]]] = OrderedDict()
+        # Per session: its latest call's roles, and the number of the body they are of
+        # (`Lineage.body`): a call whose body the gateway proved to repeat that one's
+        # messages reads the roles of its new messages only.
+        self._roles: OrderedDict[Any, tuple[int, list[str]]] = OrderedDict()
         self._lock = threading.Lock()  # the loop and the fitting thread both split
 
     def of(self, fitted: FittedCall, budget_source: str) -> tuple[bytes, Pieces]:
         """A fitted call's account as stored (`split_account(account_of(...))`)."""
+        key = (fitted.tenant, fitted.session_id)
         account = _head(fitted, budget_source)
-        account.update(_sources(fitted))
-        return self.split((fitted.tenant, fitted.session_id), account, _entries)
+        account.update(_sources(fitted, self._roles_of(key, fitted)))
+        return self.split(key, account, _entries)
+
+    def _roles_of(self, key: Any, fitted: FittedCall) -> list[str]:
+        """`roles_of` the call's messages, from its session's last call's when its body
+        was proven to continue that call's (`fitted.lineage`)."""
+        messages = (fitted.request or {}).get("messages") or []
+        lineage = fitted.lineage
+        if lineage is None or not self._sessions:
+            return roles_of(messages)
+        with self._lock:
+            kept = self._roles.pop(key, None)
+        if kept is not None and kept[0] == lineage.after and len(kept[1]) == lineage.count:
+            roles = kept[1] + roles_of(messages[lineage.count:])
+        else:
+            roles = roles_of(messages)
+        with self._lock:
+            self._roles[key] = (lineage.body, roles)
+            if len(self._roles) > self._sessions:
+                self._roles.popitem(last=False)
+        return roles
 
     def split(self, key: Any, account: dict[str, Any],
               entries: Callable[[str, Sequence[Any]], list[Any]]) -> tuple[bytes, Pieces]:

@@ -292,3 +292,31 @@ def test_the_runs_kept_stay_within_their_bytes() -> None:
         assert encoder.dumps({"messages": messages}) == orjson.dumps({"messages": messages})
         assert encoder._bytes <= 20_000
     assert encoder._bytes == sum(len(raw) for _, raw in encoder._runs.values())
+
+
+def test_a_resumed_body_names_the_kept_body_whose_messages_it_repeats() -> None:
+    """`Lineage`: a body decoded and kept gets a number; a body resumed from it names that
+    number and its message count, and its messages up to that count are the kept body's
+    very objects (what lets the engine skip its byte check); two caches never share a
+    number; a body not kept, or from another chain, names none (fails when a resumed body
+    names itself, or the count is the new body's)."""
+    calls = calls_from_messages(synthetic_session(4, 40)[1], "gpt-4o-mini")
+    cache, other = BodyCache(min_bytes=256), BodyCache(min_bytes=256)
+    first, lineage = cache.decode_traced("t", orjson.dumps(calls[-3]), parse_json_object)
+    assert lineage is not None and lineage.after is None
+    _, elsewhere = other.decode_traced("t", orjson.dumps(calls[-3]), parse_json_object)
+    assert elsewhere is not None and elsewhere.body != lineage.body
+    resumed = cache.resume_traced("t", orjson.dumps(calls[-2]))
+    assert resumed is not None
+    second, proven = resumed
+    count = len(first["messages"])
+    assert (proven.after, proven.count) == (lineage.body, count)
+    assert proven.body not in (lineage.body, elsewhere.body)
+    assert all(a is b for a, b in zip(second["messages"][:count], first["messages"],
+                                      strict=True))
+    third = cache.resume_traced("t", orjson.dumps(calls[-1]))
+    assert third is not None and third[1].after == proven.body
+    assert third[1].count == len(second["messages"])
+    tiny = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    small, none = cache.decode_traced("t", orjson.dumps(tiny), parse_json_object)
+    assert none is None and small == tiny  # under min_bytes: not kept, nothing proven

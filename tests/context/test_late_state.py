@@ -95,13 +95,16 @@ def test_a_near_call_shares_one_of_the_filed_hashes(pair: tuple[Any, Any]) -> No
         assert set(a[:FILED_HASHES]) & set(b) or not (a or b)
 
 
-piece = st.sampled_from(["ab", "abc", "x", "\n", "\x00", "\n\x00", "", "cab"])
+# Non-ASCII pieces (2-, 4-byte and a lone surrogate's UTF-8): the joined texts are bytes.
+piece = st.sampled_from(["ab", "abc", "x", "\n", "\x00", "\n\x00", "", "cab", "é", "b😀",
+                         "\udc80a"])
 
 
 @settings(max_examples=300, deadline=None)
 @given(batches=st.lists(st.lists(st.one_of(st.none(), st.lists(piece, max_size=5).map("".join)),
                                  max_size=4), min_size=1, max_size=5),
-       value=st.sampled_from(["ab", "abc", "cab", "b\n\x00a", "x\nx", "bab"]),
+       value=st.sampled_from(["ab", "abc", "cab", "b\n\x00a", "x\nx", "bab", "éa", "😀",
+                              "\udc80", "b😀é"]),
        lost=st.sets(st.integers(0, 20)))
 def test_a_value_placed_by_its_occurrences_in_the_joined_texts_is_found_as_per_message(
     batches: list[list[str | None]], value: str, lost: set[int]
@@ -110,8 +113,9 @@ def test_a_value_placed_by_its_occurrences_in_the_joined_texts_is_found_as_per_m
     back from occurrence to occurrence (`Haystack.holders`): as the haystack grows call by
     call (system messages, empty texts, texts holding the separator), whether a message
     holds the value, and whether one outside `lost` does, are what testing every message's
-    text gives (fails when an occurrence spanning two messages counts, or when `starts`
-    is not moved on with the texts)."""
+    text gives (fails when an occurrence spanning two messages counts, when `starts`
+    is not moved on with the texts, or when a text's length is taken in characters where
+    its bytes are searched)."""
     haystack, messages = Haystack(), []
     for batch in batches:
         for text in batch:
