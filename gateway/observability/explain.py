@@ -69,6 +69,7 @@ def _head(fitted: FittedCall, budget_source: str) -> dict[str, Any]:
         "budget_source": budget_source,
         "tokens_before": fitted.tokens_before,
         "tokens_after": fitted.tokens_after,
+        "short_ids": fitted.short_ids,  # tool-call ids sent as `call_ids.short_id` of them
         "roles": None, "plan": None, "drops": None,
         "playbook": None if block is None else {
             "bullet_ids": list(block.bullet_ids), "tokens": block.tokens, "text": block.text},
@@ -290,7 +291,10 @@ def explain(account: Mapping[str, Any], trace_id: str, tenant: str) -> dict[str,
         "upstream": {"messages": len(sent) + offset,
                      "playbook_in": None if not playbook else (
                          0 if target is None else target + offset),
-                     "playbook_new_message": bool(playbook) and target is None},
+                     "playbook_new_message": bool(playbook) and target is None,
+                     # every tool-call id longer than 9 characters went as a 9-character
+                     # hash of it, call and result alike (gateway/context/call_ids.py)
+                     "tool_call_ids": "short" if account.get("short_ids") else "as sent"},
         "playbook": playbook,
         "messages": messages,
     }
@@ -324,7 +328,8 @@ def render_text(explained: Mapping[str, Any]) -> str:
         f"{tokens['saved_by_drops']}, playbook block {tokens['playbook']})"
         if tokens["before"] is not None else "tokens not counted (sent as the client sent it)",
         f"upstream got {explained['upstream']['messages']} of {len(explained['messages'])} "
-        "messages",
+        "messages" + ("  (tool-call ids shortened)"
+                      if explained["upstream"].get("tool_call_ids") == "short" else ""),
         "",
     ]
     playbook = explained["playbook"]

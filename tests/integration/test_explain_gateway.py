@@ -15,6 +15,7 @@ import orjson
 import redis
 
 from gateway.auth import tenant_of_token
+from gateway.context.call_ids import renamed
 from gateway.context.replay import calls_from_messages
 from gateway.observability.explain import ACCOUNT_FIELD, PIECE, PIECED
 from gateway.store import keys
@@ -28,7 +29,9 @@ def _forwarded(upstream: Upstream, body: dict[str, Any]) -> dict[str, Any]:
     """The request the gateway sent for `body` (the in-process learner calls the stub too)."""
     for request in reversed(upstream.requests()):
         sent: dict[str, Any] = orjson.loads(request["body"])
-        if sent.get("model") == body["model"] and sent["messages"][-1] == body["messages"][-1]:
+        last = sent["messages"][-1]
+        if sent.get("model") == body["model"] and last in (
+                body["messages"][-1], renamed(body["messages"][-1])):
             return sent
     raise AssertionError("the upstream never received the call")
 
@@ -48,7 +51,9 @@ def _check(explained: dict[str, Any], sent: list[dict[str, Any]], forwarded: dic
             assert all(d["tokens_after"] == 0 for d in account["drops"])
             continue
         seen.add(j)
-        expected = dict(client)
+        # tool-call ids go out short in a managed call, call and result alike (call_ids.py)
+        expected = dict(renamed(client) if explained["upstream"]["tool_call_ids"] == "short"
+                        else client)
         if account["status"] == "digested":
             assert account["drops"] and account["digest"] is not None
             expected["content"] = account["digest"]
@@ -83,6 +88,7 @@ def test_a_session_explained_call_by_call_matches_what_went_upstream(
     headers = {"authorization": f"Bearer {KEY}", "x-ctxgate-session-id": session,
                "x-ctxgate-budget-tokens": "9000", "x-ctxgate-task-class": "coding_agent"}
     statuses: set[str] = set()
+    ids: set[str] = set()
     for n, body in enumerate(calls):
         upstream.clear()
         response = httpx.post(f"{gateway.base_url}/chat/completions", json=body,
@@ -98,6 +104,8 @@ def test_a_session_explained_call_by_call_matches_what_went_upstream(
         assert explained["playbook"]["bullet_ids"] == [bullet.json()["id"]]
         assert explained["messages"][0]["playbook_appended"]  # into the system prompt
         statuses |= {m["status"] for m in explained["messages"]}
+        ids |= {explained["upstream"]["tool_call_ids"]}
+    assert "short" in ids  # the session's call ids are long: a call with tool calls renames
     assert statuses == {"kept", "digested", "dropped"} or statuses == {"kept", "digested"}
     assert "digested" in statuses
 
@@ -126,6 +134,8 @@ def test_cli_explain_agrees_with_the_api(gateway: Gateway, upstream: Upstream) -
     text = subprocess.run([sys.executable, "-m", "gateway", "explain", trace_id], cwd=ROOT,
                           env=env, capture_output=True, check=True, text=True).stdout
     assert f"trace {trace_id}" in text and "budget 3000 tokens (header" in text
+    assert ("(tool-call ids shortened)" in text) == (
+        explained["upstream"]["tool_call_ids"] == "short")
     first_drop = next(d for m in explained["messages"] for d in m["drops"])
     assert f"{first_drop['stage']}/{first_drop['action']} {first_drop['reason']}" in text
     unknown = subprocess.run([sys.executable, "-m", "gateway", "explain", "nope"], cwd=ROOT,
