@@ -11,10 +11,10 @@ order; the user's tool calls and their results are left out, as the agent never 
 The data is never copied into this repository: it reads results files from paths the user
 gives and writes, outside the repository,
 
-- `<out>/tau2-<domain>/sessions.jsonl`: every simulation as its own session;
-- `<out>/tau2-<domain>-queue/sessions.jsonl`: ticket queues, one agent working the tickets
-  of one trial one after another in one conversation (`bench.chat_corpus.join_queues`), cut
-  into queues of about `--queue-calls` calls;
+- `<out>/tau2-<domain>-<model>/sessions.jsonl`: every simulation as its own session;
+- `<out>/tau2-<domain>-<model>-queue/sessions.jsonl`: ticket queues, one agent working the
+  tickets of one trial one after another in one conversation
+  (`bench.chat_corpus.join_queues`), cut into queues of about `--queue-calls` calls;
 
 each with a `README.md` saying where it came from and how it was converted. Tool
 definitions are rebuilt from the domain's toolkit (`src/tau2/domains/<domain>/tools.py`:
@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import re
 import subprocess
 from collections.abc import Mapping, Sequence
 from datetime import datetime
@@ -250,6 +251,7 @@ def shapes(file: Mapping[str, Any], queue_calls: int
     """A loaded results file's two corpus shapes: `(folder, sessions, renamed ids, shape,
     README line on the join)` for one session per simulation and for ticket queues."""
     domain, sims, order = file["domain"], file["simulations"], file["order"]
+    corpus = f"tau2-{domain}-{re.sub(r'[^a-z0-9.]+', '-', str(file['model']).lower())}"
 
     def name(run: Mapping[str, Any]) -> str:
         return f"trial{run.get('trial', 0)}-task{order.get(run['task_id'], -1):03d}"
@@ -257,7 +259,7 @@ def shapes(file: Mapping[str, Any], queue_calls: int
     tasks, renamed_tasks = [], 0
     for run in sims:
         ids = CallIds()
-        tasks.append(_session(f"tau2-{domain}/{name(run)}", run, file,
+        tasks.append(_session(f"{corpus}/{name(run)}", run, file,
                               [{"role": "system", "content": file["system"]},
                                *agent_messages(run["messages"], ids)]))
         renamed_tasks += ids.renamed
@@ -269,13 +271,13 @@ def shapes(file: Mapping[str, Any], queue_calls: int
         parts=lambda total: round(total / queue_calls),
         system=lambda _r: str(file["system"]),
         messages=lambda r, ids: agent_messages(r["messages"], ids),
-        name=lambda _t, q, group: (f"tau2-{domain}-queue/{name(group[0])}-"
+        name=lambda _t, q, group: (f"{corpus}-queue/{name(group[0])}-"
                                    f"{name(group[-1]).split('-')[1]}-q{q}"),
     )
     queues = [_session(sid, {}, file, messages) for sid, messages in joined]
     return [
-        (f"tau2-{domain}", tasks, renamed_tasks, "one session per simulation", JOIN_TASKS),
-        (f"tau2-{domain}-queue", queues, renamed_queues, "ticket-queue sessions",
+        (corpus, tasks, renamed_tasks, "one session per simulation", JOIN_TASKS),
+        (f"{corpus}-queue", queues, renamed_queues, "ticket-queue sessions",
          JOIN_QUEUE.format(queue_calls=queue_calls)),
     ]
 

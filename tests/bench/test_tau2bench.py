@@ -121,10 +121,10 @@ def test_converts_simulations_and_queues_that_the_replay_reads(tmp_path: Path) -
     written = tau2bench.convert([source], repo, out, queue_calls=10)
 
     # a simulation of n turns makes 1 + 2n calls: 3, 5, 7, 3 = 18
-    assert written == {"tau2-telecom": 4, "tau2-telecom-queue": 2}
-    assert corpora.extra_jsonl(out) == ["tau2-telecom", "tau2-telecom-queue"]
-    sims = corpora.load("tau2-telecom", out)
-    queues = corpora.load("tau2-telecom-queue", out)
+    assert written == {"tau2-telecom-gpt-4.1": 4, "tau2-telecom-gpt-4.1-queue": 2}
+    assert corpora.extra_jsonl(out) == ["tau2-telecom-gpt-4.1", "tau2-telecom-gpt-4.1-queue"]
+    sims = corpora.load("tau2-telecom-gpt-4.1", out)
+    queues = corpora.load("tau2-telecom-gpt-4.1-queue", out)
     system = ("<instructions>\nYou are a customer service agent.\n</instructions>\n"
               f"<policy>\n{POLICY}\n</policy>")
     for session in sims + queues:
@@ -134,7 +134,7 @@ def test_converts_simulations_and_queues_that_the_replay_reads(tmp_path: Path) -
                        for m in session.messages)
         ids = [c["id"] for m in session.messages for c in m.get("tool_calls") or ()]
         assert len(ids) == len(set(ids))
-    assert [s.id for s in sims] == [f"tau2-telecom/trial0-task{i:03d}" for i in range(4)]
+    assert [s.id for s in sims] == [f"tau2-telecom-gpt-4.1/trial0-task{i:03d}" for i in range(4)]
     one = sims[1].messages  # task "[mms]b", 2 turns
     assert [m["role"] for m in one] == ["system", "assistant", "user"] + [
         "assistant", "tool", "tool", "assistant", "user"] * 2
@@ -154,8 +154,8 @@ def test_converts_simulations_and_queues_that_the_replay_reads(tmp_path: Path) -
         "description": "How many bills.", "title": "Limit", "type": "integer", "default": 12}
     assert tools[1]["function"]["parameters"]["properties"]["line_ids"]["type"] == "array"
     # Queues: 18 calls / 10 -> 2 queues, cut at the boundary nearest 9 (after b: 3 + 5 = 8)
-    assert [s.id for s in queues] == ["tau2-telecom-queue/trial0-task000-task001-q0",
-                                      "tau2-telecom-queue/trial0-task002-task003-q1"]
+    assert [s.id for s in queues] == ["tau2-telecom-gpt-4.1-queue/trial0-task000-task001-q0",
+                                      "tau2-telecom-gpt-4.1-queue/trial0-task002-task003-q1"]
     first = queues[0].messages
     assert [m["content"] for m in first if m["role"] == "user"] == [
         "My line for [mobile]a is slow.", "Thanks ###STOP###", "My line for [mms]b is slow.",
@@ -163,6 +163,6 @@ def test_converts_simulations_and_queues_that_the_replay_reads(tmp_path: Path) -
     assert [c["id"] for m in first for c in m.get("tool_calls") or ()] == [
         "call_0a", "call_0b", "call_0a_3", "call_0b_4", "call_1a", "call_1b"]
     assert len(call_ends(first)) == 3 + 5
-    readme = (out / "tau2-telecom" / "README.md").read_text()
+    readme = (out / "tau2-telecom-gpt-4.1" / "README.md").read_text()
     assert "MIT" in readme and "left out" in readme
-    assert "Ticket queues" in (out / "tau2-telecom-queue" / "README.md").read_text()
+    assert "Ticket queues" in (out / "tau2-telecom-gpt-4.1-queue" / "README.md").read_text()
