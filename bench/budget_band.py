@@ -88,8 +88,9 @@ async def run(
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--corpora", type=Path, default=corpora.CORPORA)
-    parser.add_argument("--corpus", action="append", choices=(*corpora.JSONL_CORPORA,
-                                                              "swe-agent"))
+    parser.add_argument("--corpus", action="append", metavar="NAME",
+                        help="swe-agent, webchorearena, agentdojo, intercode, or a folder "
+                        "under --corpora holding a sessions.jsonl (a converted corpus)")
     parser.add_argument("--per-split", type=int, default=60, help="calls sampled a split")
     parser.add_argument("--budget", action="append", type=float, dest="budgets",
                         help="a budget as a fraction of the call (repeatable; default 0.8, 0.6)")

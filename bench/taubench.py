@@ -28,40 +28,24 @@ from __future__ import annotations
 
 import argparse
 import ast
-import itertools
-import subprocess
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from bench.chat_corpus import (
+    CallIds,
+    Message,
+    RepoReader,
+    corpus_stats,
+    join_queues,
+    n_calls,
+    write_corpus,
+)
+
 SOURCE = "sierra-research/tau-bench"
 DOMAINS = ("airline", "retail")
-Message = dict[str, Any]
-
-
-class RepoReader:
-    """Files of a tau-bench checkout (a work tree) or of a bare/mirror git directory."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.git = not (root / "tau_bench").is_dir()
-
-    def _git(self, *args: str) -> str:
-        return subprocess.run(
-            ["git", "--git-dir", str(self.root), *args], check=True, capture_output=True,
-            text=True,
-        ).stdout
-
-    def read(self, path: str) -> str:
-        return self._git("show", f"HEAD:{path}") if self.git else (self.root / path).read_text()
-
-    def commit(self) -> str | None:
-        try:
-            return self._git("rev-parse", "HEAD").strip() if self.git else None
-        except subprocess.CalledProcessError:
-            return None
 
 
 def tool_info(source: str) -> dict[str, Any]:
@@ -94,27 +78,6 @@ def domain_tools(repo: RepoReader, domain: str) -> list[dict[str, Any]]:
     return [tool_info(repo.read(f"{package}/{modules[name]}.py")) for name in order]
 
 
-class CallIds:
-    """Tool-call ids unique within one output session: a repeated recorded id (gpt-4o reused
-    some, within a run and across runs) gets `_N` appended (N counts the session's calls);
-    its tool result follows the call it answers."""
-
-    def __init__(self) -> None:
-        self.seen: set[str] = set()
-        self.count = 0
-        self.renamed = 0
-
-    def new(self, recorded: str | None) -> str:
-        self.count += 1
-        if not recorded or recorded in self.seen:
-            self.renamed += 1
-            recorded = f"{recorded or 'call'}_{self.count}"
-            while recorded in self.seen:
-                recorded += "_"
-        self.seen.add(recorded)
-        return recorded
-
-
 def chat_messages(traj: Sequence[Mapping[str, Any]], ids: CallIds) -> list[Message]:
     """A run's messages in the corpora's chat shape: roles and contents as recorded; tool
     calls `{id, type, function: {name, arguments}}`; a tool message keeps `tool_call_id`
@@ -144,11 +107,6 @@ def chat_messages(traj: Sequence[Mapping[str, Any]], ids: CallIds) -> list[Messa
     return out
 
 
-def n_calls(traj: Sequence[Mapping[str, Any]]) -> int:
-    """Calls of a run: the prefixes that end right before an assistant message."""
-    return sum(1 for i, m in enumerate(traj) if m["role"] == "assistant" and i > 0)
-
-
 def _session(sid: str, path: str, commit: str, model: str | None, tools: list[dict[str, Any]],
              messages: list[Message]) -> dict[str, Any]:
     return {"id": sid, "source": f"{SOURCE}@{commit[:7]}", "path": path,
@@ -169,91 +127,24 @@ def task_sessions(
     return out, renamed
 
 
-def split_points(calls: Sequence[int], parts: int) -> list[int]:
-    """Indexes where a trial's runs are cut into `parts` queues: at the run boundary whose
-    running total of calls is nearest each k/parts of the trial's calls."""
-    total, running = sum(calls), [0]
-    for c in calls:
-        running.append(running[-1] + c)
-    cuts = []
-    for k in range(1, parts):
-        target = total * k / parts
-        cuts.append(min(range(1, len(calls)), key=lambda i: (abs(running[i] - target), i)))
-    return sorted(set(cuts))
-
-
 def queue_sessions(
     runs: Sequence[Mapping[str, Any]], domain: str, parts: int, **meta: Any
 ) -> tuple[list[dict[str, Any]], int]:
-    """Per trial, its runs in task order joined into `parts` conversations: the first run's
-    system message once, then every run's messages after its system message, as recorded
-    (the next customer's first message follows the last message of the previous ticket)."""
+    """Per trial, its runs in task order joined into `parts` conversations (`join_queues`:
+    the next customer's first message follows the last message of the previous ticket)."""
     trials: dict[Any, list[Mapping[str, Any]]] = {}
     for run in runs:
         trials.setdefault(run["trial"], []).append(run)
-    out, renamed = [], 0
-    for trial, group in sorted(trials.items()):
+    for group in trials.values():
         group.sort(key=lambda r: r["task_id"])
-        bounds = [0, *split_points([n_calls(r["traj"]) for r in group], parts), len(group)]
-        for q, (lo, hi) in enumerate(itertools.pairwise(bounds)):
-            ids = CallIds()
-            system = group[lo]["traj"][0]
-            messages = [{"role": "system", "content": system["content"]}]
-            for run in group[lo:hi]:
-                if run["traj"][0] != system:
-                    raise ValueError(f"task {run['task_id']}: another system prompt")
-                messages += chat_messages(run["traj"][1:], ids)
-            first, last = group[lo]["task_id"], group[hi - 1]["task_id"]
-            sid = f"taubench-{domain}-queue/trial{trial}-q{q}-tasks{first}-{last}"
-            out.append(_session(sid, messages=messages, **meta))
-            renamed += ids.renamed
-    return out, renamed
-
-
-def check(session: Mapping[str, Any]) -> None:
-    """The corpora's invariants: each tool message answers a call of the assistant message
-    right before it (or its run of tool messages), every call is answered, ids unique."""
-    msgs, open_ids, seen = session["messages"], [], set()
-    for m in msgs:
-        if m["role"] == "tool":
-            if m["tool_call_id"] not in open_ids:
-                raise ValueError(f"{session['id']}: tool message answers no open call")
-            open_ids.remove(m["tool_call_id"])
-            continue
-        if open_ids:
-            raise ValueError(f"{session['id']}: unanswered call {open_ids}")
-        for call in m.get("tool_calls") or ():
-            if call["id"] in seen:
-                raise ValueError(f"{session['id']}: repeated call id {call['id']}")
-            seen.add(call["id"])
-            open_ids.append(call["id"])
-    if open_ids:
-        raise ValueError(f"{session['id']}: unanswered call at the end")
-
-
-def write_corpus(folder: Path, sessions: Iterable[dict[str, Any]], readme: str) -> int:
-    folder.mkdir(parents=True, exist_ok=True)
-    lines = []
-    for s in sessions:
-        check(s)
-        lines.append(orjson.dumps(s))
-    (folder / "sessions.jsonl").write_bytes(b"\n".join(lines) + b"\n")
-    (folder / "README.md").write_text(readme)
-    return len(lines)
-
-
-def _stats(sessions: Sequence[Mapping[str, Any]]) -> str:
-    calls = sorted(n_calls(s["messages"]) for s in sessions)
-    chars = sorted(
-        sum(len(m.get("content") or "")
-            + (len(orjson.dumps(m["tool_calls"])) if m.get("tool_calls") else 0)
-            for m in s["messages"])
-        for s in sessions
+    joined, renamed = join_queues(
+        trials, calls=lambda r: n_calls(r["traj"]), parts=lambda _total: parts,
+        system=lambda r: r["traj"][0]["content"],
+        messages=lambda r, ids: chat_messages(r["traj"][1:], ids),
+        name=lambda trial, q, group: (f"taubench-{domain}-queue/trial{trial}-q{q}-tasks"
+                                      f"{group[0]['task_id']}-{group[-1]['task_id']}"),
     )
-    return (f"{len(sessions)} sessions; calls per session min / median / max "
-            f"{calls[0]} / {calls[len(calls) // 2]} / {calls[-1]}; characters of full history "
-            f"(contents + tool-call JSON) min / median / max {chars[0]:,} / "
-            f"{chars[len(chars) // 2]:,} / {chars[-1]:,}")
+    return [_session(sid, messages=messages, **meta) for sid, messages in joined], renamed
 
 
 README = """# tau-bench {domain}: {shape}
@@ -294,7 +185,7 @@ def convert(trajectories: Path, repo: Path, out: Path, *, domain: str | None = N
     if domain is None:
         raise ValueError(f"cannot tell the domain of {stem!r}: pass --domain")
     model = stem[: -len(domain)].rstrip("-_") or None
-    reader = RepoReader(repo)
+    reader = RepoReader(repo, "tau_bench")
     tools = domain_tools(reader, domain)
     commit = reader.commit() or "unknown"
     path = f"historical_trajectories/{trajectories.name}"
@@ -311,7 +202,7 @@ def convert(trajectories: Path, repo: Path, out: Path, *, domain: str | None = N
         total = sum(len(m.get("tool_calls") or ()) for s in sessions for m in s["messages"])
         readme = README.format(
             domain=domain, shape=shape, path=path, source=f"{SOURCE}@{commit}",
-            stats=_stats(sessions), model=model, n_tools=len(tools), renamed=renamed,
+            stats=corpus_stats(sessions), model=model, n_tools=len(tools), renamed=renamed,
             total_calls=total, join=join)
         written[name] = write_corpus(out / name, sessions, readme)
     return written

@@ -88,9 +88,11 @@ def values(text: str) -> list[str]:
 def _priority(value: str) -> int:
     if any(c.isalpha() for c in value) and _NOTABLE.search(value):
         return 0  # snake_case, camelCase, dotted and path names, names with digits
+    if value.isdigit() and len(value) >= 6:
+        return 1  # a long run of digits is an identifier (an order, item or phone number)
     if value.isalpha():
-        return 1 if value.islower() else 2
-    return 3
+        return 2 if value.islower() else 3
+    return 4
 
 
 def _defined(text: str) -> set[str]:

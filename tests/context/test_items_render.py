@@ -141,6 +141,21 @@ def test_a_time_of_day_is_one_value_in_a_digest() -> None:
     assert {"10:00", "03:00", "11:15", "HAT039"} <= set(mentions.rstrip("]").split())
 
 
+def test_a_digest_lists_an_omitted_elements_ids_before_its_words() -> None:
+    item = '{{"name": "{n}", "item_id": "{i}", "price": {p}, "options": {{"color": "{c}", ' \
+        '"material": "{m}", "size": "{s}"}}}}'
+    order = "[" + ", ".join(item.format(n=n, i=f"80690505{k}{k}", p=100 + k, c=c, m=m, s=z)
+                            for k, (n, c, m, z) in enumerate([
+                                ("Chair", "blue", "leather", "large"),
+                                ("Lamp", "silver", "metal", "small"),
+                                ("Kettle", "black", "steel", "medium"),
+                                ("Helmet", "red", "plastic", "tiny")])) + "]"
+    mentions = summarize(order, "tool_result", 3).split("mentions: ")[1]
+    # the first element stays whole; of the others, the 10-digit ids the agent passes to its
+    # next call are listed ahead of the colours and materials (on main those fill the cap)
+    assert {"8069050511", "8069050522", "8069050533"} <= set(mentions.rstrip("]").split())
+
+
 def test_digest_of_a_command_cuts_the_payload_it_pasted() -> None:
     blob = "QUJD" * 100
     turn = f"Decode it.\n```\necho '{blob}' | base64 -d > out.bin\n```"

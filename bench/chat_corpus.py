@@ -1,0 +1,176 @@
+"""What the converters of recorded agent runs share (`bench/taubench.py`,
+`bench/tau2bench.py`): unique tool-call ids per output session, the corpora's invariants
+checked before a session is written, ticket-queue cuts, a folder in the shared corpora's
+JSONL format with its README, and reading a source repository's files from a checkout or a
+bare/mirror git directory. The converted data is written outside the repository."""
+
+from __future__ import annotations
+
+import itertools
+import subprocess
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import orjson
+
+Message = dict[str, Any]
+Run = TypeVar("Run")
+
+
+class RepoReader:
+    """Files of a source checkout (a work tree holding `marker`) or of a bare/mirror git
+    directory, at `HEAD` or at a given commit (git only)."""
+
+    def __init__(self, root: Path, marker: str) -> None:
+        self.root = root
+        self.git = not (root / marker).exists()
+
+    def _git(self, *args: str) -> str:
+        return subprocess.run(
+            ["git", "--git-dir", str(self.root), *args], check=True, capture_output=True,
+            text=True,
+        ).stdout
+
+    def read(self, path: str, rev: str = "HEAD") -> str:
+        return self._git("show", f"{rev}:{path}") if self.git else (self.root / path).read_text()
+
+    def has(self, path: str, rev: str) -> bool:
+        """Whether `path` can be read at `rev` (a work tree has only its own files)."""
+        if not self.git:
+            return (self.root / path).is_file()
+        try:
+            self._git("cat-file", "-e", f"{rev}:{path}")
+        except subprocess.CalledProcessError:
+            return False
+        return True
+
+    def commit(self) -> str | None:
+        try:
+            return self._git("rev-parse", "HEAD").strip() if self.git else None
+        except subprocess.CalledProcessError:
+            return None
+
+
+class CallIds:
+    """Tool-call ids unique within one output session: a repeated recorded id (gpt-4o reused
+    some, within a run and across runs) gets `_N` appended (N counts the session's calls);
+    its tool result follows the call it answers."""
+
+    def __init__(self) -> None:
+        self.seen: set[str] = set()
+        self.count = 0
+        self.renamed = 0
+
+    def new(self, recorded: str | None) -> str:
+        self.count += 1
+        if not recorded or recorded in self.seen:
+            self.renamed += 1
+            recorded = f"{recorded or 'call'}_{self.count}"
+            while recorded in self.seen:
+                recorded += "_"
+        self.seen.add(recorded)
+        return recorded
+
+
+def n_calls(messages: Sequence[Mapping[str, Any]]) -> int:
+    """Calls of a conversation: the prefixes that end right before an assistant message."""
+    return sum(1 for i, m in enumerate(messages) if m["role"] == "assistant" and i > 0)
+
+
+def split_points(calls: Sequence[int], parts: int) -> list[int]:
+    """Indexes where a trial's runs are cut into `parts` queues: at the run boundary whose
+    running total of calls is nearest each k/parts of the trial's calls."""
+    total, running = sum(calls), [0]
+    for c in calls:
+        running.append(running[-1] + c)
+    cuts = []
+    for k in range(1, parts):
+        target = total * k / parts
+        cuts.append(min(range(1, len(calls)), key=lambda i: (abs(running[i] - target), i)))
+    return sorted(set(cuts))
+
+
+def queue_slices(
+    trials: Mapping[Any, Sequence[Run]], calls: Callable[[Run], int],
+    parts: Callable[[int], int],
+) -> Iterator[tuple[Any, int, Sequence[Run]]]:
+    """Per trial (its runs already in task order), `(trial, q, runs)` for each of the
+    `parts(total calls of the trial)` queues it is cut into (`split_points`)."""
+    for trial, group in sorted(trials.items()):
+        counts = [calls(r) for r in group]
+        bounds = [0, *split_points(counts, max(1, parts(sum(counts)))), len(group)]
+        for q, (lo, hi) in enumerate(itertools.pairwise(bounds)):
+            yield trial, q, group[lo:hi]
+
+
+def check(session: Mapping[str, Any]) -> None:
+    """The corpora's invariants: each tool message answers a call of the assistant message
+    right before it (or its run of tool messages), every call is answered, ids unique."""
+    msgs, open_ids, seen = session["messages"], [], set()
+    for m in msgs:
+        if m["role"] == "tool":
+            if m["tool_call_id"] not in open_ids:
+                raise ValueError(f"{session['id']}: tool message answers no open call")
+            open_ids.remove(m["tool_call_id"])
+            continue
+        if open_ids:
+            raise ValueError(f"{session['id']}: unanswered call {open_ids}")
+        for call in m.get("tool_calls") or ():
+            if call["id"] in seen:
+                raise ValueError(f"{session['id']}: repeated call id {call['id']}")
+            seen.add(call["id"])
+            open_ids.append(call["id"])
+    if open_ids:
+        raise ValueError(f"{session['id']}: unanswered call at the end")
+
+
+def write_corpus(folder: Path, sessions: Iterable[dict[str, Any]], readme: str) -> int:
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = []
+    for s in sessions:
+        check(s)
+        lines.append(orjson.dumps(s))
+    (folder / "sessions.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    (folder / "README.md").write_text(readme)
+    return len(lines)
+
+
+def corpus_stats(sessions: Sequence[Mapping[str, Any]]) -> str:
+    """One line for a README: sessions, calls per session, characters of full history."""
+    calls = sorted(n_calls(s["messages"]) for s in sessions)
+    chars = sorted(
+        sum(len(m.get("content") or "")
+            + (len(orjson.dumps(m["tool_calls"])) if m.get("tool_calls") else 0)
+            for m in s["messages"])
+        for s in sessions
+    )
+    return (f"{len(sessions)} sessions; calls per session min / median / max "
+            f"{calls[0]} / {calls[len(calls) // 2]} / {calls[-1]}; characters of full history "
+            f"(contents + tool-call JSON) min / median / max {chars[0]:,} / "
+            f"{chars[len(chars) // 2]:,} / {chars[-1]:,}")
+
+
+def join_queues(
+    trials: Mapping[Any, Sequence[Run]], *, calls: Callable[[Run], int],
+    parts: Callable[[int], int], system: Callable[[Run], str],
+    messages: Callable[[Run, CallIds], list[Message]],
+    name: Callable[[Any, int, Sequence[Run]], str],
+) -> tuple[list[tuple[str, list[Message]]], int]:
+    """Ticket queues: per trial (its runs in task order), the runs of each queue
+    (`queue_slices`) joined into one conversation, the system prompt once (every run of it
+    must have the same; checked), then each run's messages after its system prompt, in
+    order, nothing added. Returns `(session id, messages)` pairs and how many call ids were
+    renamed."""
+    out, renamed = [], 0
+    for trial, q, group in queue_slices(trials, calls, parts):
+        ids = CallIds()
+        prompt = system(group[0])
+        joined: list[Message] = [{"role": "system", "content": prompt}]
+        for run in group:
+            if system(run) != prompt:
+                raise ValueError(f"{name(trial, q, group)}: another system prompt")
+            joined += messages(run, ids)
+        out.append((name(trial, q, group), joined))
+        renamed += ids.renamed
+    return out, renamed
