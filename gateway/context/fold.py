@@ -147,9 +147,23 @@ def _value(value: Any) -> list[str]:
     return [orjson.dumps(value).decode()]
 
 
+def sent_as(text: str) -> str:
+    """A result or a turn's text as the note shows it: a placeholder (`apply.placeholder`,
+    `apply.gist`) as `omitted` and the values it names, without its excerpt of the start
+    (the call's line names what it was) or its `[ctxgate: …]` frame (the note has one)."""
+    if not (text.startswith(_PLACEHOLDER) and text.endswith("]")
+            and text.count(_PLACEHOLDER) == 1):
+        return text
+    inner = text[len(_PLACEHOLDER):-1]
+    head, sep, named = inner.rpartition("; mentions: ")
+    if " omitted " not in f" {head or inner}"[:40]:
+        return inner
+    return f"omitted; mentions: {named}" if sep else "omitted"
+
+
 def call_line(call: Mapping[str, Any], result: str) -> str:
     """One call as the note shows it: its name, its arguments' values, its result as sent
-    (a placeholder's own text without its `[ctxgate: …]` frame: the note has one)."""
+    (`sent_as`)."""
     function = call["function"]
     raw = function.get("arguments")
     try:
@@ -158,9 +172,7 @@ def call_line(call: Mapping[str, Any], result: str) -> str:
         parsed = raw
     values = ", ".join(_value(parsed)) if isinstance(parsed, dict | list) else str(parsed)
     line = f"{function.get('name', '')}({values})"
-    if result.startswith(_PLACEHOLDER) and result.endswith("]") and result.count(
-            _PLACEHOLDER) == 1:
-        result = result[len(_PLACEHOLDER):-1]
+    result = sent_as(result)
     return f"{line} → {result}" if result else line
 
 
@@ -174,9 +186,9 @@ def note_lines(messages: Sequence[Mapping[str, Any]], run: Run) -> list[tuple[in
         results = {str(m.get("tool_call_id")): str(m.get("content"))
                    for m in messages[k + 1:k + 1 + len(calls)]}
         lines = [f"\n{FOLD_HEAD}"] if k == run.start else []
-        said = msg.get("content")
-        if isinstance(said, str) and said.strip():
-            lines.append(f"\n(assistant) {said.strip()}")
+        said = sent_as(str(msg.get("content") or "").strip())
+        if said and said != "omitted":  # a turn's placeholder naming nothing says nothing
+            lines.append(f"\n(assistant) {said}")
         lines += [f"\n{call_line(c, results[str(c['id'])])}" for c in calls]
         out.append((k, "".join(lines)))
         k += 1 + len(calls)
