@@ -4,6 +4,7 @@ engine on the embedded Redis, the shipped configuration, a support agent's ticke
 from __future__ import annotations
 
 import re
+from itertools import pairwise
 from typing import Any
 
 from gateway.context.engine import CallContext, ContextEngine, FittedCall
@@ -107,7 +108,7 @@ async def test_a_long_queue_folds_old_exchanges_keeping_values_and_pairs(
             messages[i]["role"] == "user")  # a gist's text, or the note's
     # between steps the fold repeats itself byte for byte: the prefix cache holds
     extends = sum(
-        1 for a, b in zip(fits, fits[1:], strict=False)
+        1 for a, b in pairwise(fits)
         if b.body["messages"][:len(a.body["messages"])] == a.body["messages"])
     assert extends >= 0.7 * (len(fits) - 1)
 
