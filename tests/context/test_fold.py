@@ -123,7 +123,7 @@ async def test_a_short_queue_is_not_folded(engine: ContextEngine) -> None:
 
 
 def _run(*, pinned: bool = False, answered: bool = True, reply: bool = True,
-         parts: bool = False) -> list[dict[str, Any]]:
+         parts: bool = False, answers: str = "c1") -> list[dict[str, Any]]:
     call = {"id": "c1", "type": "function",
             "function": {"name": "lookup", "arguments": '{"id": "RES001X", "n": 7}'}}
     assistant: dict[str, Any] = {"role": "assistant", "content": None, "tool_calls": [call]}
@@ -133,7 +133,7 @@ def _run(*, pinned: bool = False, answered: bool = True, reply: bool = True,
         assistant["content"] = [{"type": "opaque", "block": {"type": "thinking"}}]
     out: list[dict[str, Any]] = [{"role": "user", "content": "status of RES001X?"}, assistant]
     if answered:
-        out.append({"role": "tool", "tool_call_id": "c1", "content": "[ctxgate: omitted {…]"})
+        out.append({"role": "tool", "tool_call_id": answers, "content": "[ctxgate: omitted {…]"})
     if reply:
         out.append({"role": "assistant", "content": "Confirmed."})
     out.append({"role": "user", "content": "thanks"})
@@ -147,7 +147,7 @@ def test_only_finished_plain_runs_closed_by_a_reply_fold() -> None:
     assert [(r.user, r.start, r.end) for r in runs] == [(0, 1, 3)]
     assert find_runs(messages, indexes, horizon=3) == []  # its reply is not behind it
     for variant in (_run(pinned=True), _run(answered=False), _run(reply=False),
-                    _run(parts=True)):
+                    _run(parts=True), _run(answers="c2")):
         assert find_runs(variant, list(range(len(variant))), len(variant)) == [], variant
 
 
