@@ -37,6 +37,7 @@ reason `folded_exchange`.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from operator import is_
@@ -195,6 +196,33 @@ def note_lines(messages: Sequence[Mapping[str, Any]], run: Run) -> list[tuple[in
     return out
 
 
+# Per message of a run: its head item's id, its tokens as the client sent it, its part of
+# the note (None: a result) and that part's tokens.
+RunParts = list[tuple[str, int, str | None, int]]
+RunCache = dict[int, tuple[tuple[Mapping[str, Any], ...], RunParts]]
+
+
+def _run_parts(messages: Sequence[Mapping[str, Any]], entries: Plan, run: Run,
+               original: Original, count: Callable[[str], int], cache: RunCache,
+               made: RunCache) -> RunParts:
+    """`run`'s parts, taken from `cache` when its messages are the very objects they were
+    made from (a step re-renders only what it changed), else made; put in `made`."""
+    key = entries[run.start][0]
+    msgs = tuple(messages[run.start:run.end])
+    known = cache.get(key)
+    if known is not None and len(known[0]) == len(msgs) and all(map(is_, known[0], msgs)):
+        made[key] = known
+        return known[1]
+    lines = dict(note_lines(messages, run))
+    parts: RunParts = []
+    for k in range(run.start, run.end):
+        item_id, before = original(entries[k][0])
+        text = lines.get(k)
+        parts.append((item_id, before, text, count(text) if text is not None else 0))
+    made[key] = (msgs, parts)
+    return parts
+
+
 def fold_runs(
     messages: Sequence[Mapping[str, Any]],
     entries: Plan,
@@ -202,29 +230,28 @@ def fold_runs(
     runs: Sequence[Run],
     original: Original,
     count: Callable[[str], int],
-) -> Folded:
+    cache: RunCache | None = None,
+) -> tuple[Folded, RunCache]:
     """`messages` with `runs` folded: the messages, their plan (`entries`: the plan
     `messages` were rendered by, one entry per message), the events with each folded
-    message's replaced, and the change to the call's tokens."""
+    message's replaced, and the change to the call's tokens; and the runs' parts made
+    (`cache`: those of an earlier fold, taken where their messages are the same)."""
     by_index: dict[int, list[DropEvent]] = {}
     for event in events:
         if event.message_index is not None:
             by_index.setdefault(event.message_index, []).append(event)
     latest = max((e.step for e in events), default=0)
-    gone: set[int] = set()
-    notes: dict[int, str] = {}
+    notes: dict[int, tuple[int, str]] = {}  # user position -> end of its run, its note
     new_events: dict[int, DropEvent] = {}
+    made: RunCache = {}
     delta = 0
     for run in runs:
-        lines = dict(note_lines(messages, run))
-        step = max((e.step for k in range(run.start, run.end)
-                    for e in by_index.get(entries[k][0], ())), default=latest)
-        for k in range(run.start, run.end):
+        parts = _run_parts(messages, entries, run, original, count, cache or {}, made)
+        olds = [by_index.get(entries[k][0], ()) for k in range(run.start, run.end)]
+        step = max((e.step for old in olds for e in old), default=latest)
+        for k, (item_id, before, text, after), old in zip(
+                range(run.start, run.end), parts, olds, strict=True):
             i = entries[k][0]
-            item_id, before = original(i)
-            current = before - sum(e.tokens_saved for e in by_index.get(i, ()))
-            text = lines.get(k)
-            after = count(text) if text is not None else 0
             msg = messages[k]
             new_events[i] = DropEvent(
                 stage="compress", action="compress" if text is not None else "drop",
@@ -232,39 +259,57 @@ def fold_runs(
                 kind="tool_call" if msg.get("role") == "assistant" else "tool_result",
                 message_index=i, tokens_before=before, tokens_after=after,
                 text=str(msg.get("content") or ""), step=step)
-            delta += after - current
-            gone.add(k)
-        notes[run.user] = "".join(lines[k] for k in sorted(lines))
+            delta += after - (before - sum(e.tokens_saved for e in old))
+        notes[run.user] = (run.end, "".join(p[2] for p in parts if p[2] is not None))
     out_messages: list[Mapping[str, Any]] = []
     plan: Plan = []
-    for k, msg in enumerate(messages):
-        if k in gone:
-            continue
-        note = notes.get(k)
-        if note is None:
-            out_messages.append(msg)
-            plan.append(entries[k])
-            continue
-        text = str(msg.get("content")) + note
-        out_messages.append({**msg, "content": text})
-        plan.append((entries[k][0], text))
+    k, n = 0, len(messages)
+    for user in sorted(notes):
+        out_messages += messages[k:user]
+        plan += entries[k:user]
+        end, note = notes[user]
+        text = str(messages[user].get("content")) + note
+        out_messages.append({**messages[user], "content": text})
+        plan.append((entries[user][0], text))
+        k = end
+    out_messages += messages[k:n]
+    plan += entries[k:n]
     out_events = [e for e in events if e.message_index not in new_events]
     out_events += new_events.values()
     out_events.sort(key=lambda e: -1 if e.message_index is None else e.message_index)
-    return Folded(out_messages, plan, out_events, delta)
+    return Folded(out_messages, plan, out_events, delta), made
 
 
 @dataclass
 class FoldMemo:
     """The last call's fold, kept with the session's prefix: a call between steps (the same
-    horizon, its forwarded messages the last call's extended, the same drop events) takes
-    it and appends its new messages, which are all after the horizon (its plan grows in
-    place, as the prefix's does)."""
+    horizon, its forwarded messages the last call's extended, the drop events of the
+    messages before the horizon the same) takes it and appends its new messages, which
+    are all after the horizon (its plan grows in place, as the prefix's does). A step's
+    call takes the parts of each run whose messages it sends as the same objects."""
 
     horizon: int = -1
     source: list[Mapping[str, Any]] = field(default_factory=list)
     events: Sequence[DropEvent] | None = None
     folded: Folded | None = None  # None: nothing to fold, while the rest holds
+    runs: RunCache = field(default_factory=dict)
+
+
+def _head(events: Sequence[DropEvent], horizon: int) -> int:
+    """How many of `events` (in message order) are of messages before `horizon`."""
+    return bisect_left(events, horizon, key=lambda e: -1 if e.message_index is None
+                       else e.message_index)
+
+
+def _same_head(old: Sequence[DropEvent] | None, events: Sequence[DropEvent],
+               horizon: int) -> bool:
+    """Whether `events` have the very `old` events for the messages before `horizon`."""
+    if old is events:
+        return True
+    if old is None:
+        return False
+    p = _head(old, horizon)
+    return _head(events, horizon) == p and all(map(is_, old[:p], events[:p]))
 
 
 def fold(
@@ -281,16 +326,16 @@ def fold(
     behind `horizon` folded, or None when there is none or `gate` (asked only when the
     horizon or the messages before it changed) says no. `memo` is read and updated."""
     n, last = len(memo.source), memo.folded
-    if (memo.horizon == horizon and memo.events is events
-            and 0 < n <= len(messages) and messages[n - 1] is memo.source[n - 1]
-            and all(map(is_, memo.source, messages))):
-        if last is None:
-            memo.source = list(messages)
-            return None
-        if len(messages) > n:
+    if (memo.horizon == horizon and 0 < n <= len(messages)
+            and messages[n - 1] is memo.source[n - 1] and all(map(is_, memo.source, messages))
+            and _same_head(memo.events, events, horizon)):
+        if last is not None and (len(messages) > n or memo.events is not events):
             last.plan.extend(_entries(plan, n, len(messages)))
-            last = replace(last, messages=last.messages + messages[n:])
-        memo.source, memo.folded = list(messages), last
+            kept = last.events[:_head(last.events, horizon)]
+            last = replace(last, messages=last.messages + messages[n:],
+                           events=last.events if memo.events is events
+                           else kept + events[_head(events, horizon):])
+        memo.source, memo.folded, memo.events = list(messages), last, events
         return last
     memo.horizon, memo.events, memo.source, memo.folded = horizon, events, list(messages), None
     if not gate():
@@ -299,7 +344,8 @@ def fold(
     runs = find_runs(messages, [i for i, _ in entries], horizon)
     if not runs:
         return None
-    memo.folded = fold_runs(messages, entries, events, runs, original, count)
+    memo.folded, memo.runs = fold_runs(messages, entries, events, runs, original, count,
+                                       memo.runs)
     return memo.folded
 
 

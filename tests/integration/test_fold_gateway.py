@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
+from itertools import pairwise
 from typing import Any
 
 import anthropic
@@ -75,7 +76,7 @@ def _messages(gateway: Gateway, upstream: Upstream, calls: list[dict[str, Any]],
     forwarded = upstream.last_body()
     wire = forwarded["messages"]
     roles = [m["role"] for m in wire]
-    assert roles[0] == "user" and all(a != b for a, b in zip(roles, roles[1:], strict=False))
+    assert roles[0] == "user" and all(a != b for a, b in pairwise(roles))
     assert all(m["content"] for m in wire)  # no user message left empty
     return [m for m in messages_view(forwarded).body["messages"] if m["role"] != "system"]
 
