@@ -10,6 +10,7 @@ from typing import Any
 from gateway.context.engine import CallContext, ContextEngine, FittedCall
 from gateway.context.fold import FOLD_HEAD, FOLD_REASON, FoldMemo, find_runs, fold, sent_as
 from gateway.context.items import PINNED
+from gateway.observability.explain import account_of, explain
 from gateway.settings import Settings
 
 TOOLS = [{"type": "function", "function": {"name": "get_reservation",
@@ -106,6 +107,18 @@ async def test_a_long_queue_folds_old_exchanges_keeping_values_and_pairs(
     for (i, text), out in zip(last.plan, sent, strict=True):
         assert out["content"] == (messages[i]["content"] if text is None else text) or (
             messages[i]["role"] == "user")  # a gist's text, or the note's
+    # the explainer says where each folded message went, and its account adds up
+    explained = explain(account_of(last, last.budget_source), "tr", "t-fold")
+    by_index = {m["index"]: m for m in explained["messages"]}
+    folded_msgs = [m for m in explained["messages"] if m["status"] == "folded"]
+    assert len(folded_msgs) == 2 * len(folded)
+    for m in folded_msgs:
+        carrier = by_index[m["folded_into"]]
+        assert m["sent_as"] is None and carrier["role"] == "user"
+        assert m["index"] in carrier["carries_folded"]
+        assert FOLD_HEAD in sent[carrier["sent_as"]]["content"]
+    tokens = explained["tokens"]
+    assert tokens["saved_by_drops"] == tokens["before"] - tokens["after"]
     # between steps the fold repeats itself byte for byte: the prefix cache holds
     extends = sum(
         1 for a, b in pairwise(fits)
