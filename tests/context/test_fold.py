@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import re
 from itertools import pairwise
+from pathlib import Path
 from typing import Any
+
+import orjson
 
 from gateway.context.engine import CallContext, ContextEngine, FittedCall
 from gateway.context.fold import FOLD_HEAD, FOLD_REASON, FoldMemo, find_runs, fold, sent_as
 from gateway.context.items import PINNED
 from gateway.observability.explain import account_of, explain
+from gateway.observability.reconstruct import reconstruct
 from gateway.settings import Settings
 
 TOOLS = [{"type": "function", "function": {"name": "get_reservation",
@@ -74,7 +78,7 @@ async def replay(engine: ContextEngine, messages: list[dict[str, Any]], session:
 
 
 async def test_a_long_queue_folds_old_exchanges_keeping_values_and_pairs(
-    engine: ContextEngine, settings: Settings
+    engine: ContextEngine, settings: Settings, drop_log_path: Path
 ) -> None:
     compress = settings.task_classes["agent"]["stages"]["compress"]
     assert compress["fold_from_turns"] == 60
@@ -107,6 +111,12 @@ async def test_a_long_queue_folds_old_exchanges_keeping_values_and_pairs(
     for (i, text), out in zip(last.plan, sent, strict=True):
         assert out["content"] == (messages[i]["content"] if text is None else text) or (
             messages[i]["role"] == "user")  # a gist's text, or the note's
+    # the drop log's decision lines rebuild every call's drops, the folds included
+    rebuilt = list(reconstruct(orjson.loads(line) for line in drop_log_path.read_bytes(
+        ).splitlines() if line.strip()))
+    assert len(rebuilt) == len(fits) and all(call.balanced for call in rebuilt)
+    assert sorted((d["item_id"], d["reason"], d["tokens_after"]) for d in rebuilt[-1].drops) == (
+        sorted((d.item_id, d.reason, d.tokens_after) for d in last.drops))
     # the explainer says where each folded message went, and its account adds up
     explained = explain(account_of(last, last.budget_source), "tr", "t-fold")
     by_index = {m["index"]: m for m in explained["messages"]}
