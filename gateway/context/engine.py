@@ -46,9 +46,17 @@ from gateway.context.classify import (
 from gateway.context.controller import scaled_class
 from gateway.context.fidelity import CallSignals, Haystack, observe
 from gateway.context.focus import task_focus
+from gateway.context.fold import FoldMemo, fold
 from gateway.context.forecast import Budget, ForecastStore, forecast_budget
 from gateway.context.injection import InjectedBlock, PlaybookSource, inject_block
-from gateway.context.items import Item, ParsedRequest, base_tokens, content_text, parse_request
+from gateway.context.items import (
+    Item,
+    ParsedRequest,
+    base_tokens,
+    content_text,
+    message_head,
+    parse_request,
+)
 from gateway.context.models import ModelTable
 from gateway.context.offload import check_deadline
 from gateway.context.prefix import Lineage, Prefix, PrefixCache
@@ -390,6 +398,8 @@ class ContextEngine:
             fitted = full
         if compact:
             fitted = self._cut_calls(request, fitted)
+        if point:  # not a first call cut to its budget: it lands in the budget's band
+            fitted = self._fold(request, fitted)
         if point:
             fitted = self._point_repeats(request, fitted)
         if compact:
@@ -551,6 +561,34 @@ class ContextEngine:
         if not memo.changed:
             return fitted
         return replace(fitted, messages=messages, changed=True, short_ids=True)
+
+    def _fold(self, r: _Request, fitted: _Fitted) -> _Fitted:
+        """Old finished exchanges behind the session's horizon folded into a note in the
+        user message before them (`fold.py`, `compress.fold_from_turns`), once the horizon
+        has passed that many assistant turns: only the horizon moves it, so between steps
+        every call folds the same (the memo, kept with the session's prefix, takes the
+        last call's fold and its new messages)."""
+        opts = r.cls.stages.compress
+        least = opts.fold_from_turns if opts is not None and r.cls.compaction.ages else None
+        horizon = r.state.horizon
+        if least is None or horizon <= 0:
+            return fitted
+        memo = (r.prefix.folds if r.prefix is not None else None) or FoldMemo()
+        if fitted.prefix is not None:
+            fitted.prefix.folds = memo
+        messages, encoding, parts = r.messages, r.encoding, self.caches.parts
+
+        def gate() -> bool:
+            return sum(1 for m in messages[:horizon] if m.get("role") == "assistant") >= least
+
+        folded = fold(
+            fitted.messages, fitted.plan, fitted.events, horizon,
+            lambda i: message_head(i, messages[i], self.counter, encoding, parts),
+            lambda text: self.counter.count(text, encoding), memo, gate)
+        if folded is None:
+            return fitted
+        return replace(fitted, messages=folded.messages, plan=folded.plan, changed=True,
+                       tokens_after=fitted.tokens_after + folded.delta, events=folded.events)
 
     def _cut_calls(self, r: _Request, fitted: _Fitted) -> _Fitted:
         """Old exchanges' tool calls sent with the arguments the budget ladder cut (the

@@ -236,6 +236,18 @@ def _message_parts(
     return parts
 
 
+def message_head(
+    i: int, msg: Mapping[str, Any], counter: TokenCounter, encoding: str,
+    memo: MutableMapping[tuple[Any, ...], list[Part]] | None = None,
+) -> tuple[str, int]:
+    """Message i's head item id and its tokens as sent (all its segments'), as parsed."""
+    key = _parts_key(i, msg, encoding) if memo is not None else None
+    parts = memo.get(key) if memo is not None and key is not None else None
+    if parts is None:
+        parts = _message_parts(i, msg, counter, encoding)
+    return parts[0][0], sum(part[4] for part in parts)
+
+
 def _parts_key(i: int, msg: Mapping[str, Any], encoding: str) -> tuple[Any, ...] | None:
     content = msg.get("content")
     if not isinstance(content, str | None):

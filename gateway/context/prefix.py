@@ -32,6 +32,7 @@ from gateway.context.caches import ContextCaches
 from gateway.context.call_ids import ShortIds
 from gateway.context.calls import RepeatScan
 from gateway.context.fidelity import Haystack
+from gateway.context.fold import FoldMemo
 from gateway.context.items import Item, Layout, ParsedRequest, Part, message_items
 from gateway.context.lines import (
     ARRIVAL_KINDS,
@@ -232,6 +233,8 @@ class Prefix:
     # The messages those calls forwarded, before and after their tool-call ids were
     # shortened (`call_ids.ShortIds`): the next call renames only its new messages.
     ids: ShortIds | None = None
+    # The last call's old exchanges folded (`fold.FoldMemo`): a call between steps takes it.
+    folds: FoldMemo | None = None
     # The rewritten messages calls reusing this prefix forwarded, by index (`materialize`).
     copies: dict[int, Mapping[str, Any]] = field(default_factory=dict)
     # What those calls' `materialize` took of `plan` (which they only append to).

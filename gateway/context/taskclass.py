@@ -218,6 +218,10 @@ class CompressOptions(_Settings):
     # 11-call runs: cost @0.1 0.1-0.2 point worse ungated; bench/README.md, "Short
     # tool-call ids, and old customer turns as gists on long sessions").
     mask_turns_from_turns: Count = 0
+    # Finished tool exchanges whose turn closed behind the horizon leave the request, noted
+    # in one line per call in the user message before them (fold.py), once the horizon has
+    # passed this many assistant turns (None: never). Only aging classes fold.
+    fold_from_turns: Count | None = None
 
 
 class Stages(_Settings):

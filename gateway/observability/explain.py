@@ -17,12 +17,14 @@ from __future__ import annotations
 import hashlib
 import sys
 import threading
+from bisect import bisect_left
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 import orjson
 
+from gateway.context.fold import FOLD_REASON
 from gateway.store import keys
 
 if TYPE_CHECKING:
@@ -237,6 +239,21 @@ def roles_of(messages: list[dict[str, Any]]) -> list[str]:
     return [sys.intern(str(m.get("role"))) for m in messages]
 
 
+def _folded_into(sent: list[int], drops_of: Mapping[int | None, list[dict[str, Any]]]
+                 ) -> dict[int, int]:
+    """Per client message folded (a `folded_exchange` drop, not sent): the message whose
+    note carries it, the latest one sent before it (a run goes whole, right after it)."""
+    order = sorted(sent)
+    into = {}
+    for i, drops in drops_of.items():
+        if i is None or not any(d["reason"] == FOLD_REASON for d in drops):
+            continue
+        k = bisect_left(order, i)
+        if k and (k == len(order) or order[k] != i):
+            into[i] = order[k - 1]
+    return into
+
+
 def _playbook_target(roles: list[str], sent: list[int]) -> int | None:
     """Where `inject_block` put the block: the first system/developer message sent (its
     index among the sent messages), or None when it opened a new system message."""
@@ -266,12 +283,19 @@ def explain(account: Mapping[str, Any], trace_id: str, tenant: str) -> dict[str,
     target = _playbook_target(roles, sent) if playbook else None
     offset = 1 if playbook and target is None else 0  # a new system message went first
     position = {i: j + offset for j, i in enumerate(sent)}
+    into = _folded_into(sent, drops_of)
+    carries: dict[int, list[int]] = {}
+    for i, j in into.items():
+        carries.setdefault(j, []).append(i)
     messages = []
     for i, role in enumerate(roles):
         drops = drops_of.get(i, [])
-        status = "dropped" if i not in position else "digested" if i in digests else "kept"
+        status = ("folded" if i in into else "dropped" if i not in position
+                  else "digested" if i in digests else "kept")
         messages.append({
             "index": i, "role": role, "status": status, "sent_as": position.get(i),
+            # an old finished exchange folded into a note in the message before it (fold.py)
+            "folded_into": into.get(i), "carries_folded": carries.get(i, []),
             "tokens_before": sum(d["tokens_before"] for d in drops) if drops else None,
             "tokens_after": sum(d["tokens_after"] for d in drops) if drops else None,
             "digest": digests.get(i),
@@ -340,6 +364,8 @@ def render_text(explained: Mapping[str, Any]) -> str:
                    f"{', '.join(playbook['bullet_ids']) or '-'}) in {where}")
     for m in explained["messages"]:
         sent = "-" if m["sent_as"] is None else str(m["sent_as"])
+        if m.get("folded_into") is not None:
+            sent = f"folded into #{m['folded_into']}"
         line = f"#{m['index']:<4} {m['role']:<10} {m['status']:<9} -> {sent}"
         if m["tokens_before"] is not None:
             line += f"  {m['tokens_before']} -> {m['tokens_after']} tokens"

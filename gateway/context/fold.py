@@ -1,0 +1,364 @@
+"""Old finished tool exchanges folded into a gateway note (long sessions).
+
+On a long agent session, once old outputs are digests and placeholders, what is left of an
+old exchange is mostly its structure: a Chat tool call's fixed JSON (`{"id", "type":
+"function", "function": {"name", "arguments": "{\\"key\\": ...}"}}`) is ~100 characters
+before any value, and its result message adds its own (tau-bench's 300-call ticket
+queues: nothing that keeps old calls as calls got past ~72% smaller; bench/README.md,
+"Old exchanges folded").
+
+A *run* is one or more finished exchanges (an assistant message with tool calls, every
+call answered by the tool messages right after it) between a user message and the
+assistant's reply that closes the turn. A run behind the session's horizon
+(`SessionState.horizon`, which only moves at a compaction step) is folded: its messages
+leave the request, and the user message before it carries a note that says so, one line
+per call with its name, its arguments' values and what its result was sent as (digest,
+placeholder or text):
+
+    {the user's message}
+    [ctxgate: tool calls made after this message, folded]
+    get_reservation_details(ABC123) → omitted {"reservation_id": "ABC12…
+
+The note is the gateway's, in a user message, in the placeholder style the engine uses
+(`[ctxgate: …]`): it does not read as one of the model's own turns, so it does not invite
+the model to answer with calls written as prose; roles still alternate (user, then the
+assistant's reply) in every wire format, and no call is left without its result or a
+result without its call (a run goes whole). A run with anything the gateway must not
+rewrite (a pinned message: signed thinking, an opaque block; non-text content; a call
+unanswered) stays as it is.
+
+Folding depends only on the forwarded messages and the horizon, so between steps every
+call folds the same runs into the same bytes (the prefix cache holds); `FoldMemo` keeps
+the last call's result so a call between steps reads only its new messages. The drop log
+still adds up: each folded message's events are replaced by one `compress` event (the
+assistant message: down to its note lines' tokens) or `drop` event (a result: down to 0),
+reason `folded_exchange`.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from operator import is_
+from typing import Any
+
+import orjson
+
+from gateway.context.items import PINNED
+from gateway.context.render import Plan
+from gateway.observability.droplog import DropEvent
+
+FOLD_REASON = "folded_exchange"
+FOLD_HEAD = "[ctxgate: tool calls made after this message, folded]"
+_PLACEHOLDER = "[ctxgate: "
+
+# Per client message index: its head item's id and its tokens as the client sent it.
+Original = Callable[[int], tuple[str, int]]
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """A foldable run: forwarded positions `user` (the message that carries the note) and
+    `start`..`end` (exclusive: the exchanges' messages)."""
+
+    user: int
+    start: int
+    end: int
+
+
+@dataclass(frozen=True, slots=True)
+class Folded:
+    messages: list[Mapping[str, Any]]
+    plan: Plan
+    events: list[DropEvent]
+    delta: int  # tokens_after change: the note's tokens less the folded messages'
+
+
+def _calls(msg: Mapping[str, Any]) -> list[Mapping[str, Any]] | None:
+    calls = msg.get("tool_calls")
+    if not isinstance(calls, list) or not calls:
+        return None
+    if not all(isinstance(c, Mapping) and isinstance(c.get("id"), str)
+               and isinstance(c.get("function"), Mapping) for c in calls):
+        return None
+    return calls
+
+
+def _exchange_end(messages: Sequence[Mapping[str, Any]], k: int) -> int | None:
+    """Where the finished exchange starting at messages[k] ends (exclusive), or None when
+    messages[k] does not start one the gateway may fold."""
+    msg = messages[k]
+    if msg.get("role") != "assistant" or msg.get(PINNED):
+        return None
+    content = msg.get("content")
+    calls = _calls(msg)
+    if calls is None or not (content is None or isinstance(content, str)):
+        return None
+    ids = [str(c["id"]) for c in calls]
+    if len(set(ids)) != len(ids):
+        return None
+    end = k + 1 + len(ids)
+    if end > len(messages):
+        return None
+    answered = []
+    for result in messages[k + 1:end]:
+        if (result.get("role") != "tool" or result.get(PINNED)
+                or not isinstance(result.get("content"), str)):
+            return None
+        answered.append(str(result.get("tool_call_id")))
+    return end if sorted(answered) == sorted(ids) else None
+
+
+def find_runs(messages: Sequence[Mapping[str, Any]], indexes: Sequence[int], horizon: int,
+              start: int = 0) -> list[Run]:
+    """The foldable runs of `messages` (message k is the client's `indexes[k]`) whose
+    closing reply is a client message before `horizon`, looking from position `start`."""
+    runs = []
+    k, n = start, len(messages)
+    while k < n and indexes[k] < horizon:
+        msg = messages[k]
+        if msg.get("role") != "user" or msg.get(PINNED) or not isinstance(
+                msg.get("content"), str):
+            k += 1
+            continue
+        j = k + 1
+        while j < n:
+            end = _exchange_end(messages, j)
+            if end is None:
+                break
+            j = end
+        reply = messages[j] if j < n else None
+        if (j > k + 1 and reply is not None and reply.get("role") == "assistant"
+                and not reply.get("tool_calls") and not reply.get(PINNED)
+                and indexes[j] < horizon):
+            runs.append(Run(k, k + 1, j))
+        k = max(j, k + 1)
+    return runs
+
+
+def _value(value: Any) -> list[str]:
+    """A JSON value's leaves, in order: strings as they are, the rest as JSON."""
+    if isinstance(value, dict):
+        return [leaf for v in value.values() for leaf in _value(v)]
+    if isinstance(value, list):
+        return [leaf for v in value for leaf in _value(v)]
+    if isinstance(value, str):
+        return [value]
+    return [orjson.dumps(value).decode()]
+
+
+def sent_as(text: str) -> str:
+    """A result or a turn's text as the note shows it: a placeholder (`apply.placeholder`,
+    `apply.gist`) as `omitted` and the values it names, without its excerpt of the start
+    (the call's line names what it was) or its `[ctxgate: …]` frame (the note has one)."""
+    if not (text.startswith(_PLACEHOLDER) and text.endswith("]")
+            and text.count(_PLACEHOLDER) == 1):
+        return text
+    inner = text[len(_PLACEHOLDER):-1]
+    head, sep, named = inner.rpartition("; mentions: ")
+    if " omitted " not in f" {head or inner}"[:40]:
+        return inner
+    return f"omitted; mentions: {named}" if sep else "omitted"
+
+
+def call_line(call: Mapping[str, Any], result: str) -> str:
+    """One call as the note shows it: its name, its arguments' values, its result as sent
+    (`sent_as`)."""
+    function = call["function"]
+    raw = function.get("arguments")
+    try:
+        parsed = orjson.loads(raw) if isinstance(raw, str) and raw else {}
+    except orjson.JSONDecodeError:
+        parsed = raw
+    values = ", ".join(_value(parsed)) if isinstance(parsed, dict | list) else str(parsed)
+    line = f"{function.get('name', '')}({values})"
+    result = sent_as(result)
+    return f"{line} → {result}" if result else line
+
+
+def note_lines(messages: Sequence[Mapping[str, Any]], run: Run) -> list[tuple[int, str]]:
+    """Per assistant message of the run (its position): its part of the note."""
+    out = []
+    k = run.start
+    while k < run.end:
+        msg = messages[k]
+        calls = _calls(msg) or []
+        results = {str(m.get("tool_call_id")): str(m.get("content"))
+                   for m in messages[k + 1:k + 1 + len(calls)]}
+        lines = [f"\n{FOLD_HEAD}"] if k == run.start else []
+        said = sent_as(str(msg.get("content") or "").strip())
+        if said and said != "omitted":  # a turn's placeholder naming nothing says nothing
+            lines.append(f"\n(assistant) {said}")
+        lines += [f"\n{call_line(c, results[str(c['id'])])}" for c in calls]
+        out.append((k, "".join(lines)))
+        k += 1 + len(calls)
+    return out
+
+
+# Per message of a run: its head item's id, its tokens as the client sent it, its part of
+# the note (None: a result) and that part's tokens.
+RunParts = list[tuple[str, int, str | None, int]]
+RunCache = dict[int, tuple[tuple[Mapping[str, Any], ...], RunParts]]
+
+
+def _run_parts(messages: Sequence[Mapping[str, Any]], entries: Plan, run: Run,
+               original: Original, count: Callable[[str], int], cache: RunCache,
+               made: RunCache) -> RunParts:
+    """`run`'s parts, taken from `cache` when its messages are the very objects they were
+    made from (a step re-renders only what it changed), else made; put in `made`."""
+    key = entries[run.start][0]
+    msgs = tuple(messages[run.start:run.end])
+    known = cache.get(key)
+    if known is not None and len(known[0]) == len(msgs) and all(map(is_, known[0], msgs)):
+        made[key] = known
+        return known[1]
+    lines = dict(note_lines(messages, run))
+    parts: RunParts = []
+    for k in range(run.start, run.end):
+        item_id, before = original(entries[k][0])
+        text = lines.get(k)
+        parts.append((item_id, before, text, count(text) if text is not None else 0))
+    made[key] = (msgs, parts)
+    return parts
+
+
+def fold_runs(
+    messages: Sequence[Mapping[str, Any]],
+    entries: Plan,
+    events: Sequence[DropEvent],
+    runs: Sequence[Run],
+    original: Original,
+    count: Callable[[str], int],
+    cache: RunCache | None = None,
+) -> tuple[Folded, RunCache]:
+    """`messages` with `runs` folded: the messages, their plan (`entries`: the plan
+    `messages` were rendered by, one entry per message), the events with each folded
+    message's replaced, and the change to the call's tokens; and the runs' parts made
+    (`cache`: those of an earlier fold, taken where their messages are the same)."""
+    by_index: dict[int, list[DropEvent]] = {}
+    for event in events:
+        if event.message_index is not None:
+            by_index.setdefault(event.message_index, []).append(event)
+    latest = max((e.step for e in events), default=0)
+    notes: dict[int, tuple[int, str]] = {}  # user position -> end of its run, its note
+    new_events: dict[int, DropEvent] = {}
+    made: RunCache = {}
+    delta = 0
+    for run in runs:
+        parts = _run_parts(messages, entries, run, original, count, cache or {}, made)
+        olds = [by_index.get(entries[k][0], ()) for k in range(run.start, run.end)]
+        step = max((e.step for old in olds for e in old), default=latest)
+        for k, (item_id, before, text, after), old in zip(
+                range(run.start, run.end), parts, olds, strict=True):
+            i = entries[k][0]
+            msg = messages[k]
+            new_events[i] = DropEvent(
+                stage="compress", action="compress" if text is not None else "drop",
+                reason=FOLD_REASON, item_id=item_id,
+                kind="tool_call" if msg.get("role") == "assistant" else "tool_result",
+                message_index=i, tokens_before=before, tokens_after=after,
+                text=str(msg.get("content") or ""), step=step)
+            delta += after - (before - sum(e.tokens_saved for e in old))
+        notes[run.user] = (run.end, "".join(p[2] for p in parts if p[2] is not None))
+    out_messages: list[Mapping[str, Any]] = []
+    plan: Plan = []
+    k, n = 0, len(messages)
+    for user in sorted(notes):
+        out_messages += messages[k:user]
+        plan += entries[k:user]
+        end, note = notes[user]
+        text = str(messages[user].get("content")) + note
+        out_messages.append({**messages[user], "content": text})
+        plan.append((entries[user][0], text))
+        k = end
+    out_messages += messages[k:n]
+    plan += entries[k:n]
+    out_events = [e for e in events if e.message_index not in new_events]
+    out_events += new_events.values()
+    out_events.sort(key=lambda e: -1 if e.message_index is None else e.message_index)
+    return Folded(out_messages, plan, out_events, delta), made
+
+
+@dataclass
+class FoldMemo:
+    """The last call's fold, kept with the session's prefix: a call between steps (the same
+    horizon, its forwarded messages the last call's extended, the drop events of the
+    messages before the horizon the same) takes it and appends its new messages, which
+    are all after the horizon (its plan grows in place, as the prefix's does). A step's
+    call takes the parts of each run whose messages it sends as the same objects."""
+
+    horizon: int = -1
+    source: list[Mapping[str, Any]] = field(default_factory=list)
+    events: Sequence[DropEvent] | None = None
+    folded: Folded | None = None  # None: nothing to fold, while the rest holds
+    runs: RunCache = field(default_factory=dict)
+
+
+def _head(events: Sequence[DropEvent], horizon: int) -> int:
+    """How many of `events` (in message order) are of messages before `horizon`."""
+    return bisect_left(events, horizon, key=lambda e: -1 if e.message_index is None
+                       else e.message_index)
+
+
+def _same_head(old: Sequence[DropEvent] | None, events: Sequence[DropEvent],
+               horizon: int) -> bool:
+    """Whether `events` have the very `old` events for the messages before `horizon`."""
+    if old is events:
+        return True
+    if old is None:
+        return False
+    p = _head(old, horizon)
+    return _head(events, horizon) == p and all(map(is_, old[:p], events[:p]))
+
+
+def _same_start(source: list[Mapping[str, Any]], messages: list[Mapping[str, Any]]) -> bool:
+    """Whether `messages` start with `source`: the very objects (a session's calls through
+    the chat route), else equal ones (a wire adapter's view is made anew for every call:
+    comparing is far cheaper than folding again)."""
+    n = len(source)
+    if messages[n - 1] is source[n - 1] and all(map(is_, source, messages)):
+        return True
+    return source == messages[:n]
+
+
+def fold(
+    messages: list[Mapping[str, Any]],
+    plan: Plan | None,
+    events: list[DropEvent],
+    horizon: int,
+    original: Original,
+    count: Callable[[str], int],
+    memo: FoldMemo,
+    gate: Callable[[], bool] = lambda: True,
+) -> Folded | None:
+    """The forwarded `messages` (rendered by `plan`; None: all as sent) with the runs
+    behind `horizon` folded, or None when there is none or `gate` (asked only when the
+    horizon or the messages before it changed) says no. `memo` is read and updated."""
+    n, last = len(memo.source), memo.folded
+    if (memo.horizon == horizon and 0 < n <= len(messages)
+            and _same_start(memo.source, messages) and _same_head(memo.events, events, horizon)):
+        if last is not None and (len(messages) > n or memo.events is not events):
+            last.plan.extend(_entries(plan, n, len(messages)))
+            kept = last.events[:_head(last.events, horizon)]
+            last = replace(last, messages=last.messages + messages[n:],
+                           events=last.events if memo.events is events
+                           else kept + events[_head(events, horizon):])
+        memo.source, memo.folded, memo.events = list(messages), last, events
+        return last
+    memo.horizon, memo.events, memo.source, memo.folded = horizon, events, list(messages), None
+    if not gate():
+        return None
+    entries = _entries(plan, 0, len(messages))
+    runs = find_runs(messages, [i for i, _ in entries], horizon)
+    if not runs:
+        return None
+    memo.folded, memo.runs = fold_runs(messages, entries, events, runs, original, count,
+                                       memo.runs)
+    return memo.folded
+
+
+def _entries(plan: Plan | None, start: int, end: int) -> Plan:
+    if plan is None:
+        return [(i, None) for i in range(start, end)]
+    return list(plan[start:end])

@@ -1,0 +1,190 @@
+"""Old finished exchanges folded into a gateway note (gateway/context/fold.py): the real
+engine on the embedded Redis, the shipped configuration, a support agent's ticket queue."""
+
+from __future__ import annotations
+
+import re
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from gateway.context.engine import CallContext, ContextEngine, FittedCall
+from gateway.context.fold import FOLD_HEAD, FOLD_REASON, FoldMemo, find_runs, fold, sent_as
+from gateway.context.items import PINNED
+from gateway.observability.explain import account_of, explain
+from gateway.observability.reconstruct import reconstruct
+from gateway.settings import Settings
+
+TOOLS = [{"type": "function", "function": {"name": "get_reservation",
+                                           "parameters": {"type": "object"}}}]
+
+
+def support_queue(tickets: int) -> list[dict[str, Any]]:
+    """One agent working tickets one after another: a customer turn naming its ids, a
+    lookup (with its reservation id and the customer's), its result, the agent's answer."""
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You help customers with their reservations."},
+        {"role": "user", "content": "Hello, I need help with my booking."},
+        {"role": "assistant", "content": "Sure, what is your reservation?"},
+    ]
+    for k in range(tickets):
+        messages.append({"role": "user", "content": (
+            f"Hi, I am customer cust_{k:03d}_4411 and I would like to know the current status "
+            f"of my reservation RES{k:03d}X before I travel, thanks.")})
+        messages.append({"role": "assistant", "content": None, "tool_calls": [
+            {"id": f"call_{k:03d}_abcdefghijklmnopqrstuvwx", "type": "function", "function": {
+                "name": "get_reservation",
+                "arguments": f'{{"id": "RES{k:03d}X", "customer": "cust_{k:03d}_4411"}}'}}]})
+        messages.append({"role": "tool", "tool_call_id": f"call_{k:03d}_abcdefghijklmnopqrstuvwx",
+                         "content": "\n".join(
+                             f"segment {i}: flight HAT{k:03d}{i} on 2024-05-{10 + i} seat {i}A"
+                             for i in range(12))})
+        messages.append({"role": "assistant", "content": f"Reservation RES{k:03d}X is confirmed."})
+    return messages
+
+
+def check_structure(messages: list[dict[str, Any]]) -> None:
+    """Every call answered by the tool messages right after it, every result answering a
+    call right before it, no assistant turn follows an assistant turn."""
+    k = 0
+    while k < len(messages):
+        msg = messages[k]
+        calls = msg.get("tool_calls") or []
+        if msg["role"] == "tool":
+            raise AssertionError(f"result {k} answers no call right before it")
+        if calls:
+            ids = sorted(c["id"] for c in calls)
+            results = messages[k + 1:k + 1 + len(calls)]
+            assert sorted(r.get("tool_call_id", "") for r in results) == ids, k
+            assert all(r["role"] == "tool" for r in results), k
+            k += 1 + len(calls)
+            continue
+        if k and msg["role"] == "assistant":
+            assert messages[k - 1]["role"] != "assistant" or messages[k - 1].get("tool_calls")
+        k += 1
+
+
+async def replay(engine: ContextEngine, messages: list[dict[str, Any]], session: str
+                 ) -> list[FittedCall]:
+    fits = []
+    for end in range(3, len(messages)):
+        if messages[end]["role"] == "assistant":
+            fits.append(await engine.fit(
+                {"model": "gpt-4o", "messages": messages[:end], "tools": TOOLS},
+                CallContext("t-fold", f"tr-{session}-{end}", {"x-ctxgate-session-id": session})))
+    return fits
+
+
+async def test_a_long_queue_folds_old_exchanges_keeping_values_and_pairs(
+    engine: ContextEngine, settings: Settings, drop_log_path: Path
+) -> None:
+    compress = settings.task_classes["agent"]["stages"]["compress"]
+    assert compress["fold_from_turns"] == 60
+    messages = support_queue(45)  # 91 turns
+    fits = await replay(engine, messages, "fold-long")
+    last = fits[-1]
+    assert last.task_class == "agent"
+    sent = last.body["messages"]
+    check_structure(sent)
+    notes = [m["content"] for m in sent if m["role"] == "user" and FOLD_HEAD in m["content"]]
+    assert len(notes) >= 10
+    # the values of each folded lookup stay: its reservation and customer ids
+    folded = {int(n) for note in notes for n in re.findall(r"get_reservation\(RES(\d+)X", note)}
+    assert len(folded) == len(notes)
+    for k in folded:
+        note = next(n for n in notes if f"RES{k:03d}X, cust_{k:03d}_4411" in n)
+        assert f"get_reservation(RES{k:03d}X, cust_{k:03d}_4411) → " in note
+    calls_left = {c["function"]["arguments"] for m in sent for c in m.get("tool_calls") or ()}
+    assert not any(f'"RES{k:03d}X"' in a for k in folded for a in calls_left)
+    # the drop log adds up on every call, each folded message accounted for once
+    for fit in fits:
+        assert sum(d.tokens_before - d.tokens_after for d in fit.drops) == (
+            fit.tokens_before - fit.tokens_after)
+    fold_events = [d for d in last.drops if d.reason == FOLD_REASON]
+    assert len(fold_events) == 2 * len(folded)
+    assert len({d.message_index for d in last.drops}) == len(last.drops)
+    assert all(d.tokens_after == 0 for d in fold_events if d.kind == "tool_result")
+    # the plan says the same as the messages (the wire adapters render from it)
+    assert last.plan is not None and len(last.plan) == len(sent)
+    for (i, text), out in zip(last.plan, sent, strict=True):
+        assert out["content"] == (messages[i]["content"] if text is None else text) or (
+            messages[i]["role"] == "user")  # a gist's text, or the note's
+    # the drop log's decision lines rebuild every call's drops, the folds included
+    rebuilt = list(reconstruct(orjson.loads(line) for line in drop_log_path.read_bytes(
+        ).splitlines() if line.strip()))
+    assert len(rebuilt) == len(fits) and all(call.balanced for call in rebuilt)
+    assert sorted((d["item_id"], d["reason"], d["tokens_after"]) for d in rebuilt[-1].drops) == (
+        sorted((d.item_id, d.reason, d.tokens_after) for d in last.drops))
+    # the explainer says where each folded message went, and its account adds up
+    explained = explain(account_of(last, last.budget_source), "tr", "t-fold")
+    by_index = {m["index"]: m for m in explained["messages"]}
+    folded_msgs = [m for m in explained["messages"] if m["status"] == "folded"]
+    assert len(folded_msgs) == 2 * len(folded)
+    for m in folded_msgs:
+        carrier = by_index[m["folded_into"]]
+        assert m["sent_as"] is None and carrier["role"] == "user"
+        assert m["index"] in carrier["carries_folded"]
+        assert FOLD_HEAD in sent[carrier["sent_as"]]["content"]
+    tokens = explained["tokens"]
+    assert tokens["saved_by_drops"] == tokens["before"] - tokens["after"]
+    # between steps the fold repeats itself byte for byte: the prefix cache holds
+    extends = sum(
+        1 for a, b in pairwise(fits)
+        if b.body["messages"][:len(a.body["messages"])] == a.body["messages"])
+    assert extends >= 0.7 * (len(fits) - 1)
+
+
+async def test_a_short_queue_is_not_folded(engine: ContextEngine) -> None:
+    fits = await replay(engine, support_queue(14), "fold-short")  # 29 turns
+    for fit in fits:
+        assert not any(FOLD_HEAD in str(m.get("content")) for m in fit.body["messages"])
+        assert not any(d.reason == FOLD_REASON for d in fit.drops)
+    sent = fits[-1].body["messages"]
+    assert sum(1 for m in sent if m["role"] == "tool") == 14
+
+
+def _run(*, pinned: bool = False, answered: bool = True, reply: bool = True,
+         parts: bool = False, answers: str = "c1") -> list[dict[str, Any]]:
+    call = {"id": "c1", "type": "function",
+            "function": {"name": "lookup", "arguments": '{"id": "RES001X", "n": 7}'}}
+    assistant: dict[str, Any] = {"role": "assistant", "content": None, "tool_calls": [call]}
+    if pinned:
+        assistant[PINNED] = True
+    if parts:
+        assistant["content"] = [{"type": "opaque", "block": {"type": "thinking"}}]
+    out: list[dict[str, Any]] = [{"role": "user", "content": "status of RES001X?"}, assistant]
+    if answered:
+        out.append({"role": "tool", "tool_call_id": answers, "content": "[ctxgate: omitted {…]"})
+    if reply:
+        out.append({"role": "assistant", "content": "Confirmed."})
+    out.append({"role": "user", "content": "thanks"})
+    return out
+
+
+def test_only_finished_plain_runs_closed_by_a_reply_fold() -> None:
+    messages = _run()
+    indexes = list(range(len(messages)))
+    runs = find_runs(messages, indexes, horizon=len(messages))
+    assert [(r.user, r.start, r.end) for r in runs] == [(0, 1, 3)]
+    assert find_runs(messages, indexes, horizon=3) == []  # its reply is not behind it
+    for variant in (_run(pinned=True), _run(answered=False), _run(reply=False),
+                    _run(parts=True), _run(answers="c2")):
+        assert find_runs(variant, list(range(len(variant))), len(variant)) == [], variant
+
+
+def test_a_fold_notes_values_and_results_as_sent_and_keeps_the_log_adding_up() -> None:
+    messages = _run()
+    events: list[Any] = []
+    folded = fold(messages, None, events, len(messages), lambda i: (f"id{i}", 40),
+                  len, FoldMemo())
+    assert folded is not None
+    assert [m["role"] for m in folded.messages] == ["user", "assistant", "user"]
+    assert folded.messages[0]["content"] == (
+        f"status of RES001X?\n{FOLD_HEAD}\nlookup(RES001X, 7) → omitted")
+    assert folded.plan == [(0, folded.messages[0]["content"]), (3, None), (4, None)]
+    saved = sum(e.tokens_before - e.tokens_after for e in folded.events)
+    assert saved == -folded.delta  # 2 messages of 40 tokens, less the note's
+    assert sent_as("[ctxgate: omitted Neither…; mentions: 11 HAT136]") == (
+        "omitted; mentions: 11 HAT136")
