@@ -27,7 +27,7 @@ import orjson
 import xxhash
 from cachetools import LRUCache
 
-from gateway.context.apply import apply_decisions, drop_events
+from gateway.context.apply import CutCalls, apply_decisions, drop_events
 from gateway.context.caches import ContextCaches
 from gateway.context.call_ids import ShortIds
 from gateway.context.calls import RepeatScan
@@ -232,6 +232,10 @@ class Prefix:
     # The messages those calls forwarded, before and after their tool-call ids were
     # shortened (`call_ids.ShortIds`): the next call renames only its new messages.
     ids: ShortIds | None = None
+    # The `args` cuts (`render.args_cuts`) of the decisions calls reusing this prefix were
+    # fitted with, and those decisions: the same object (a session's decisions are replaced,
+    # never changed in place, as `reuse` relies on) has the same cuts.
+    cuts: tuple[Mapping[str, Decision], list[CutCalls]] | None = None
     # The rewritten messages calls reusing this prefix forwarded, by index (`materialize`).
     copies: dict[int, Mapping[str, Any]] = field(default_factory=dict)
     # What those calls' `materialize` took of `plan` (which they only append to).
