@@ -65,9 +65,11 @@ class UnmarkedMessages:
     call's messages and what they gave: the start a call shares with that one, the very
     same objects (compared by identity at C speed; between steps a session forwards the same
     message objects again), gives what it gave, and only the rest is read. The objects are
-    held, so an identity cannot be another's; nothing here changes a message."""
+    held, so an identity cannot be another's; nothing here changes a message. As many
+    sessions as the engine's prefix cache keeps by default: the messages held are those
+    the sessions' prefixes hold (a session past them keeps its last call's alive here)."""
 
-    def __init__(self, sessions: int = 1024) -> None:
+    def __init__(self, sessions: int = 256) -> None:
         self._sessions = sessions
         self._last: OrderedDict[Any, tuple[tuple[Any, ...], list[dict[str, Any]]]] = (
             OrderedDict())
