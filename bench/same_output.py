@@ -4,7 +4,8 @@ corpus replayed through this checkout's engine and another checkout's, compared 
 Per call: SHA-256 of the forwarded messages, of the drop events and of the drop log's
 lines (decisions form, without their `ts`), tokens before and after, the prefix-stable flag
 and the fidelity signals of the turn that answered the previous call. Sessions: the shared
-corpora (swe-agent, webchorearena, agentdojo, intercode), synthetic 3 × 100 + 1 × 300
+corpora found under `--corpora` (swe-agent, webchorearena, agentdojo, intercode), any other
+JSONL corpus there (`/tmp/taubench`'s, from `bench/taubench.py`), synthetic 3 × 100 + 1 × 300
 calls, and the 300-call session again under a budget header of 60% of its last call
 (over-budget steps, the ladder). Each checkout runs in its own child process (`--tree`),
 both at once.
@@ -33,12 +34,13 @@ MODEL = "gpt-4o-mini"
 
 def _sessions(corpora: Path, quick: bool) -> list[tuple[str, list[dict[str, Any]], dict[str, str]]]:
     """(session name, calls, extra headers) for every session replayed."""
-    from bench.corpora import load, synthetic_session
+    from bench.corpora import CORPUS_NAMES, extra_jsonl, load, synthetic_session
     from gateway.context.replay import calls_from_messages
 
     out = []
-    names = ("synthetic",) if quick else ("swe-agent", "webchorearena", "agentdojo", "intercode",
-                                          "synthetic")
+    # the shared corpora found under `corpora`, then any other JSONL corpus there (tau-bench's)
+    shared = [name for name in CORPUS_NAMES if name != "synthetic" and (corpora / name).exists()]
+    names = ("synthetic",) if quick else (*shared, *extra_jsonl(corpora), "synthetic")
     for corpus in names:
         for session in load(corpus, corpora):
             calls = calls_from_messages(session.messages, MODEL)

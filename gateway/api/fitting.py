@@ -56,7 +56,7 @@ from gateway.observability.explain import (
     unmanaged_account,
 )
 from gateway.store import STORE_DOWN
-from gateway.wire.view import WireFormat, unmarked
+from gateway.wire.view import UnmarkedMessages, WireFormat, unmarked
 
 if TYPE_CHECKING:
     from gateway.api.route import Call
@@ -108,6 +108,7 @@ class Fitting:
         self._timeouts = metrics.fit_timeouts
         self._large: set[int] = set()  # ids of large calls' fitted calls not yet released
         self._pieces = AccountPieces()  # each session's latest account pieces
+        self._sent = UnmarkedMessages()  # each session's latest messages as traced
         self.bodies = BodyCache()  # a session's body decoded from where its last one ended
         self.encoder = BodyEncoder()  # a body to forward encoded from its unchanged runs
 
@@ -276,8 +277,9 @@ class Fitting:
     async def trace_parts(self, fitted: FittedCall) -> TraceParts:
         """What a call's trace stores; built on the fitting thread for a large call."""
         if self.thread is None or len(fitted.body["messages"]) < LARGE_MESSAGES:
-            return _trace_parts(fitted, self._pieces)
-        return await self._on_thread(_as_job(lambda _: _trace_parts(fitted, self._pieces)))
+            return _trace_parts(fitted, self._pieces, self._sent)
+        return await self._on_thread(_as_job(
+            lambda _: _trace_parts(fitted, self._pieces, self._sent)))
 
     def _later(self) -> Deadline:
         """The bound of work on the fitting thread that is not a fit."""
@@ -359,12 +361,16 @@ def _unmanaged_trace(engine: ContextEngine, *, wire: WireFormat, raw: bytes,
                           messages, session_id, view.body.get("model"), reason)))
 
 
-def _trace_parts(fitted: FittedCall, pieces: AccountPieces) -> TraceParts:
+def _trace_parts(fitted: FittedCall, pieces: AccountPieces,
+                 sent: UnmarkedMessages | None = None) -> TraceParts:
     """A fitted call's messages and its account, serialised where it is built: a large
     call's account (a role and a plan entry per message) is megabytes of JSON, stored in
     pieces that the session's later calls share (`AccountPieces`: only those that changed
-    are built)."""
-    return unmarked(fitted.body["messages"]), *pieces.of(fitted, fitted.budget_source)
+    are built); its messages unmarked from what the session's last call's gave (`sent`)."""
+    messages = fitted.body["messages"]
+    return (unmarked(messages) if sent is None
+            else sent.of((fitted.tenant, fitted.session_id), messages),
+            *pieces.of(fitted, fitted.budget_source))
 
 
 async def _prepare(engine: ContextEngine, wire: WireFormat, raw: bytes, call: Call,

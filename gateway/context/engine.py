@@ -63,6 +63,7 @@ from gateway.context.prefix import Lineage, Prefix, PrefixCache
 from gateway.context.render import (
     Plan,
     Rendered,
+    args_cuts,
     materialize_picked,
     render_from,
     render_messages,
@@ -593,7 +594,12 @@ class ContextEngine:
     def _cut_calls(self, r: _Request, fitted: _Fitted) -> _Fitted:
         """Old exchanges' tool calls sent with the arguments the budget ladder cut (the
         items, the tokens and the drop events count them already)."""
-        cut = with_cut_calls(fitted.messages, fitted.plan, r.state.decisions)
+        decisions = r.state.decisions
+        known = r.prefix.cuts if r.prefix is not None else None
+        cuts = known[1] if known is not None and known[0] is decisions else args_cuts(decisions)
+        if fitted.prefix is not None:  # the next call's decisions, unless a step replaces them
+            fitted.prefix.cuts = (decisions, cuts)
+        cut = with_cut_calls(fitted.messages, fitted.plan, decisions, cuts)
         if cut is None:
             return fitted
         messages, arguments = cut

@@ -27,7 +27,7 @@ import orjson
 import xxhash
 from cachetools import LRUCache
 
-from gateway.context.apply import apply_decisions, drop_events
+from gateway.context.apply import CutCalls, apply_decisions, drop_events
 from gateway.context.caches import ContextCaches
 from gateway.context.call_ids import ShortIds
 from gateway.context.calls import RepeatScan
@@ -235,6 +235,10 @@ class Prefix:
     ids: ShortIds | None = None
     # The last call's old exchanges folded (`fold.FoldMemo`): a call between steps takes it.
     folds: FoldMemo | None = None
+    # The `args` cuts (`render.args_cuts`) of the decisions calls reusing this prefix were
+    # fitted with, and those decisions: the same object (a session's decisions are replaced,
+    # never changed in place, as `reuse` relies on) has the same cuts.
+    cuts: tuple[Mapping[str, Decision], list[CutCalls]] | None = None
     # The rewritten messages calls reusing this prefix forwarded, by index (`materialize`).
     copies: dict[int, Mapping[str, Any]] = field(default_factory=dict)
     # What those calls' `materialize` took of `plan` (which they only append to).

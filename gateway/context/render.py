@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any
 
-from gateway.context.apply import cut_calls
+from gateway.context.apply import CutCalls, cut_calls
 from gateway.context.items import Item
 from gateway.context.session import Decision
 
@@ -182,14 +182,22 @@ def render_plan(
     return plan, changed, digests, rolling
 
 
+def args_cuts(decisions: Mapping[str, Decision]) -> list[CutCalls]:
+    """The cuts of the `args` decisions among `decisions` (the budget ladder's)."""
+    return [cut_calls(d) for d in decisions.values() if d.method == "args"]
+
+
 def with_cut_calls(
-    messages: Sequence[Mapping[str, Any]], plan: Plan | None, decisions: Mapping[str, Decision]
+    messages: Sequence[Mapping[str, Any]], plan: Plan | None, decisions: Mapping[str, Decision],
+    cuts: Sequence[CutCalls] | None = None,
 ) -> tuple[list[Mapping[str, Any]], dict[str, str]] | None:
     """`messages` (rendered by `plan`; None: all as sent) with the tool calls of the old
     exchanges the budget ladder cut sent with their cut arguments (`args` decisions: the
     items already count them so), and per call id the arguments it is sent with, for the
-    wire adapters. None when no decision cuts a call of a message sent."""
-    cuts = [cut_calls(d) for d in decisions.values() if d.method == "args"]
+    wire adapters. None when no decision cuts a call of a message sent. `cuts`:
+    `args_cuts(decisions)`, when known."""
+    if cuts is None:
+        cuts = args_cuts(decisions)
     if not cuts:
         return None
     where = {i: k for k, (i, _) in enumerate(plan)} if plan is not None else None

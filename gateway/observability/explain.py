@@ -170,7 +170,8 @@ class AccountPieces:
             for k, start in enumerate(range(0, len(source), PIECE)):
                 chunk = source[start:start + PIECE]
                 if k < len(old) and old[k][0] == chunk:  # the same objects: identity, in C
-                    known.append(old[k])
+                    # with this call's objects: a step's equal new ones then compare by identity
+                    known.append((chunk, old[k][1], old[k][2]))
                     continue
                 raw = orjson.dumps(entries(name, chunk))
                 known.append((chunk, hashlib.blake2b(raw, digest_size=16).hexdigest(), raw))

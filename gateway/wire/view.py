@@ -8,8 +8,12 @@ then re-renders only what the plan changed; every other item goes out byte-for-b
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import compress, count
+from operator import is_not
 from typing import TYPE_CHECKING, Any, Protocol
 
 from gateway.context.items import PINNED
@@ -18,8 +22,8 @@ from gateway.context.render import Plan
 if TYPE_CHECKING:
     from gateway.context.engine import FittedCall
 
-__all__ = ["PINNED", "ChatView", "Plan", "StreamSummary", "WireFormat", "message_fates",
-           "unmarked"]
+__all__ = ["PINNED", "ChatView", "Plan", "StreamSummary", "UnmarkedMessages", "WireFormat",
+           "message_fates", "unmarked"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,10 +54,44 @@ def message_fates(count: int, plan: Plan | None) -> list[str | bool]:
     return fates
 
 
-def unmarked(messages: list[Any]) -> list[dict[str, Any]]:
+def unmarked(messages: Sequence[Any]) -> list[dict[str, Any]]:
     """Chat-view messages as a reader sees them: the adapters' PINNED marks removed."""
     return [{k: v for k, v in m.items() if k != PINNED} if PINNED in m else m
             for m in messages]
+
+
+class UnmarkedMessages:
+    """`unmarked` for a session's calls, remembering per session (a bounded LRU) its latest
+    call's messages and what they gave: the start a call shares with that one, the very
+    same objects (compared by identity at C speed; between steps a session forwards the same
+    message objects again), gives what it gave, and only the rest is read. The objects are
+    held, so an identity cannot be another's; nothing here changes a message. As many
+    sessions as the engine's prefix cache keeps by default: the messages held are those
+    the sessions' prefixes hold (a session past them keeps its last call's alive here)."""
+
+    def __init__(self, sessions: int = 256) -> None:
+        self._sessions = sessions
+        self._last: OrderedDict[Any, tuple[tuple[Any, ...], list[dict[str, Any]]]] = (
+            OrderedDict())
+        self._lock = threading.Lock()  # the loop and the fitting thread both build traces
+
+    def of(self, key: Any, messages: Sequence[Any]) -> list[dict[str, Any]]:
+        """`unmarked(messages)` of the session `key`'s latest call."""
+        with self._lock:
+            last = self._last.pop(key, None)
+        if last is not None:
+            old, gave = last
+            # the first index whose message is not the last call's (count(): no difference)
+            same = next(compress(count(), map(is_not, messages, old)),
+                        min(len(messages), len(old)))
+            out = gave[:same] + unmarked(messages[same:])
+        else:
+            out = unmarked(messages)
+        with self._lock:
+            self._last[key] = (tuple(messages), out)
+            if len(self._last) > self._sessions:
+                self._last.popitem(last=False)
+        return out
 
 
 class StreamSummary(Protocol):

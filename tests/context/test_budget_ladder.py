@@ -717,3 +717,40 @@ async def test_a_task_statement_of_identifiers_is_cut_not_dropped(
     _check_valid(sent)
     saved = sum(d.tokens_before - d.tokens_after for d in fitted.drops)
     assert saved == fitted.tokens_before - fitted.tokens_after
+
+
+async def test_cut_arguments_follow_the_sessions_decisions_call_after_call(
+    engine: ContextEngine, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The `args` cuts a session's calls send are read once per decisions object and kept
+    with the session's prefix (`Prefix.cuts`): a session whose later step cuts another
+    exchange, then calls again with no budget, sends what an engine that reads every
+    decision on every call sends, call by call (fails when the kept cuts outlive the
+    decisions they were read from)."""
+    from gateway.context import engine as engine_module
+    from gateway.context.prefix import Prefix
+
+    msgs = _query_call(old=2)
+    tokens, _ = _pinned(engine, {"messages": msgs})
+    longer = _query_call(old=5)
+    steps = [(msgs, int(0.8 * tokens)), (msgs, 10 * tokens), (longer[:12], 10 * tokens),
+             (longer[:12], int(0.85 * _pinned(engine, {"messages": longer[:12]})[0])),
+             (longer, 10 * tokens), (longer, 10 * tokens)]
+
+    async def run(session: str) -> list[Any]:
+        out = []
+        for messages, budget in steps:
+            fitted = await engine.fit({"messages": messages}, _call(session, budget))
+            out.append((fitted.body["messages"], fitted.arguments, fitted.tokens_after))
+        return out
+
+    read = []
+    original = engine_module.args_cuts
+    monkeypatch.setattr(engine_module, "args_cuts",
+                        lambda decisions: read.append(1) or original(decisions))
+    kept = await run(uuid.uuid4().hex)
+    assert len(read) < len(steps)  # some calls took the kept cuts
+    monkeypatch.setattr(Prefix, "cuts", property(lambda _: None, lambda _, __: None))
+    assert kept == await run(uuid.uuid4().hex)
+    cut_ids = [set(arguments or {}) for _, arguments, _ in kept]
+    assert cut_ids[0] and cut_ids[3] and cut_ids[3] != cut_ids[0] and cut_ids[5] == cut_ids[3]
