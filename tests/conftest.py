@@ -13,7 +13,9 @@ each start took is printed; a start that failed fails every test that needs it, 
 from __future__ import annotations
 
 import os
+import signal
 import time
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -145,6 +147,34 @@ def _attempt(resources: SessionResources, name: str, start: Any) -> Any:
         return None
     resources.took.append(f"{name} {time.monotonic() - clock:.1f} s")
     return started
+
+
+class CpuBoundExceeded(Exception):
+    """A `cpu_bound` test used more CPU than its bound."""
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
+    """A test marked `cpu_bound(cpu_s)` fails once this process has used `cpu_s` CPU-s in it
+    (SIGPROF: every thread's CPU, none while idle). Its work is CPU: on a loaded machine its
+    wall time is that work times the load, so its bound is the work, as a server start's is
+    (`wait_until_up`); its wall `timeout` marker only catches a hang."""
+    marker = item.get_closest_marker("cpu_bound")
+    if marker is None:
+        return (yield)
+    limit = float(marker.args[0])
+
+    def exceeded(signum: int, frame: object) -> None:
+        raise CpuBoundExceeded(f"{item.nodeid} used over {limit:.0f} CPU-s "
+                               f"(load {os.getloadavg()[0]:.1f})")
+
+    previous = signal.signal(signal.SIGPROF, exceeded)
+    signal.setitimer(signal.ITIMER_PROF, limit)
+    try:
+        return (yield)
+    finally:
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        signal.signal(signal.SIGPROF, previous)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
