@@ -28,10 +28,10 @@ WORDS = ["the", "a", "test", "file", "error", "pytest", "module", "import", "lin
 # Large histories that must be compacted (items, budget, class).
 LARGE = [(5_000, 8_000, "coding_agent"), (20_000, 12_000, "plain_chat"),
          (50_000, 8_000, "coding_agent")]
-# These tests are CPU work in this process (the 50,000-item case: ~22 CPU-s, the engine's fit;
-# bench/README.md, "CI on a loaded 2-core machine"): bounded by that work, 5x over, not by
-# the wall clock, which a loaded machine stretches 10x (151 s at load 16-24); the wall
-# timeout only catches a hang.
+# These tests are CPU work in this process (the 50,000-item case: 22-35 CPU-s, the engine's
+# fit; bench/README.md, "CI on a loaded 2-core machine"): bounded by that work, ~5x over,
+# not by the wall clock, which a loaded machine stretches 10x (286 s at load 17-20, past
+# the suite's 300 s with set-up); the wall timeout only catches a hang.
 
 
 def history(seed: int, items: int) -> list[dict[str, Any]]:
@@ -65,7 +65,7 @@ def history(seed: int, items: int) -> list[dict[str, Any]]:
     return msgs
 
 
-@pytest.mark.cpu_bound(120)
+@pytest.mark.cpu_bound(180)
 @pytest.mark.timeout(900)
 @settings(max_examples=8, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
@@ -82,7 +82,7 @@ async def test_any_history_keeps_the_invariants(
     await check_fit(engine, seed, items, budget, cls)
 
 
-@pytest.mark.cpu_bound(120)
+@pytest.mark.cpu_bound(180)
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize(("items", "budget", "cls"), LARGE)
 async def test_large_histories_keep_the_invariants(
@@ -102,7 +102,7 @@ async def check_fit(engine: ContextEngine, seed: int, items: int, budget: int,
     parsed = parse_request({"messages": msgs}, engine.counter, "o200k_base",
                            engine.caches.parts)
     pinned = parsed.base_tokens + sum(i.tokens for i in parsed.items if i.pinned)
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     try:
         fitted = await engine.fit({"messages": msgs}, call)
     except ContextBudgetExceeded as exc:
@@ -110,8 +110,8 @@ async def check_fit(engine: ContextEngine, seed: int, items: int, budget: int,
         assert pinned > budget, f"refused although the pinned {pinned} tokens fit {budget}"
         return
     finally:
-        took = time.perf_counter() - started
-        print(f"{len(msgs)} messages, budget {budget}, {cls}: {took:.2f} s")
+        took, used = time.perf_counter() - started, time.process_time() - cpu
+        print(f"{len(msgs)} messages, budget {budget}, {cls}: {took:.2f} s, {used:.2f} CPU-s")
     assert pinned <= budget
     out = fitted.body["messages"]
     _check_valid(out)
