@@ -128,8 +128,7 @@ def start_gateway(stack: contextlib.ExitStack, upstream: servers.Server, redis_u
     if fit_timeout_s is not None:
         env["CTXGATE_FIT_TIMEOUT_S"] = str(fit_timeout_s)
     return servers.start(stack, name, [sys.executable, "-m", "gateway", "serve"], port=port,
-                         health="/readyz", env=env, cpus=None, log_dir=log_dir,
-                         timeout_s=300)
+                         health="/readyz", env=env, cpus=None, log_dir=log_dir)
 
 
 def main() -> None:

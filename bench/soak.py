@@ -174,7 +174,7 @@ class Stack:
         self.gateway = servers.start(
             stack, "gateway", [sys.executable, "-m", "gateway", "serve"], port=port,
             health="/readyz", env={**env, "CTXGATE_PORT": str(port)}, cpus=None,
-            log_dir=log_dir, timeout_s=300)
+            log_dir=log_dir)
         self.workers = [self.start_worker(k) for k in range(2)]
         self.restarts = collections.Counter[str]()
 

@@ -96,7 +96,7 @@ def worker(
         help="serve this worker's Prometheus metrics on 127.0.0.1:PORT")] = None,
 ) -> None:
     """Run a Reflector/Curator worker on the trace stream (run as many as you like)."""
-    from gateway.learner.worker import run_worker
+    from gateway.learner.worker import run_worker, warm_up
     from gateway.observability.logging import configure_logging
     from gateway.services import open_services
 
@@ -109,12 +109,18 @@ def worker(
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         async with open_services(settings) as services:
+            # The metrics port opens once the model is loaded, as `serve`'s does: a probe
+            # on it then means "taking work", and no probe meets a process whose load
+            # holds the GIL for seconds (its answers would time out, a liveness probe kill
+            # a worker that is only starting).
+            if not await warm_up(services, stop):
+                return
             if metrics_port is not None:
                 from prometheus_client import start_http_server
 
                 start_http_server(metrics_port, addr=settings.host,
                                   registry=services.metrics.registry)
-            await run_worker(services, stop=stop, warm=True)
+            await run_worker(services, stop=stop)
 
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(main())

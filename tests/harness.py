@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,20 +44,27 @@ def cpu_seconds(pid: int) -> float:
 
 
 def wait_until_up(url: str, process: subprocess.Popen[bytes], log: Path,
-                  timeout_s: float | None = None) -> None:
-    """Until `url` answers below 500 (`/readyz`: 503 until ready). A start fails when the
-    process exits, uses `START_CPU_S` of CPU, or uses none for `START_STALLED_S`; with
-    `timeout_s`, also when that much wall time passes (otherwise the test's own timeout
-    bounds the wall time: a busy machine only slows the start, it does not break it)."""
+                  timeout_s: float | None = None, *, name: str = "",
+                  answered: Callable[[int], bool] = lambda status: status < 500) -> float:
+    """Until `url` answers with a status `answered` accepts (default: below 500; `/readyz`
+    is 503 until ready); returns the seconds that took. A start fails when the process
+    exits, uses `START_CPU_S` of CPU, or uses none for `START_STALLED_S`; with `timeout_s`,
+    also when that much wall time passes (otherwise the caller's own bound, e.g. a test's
+    timeout, bounds the wall time: a busy machine only slows the start, it does not break
+    it). A failure kills the process and says which process (`name`), why, after how long,
+    at what load, and how its log ends."""
+    what = name or url
     started = time.monotonic()
     progress = (started, cpu_seconds(process.pid))
     failure = ""
     while not failure:
         if process.poll() is not None:
-            raise RuntimeError(f"process exited {process.returncode}: {log.read_text()[-3000:]}")
+            raise RuntimeError(f"{what} exited with code {process.returncode} after "
+                               f"{time.monotonic() - started:.0f} s, before {url} answered; "
+                               f"its log ({log}) ends:\n{_tail(log)}")
         try:
-            if httpx.get(url, timeout=1.0).status_code < 500:
-                return
+            if answered(httpx.get(url, timeout=1.0).status_code):
+                return time.monotonic() - started
         except httpx.HTTPError:
             pass
         time.sleep(0.05)
@@ -68,14 +76,22 @@ def wait_until_up(url: str, process: subprocess.Popen[bytes], log: Path,
         if used > progress[1] + 0.01:
             progress = (now, used)
         if used > START_CPU_S:
-            failure = f"used {used:.1f} CPU-s"
+            failure = f"it used {used:.1f} CPU-s (a start takes ~15; bound {START_CPU_S:.0f})"
         elif now - progress[0] > START_STALLED_S:
-            failure = f"used no CPU for {now - progress[0]:.0f} s"
+            failure = f"it used no CPU for {now - progress[0]:.0f} s (waiting on something)"
         elif timeout_s is not None and now - started > timeout_s:
-            failure = f"took over {timeout_s:.0f} s"
+            failure = f"it took over {timeout_s:.0f} s (the caller's wall bound)"
     process.kill()
-    raise RuntimeError(f"{url} did not come up ({failure}, {time.monotonic() - started:.0f} s, "
-                       f"{os.getloadavg()[0]:.1f} load): {log.read_text()[-3000:]}")
+    raise RuntimeError(f"{what} did not come up at {url}: {failure}; killed after "
+                       f"{time.monotonic() - started:.0f} s at load {os.getloadavg()[0]:.1f}; "
+                       f"its log ({log}) ends:\n{_tail(log)}")
+
+
+def _tail(log: Path, chars: int = 3000) -> str:
+    try:
+        return log.read_text(errors="replace")[-chars:] or "(empty)"
+    except OSError as exc:
+        return f"(unreadable: {exc})"
 
 
 def stop(process: subprocess.Popen[bytes]) -> None:
@@ -114,7 +130,7 @@ class Upstream:
             [sys.executable, "-m", "tests.upstream_stub", str(port)], cwd=ROOT,
             stdout=log.open("wb"), stderr=subprocess.STDOUT)
         url = f"http://127.0.0.1:{port}"
-        wait_until_up(f"{url}/_events", process, log)
+        wait_until_up(f"{url}/_events", process, log, name=f"the scripted upstream ({url})")
         return cls(url, process)
 
     def requests(self) -> list[dict[str, Any]]:
@@ -165,7 +181,16 @@ class Gateway:
 
     @classmethod
     def start(cls, workdir: Path, env: dict[str, str], args: list[str] | None = None,
-              wait_path: str = "/healthz", timeout_s: float | None = None) -> Gateway:
+              wait_path: str = "/healthz", timeout_s: float | None = None,
+              name: str = "") -> Gateway:
+        server = cls.spawn(workdir, env, args)
+        server.wait_up(wait_path, timeout_s, name)
+        return server
+
+    @classmethod
+    def spawn(cls, workdir: Path, env: dict[str, str],
+              args: list[str] | None = None) -> Gateway:
+        """The process started, not yet waited for (`wait_up`)."""
         workdir.mkdir(parents=True, exist_ok=True)
         port = free_port()
         full_env = {**os.environ, "CTXGATE_PORT": str(port), "CTXGATE_HOST": "127.0.0.1",
@@ -176,9 +201,13 @@ class Gateway:
         process = subprocess.Popen(
             [sys.executable, "-m", "gateway", "serve", *(args or [])], cwd=ROOT, env=full_env,
             stdout=log.open("wb"), stderr=subprocess.STDOUT)
-        url = f"http://127.0.0.1:{port}"
-        wait_until_up(f"{url}{wait_path}", process, log, timeout_s)
-        return cls(url, process, workdir, full_env)
+        return cls(f"http://127.0.0.1:{port}", process, workdir, full_env)
+
+    def wait_up(self, path: str = "/healthz", timeout_s: float | None = None,
+                name: str = "") -> float:
+        """Until `path` answers (`wait_until_up`); the seconds that took."""
+        return wait_until_up(f"{self.url}{path}", self.process, self.workdir / "gateway.log",
+                             timeout_s, name=name or f"`ctxgate serve` ({self.url})")
 
     @property
     def base_url(self) -> str:

@@ -269,8 +269,9 @@ async def run_worker(
 ) -> None:
     """Consume the trace stream until `stop` is set (or, in burst mode, until it is empty).
 
-    With `warm` (`ctxgate worker`) the embedding model is loaded before any entry is taken
-    (`warm_up`, the module docstring says why).
+    With `warm` the embedding model is loaded before any entry is taken (`warm_up`, the
+    module docstring says why; `ctxgate worker` calls it first itself, then opens its
+    metrics port).
 
     Once `stop` is set no new entry is taken; the one in flight may finish within `grace_s`,
     after which it is cancelled and handed back: left pending, never acknowledged, so

@@ -1,9 +1,10 @@
-"""Fixtures for the context engine: one real embedder per session, engines on real Redis."""
+"""Fixtures for the context engine: engines on real Redis, with the session's real embedder
+(`embedder`, tests/conftest.py: its model loads before the first test)."""
 
 from __future__ import annotations
 
 import copy
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -17,13 +18,6 @@ from gateway.settings import Settings
 
 CONFIG = Path(__file__).resolve().parents[2] / "config" / "gateway.yaml"
 CORPUS = Path(__file__).resolve().parents[3] / "shared" / "corpora" / "swe-agent"
-
-
-@pytest.fixture(scope="session")
-def embedder() -> Iterator[Embedder]:
-    e = Embedder()
-    yield e
-    e.close()
 
 
 @pytest.fixture(scope="session")

@@ -27,7 +27,11 @@ WORDS = ["the", "a", "test", "file", "error", "pytest", "module", "import", "lin
          "config", "value", "run", "fix", "path"]
 # Large histories that must be compacted (items, budget, class).
 LARGE = [(5_000, 8_000, "coding_agent"), (20_000, 12_000, "plain_chat"),
-         (50_000, 8_000, "coding_agent")]  # 17 s on 2 loaded cores
+         (50_000, 8_000, "coding_agent")]
+# These tests are CPU work in this process (the 50,000-item case: 22-35 CPU-s, the engine's
+# fit; bench/README.md, "CI on a loaded 2-core machine"): bounded by that work, ~5x over,
+# not by the wall clock, which a loaded machine stretches 10x (286 s at load 17-20, past
+# the suite's 300 s with set-up); the wall timeout only catches a hang.
 
 
 def history(seed: int, items: int) -> list[dict[str, Any]]:
@@ -61,6 +65,8 @@ def history(seed: int, items: int) -> list[dict[str, Any]]:
     return msgs
 
 
+@pytest.mark.cpu_bound(180)
+@pytest.mark.timeout(900)
 @settings(max_examples=8, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(
@@ -76,6 +82,8 @@ async def test_any_history_keeps_the_invariants(
     await check_fit(engine, seed, items, budget, cls)
 
 
+@pytest.mark.cpu_bound(180)
+@pytest.mark.timeout(900)
 @pytest.mark.parametrize(("items", "budget", "cls"), LARGE)
 async def test_large_histories_keep_the_invariants(
     engine: ContextEngine, items: int, budget: int, cls: str
@@ -89,9 +97,12 @@ async def check_fit(engine: ContextEngine, seed: int, items: int, budget: int,
     call = CallContext(tenant="large", trace_id="t", headers={
         "x-ctxgate-budget-tokens": str(budget), "x-ctxgate-task-class": cls,
         "x-ctxgate-session-id": f"large-{seed}-{items}-{budget}-{cls}"})
-    parsed = parse_request({"messages": msgs}, engine.counter, "o200k_base")
+    # with the engine's memo of parsed messages: the fit's own parse is then lookups (the
+    # same code parsed them here), not a second 2.7 CPU-s parse of 50,000 messages
+    parsed = parse_request({"messages": msgs}, engine.counter, "o200k_base",
+                           engine.caches.parts)
     pinned = parsed.base_tokens + sum(i.tokens for i in parsed.items if i.pinned)
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     try:
         fitted = await engine.fit({"messages": msgs}, call)
     except ContextBudgetExceeded as exc:
@@ -99,8 +110,8 @@ async def check_fit(engine: ContextEngine, seed: int, items: int, budget: int,
         assert pinned > budget, f"refused although the pinned {pinned} tokens fit {budget}"
         return
     finally:
-        took = time.perf_counter() - started
-        print(f"{len(msgs)} messages, budget {budget}, {cls}: {took:.2f} s")
+        took, used = time.perf_counter() - started, time.process_time() - cpu
+        print(f"{len(msgs)} messages, budget {budget}, {cls}: {took:.2f} s, {used:.2f} CPU-s")
     assert pinned <= budget
     out = fitted.body["messages"]
     _check_valid(out)

@@ -192,8 +192,15 @@ async def test_ctxgate_worker_process_learns_and_stops_on_sigterm(
         # It loads its embedding model (~11 s of CPU) before it takes an entry: 33.8 s at
         # load ~20 (its log), after its own start; the test asserts that it learns.
         deadline = time.monotonic() + 180
+        warm_when_open: bool | None = None  # the model loaded when the metrics port opened
         while not await store.bullets(tenant, "code") and time.monotonic() < deadline:
+            if warm_when_open is None and _answers(f"http://127.0.0.1:{metrics_port}/metrics"):
+                warm_when_open = "embedding model warm" in (tmp_path / "worker.log").read_text()
             await asyncio.sleep(0.1)
+        # a probe on the port means "taking work": it opens after the load, not during it
+        if warm_when_open is None:  # it learned before a poll found the port open
+            warm_when_open = "embedding model warm" in (tmp_path / "worker.log").read_text()
+        assert warm_when_open, "the metrics port answered while the model loaded"
         assert [b.content for b in await store.bullets(tenant, "code")] == ["Pass -q to pytest."]
         added = 'ctxgate_curator_operations_total{op="ADD"} 1.0'
         while time.monotonic() < deadline:  # counted just after the merge it follows
@@ -247,3 +254,10 @@ async def test_a_trace_queued_twice_is_learned_from_once(
     assert registry.get_sample_value("ctxgate_feedback_events_total",
                                      {"source": "implicit", "outcome": "failure"}) == 1
     assert (await lredis.xpending(keys.TRACE_STREAM, keys.TRACE_GROUP))["pending"] == 0
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=1.0).status_code == 200
+    except httpx.HTTPError:
+        return False

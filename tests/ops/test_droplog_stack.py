@@ -222,6 +222,15 @@ def test_k8s_ships_the_drop_log_and_scales_the_gateway() -> None:
     startup = containers["gateway"]["startupProbe"]
     assert startup["httpGet"]["path"] == "/healthz"
     assert startup["periodSeconds"] * startup["failureThreshold"] >= 120
+    # so does a worker's metrics port (`ctxgate worker`): its probes are on that port
+    worker = next(d for d in by_kind["Deployment"] if d["metadata"]["name"] == "ctxgate-worker")
+    [work] = worker["spec"]["template"]["spec"]["containers"]
+    port = {e["name"]: e.get("value") for e in work["env"]}["CTXGATE_WORKER_METRICS_PORT"]
+    named = {p["name"]: p["containerPort"] for p in work["ports"]}
+    for probe in (work["startupProbe"], work["livenessProbe"]):
+        assert named[probe["httpGet"]["port"]] == int(port)
+    startup = work["startupProbe"]
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 120
     drop_log = PurePosixPath(env["CTXGATE_DROP_LOG"])
     assert fnmatch.fnmatch(str(drop_log), _alloy_glob())
     mounts = {m["mountPath"]: m for m in containers["gateway"]["volumeMounts"]}

@@ -1,5 +1,6 @@
-"""The context engine fixtures (real Redis, real embedder) for the wire-format tests."""
+"""The context engine fixtures (real Redis; the real embedder is tests/conftest.py's) for the
+wire-format tests."""
 
-from tests.context.conftest import drop_log_path, embedder, engine, redis_client, settings
+from tests.context.conftest import drop_log_path, engine, redis_client, settings
 
-__all__ = ["drop_log_path", "embedder", "engine", "redis_client", "settings"]
+__all__ = ["drop_log_path", "engine", "redis_client", "settings"]
