@@ -194,8 +194,12 @@ def test_budget_cuts_old_tool_use_input_and_keeps_it_an_object(gateway: Gateway,
     """Old exchanges that are mostly tool input (long commands), under a budget: their
     `tool_use.input` is sent cut, still an object with the same keys; the latest one whole.
     A model of its own: the budget is in the provider's tokens, and the scale the shared
-    gateway learned for `claude-x` from earlier tests' answers would move it (calibration)."""
+    gateway learned for `claude-x` from earlier tests' answers would move it (calibration).
+    The probe that sizes the call names another model: its answer teaches its model a scale
+    (the scripted upstream counts otherwise), which a call more than SCALE_TTL_S later (a
+    loaded machine) would fit by, leaving the call uncut under a budget below its size."""
     model = f"claude-x-{uuid.uuid4().hex[:8]}"
+    probe_model = f"claude-x-probe-{uuid.uuid4().hex[:8]}"
     messages: list[Any] = [{"role": "user", "content": "Clean up the build scripts."}]
     for step in range(3):
         cmd = f"find /srv/build_{step} " + " ".join(f"-name 'part_{step}_{k}.o'" for k in range(60))
@@ -207,7 +211,7 @@ def test_budget_cuts_old_tool_use_input_and_keeps_it_an_object(gateway: Gateway,
     probe = client(gateway, **{"x-ctxgate-budget-tokens": "1000000",
                                "x-ctxgate-session-id": uuid.uuid4().hex})
     size = int(probe.messages.with_raw_response.create(
-        model=model, max_tokens=64, messages=messages, tools=TOOLS
+        model=probe_model, max_tokens=64, messages=messages, tools=TOOLS
     ).headers["x-ctxgate-tokens-before"])
     budget = int(0.8 * size)
     upstream.clear()
