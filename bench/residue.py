@@ -24,10 +24,11 @@ from bench import corpora
 from bench.corpus_run import TENANT, request
 from bench.yardstick import call_chars, call_ends, late_calls, text_content
 from gateway.context.engine import CallContext
+from gateway.context.fold import FOLD_HEAD
 from gateway.context.replay import build_engine
 from gateway.settings import Settings
 
-NOTE = "[ctxgate: tool calls made after this message, folded]"
+NOTE = FOLD_HEAD
 
 
 def kinds_of(sent: Sequence[Mapping[str, Any]],

@@ -16,7 +16,7 @@ per call with its name, its arguments' values and what its result was sent as (d
 placeholder or text):
 
     {the user's message}
-    [ctxgate: tool calls made after this message, folded]
+    [ctxgate: calls after this, folded]
     get_reservation_details(ABC123) → omitted {"reservation_id": "ABC12…
 
 The note is the gateway's, in a user message, in the placeholder style the engine uses
@@ -50,7 +50,7 @@ from gateway.context.render import Plan
 from gateway.observability.droplog import DropEvent
 
 FOLD_REASON = "folded_exchange"
-FOLD_HEAD = "[ctxgate: tool calls made after this message, folded]"
+FOLD_HEAD = "[ctxgate: calls after this, folded]"  # on every note: kept short
 _PLACEHOLDER = "[ctxgate: "
 
 # Per client message index: its head item's id and its tokens as the client sent it.

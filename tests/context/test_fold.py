@@ -182,7 +182,7 @@ def test_a_fold_notes_values_and_results_as_sent_and_keeps_the_log_adding_up() -
     assert folded is not None
     assert [m["role"] for m in folded.messages] == ["user", "assistant", "user"]
     assert folded.messages[0]["content"] == (
-        f"status of RES001X?\n{FOLD_HEAD}\nlookup(RES001X, 7) → omitted")
+        "status of RES001X?\n[ctxgate: calls after this, folded]\nlookup(RES001X, 7) → omitted")
     assert folded.plan == [(0, folded.messages[0]["content"]), (3, None), (4, None)]
     saved = sum(e.tokens_before - e.tokens_after for e in folded.events)
     assert saved == -folded.delta  # 2 messages of 40 tokens, less the note's

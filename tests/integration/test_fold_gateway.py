@@ -97,6 +97,8 @@ def test_a_long_queue_goes_out_with_old_exchanges_folded(
     assert results <= 36 - len(notes)  # a folded exchange's result is gone
     for note in notes:  # the folded lookups' values stay
         k = int(note.split("get_reservation(RES")[1][:3])
+        # the short header (it is on every note), then the call's line
+        assert "\n[ctxgate: calls after this, folded]\nget_reservation(RES" in note
         assert f"get_reservation(RES{k:03d}X, cust_{k:03d}_4411) → " in note
 
 
