@@ -20,11 +20,8 @@ from typing import Any
 
 from bench import corpora
 from bench.baselines import mask_keep
-from bench.corpus_run import TENANT, request
-from bench.yardstick import call_chars, call_ends, late_calls, text_content
-from gateway.context.engine import CallContext
-from gateway.context.replay import build_engine
-from gateway.settings import Settings
+from bench.corpus_run import late_fits
+from bench.yardstick import text_content
 
 KINDS = ("system", "task", "user", "output verbatim", "output rewritten", "assistant text",
          "tool-call JSON")
@@ -60,32 +57,16 @@ def kinds_of(
 async def breakdown(
     name: str, sessions: list[corpora.Session], split: str, keep: int = 1
 ) -> dict[str, Any]:
-    engine = build_engine(Settings())
     masking = f"keep-{keep}"
     sums = {m: dict.fromkeys(KINDS, 0.0) for m in ("none", "ctxgate", masking)}
     n = 0
-    for session in sessions:
-        ends = call_ends(session.messages)
-        late = late_calls(len(ends))
-        headers = {"x-ctxgate-session-id": f"{name}:{session.id}"}
-        for k, end in enumerate(ends):
-            body = request(session, end)
-            fitted = await engine.fit(body, CallContext(tenant=TENANT, trace_id=f"b{k}",
-                                                        headers=headers))
-            if not late[k] or (split != "all" and session.split != split):
-                continue
-            prefix = body["messages"]
-            total = call_chars(prefix)
-            if not total:
-                continue
-            n += 1
-            candidates = {"none": prefix, "ctxgate": fitted.body["messages"],
-                          masking: mask_keep(prefix, keep)}
-            for method, fwd in candidates.items():
-                for kind, chars in kinds_of(prefix, fwd).items():
-                    sums[method][kind] += chars / total
-    if engine.embedder is not None:
-        engine.embedder.close()
+    async for prefix, fitted, total in late_fits(name, sessions, split):
+        n += 1
+        candidates = {"none": prefix, "ctxgate": fitted.body["messages"],
+                      masking: mask_keep(prefix, keep)}
+        for method, fwd in candidates.items():
+            for kind, chars in kinds_of(prefix, fwd).items():
+                sums[method][kind] += chars / total
     return {"calls": n, **{m: {k: 100 * v / max(n, 1) for k, v in s.items()} for m, s in
                            sums.items()}}
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 from bench.baselines import mask_keep, plain_fit
@@ -19,6 +19,7 @@ from bench.corpora import Session
 from bench.wire_convert import CONVERTERS
 from bench.yardstick import (
     cached_chars,
+    call_chars,
     call_ends,
     haystack,
     late_calls,
@@ -29,8 +30,9 @@ from bench.yardstick import (
 )
 from gateway.context.engine import CallContext, ContextEngine, FittedCall
 from gateway.context.items import parse_request
-from gateway.context.replay import WIRE_FORMATS, fit_as
+from gateway.context.replay import WIRE_FORMATS, build_engine, fit_as
 from gateway.errors import ContextBudgetExceeded
+from gateway.settings import Settings
 from gateway.wire.view import unmarked
 
 MASK_KEEPS = (1, 2, 3, 5, 10)
@@ -43,6 +45,30 @@ def request(session: Session, end: int) -> dict[str, Any]:
     if session.tools:
         body["tools"] = session.tools
     return body
+
+
+async def late_fits(name: str, sessions: Sequence[Session], split: str = "all",
+                    ) -> AsyncIterator[tuple[list[dict[str, Any]], FittedCall, int]]:
+    """Every late call (`late_calls`) of `split`'s sessions with at least one character:
+    the messages sent, the engine's fitted call and their characters. Every call of every
+    session is fitted, in order, so that a late one meets the session state a client's
+    would have left; one engine (shipped config) for all, closed at the end."""
+    engine = build_engine(Settings())
+    try:
+        for session in sessions:
+            ends = call_ends(session.messages)
+            late = late_calls(len(ends))
+            headers = {"x-ctxgate-session-id": f"{name}:{session.id}"}
+            for k, end in enumerate(ends):
+                body = request(session, end)
+                fitted = await engine.fit(body, CallContext(tenant=TENANT, trace_id=f"l{k}",
+                                                            headers=headers))
+                total = call_chars(body["messages"])
+                if late[k] and total and split in ("all", session.split):
+                    yield body["messages"], fitted, total
+    finally:
+        if engine.embedder is not None:
+            engine.embedder.close()
 
 
 def _method_figures(

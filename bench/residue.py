@@ -21,12 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from bench import corpora
-from bench.corpus_run import TENANT, request
-from bench.yardstick import call_chars, call_ends, late_calls, text_content
-from gateway.context.engine import CallContext
+from bench.corpus_run import late_fits
+from bench.yardstick import text_content
 from gateway.context.fold import FOLD_HEAD
-from gateway.context.replay import build_engine
-from gateway.settings import Settings
 
 NOTE = FOLD_HEAD
 
@@ -58,29 +55,15 @@ def kinds_of(sent: Sequence[Mapping[str, Any]],
 
 
 async def residue(name: str, sessions: list[corpora.Session]) -> dict[str, Any]:
-    engine = build_engine(Settings())
     sent_sum: Counter[str] = Counter()
     fwd_sum: Counter[str] = Counter()
     n = 0
-    for session in sessions:
-        ends = call_ends(session.messages)
-        late = late_calls(len(ends))
-        headers = {"x-ctxgate-session-id": f"{name}:{session.id}"}
-        for k, end in enumerate(ends):
-            body = request(session, end)
-            fitted = await engine.fit(body, CallContext(tenant=TENANT, trace_id=f"r{k}",
-                                                        headers=headers))
-            prefix = body["messages"]
-            total = call_chars(prefix)
-            if not late[k] or not total:
-                continue
-            n += 1
-            for kind, chars in kinds_of(prefix, prefix).items():
-                sent_sum[kind] += chars / total
-            for kind, chars in kinds_of(prefix, fitted.body["messages"]).items():
-                fwd_sum[kind] += chars / total
-    if engine.embedder is not None:
-        engine.embedder.close()
+    async for prefix, fitted, total in late_fits(name, sessions):
+        n += 1
+        for kind, chars in kinds_of(prefix, prefix).items():
+            sent_sum[kind] += chars / total
+        for kind, chars in kinds_of(prefix, fitted.body["messages"]).items():
+            fwd_sum[kind] += chars / total
     kinds = sorted(set(sent_sum) | set(fwd_sum), key=lambda x: -fwd_sum[x])
     return {"calls": n, "rows": [(kind, 100 * sent_sum[kind] / max(n, 1),
                                   100 * fwd_sum[kind] / max(n, 1)) for kind in kinds]}
