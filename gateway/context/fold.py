@@ -17,7 +17,7 @@ placeholder or text):
 
     {the user's message}
     [ctxgate: calls after this, folded]
-    get_reservation_details(ABC123) → omitted {"reservation_id": "ABC12…
+    get_reservation_details(ABC123) → omitted; mentions: HAT001, 2024-05-01
 
 The note is the gateway's, in a user message, in the placeholder style the engine uses
 (`[ctxgate: …]`): it does not read as one of the model's own turns, so it does not invite
