@@ -77,18 +77,6 @@ def task_focus(messages: Sequence[Mapping[str, Any]]) -> frozenset[str]:
     return frozenset(terms)
 
 
-_IDENTIFIER = re.compile(r"[\d_./]")  # a term with a digit, `_`, `.` or `/`: an id, not a word
-
-
-def focus_identifiers(text: str, focus: frozenset[str]) -> set[str]:
-    """The focus terms in `text` that are identifiers (an order number, a path, a
-    snake_case name), not plain words of the task statement."""
-    if not focus:
-        return set()
-    return {t for t in (t.lower() for t in _TERM.findall(text)) if t in focus
-            and _IDENTIFIER.search(t)}
-
-
 def focus_hits(line: str, focus: frozenset[str]) -> int:
     """How many distinct focus terms a line carries."""
     return len({t.lower() for t in _TERM.findall(line)} & focus) if focus else 0

@@ -23,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from gateway.context.focus import focus_hits, focus_identifiers
+from gateway.context.focus import focus_hits
 
 _ERROR = re.compile(
     r"(?i)\b(error|exception|traceback|failed|failure|fatal|panic|denied|not found|"
@@ -280,23 +280,8 @@ def _codey(sentences: list[str], known: frozenset[str]) -> list[str]:
     return [sentences[i][:300] for i in chosen]
 
 
-# An aged talk turn (no commands) keeps, beside its first sentence, the last
-# FOCUS_SENTENCES sentences naming an identifier the agent works with (focus.py: an id of the
-# task statement or of its latest tool calls): a turn's closing words state what it will do to
-# the order, account or file at hand, and that is what it re-tells when the step is done
-# ("…from order #W5565470." in its closing message).
-FOCUS_SENTENCES = 1
-
-
-def _focus_sentences(sentences: list[str], focus: frozenset[str]) -> list[str]:
-    """The last FOCUS_SENTENCES sentences after the first that name a focus identifier."""
-    chosen = [x for x in sentences[1:] if focus_identifiers(x, focus)]
-    return [x[:300] for x in chosen[max(len(chosen) - FOCUS_SENTENCES, 0):]]
-
-
 def _assistant(
-    text: str, level: int, whole_commands: bool = False, known: frozenset[str] = frozenset(),
-    focus: frozenset[str] = frozenset(),
+    text: str, level: int, whole_commands: bool = False, known: frozenset[str] = frozenset()
 ) -> str:
     fences = _FENCE.findall(text)
     prose = _FENCE.sub(" ", text).strip()
@@ -310,11 +295,7 @@ def _assistant(
         if not whole_commands:
             fences = [_short_fence(f) for f in fences]
     parts.extend(fences)
-    if not parts and sentences:
-        parts = [sentences[0][:300]]
-        if level >= 2:
-            parts += _focus_sentences(sentences, focus)
-    return "\n".join(parts)
+    return "\n".join(parts) if parts else (sentences[0][:300] if sentences else "")
 
 
 FOCUS_LINES = 1  # 1 measured best: 2-3 cost ~0.5 points of late saving, no recall gained
@@ -348,7 +329,7 @@ def _structured(
     whole_commands: bool,
 ) -> str:
     if kind in ("assistant", "tool_call"):
-        return _assistant(text, level, whole_commands, known, focus)
+        return _assistant(text, level, whole_commands, known)
     compact = _json(text, level)
     if compact is not None:
         return compact

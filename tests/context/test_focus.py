@@ -56,29 +56,3 @@ def test_escaped_newlines_do_not_glue_onto_values() -> None:
     from gateway.context.summarize import values
 
     assert values(r"team:\nDavid\tfeedback.xlsx") == ["team", "David", "feedback.xlsx"]
-
-
-def test_an_aged_talk_turn_keeps_its_closing_sentence_on_the_order_at_hand() -> None:
-    """A talk turn's digest keeps, beside its first sentence, the last sentence naming an
-    identifier of the latest tool calls: the agent re-tells it ("…from order #W5565470.")
-    when the step is done. A sentence naming only plain words of the task does not count."""
-    messages = [
-        {"role": "system", "content": "You are a store's support agent."},
-        {"role": "user", "content": "I want to return everything but the pet bed."},
-        {"role": "assistant", "content": "", "tool_calls": [
-            {"id": "a", "type": "function", "function": {
-                "name": "get_order_details", "arguments": '{"order_id": "#W5565470"}'}}]},
-    ]
-    focus = task_focus(messages)
-    turn = ("Thank you for the details! I found an order delivered to Texas (Order #W5565470) "
-            "with these items:\n- Electric Kettle\n- Pet Bed\n\nThe tracking number is: "
-            "907614527588.\n\nTo proceed, I need you to confirm:\n- You want to return the "
-            "Electric Kettle from order #W5565470.\n- The refund goes to PayPal.\n\nPlease "
-            "confirm that everything but the pet bed should be returned.")
-    known = frozenset({"W5565470", "907614527588", "PayPal"})
-    digest = summarize(turn, "assistant", 3, known=known, focus=focus)
-    assert digest.startswith("Thank you for the details!")
-    assert "the Electric Kettle from order #W5565470." in digest  # the last one naming it
-    assert "(Order #W5565470)" not in digest and "pet bed should" not in digest
-    assert "W5565470" not in summarize(turn, "assistant", 3, known=known)  # no focus: gone
-    assert len(digest) < len(turn) / 3
