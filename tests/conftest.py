@@ -12,7 +12,8 @@ each start took is printed; a start that failed fails every test that needs it, 
 A module's own gateway (other settings than the session's) is declared with
 `@module_gateway`: it starts outside its module's first test's timeout (spawned ahead, while
 the tests before it run, when `ahead`; otherwise just before that test), bounded by its
-work as the session's, and stops when its module ends (bench/README.md, "CI: a module's own gateway starts outside its first test's timeout").
+work as the session's, and stops when its module ends (bench/README.md, "CI: a module's
+own gateway starts outside its first test's timeout").
 """
 
 from __future__ import annotations
