@@ -8,6 +8,12 @@ happens to need it first: pytest-timeout counts a fixture's set-up in the test's
 on a loaded 2-core CI machine the gateway's start (its model load, ~15 CPU-s) took 128 s
 of one test's set-up (bench/README.md, "CI reliability: the gateway's model load"). What
 each start took is printed; a start that failed fails every test that needs it, saying why.
+
+A module's own gateway (other settings than the session's) is declared with
+`@module_gateway`: it starts outside its module's first test's timeout (spawned ahead, while
+the tests before it run, when `ahead`; otherwise just before that test), bounded by its
+work as the session's, and stops when its module ends (bench/README.md, "CI: a module's
+own gateway starts outside its first test's timeout").
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Generator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,6 +65,9 @@ class SessionResources:
     embedder: Embedder | None = None
     failed: dict[str, str] = field(default_factory=dict)
     took: list[str] = field(default_factory=list)  # one line per start, for the report
+    modules: ModuleGateways | None = None  # the collected tests' `@module_gateway`s
+    spawned: Gateway | None = None  # the session's gateway, spawned, not yet waited for
+    spawned_at: float = 0.0
 
     def get(self, name: str) -> Any:
         if name in self.failed:
@@ -70,8 +79,10 @@ class SessionResources:
         return found
 
     def stop(self) -> None:
-        if self.gateway is not None:
-            stop(self.gateway.process)
+        if self.modules is not None:
+            self.modules.stop_all()
+        if self.spawned is not None:
+            stop(self.spawned.process)
         if self.upstream is not None:
             stop(self.upstream.process)
         if self.redis is not None:
@@ -86,34 +97,65 @@ NEEDS = {"gateway": "gateway", "upstream": "upstream", "redis_server": "redis",
          "redis_url": "redis", "embedder": "embedder"}
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """A run of the whole suite (no paths given, as `make test`) starts Redis and the
+    upstream (~1 s) and spawns the session's gateway before it collects: the gateway's
+    model load (~15 CPU-s) then overlaps the collection's imports (~25 CPU-s) on the other
+    core. Stopped after the collection if no collected test needs it (`-k`, `-m`)."""
+    config = session.config
+    resources = config.stash[RESOURCES] = SessionResources()
+    if (config.args_source is not pytest.Config.ArgsSource.TESTPATHS
+            or config.option.collectonly):
+        return
+    _servers(config, resources, {"redis", "upstream", "gateway"})
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
-    resources = session.config.stash[RESOURCES] = SessionResources()
+    resources = session.config.stash.setdefault(RESOURCES, SessionResources())
     if session.config.option.collectonly:
         return
     names = {name for item in session.items for name in getattr(item, "fixturenames", ())}
     wanted = {NEEDS[name] for name in names if name in NEEDS}
     if "gateway" in wanted:
         wanted |= {"redis", "upstream"}
+    plans = _module_plans(session.items)
+    if plans:
+        wanted |= {"redis", "upstream"}
+    if resources.spawned is not None and "gateway" not in wanted:
+        stop(resources.spawned.process)
+        resources.spawned = None
     if wanted:
         _start(session.config, resources, wanted)
+    if plans:
+        resources.modules = ModuleGateways(session.config, resources, plans)
+        resources.modules.spawn_ahead()
 
 
-def _start(config: pytest.Config, resources: SessionResources, wanted: set[str]) -> None:
+def _servers(config: pytest.Config, resources: SessionResources, wanted: set[str]) -> None:
+    """Start Redis and the upstream, and spawn the gateway, of `wanted`, unless done."""
     factory: pytest.TempPathFactory = config._tmp_path_factory  # the `tmp_path_factory`'s
-    clock = time.monotonic()
-    if "redis" in wanted:
+    if "redis" in wanted and resources.redis is None and "redis" not in resources.failed:
         resources.redis = _attempt(resources, "redis", lambda: EmbeddedRedis(
             factory.mktemp("redis")).start())
-    if "upstream" in wanted:
+    if ("upstream" in wanted and resources.upstream is None
+            and "upstream" not in resources.failed):
         resources.upstream = _attempt(resources, "upstream", lambda: Upstream.start(
             factory.mktemp("upstream")))
-    spawned: Gateway | None = None
-    if "gateway" in wanted:
+    if "gateway" in wanted and resources.spawned is None and "gateway" not in resources.failed:
         if resources.redis is None or resources.upstream is None:
             resources.failed["gateway"] = "it needs the session's Redis and upstream"
         else:
             env = gateway_env(resources.upstream, resources.redis.url)
-            spawned = Gateway.spawn(factory.mktemp("gateway"), env)
+            resources.spawned = Gateway.spawn(factory.mktemp("gateway"), env)
+            resources.spawned_at = time.monotonic()
+
+
+def _start(config: pytest.Config, resources: SessionResources, wanted: set[str]) -> None:
+    clock = time.monotonic()
+    ahead = (f" (the gateway spawned {clock - resources.spawned_at:.1f} s before, as the "
+             "collection began)" if resources.spawned is not None else "")
+    _servers(config, resources, wanted)
+    spawned = resources.spawned
     if "embedder" in wanted:  # loads while the gateway's process loads its own copy
         resources.embedder = _attempt(resources, "embedder",
                                       lambda: Embedder(loaded=load_model()))
@@ -127,12 +169,14 @@ def _start(config: pytest.Config, resources: SessionResources, wanted: set[str])
         resources.gateway = _attempt(resources, "gateway", up)
         if resources.gateway is None:
             stop(spawned.process)
+            resources.spawned = None
         else:
             resources.took[-1] += f" more, {cpu_seconds(spawned.process.pid):.1f} CPU-s in all"
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None:
         reporter.write_line(f"session resources started in {time.monotonic() - clock:.1f} s "
-                            f"(load {os.getloadavg()[0]:.1f}): {'; '.join(resources.took)}")
+                            f"after the collection{ahead} (load {os.getloadavg()[0]:.1f}): "
+                            f"{'; '.join(resources.took)}")
         for name, why in resources.failed.items():
             reporter.write_line(f"session {name} FAILED to start: {why}", red=True)
 
@@ -146,6 +190,205 @@ def _attempt(resources: SessionResources, name: str, start: Any) -> Any:
         return None
     resources.took.append(f"{name} {time.monotonic() - clock:.1f} s")
     return started
+
+
+@dataclass
+class ModuleStart:
+    """What a `@module_gateway` plan gets: its directory, the session's upstream and Redis,
+    and where to note what its tests read (`noted`, also `Gateway.noted`) or register what
+    to stop with the gateway (`on_stop`: e.g. a Redis of its own)."""
+
+    workdir: Path
+    upstream: Upstream
+    redis_url: str
+    noted: dict[str, Any] = field(default_factory=dict)
+    on_stop: list[Callable[[], None]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How a module's own gateway starts: `make` returns its environment (on top of the
+    harness's), `wait_path` is what must answer, `then` runs right after it answers."""
+
+    name: str  # the fixture's name, as its module names it
+    make: Callable[[ModuleStart], dict[str, str]]
+    wait_path: str
+    ahead: bool
+    then: Callable[[Gateway], None] | None
+
+
+@dataclass
+class _Started:
+    plan: Plan
+    start: ModuleStart | None = None
+    gateway: Gateway | None = None
+    spawned_at: float = 0.0
+    up: bool = False
+    failure: str = ""
+    stopped: bool = False
+
+
+class ModuleGateways:
+    """The collected tests' `@module_gateway`s, in the order their modules run. Those with
+    `ahead` are spawned `AHEAD` at a time before they are needed, so that their model loads
+    (~15 CPU-s each) overlap the tests before them; each is waited for (bounded by its work,
+    as the session's gateway) before its module's first test, outside that test's timeout,
+    and stopped when its module ends, which spawns the next."""
+
+    AHEAD = 1  # gateways loading or waiting ahead at once: each holds ~0.7 GB once loaded
+
+    def __init__(self, config: pytest.Config, resources: SessionResources,
+                 plans: list[Plan]) -> None:
+        self._factory: pytest.TempPathFactory = config._tmp_path_factory
+        self._resources = resources
+        self.order = [_Started(plan) for plan in plans]
+        self.took: list[str] = []
+
+    def _find(self, plan: Plan) -> _Started:
+        return next(started for started in self.order if started.plan is plan)
+
+    def _spawn(self, started: _Started) -> None:
+        if started.start is not None:
+            return
+        upstream, redis = self._resources.upstream, self._resources.redis
+        workdir = self._factory.mktemp(started.plan.name)
+        if upstream is None or redis is None:
+            started.start = ModuleStart(workdir, upstream, "")  # type: ignore[arg-type]
+            started.failure = "it needs the session's Redis and upstream, which did not start"
+            return
+        started.start = ModuleStart(workdir, upstream, redis.url)
+        try:
+            env = started.plan.make(started.start)
+            started.gateway = Gateway.spawn(workdir / "gateway", env)
+        except Exception as exc:
+            started.failure = f"{type(exc).__name__}: {exc}"
+            return
+        started.spawned_at = time.monotonic()
+
+    def spawn_ahead(self) -> None:
+        """Spawn the next `ahead` plans while fewer than `AHEAD` are loading or waiting."""
+        live = sum(1 for s in self.order if s.start is not None and not s.stopped)
+        for started in self.order:
+            if live >= self.AHEAD:
+                return
+            if started.start is None and started.plan.ahead:
+                self._spawn(started)
+                live += 1
+            elif started.start is None:
+                return  # one started only when needed: none after it goes ahead of it
+
+    def wait(self, plan: Plan) -> None:
+        """Before the first test that needs `plan`'s gateway (outside its timeout)."""
+        started = self._find(plan)
+        self._spawn(started)
+        if started.up or started.failure or started.gateway is None:
+            return
+        clock = time.monotonic()
+        name = f"module gateway `{plan.name}` (`ctxgate serve`, {started.gateway.url})"
+        try:
+            started.gateway.wait_up(plan.wait_path, name=name)
+            if plan.then is not None:
+                plan.then(started.gateway)
+        except Exception as exc:
+            started.failure = f"{type(exc).__name__}: {exc}"
+            self._stop(started)
+            return
+        started.up = True
+        started.gateway.noted.update(started.start.noted)  # type: ignore[union-attr]
+        self.took.append(
+            f"{plan.name} {time.monotonic() - clock:.1f} s waited before its first test "
+            f"({time.monotonic() - started.spawned_at:.1f} s after its spawn, "
+            f"{cpu_seconds(started.gateway.process.pid):.1f} CPU-s, "
+            f"load {os.getloadavg()[0]:.1f})")
+
+    def get(self, plan: Plan) -> Gateway:
+        started = self._find(plan)
+        if not started.up:
+            why = started.failure or "it was not waited for before the test"
+            pytest.fail(f"the module's gateway `{plan.name}` did not start before its first "
+                        f"test: {why}", pytrace=False)
+        assert started.gateway is not None
+        return started.gateway
+
+    def done(self, plan: Plan) -> None:
+        """Its module ended: stop it, and spawn the next ahead."""
+        self._stop(self._find(plan))
+        self.spawn_ahead()
+
+    def _stop(self, started: _Started) -> None:
+        if started.stopped:
+            return
+        started.stopped = True
+        if started.gateway is not None:
+            stop(started.gateway.process)
+        for hook in started.start.on_stop if started.start is not None else ():
+            hook()
+
+    def stop_all(self) -> None:
+        for started in self.order:
+            if started.start is not None:
+                self._stop(started)
+
+
+def module_gateway(*, wait_path: str = "/healthz", ahead: bool = True,
+                   then: Callable[[Gateway], None] | None = None) -> Callable[..., Any]:
+    """Declares a module's own gateway: decorates `make(start: ModuleStart) -> env` and makes
+    a module-scoped fixture of the same name that yields the started `Gateway`. It starts
+    outside the module's first test's timeout (`ModuleGateways`); a start that fails fails
+    each test of the module with the process, the cause and its log's tail. `ahead=False`
+    for a gateway that must not run while other modules' tests do (one that acts on the
+    session's Redis by itself, or whose start a test measures)."""
+
+    def decorate(make: Callable[[ModuleStart], dict[str, str]]) -> Any:
+        plan = Plan(make.__name__, make, wait_path, ahead, then)
+
+        def started(request: pytest.FixtureRequest) -> Iterator[Gateway]:
+            modules = request.config.stash[RESOURCES].modules
+            if modules is None:
+                pytest.fail(f"`{plan.name}` was not foreseen from the collected tests",
+                            pytrace=False)
+            yield modules.get(plan)
+            modules.done(plan)
+
+        started.ctxgate_plan = plan  # type: ignore[attr-defined]
+        started.__doc__ = make.__doc__
+        return pytest.fixture(scope="module", name=plan.name)(started)
+
+    return decorate
+
+
+def _plans_of(item: pytest.Item) -> list[Plan]:
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return []
+    return [plan for name in item.fixturenames for fixturedef in info.name2fixturedefs.get(name, ())
+            if (plan := getattr(fixturedef.func, "ctxgate_plan", None)) is not None]
+
+
+def _module_plans(items: list[pytest.Item]) -> list[Plan]:
+    """The `@module_gateway` plans the collected tests need, in the order they run."""
+    seen: dict[int, Plan] = {}
+    for item in items:
+        for plan in _plans_of(item):
+            seen.setdefault(id(plan), plan)
+    return list(seen.values())
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, object]:
+    """Before pytest-timeout's timer (its wrapper is inside this one): the module's own
+    gateways this test needs are up, or known to have failed."""
+    resources = item.config.stash.get(RESOURCES, None)
+    if resources is not None and resources.modules is not None:
+        for plan in _plans_of(item):
+            resources.modules.wait(plan)
+    return (yield)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    resources = terminalreporter.config.stash.get(RESOURCES, None)
+    if resources is not None and resources.modules is not None and resources.modules.took:
+        terminalreporter.write_line("module gateways: " + "; ".join(resources.modules.took))
 
 
 class CpuBoundExceeded(Exception):

@@ -178,6 +178,7 @@ class Gateway:
     workdir: Path
     env: dict[str, str] = field(default_factory=dict)
     admin_key: str = "test-admin-key"
+    noted: dict[str, Any] = field(default_factory=dict)  # what its start noted for its tests
 
     @classmethod
     def start(cls, workdir: Path, env: dict[str, str], args: list[str] | None = None,

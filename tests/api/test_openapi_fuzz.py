@@ -8,7 +8,6 @@ description (status, content type, schema).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -17,8 +16,8 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis.specs.openapi.checks import missing_required_header
 
-from tests.conftest import gateway_env
-from tests.harness import ROOT, Gateway, Upstream, stop
+from tests.conftest import ModuleStart, gateway_env, module_gateway
+from tests.harness import ROOT, Gateway
 
 pytestmark = pytest.mark.integration
 
@@ -26,15 +25,11 @@ SPEC = ROOT / "gateway" / "api" / "openapi.yaml"
 DB = 13
 
 
-@pytest.fixture(scope="module")
-def fuzzed_gateway(tmp_path_factory: pytest.TempPathFactory, upstream: Upstream,
-                   redis_url: str) -> Iterator[Gateway]:
-    url = redis_url.rsplit("/", 1)[0] + f"/{DB}"
+@module_gateway(wait_path="/readyz")
+def fuzzed_gateway(start: ModuleStart) -> dict[str, str]:
+    url = start.redis_url.rsplit("/", 1)[0] + f"/{DB}"
     redis.Redis.from_url(url).flushdb()
-    server = Gateway.start(tmp_path_factory.mktemp("fuzzed"), {
-        **gateway_env(upstream, url), "CTXGATE_WORKER": "off"}, wait_path="/readyz")
-    yield server
-    stop(server.process)
+    return {**gateway_env(start.upstream, url), "CTXGATE_WORKER": "off"}
 
 
 # Loaded eagerly (the base URL is given per call): schemathesis' lazy `from_fixture` reads a

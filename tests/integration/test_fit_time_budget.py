@@ -14,7 +14,7 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -26,8 +26,8 @@ import yaml
 from gateway.auth import tenant_of_token
 from gateway.learner.traces import TraceEvent
 from gateway.store import keys
-from tests.conftest import gateway_env
-from tests.harness import ROOT, Gateway, Upstream, stop
+from tests.conftest import ModuleStart, gateway_env, module_gateway
+from tests.harness import ROOT, Gateway, Upstream
 
 SMALL = [{"role": "system", "content": "You are terse."},
          {"role": "user", "content": "Is there a status page?"}]
@@ -47,22 +47,17 @@ def post(url: str, messages: list[dict[str, str]], **headers: str) -> httpx.Resp
                       content=orjson.dumps({"model": "gpt-4o-mini", "messages": messages}))
 
 
-@pytest.fixture(scope="module")
-def hurried(tmp_path_factory: pytest.TempPathFactory, upstream: Upstream,
-            redis_url: str) -> Iterator[Gateway]:
+@module_gateway(wait_path="/readyz")
+def hurried(start: ModuleStart) -> dict[str, str]:
     """A gateway whose every fit is past its budget; class `strict` refuses such calls."""
-    workdir = tmp_path_factory.mktemp("hurried-gateway")
     config: dict[str, Any] = yaml.safe_load((ROOT / "config" / "gateway.yaml").read_text())
     config["task_classes"]["strict"] = {"description": "refuses calls it cannot fit in time",
                                         "on_fit_timeout": "refuse"}
-    path = workdir / "gateway.yaml"
+    path = start.workdir / "gateway.yaml"
     path.write_text(yaml.safe_dump(config))
-    env = {**gateway_env(upstream, redis_url), "CTXGATE_CONFIG": str(path),
-           "CTXGATE_FIT_TIMEOUT_S": "0.000001", "CTXGATE_WORKER": "off",
-           "CTXGATE_MODELS_FILE": str(ROOT / "config" / "models.yaml")}
-    server = Gateway.start(workdir, env, wait_path="/readyz")
-    yield server
-    stop(server.process)
+    return {**gateway_env(start.upstream, start.redis_url), "CTXGATE_CONFIG": str(path),
+            "CTXGATE_FIT_TIMEOUT_S": "0.000001", "CTXGATE_WORKER": "off",
+            "CTXGATE_MODELS_FILE": str(ROOT / "config" / "models.yaml")}
 
 
 @pytest.mark.parametrize("messages", [SMALL, many(2_000)], ids=["inline", "fitting-thread"])

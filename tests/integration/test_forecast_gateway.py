@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,16 +21,15 @@ from gateway.context.adjust import ClassForecasts
 from gateway.context.controller import Counts, Judgement
 from gateway.context.evidence import EvidenceStore
 from gateway.context.fidelity import CallSignals
-from tests.conftest import gateway_env
-from tests.harness import Gateway, Upstream, stop
+from tests.conftest import ModuleStart, gateway_env, module_gateway
+from tests.harness import Gateway
 
 RUN = uuid.uuid4().hex[:6]
 MOVING, STILL, OFF = f"fc_moving_{RUN}", f"fc_still_{RUN}", f"fc_off_{RUN}"
 
 
-@pytest.fixture(scope="module")
-def config(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("forecast") / "gateway.yaml"
+def write_config(directory: Path) -> Path:
+    path = directory / "gateway.yaml"
     adjusting = "{adjust: true, min_evidence_calls: 10, step: 0.2}"
     path.write_text(
         "task_classes:\n"
@@ -41,14 +39,19 @@ def config(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+# Not ahead: it judges and moves caps in the session's Redis, which must not happen while
+# other modules' tests run on the session's gateway.
+@module_gateway(ahead=False)
+def forecast_gateway(start: ModuleStart) -> dict[str, str]:
+    return {**gateway_env(start.upstream, start.redis_url),
+            "CTXGATE_CONFIG": str(write_config(start.workdir)),
+            "CTXGATE_FORECAST_ADJUST": "true", "CTXGATE_FORECAST_JUDGE_EVERY_S": "0.2"}
+
+
 @pytest.fixture(scope="module")
-def forecast_gateway(tmp_path_factory: pytest.TempPathFactory, upstream: Upstream,
-                     redis_url: str, config: Path) -> Iterator[Gateway]:
-    env = {**gateway_env(upstream, redis_url), "CTXGATE_CONFIG": str(config),
-           "CTXGATE_FORECAST_ADJUST": "true", "CTXGATE_FORECAST_JUDGE_EVERY_S": "0.2"}
-    server = Gateway.start(tmp_path_factory.mktemp("forecast-gateway"), env)
-    yield server
-    stop(server.process)
+def config(forecast_gateway: Gateway) -> Path:
+    """The YAML the module's gateway reads."""
+    return Path(forecast_gateway.env["CTXGATE_CONFIG"])
 
 
 async def _evidence(redis_url: str, task_class: str, calls: int, found: int) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -14,8 +13,8 @@ import openai
 import orjson
 import pytest
 
-from tests.conftest import gateway_env
-from tests.harness import Gateway, Upstream, stop
+from tests.conftest import ModuleStart, gateway_env, module_gateway
+from tests.harness import Gateway, Upstream
 from tests.learner.conftest import curation, reflection
 
 LESSON = "Install missing Python modules with pip before rerunning pytest."
@@ -23,21 +22,21 @@ CLASS = "coding_agent"
 SYSTEM = "You are an autonomous programmer working in a repository."
 
 
+TAG = uuid.uuid4().hex[:8]
+MODELS = (f"e2e-reflector-{TAG}", f"e2e-curator-{TAG}")
+
+
 @pytest.fixture(scope="module")
 def models() -> tuple[str, str]:
-    tag = uuid.uuid4().hex[:8]
-    return f"e2e-reflector-{tag}", f"e2e-curator-{tag}"
+    return MODELS
 
 
-@pytest.fixture(scope="module")
-def loop_gateway(tmp_path_factory: pytest.TempPathFactory, upstream: Upstream,
-                 redis_url: str, models: tuple[str, str]) -> Iterator[Gateway]:
-    env = gateway_env(upstream, redis_url.rsplit("/", 1)[0] + "/8")
-    env.update(CTXGATE_REFLECTOR_MODEL=models[0], CTXGATE_CURATOR_MODEL=models[1],
+@module_gateway()
+def loop_gateway(start: ModuleStart) -> dict[str, str]:
+    env = gateway_env(start.upstream, start.redis_url.rsplit("/", 1)[0] + "/8")
+    env.update(CTXGATE_REFLECTOR_MODEL=MODELS[0], CTXGATE_CURATOR_MODEL=MODELS[1],
                CTXGATE_WORKER="inprocess", CTXGATE_UPSTREAM_TIMEOUT_S="30")
-    server = Gateway.start(tmp_path_factory.mktemp("loop-gateway"), env)
-    yield server
-    stop(server.process)
+    return env
 
 
 def client(gateway: Gateway, key: str, session: str) -> openai.OpenAI:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -19,27 +18,38 @@ import orjson
 import pytest
 
 from gateway.auth import tenant_of_token
-from tests.conftest import gateway_env
-from tests.harness import Gateway, Upstream, stop
+from tests.conftest import ModuleStart, gateway_env, module_gateway
+from tests.harness import Gateway
 from tests.learner.conftest import curation, reflection
 from tests.learner.test_shutdown import CLASS, LESSON, failed_step
 
 
-@pytest.fixture(scope="module")
-def fresh_gateway(tmp_path_factory: pytest.TempPathFactory, upstream: Upstream,
-                  redis_url: str) -> Iterator[tuple[Gateway, tuple[str, str], httpx.Response]]:
+def ready_at_first_answer(server: Gateway) -> None:
+    server.noted["ready_then"] = httpx.get(f"{server.url}/readyz", timeout=30)
+
+
+# Not ahead: its tests read its first answer and its first seconds, so it is waited for
+# from its spawn (on /healthz), just before its first test (outside that test's timeout).
+@module_gateway(ahead=False, then=ready_at_first_answer)
+def first_gateway(start: ModuleStart) -> dict[str, str]:
     tag = uuid.uuid4().hex[:8]
     models = (f"first-reflector-{tag}", f"first-curator-{tag}")
-    upstream.script(models[0], [reflection(insight=LESSON)])
-    upstream.script(models[1], [curation([{"type": "ADD", "section": "common_mistakes",
-                                           "content": LESSON}])])
-    env = gateway_env(upstream, redis_url.rsplit("/", 1)[0] + "/9")
+    start.upstream.script(models[0], [reflection(insight=LESSON)])
+    start.upstream.script(models[1], [curation([{"type": "ADD", "section": "common_mistakes",
+                                                 "content": LESSON}])])
+    start.noted["models"] = models
+    env = gateway_env(start.upstream, start.redis_url.rsplit("/", 1)[0] + "/9")
     env.update(CTXGATE_REFLECTOR_MODEL=models[0], CTXGATE_CURATOR_MODEL=models[1],
                CTXGATE_WORKER="inprocess", CTXGATE_UPSTREAM_TIMEOUT_S="30")
-    server = Gateway.start(tmp_path_factory.mktemp("first-seconds"), env)  # on /healthz
-    ready_then = httpx.get(f"{server.url}/readyz", timeout=30)  # at its first answer
-    yield server, models, ready_then
-    stop(server.process)
+    return env
+
+
+@pytest.fixture(scope="module")
+def fresh_gateway(
+    first_gateway: Gateway
+) -> tuple[Gateway, tuple[str, str], httpx.Response]:
+    noted = first_gateway.noted
+    return first_gateway, noted["models"], noted["ready_then"]
 
 
 def test_the_port_opens_once_the_model_is_loaded(

@@ -27,8 +27,8 @@ from gateway.learner.throttle import (
 )
 from gateway.learner.worker import run_worker
 from gateway.playbook.store import PlaybookStore
-from tests.conftest import gateway_env
-from tests.harness import ROOT, Gateway, Upstream, stop
+from tests.conftest import ModuleStart, gateway_env, module_gateway
+from tests.harness import ROOT, Gateway, Upstream
 from tests.learner.conftest import (
     curation,
     failed_step_event,
@@ -152,27 +152,27 @@ async def test_throttled_worker_drains_the_queue_and_learns(
     assert used <= 0.05 * took + 0.01 + 0.05, (used, took)
 
 
-@pytest.fixture
-def tight_gateway(tmp_path: Path, upstream: Upstream, redis_url: str,
-                  models: tuple[str, str]) -> Iterator[Gateway]:
+@module_gateway()
+def tight_gateway(start: ModuleStart) -> dict[str, str]:
     """`ctxgate serve` whose in-process learner has a tiny CPU budget in its YAML."""
     config: dict[str, Any] = yaml.safe_load((ROOT / "config" / "gateway.yaml").read_text())
     config["learner"].update(max_cpu_share=0.02, busy_cpu_share=0.01)
-    path = tmp_path / "gateway.yaml"
+    path = start.workdir / "gateway.yaml"
     path.write_text(yaml.safe_dump(config))
-    env = gateway_env(upstream, redis_url.rsplit("/", 1)[0] + "/10")
+    tag = uuid.uuid4().hex[:8]
+    env = gateway_env(start.upstream, start.redis_url.rsplit("/", 1)[0] + "/10")
     env.update(CTXGATE_CONFIG=str(path), CTXGATE_WORKER="inprocess",
                CTXGATE_MODELS_FILE=str(ROOT / "config" / "models.yaml"),
-               CTXGATE_REFLECTOR_MODEL=models[0], CTXGATE_CURATOR_MODEL=models[1],
+               CTXGATE_REFLECTOR_MODEL=f"reflector-{tag}", CTXGATE_CURATOR_MODEL=f"curator-{tag}",
                CTXGATE_UPSTREAM_TIMEOUT_S="30")
-    server = Gateway.start(tmp_path / "gateway", env)
-    yield server
-    stop(server.process)
+    return env
 
 
 def test_serve_with_a_tight_budget_still_learns_every_lesson(
-    tight_gateway: Gateway, upstream: Upstream, models: tuple[str, str]
+    tight_gateway: Gateway, upstream: Upstream
 ) -> None:
+    models = (tight_gateway.env["CTXGATE_REFLECTOR_MODEL"],
+              tight_gateway.env["CTXGATE_CURATOR_MODEL"])
     key = f"sk-tight-{uuid.uuid4().hex[:8]}"
     lessons = ["Pin dependency versions in requirements files before running pytest.",
                "Read the full traceback and open the failing file at the reported line.",

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import openai
 import orjson
 import pytest
 
-from tests.conftest import gateway_env
-from tests.harness import Gateway, Upstream, stop
+from tests.conftest import ModuleStart, gateway_env, module_gateway
+from tests.harness import Gateway, Upstream
 from tests.openapi_oracle import validate
 
 KEY = "sk-test-passthrough-abcdef123456"
@@ -49,18 +47,15 @@ def test_any_method_and_path_is_forwarded_verbatim(gateway: Gateway, upstream: U
     assert response.headers["x-ctxgate-trace-id"]
 
 
-@pytest.fixture(scope="module")
-def keys_gateway(tmp_path_factory: pytest.TempPathFactory, upstream: Upstream,
-                 redis_url: str) -> Iterator[Gateway]:
-    workdir = tmp_path_factory.mktemp("keys-gateway")
-    config = workdir / "gateway.yaml"
+@module_gateway()
+def keys_gateway(start: ModuleStart) -> dict[str, str]:
+    config = start.workdir / "gateway.yaml"
     config.write_text("auth_mode: keys\nkeys:\n  gk-team-alpha-0001: alpha\n"
                       "  gk-team-beta-0002: beta\n")
-    env = {**gateway_env(upstream, redis_url), "CTXGATE_CONFIG": str(config),
-           "CTXGATE_UPSTREAM_API_KEY": "sk-upstream-secret-987654321"}
-    server = Gateway.start(workdir, env)
-    yield server
-    stop(server.process)
+    # No learner of its own: started ahead, it would take the session gateway's traces.
+    return {**gateway_env(start.upstream, start.redis_url), "CTXGATE_CONFIG": str(config),
+            "CTXGATE_UPSTREAM_API_KEY": "sk-upstream-secret-987654321",
+            "CTXGATE_WORKER": "off"}
 
 
 def test_keys_mode_swaps_the_credential(keys_gateway: Gateway, upstream: Upstream) -> None:
@@ -84,18 +79,19 @@ def test_keys_mode_rejects_unknown_keys(keys_gateway: Gateway, key: str | None) 
         assert response.json()["error"]["code"] == "invalid_api_key"
 
 
-def test_unreachable_upstream_is_a_502(tmp_path: Path, redis_url: str) -> None:
+@module_gateway()
+def dead_upstream_gateway(start: ModuleStart) -> dict[str, str]:
     with __import__("socket").socket() as sock:  # a port nobody listens on
         sock.bind(("127.0.0.1", 0))
         dead = sock.getsockname()[1]
-    server = Gateway.start(tmp_path, {"CTXGATE_UPSTREAM_URL": f"http://127.0.0.1:{dead}/v1",
-                                      "CTXGATE_REDIS_URL": redis_url, "CTXGATE_WORKER": "off"})
-    try:
-        client = openai.OpenAI(base_url=server.base_url, api_key=KEY, max_retries=0)
-        with pytest.raises(openai.APIStatusError) as caught:
-            client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
-        assert caught.value.status_code == 502
-        assert caught.value.code == "upstream_unreachable"
-        assert httpx.get(f"{server.base_url}/models").status_code == 502
-    finally:
-        stop(server.process)
+    return {"CTXGATE_UPSTREAM_URL": f"http://127.0.0.1:{dead}/v1",
+            "CTXGATE_REDIS_URL": start.redis_url, "CTXGATE_WORKER": "off"}
+
+
+def test_unreachable_upstream_is_a_502(dead_upstream_gateway: Gateway) -> None:
+    client = openai.OpenAI(base_url=dead_upstream_gateway.base_url, api_key=KEY, max_retries=0)
+    with pytest.raises(openai.APIStatusError) as caught:
+        client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
+    assert caught.value.status_code == 502
+    assert caught.value.code == "upstream_unreachable"
+    assert httpx.get(f"{dead_upstream_gateway.base_url}/models").status_code == 502

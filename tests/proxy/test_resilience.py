@@ -25,7 +25,8 @@ from gateway.learner.traces import TraceEvent
 from gateway.observability.explain import ACCOUNT_FIELD, PIECE
 from gateway.store import keys
 from gateway.store.embedded import EmbeddedRedis
-from tests.harness import Gateway, Upstream, stop
+from tests.conftest import ModuleStart, module_gateway
+from tests.harness import Gateway, Upstream
 from tests.sessions import synthetic_session
 
 HELD = 3  # learner.outage_buffer_traces of this module's gateway
@@ -35,23 +36,24 @@ REDIS_TIMEOUT_S = 0.5
 ADMIN_KEY = "admin-outage-key"
 
 
-@pytest.fixture(scope="module")
-def outage_stack(tmp_path_factory: pytest.TempPathFactory,
-                 upstream: Upstream) -> Iterator[tuple[EmbeddedRedis, Gateway]]:
-    """A gateway and a Redis of their own (these tests stop it), shared by the module;
-    each test leaves Redis running again."""
-    tmp = tmp_path_factory.mktemp("outage")
-    store = EmbeddedRedis(tmp / "redis").start()
-    server = Gateway.start(tmp / "gw", {
-        "CTXGATE_UPSTREAM_URL": f"{upstream.url}/v1", "CTXGATE_REDIS_URL": store.url,
+@module_gateway(wait_path="/readyz")
+def outage_gateway(start: ModuleStart) -> dict[str, str]:
+    """A gateway with a Redis of its own (these tests stop it), stopped with it."""
+    store = EmbeddedRedis(start.workdir / "redis").start()
+    start.noted["store"] = store
+    start.on_stop.append(store.stop)
+    return {
+        "CTXGATE_UPSTREAM_URL": f"{start.upstream.url}/v1", "CTXGATE_REDIS_URL": store.url,
         "CTXGATE_WORKER": "off", "CTXGATE_LEARNER": json.dumps({"outage_buffer_traces": HELD}),
         "CTXGATE_REDIS_TIMEOUT_S": str(REDIS_TIMEOUT_S), "CTXGATE_ADMIN_KEY": ADMIN_KEY,
-    }, wait_path="/readyz")
-    try:
-        yield store, server
-    finally:
-        stop(server.process)
-        store.stop()
+    }
+
+
+@pytest.fixture(scope="module")
+def outage_stack(outage_gateway: Gateway) -> tuple[EmbeddedRedis, Gateway]:
+    """The module's gateway and its Redis, shared by the module; each test leaves Redis
+    running again."""
+    return outage_gateway.noted["store"], outage_gateway
 
 
 @pytest.fixture

@@ -13,10 +13,12 @@ from typing import Any
 
 import orjson
 import pytest
+from typer.testing import CliRunner
 
 from bench import corpora
 from bench.corpus_run import replay_session, request
 from bench.yardstick import call_ends
+from gateway.cli import app
 from gateway.context.engine import ContextEngine
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -68,11 +70,12 @@ def test_ctxgate_replay_reads_each_format(tmp_path: Path) -> None:
         files[fmt].write_bytes(converted)
     results = {}
     for fmt, path in files.items():
-        out = subprocess.run(
-            [sys.executable, "-m", "gateway", "replay", str(path), "--json"],
-            cwd=ROOT, capture_output=True, check=True).stdout
+        # The command itself, in this process: a `python -m gateway replay` each would
+        # import torch and load the model again (~10 CPU-s each, ~70 s at load 18).
+        ran = CliRunner().invoke(app, ["replay", str(path), "--json"])
+        assert ran.exit_code == 0, (ran.output, ran.exception)
         results[fmt] = [(r["tokens_before"] - r["tokens_after"], len(r["drops"]))
-                        for r in orjson.loads(out)]
+                        for r in orjson.loads(ran.stdout)]
     assert len(results["chat"]) == 10
     assert results["chat"][-1][0] > 0
     assert results["responses"] == results["chat"]
