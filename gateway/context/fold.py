@@ -49,14 +49,12 @@ import orjson
 from gateway.context.items import PINNED
 from gateway.context.render import Plan
 from gateway.context.summarize import notable, values
-from gateway.observability.droplog import DropEvent
+from gateway.observability.droplog import DropEvent, Kind
 
 FOLD_REASON = "folded_exchange"
 FOLD_HEAD = "[ctxgate: calls after this, folded]"  # on every note: kept short
 TURNS_REASON = "folded_turns"  # a run of old turns folded into one note (fold_turns)
 FOLD_REASONS = frozenset({FOLD_REASON, TURNS_REASON})
-import os
-TALK_ONLY = os.environ.get("CTXGATE_TALK_ONLY") == "1"
 MIN_TURNS = 2  # turns a turns run folds at least (one turn gains nothing)
 _DIGEST_ONLY = re.compile(r"\[…\d+ lines\]")  # a digest that kept no line names nothing
 _PLACEHOLDER = "[ctxgate: "
@@ -289,16 +287,15 @@ def fold_runs(
 
 
 def _turn(messages: Sequence[Mapping[str, Any]], indexes: Sequence[int], k: int,
-          horizon: int, talk_only: bool) -> bool:
+          horizon: int) -> bool:
     """Whether messages[k] and messages[k + 1] are a closed turn behind `horizon` that a
-    turns run may take: a user message (text; with `talk_only`, without a fold note) and
-    the assistant's reply to it, without calls, neither pinned."""
+    turns run may take: a user message (text, a fold note's included) and the assistant's
+    reply to it, without calls, neither pinned."""
     if k + 1 >= len(messages) or indexes[k + 1] >= horizon:
         return False
     user, reply = messages[k], messages[k + 1]
     text = user.get("content")
-    if (user.get("role") != "user" or user.get(PINNED) or not isinstance(text, str)
-            or (talk_only and FOLD_HEAD in text)):
+    if user.get("role") != "user" or user.get(PINNED) or not isinstance(text, str):
         return False
     said = reply.get("content")
     return (reply.get("role") == "assistant" and not reply.get(PINNED)
@@ -306,7 +303,7 @@ def _turn(messages: Sequence[Mapping[str, Any]], indexes: Sequence[int], k: int,
 
 
 def find_turn_runs(messages: Sequence[Mapping[str, Any]], indexes: Sequence[int],
-                   horizon: int, talk_only: bool = False) -> list[Run]:
+                   horizon: int) -> list[Run]:
     """Runs of `MIN_TURNS` or more consecutive closed turns behind `horizon` (message k is
     the client's `indexes[k]`): `user` the first turn's user message (it carries the
     note), `start`..`end` the messages that leave, `end` the last turn's reply (it stays,
@@ -315,7 +312,7 @@ def find_turn_runs(messages: Sequence[Mapping[str, Any]], indexes: Sequence[int]
     k, n = 0, len(messages)
     while k < n and indexes[k] < horizon:
         j = k
-        while _turn(messages, indexes, j, horizon, talk_only):
+        while _turn(messages, indexes, j, horizon):
             j += 2
         if (j - k) // 2 >= MIN_TURNS:
             runs.append(Run(k, k + 1, j - 1))
@@ -376,21 +373,24 @@ def fold_turns(folded: Folded, runs: Sequence[Run], original: Original,
         first, last = plan[run.user][0], plan[run.end][0]
         text = turns_note(messages, run)
         tokens = count(text)
-        olds = {i: by_index.get(i, ()) for i in range(first, last)}
+        olds: dict[int, Sequence[DropEvent]] = {
+            i: by_index.get(i, []) for i in range(first, last)}
         heads = {i: original(i) for i in range(first, last)}
+        sent = {plan[p][0]: messages[p] for p in range(run.user, run.end)}
         now = sum(heads[i][1] - sum(e.tokens_saved for e in olds[i]) for i in olds)
         if tokens >= now:
             continue
         step = max((e.step for old in olds.values() for e in old), default=latest)
         for i in range(first, last):
             item_id, before = heads[i]
-            kind = olds[i][0].kind if olds[i] else (
-                "user" if i == first else "assistant")
+            msg = sent.get(i)  # None: an exchange an earlier fold took (it has events)
+            kind: Kind = olds[i][0].kind if olds[i] else (
+                "user" if msg is not None and msg.get("role") == "user" else "assistant")
             new_events[i] = DropEvent(
                 stage="compress", action="compress" if i == first else "drop",
                 reason=TURNS_REASON, item_id=item_id, kind=kind, message_index=i,
                 tokens_before=before, tokens_after=tokens if i == first else 0,
-                text="", step=step)
+                text=str(msg.get("content") or "") if msg is not None else "", step=step)
         delta += tokens - now
         notes[run.user] = (run.end, text)
     if not notes:
@@ -464,7 +464,6 @@ def fold(
     count: Callable[[str], int],
     memo: FoldMemo,
     gate: Callable[[], bool] = lambda: True,
-    turns: bool = True,
 ) -> Folded | None:
     """The forwarded `messages` (rendered by `plan`; None: all as sent) with the runs
     behind `horizon` folded, or None when there is none or `gate` (asked only when the
@@ -489,11 +488,9 @@ def fold(
     if runs:
         folded, memo.runs = fold_runs(messages, entries, events, runs, original, count,
                                       memo.runs)
-    if turns:
-        turn_runs = find_turn_runs(folded.messages, [i for i, _ in folded.plan], horizon,
-                                   TALK_ONLY)
-        if turn_runs:
-            folded = fold_turns(folded, turn_runs, original, count)
+    turn_runs = find_turn_runs(folded.messages, [i for i, _ in folded.plan], horizon)
+    if turn_runs:
+        folded = fold_turns(folded, turn_runs, original, count)
     if folded.messages is messages:
         return None
     memo.folded = folded
