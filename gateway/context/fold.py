@@ -27,6 +27,28 @@ result without its call (a run goes whole). A run with anything the gateway must
 rewrite (a pinned message: signed thinking, an opaque block; non-text content; a call
 unanswered) stays as it is.
 
+The second level (`fold_turns`): once folded, what is left of an old turn is a line or two
+(a placeholder of the user's text, a one-sentence gist of the reply, the note), ~80
+characters a message; an agent that walks a customer through settings by talk has hundreds
+of such turns (tau2-bench telecom's queues: ~210 a late call, bench/README.md, "Telecom
+ticket queues stop at ~69% late"). Two or more consecutive closed turns behind the horizon
+(a user message and the assistant's reply without calls, neither pinned; the exchanges the
+first level folded inside them included) go as one user message, the last turn's reply kept
+after it so roles still alternate:
+
+    [ctxgate: 3 turns folded]
+    555-123-2002
+    get_customer_by_phone(555-123-2002) → omitted
+    Your plan P1001 has 5GB.
+
+It keeps every value a placeholder or note names: a placeholder's mentions, a user text the
+engine sent as it is, the fold notes' call lines (without their header), a reply that names
+a notable value (`summarize.notable`) as it was sent; a placeholder's excerpt, a digest
+that kept no line and a reply that names nothing go. A line already in the note is not
+repeated, nor a value it already has. Every client message from the first user message to
+the kept reply gets one event, reason `folded_turns` (the first `compress`, down to the
+note's tokens, the others `drop`), replacing the ones they had.
+
 Folding depends only on the forwarded messages and the horizon, so between steps every
 call folds the same runs into the same bytes (the prefix cache holds); `FoldMemo` keeps
 the last call's result so a call between steps reads only its new messages. The drop log
@@ -56,6 +78,7 @@ FOLD_HEAD = "[ctxgate: calls after this, folded]"  # on every note: kept short
 TURNS_REASON = "folded_turns"  # a run of old turns folded into one note (fold_turns)
 FOLD_REASONS = frozenset({FOLD_REASON, TURNS_REASON})
 MIN_TURNS = 2  # turns a turns run folds at least (one turn gains nothing)
+TURNS_HEAD = re.compile(r"\[ctxgate: \d+ turns folded\]")  # a turns note's first line
 _DIGEST_ONLY = re.compile(r"\[…\d+ lines\]")  # a digest that kept no line names nothing
 _PLACEHOLDER = "[ctxgate: "
 
@@ -351,7 +374,7 @@ def turns_note(messages: Sequence[Mapping[str, Any]], run: Run) -> str:
         reply = str(messages[k + 1].get("content") or "").strip()
         if any(notable(v) for v in values(reply)):
             add(reply)  # as sent: a value is re-typed as it was written
-    return f"[ctxgate: {(run.end - run.user + 1) // 2} turns folded]{note}"
+    return f"[ctxgate: {(run.end - run.user + 1) // 2} turns folded]{note}"  # TURNS_HEAD
 
 
 def fold_turns(folded: Folded, runs: Sequence[Run], original: Original,

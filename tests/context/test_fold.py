@@ -14,6 +14,7 @@ from gateway.context.engine import CallContext, ContextEngine, FittedCall
 from gateway.context.fold import (
     FOLD_HEAD,
     FOLD_REASON,
+    TURNS_HEAD,
     TURNS_REASON,
     FoldMemo,
     find_runs,
@@ -245,7 +246,7 @@ def test_a_turns_run_goes_as_one_note_of_what_it_named_and_the_log_adds_up() -> 
     # a placeholder's values, a reply that names one as sent, a user text as sent; a
     # placeholder's excerpt, a digest that kept no line and a reply naming nothing go
     note = "[ctxgate: 3 turns folded]\n555-123-2002\nYour plan P1001 has 5GB.\n###TRANSFER###"
-    assert folded.messages[1]["content"] == note
+    assert folded.messages[1]["content"] == note and TURNS_HEAD.match(note)
     assert folded.messages[2]["content"] == "Hi! How can I help?"  # the last reply stays
     assert folded.plan == [(0, None), (1, note), (6, None), (7, None)]
     assert [(e.message_index, e.action, e.reason, e.tokens_after) for e in folded.events] == [
