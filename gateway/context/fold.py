@@ -78,6 +78,11 @@ FOLD_HEAD = "[ctxgate: calls after this, folded]"  # on every note: kept short
 TURNS_REASON = "folded_turns"  # a run of old turns folded into one note (fold_turns)
 FOLD_REASONS = frozenset({FOLD_REASON, TURNS_REASON})
 MIN_TURNS = 2  # turns a turns run folds at least (one turn gains nothing)
+# A turns run starts no turn past a multiple of this many client messages from its first:
+# a step's horizon changes only the run of its own block, the older ones stay byte for byte
+# (one run from the session's start made every step re-send the whole call: tau2-bench
+# retail-4.1 queues' cost @0.1 64.5 -> 58.5%; bench/README.md, "Old turns folded").
+TURNS_BLOCK = 64
 TURNS_HEAD = re.compile(r"\[ctxgate: \d+ turns folded\]")  # a turns note's first line
 _DIGEST_ONLY = re.compile(r"\[…\d+ lines\]")  # a digest that kept no line names nothing
 _PLACEHOLDER = "[ctxgate: "
@@ -334,8 +339,8 @@ def find_turn_runs(messages: Sequence[Mapping[str, Any]], indexes: Sequence[int]
     runs = []
     k, n = 0, len(messages)
     while k < n and indexes[k] < horizon:
-        j = k
-        while _turn(messages, indexes, j, horizon):
+        j, block = k, indexes[k] // TURNS_BLOCK
+        while _turn(messages, indexes, j, horizon) and indexes[j] // TURNS_BLOCK == block:
             j += 2
         if (j - k) // 2 >= MIN_TURNS:
             runs.append(Run(k, k + 1, j - 1))
