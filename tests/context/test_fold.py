@@ -14,6 +14,7 @@ from gateway.context.engine import CallContext, ContextEngine, FittedCall
 from gateway.context.fold import (
     FOLD_HEAD,
     FOLD_REASON,
+    TURNS_BLOCK,
     TURNS_HEAD,
     TURNS_REASON,
     FoldMemo,
@@ -99,17 +100,20 @@ async def test_a_long_queue_folds_old_exchanges_keeping_values_and_pairs(
     assert last.task_class == "agent"
     sent = last.body["messages"]
     check_structure(sent)
-    # the old turns went as one note (fold_turns) of what their folds and turns named
+    # the old turns went as notes (fold_turns) of what their folds and turns named, one a
+    # block of TURNS_BLOCK client messages
     notes = [m["content"] for m in sent if m["role"] == "user" and TURNS_MARK in m["content"]]
-    assert len(notes) == 1
-    note = notes[0]
+    assert len(notes) >= 2
+    note = "\n".join(notes)
     assert FOLD_HEAD not in note  # each run's header goes with its turn
     # the values of each folded lookup stay: its reservation and customer ids, and the reply
     folded = {int(n) for n in re.findall(r"get_reservation\(RES(\d+)X", note)}
     assert len(folded) >= 30
     for k in folded:
         assert f"\nget_reservation(RES{k:03d}X, cust_{k:03d}_4411) → " in note
-    assert all(f"Reservation RES{k:03d}X is confirmed." in note for k in folded - {max(folded)})
+    replies = [str(m["content"]) for m in sent if m["role"] == "assistant"]
+    assert all(f"Reservation RES{k:03d}X is confirmed." in note + "".join(replies)
+               for k in folded)
     calls_left = {c["function"]["arguments"] for m in sent for c in m.get("tool_calls") or ()}
     assert not any(f'"RES{k:03d}X"' in a for k in folded for a in calls_left)
     # the drop log adds up on every call, each folded message accounted for once
@@ -118,13 +122,17 @@ async def test_a_long_queue_folds_old_exchanges_keeping_values_and_pairs(
             fit.tokens_before - fit.tokens_after)
     turn_events = [d for d in last.drops if d.reason == TURNS_REASON]
     carriers = [d for d in turn_events if d.action == "compress"]
-    assert len(carriers) == 1 and carriers[0].kind == "user"
-    # every client message from the carrier to the kept reply: one event (4 a ticket)
-    assert len(turn_events) >= 4 * (len(folded) - 1)
-    assert sorted(d.message_index for d in turn_events) == list(range(
-        carriers[0].message_index, carriers[0].message_index + len(turn_events)))
+    assert len(carriers) == len(notes) and all(d.kind == "user" for d in carriers)
+    blocks = [d.message_index // TURNS_BLOCK for d in carriers]
+    assert blocks == sorted(set(blocks))  # one run a block
+    # every client message from a carrier to its kept reply: one event (4 a ticket)
+    assert len(turn_events) >= 4 * (len(folded) - len(notes))
+    first = carriers[0].message_index
+    kept = set(range(first, first + len(turn_events) + len(notes))) - {
+        d.message_index for d in turn_events}
+    assert len(kept) == len(notes)  # each run's kept reply, right after its events
     assert len({d.message_index for d in last.drops}) == len(last.drops)
-    assert all(d.tokens_after == 0 for d in turn_events if d is not carriers[0])
+    assert all(d.tokens_after == 0 for d in turn_events if d not in carriers)
     # the plan says the same as the messages (the wire adapters render from it)
     assert last.plan is not None and len(last.plan) == len(sent)
     for (i, text), out in zip(last.plan, sent, strict=True):
@@ -140,12 +148,15 @@ async def test_a_long_queue_folds_old_exchanges_keeping_values_and_pairs(
     explained = explain(account_of(last, last.budget_source), "tr", "t-fold")
     by_index = {m["index"]: m for m in explained["messages"]}
     folded_msgs = [m for m in explained["messages"] if m["status"] == "folded"]
-    assert len(folded_msgs) == len(turn_events) - 1
-    carrier = by_index[carriers[0].message_index]
-    assert carrier["status"] == "digested" and TURNS_MARK in sent[carrier["sent_as"]]["content"]
+    assert len(folded_msgs) == len(turn_events) - len(notes)
+    into = {by_index[d.message_index]["index"] for d in carriers}
+    for i in into:
+        carrier = by_index[i]
+        assert carrier["status"] == "digested"
+        assert TURNS_MARK in sent[carrier["sent_as"]]["content"]
     for m in folded_msgs:
-        assert m["sent_as"] is None and m["folded_into"] == carrier["index"]
-        assert m["index"] in carrier["carries_folded"]
+        assert m["sent_as"] is None and m["folded_into"] in into
+        assert m["index"] in by_index[m["folded_into"]]["carries_folded"]
     tokens = explained["tokens"]
     assert tokens["saved_by_drops"] == tokens["before"] - tokens["after"]
     # between steps the fold repeats itself byte for byte: the prefix cache holds
@@ -236,6 +247,10 @@ def test_only_two_or_more_closed_turns_behind_the_horizon_make_a_turns_run() -> 
     assert find_turn_runs(messages, indexes, 4) == []  # one turn gains nothing
     pinned = _talk(pinned_at=3)  # a pinned message breaks the run: one turn each side
     assert find_turn_runs(pinned, indexes, 7) == []
+    # a run starts no turn past a block's end: turns at client 61, 63 | 65 (one: no run)
+    shifted = [i + TURNS_BLOCK - 4 for i in indexes]
+    assert [(r.user, r.start, r.end) for r in find_turn_runs(
+        messages, shifted, 2 * TURNS_BLOCK)] == [(1, 2, 4)]
 
 
 def test_a_turns_run_goes_as_one_note_of_what_it_named_and_the_log_adds_up() -> None:
