@@ -248,9 +248,10 @@ def test_only_two_or_more_closed_turns_behind_the_horizon_make_a_turns_run() -> 
     pinned = _talk(pinned_at=3)  # a pinned message breaks the run: one turn each side
     assert find_turn_runs(pinned, indexes, 7) == []
     # a run starts no turn past a block's end: turns at client 61, 63 | 65 (one: no run)
-    shifted = [i + TURNS_BLOCK - 4 for i in indexes]
-    assert [(r.user, r.start, r.end) for r in find_turn_runs(
-        messages, shifted, 2 * TURNS_BLOCK)] == [(1, 2, 4)]
+    assert TURNS_BLOCK == 64
+    shifted = [i + 60 for i in indexes]
+    assert [(r.user, r.start, r.end) for r in find_turn_runs(messages, shifted, 128)] == [
+        (1, 2, 4)]
 
 
 def test_a_turns_run_goes_as_one_note_of_what_it_named_and_the_log_adds_up() -> None:
