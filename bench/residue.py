@@ -23,7 +23,7 @@ from typing import Any
 from bench import corpora
 from bench.corpus_run import late_fits
 from bench.yardstick import text_content
-from gateway.context.fold import FOLD_HEAD
+from gateway.context.fold import FOLD_HEAD, TURNS_HEAD
 
 NOTE = FOLD_HEAD
 
@@ -39,6 +39,8 @@ def kinds_of(sent: Sequence[Mapping[str, Any]],
         same = "verbatim" if text in sent_texts else "rewritten"
         if role in ("system", "developer"):
             out["system"] += len(text)
+        elif role == "user" and TURNS_HEAD.match(text):
+            out["user: turns note"] += len(text)
         elif role == "user" and NOTE in text:
             out["user: note's carrier text"] += text.index(NOTE)
             out["user: fold note"] += len(text) - text.index(NOTE)

@@ -27,6 +27,28 @@ result without its call (a run goes whole). A run with anything the gateway must
 rewrite (a pinned message: signed thinking, an opaque block; non-text content; a call
 unanswered) stays as it is.
 
+The second level (`fold_turns`): once folded, what is left of an old turn is a line or two
+(a placeholder of the user's text, a one-sentence gist of the reply, the note), ~80
+characters a message; an agent that walks a customer through settings by talk has hundreds
+of such turns (tau2-bench telecom's queues: ~210 a late call, bench/README.md, "Telecom
+ticket queues stop at ~69% late"). Two or more consecutive closed turns behind the horizon
+(a user message and the assistant's reply without calls, neither pinned; the exchanges the
+first level folded inside them included) go as one user message, the last turn's reply kept
+after it so roles still alternate:
+
+    [ctxgate: 3 turns folded]
+    555-123-2002
+    get_customer_by_phone(555-123-2002) → omitted
+    Your plan P1001 has 5GB.
+
+It keeps every value a placeholder or note names: a placeholder's mentions, a user text the
+engine sent as it is, the fold notes' call lines (without their header), a reply that names
+a notable value (`summarize.notable`) as it was sent; a placeholder's excerpt, a digest
+that kept no line and a reply that names nothing go. A line already in the note is not
+repeated, nor a value it already has. Every client message from the first user message to
+the kept reply gets one event, reason `folded_turns` (the first `compress`, down to the
+note's tokens, the others `drop`), replacing the ones they had.
+
 Folding depends only on the forwarded messages and the horizon, so between steps every
 call folds the same runs into the same bytes (the prefix cache holds); `FoldMemo` keeps
 the last call's result so a call between steps reads only its new messages. The drop log
@@ -37,6 +59,7 @@ reason `folded_exchange`.
 
 from __future__ import annotations
 
+import re
 from bisect import bisect_left
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -47,10 +70,21 @@ import orjson
 
 from gateway.context.items import PINNED
 from gateway.context.render import Plan
-from gateway.observability.droplog import DropEvent
+from gateway.context.summarize import notable, values
+from gateway.observability.droplog import DropEvent, Kind
 
 FOLD_REASON = "folded_exchange"
 FOLD_HEAD = "[ctxgate: calls after this, folded]"  # on every note: kept short
+TURNS_REASON = "folded_turns"  # a run of old turns folded into one note (fold_turns)
+FOLD_REASONS = frozenset({FOLD_REASON, TURNS_REASON})
+MIN_TURNS = 2  # turns a turns run folds at least (one turn gains nothing)
+# A turns run starts no turn past a multiple of this many client messages from its first:
+# a step's horizon changes only the run of its own block, the older ones stay byte for byte
+# (one run from the session's start made every step re-send the whole call: tau2-bench
+# retail-4.1 queues' cost @0.1 64.5 -> 58.5%; bench/README.md, "Old turns folded").
+TURNS_BLOCK = 64
+TURNS_HEAD = re.compile(r"\[ctxgate: \d+ turns folded\]")  # a turns note's first line
+_DIGEST_ONLY = re.compile(r"\[…\d+ lines\]")  # a digest that kept no line names nothing
 _PLACEHOLDER = "[ctxgate: "
 
 # Per client message index: its head item's id and its tokens as the client sent it.
@@ -280,6 +314,133 @@ def fold_runs(
     return Folded(out_messages, plan, out_events, delta), made
 
 
+def _turn(messages: Sequence[Mapping[str, Any]], indexes: Sequence[int], k: int,
+          horizon: int) -> bool:
+    """Whether messages[k] and messages[k + 1] are a closed turn behind `horizon` that a
+    turns run may take: a user message (text, a fold note's included) and the assistant's
+    reply to it, without calls, neither pinned."""
+    if k + 1 >= len(messages) or indexes[k + 1] >= horizon:
+        return False
+    user, reply = messages[k], messages[k + 1]
+    text = user.get("content")
+    if user.get("role") != "user" or user.get(PINNED) or not isinstance(text, str):
+        return False
+    said = reply.get("content")
+    return (reply.get("role") == "assistant" and not reply.get(PINNED)
+            and not reply.get("tool_calls") and (said is None or isinstance(said, str)))
+
+
+def find_turn_runs(messages: Sequence[Mapping[str, Any]], indexes: Sequence[int],
+                   horizon: int) -> list[Run]:
+    """Runs of `MIN_TURNS` or more consecutive closed turns behind `horizon` (message k is
+    the client's `indexes[k]`): `user` the first turn's user message (it carries the
+    note), `start`..`end` the messages that leave, `end` the last turn's reply (it stays,
+    so roles still alternate)."""
+    runs = []
+    k, n = 0, len(messages)
+    while k < n and indexes[k] < horizon:
+        j, block = k, indexes[k] // TURNS_BLOCK
+        while _turn(messages, indexes, j, horizon) and indexes[j] // TURNS_BLOCK == block:
+            j += 2
+        if (j - k) // 2 >= MIN_TURNS:
+            runs.append(Run(k, k + 1, j - 1))
+        k = max(j, k + 1)
+    return runs
+
+
+def turns_note(messages: Sequence[Mapping[str, Any]], run: Run) -> str:
+    """What a turns run is sent as: a header and what its turns named, once each — a user
+    text as sent (a placeholder: only the values it mentions; a digest that kept no line:
+    nothing), the fold notes' lines, the values the replies name (`summarize.values`,
+    notable ones); a reply's words and a placeholder's excerpt go."""
+    lines: list[str] = []
+    seen: set[str] = set()
+    note = ""
+
+    def add(line: str) -> None:
+        nonlocal note
+        if line and line not in seen:
+            seen.add(line)
+            lines.append(line)
+            note += "\n" + line
+
+    for k in range(run.user, run.end, 2):
+        text = str(messages[k].get("content"))
+        head, _, calls = text.partition(f"\n{FOLD_HEAD}")
+        said = sent_as(head.strip())
+        named: list[str] = []
+        if said.startswith("omitted; mentions: "):
+            named += said.removeprefix("omitted; mentions: ").split()
+        elif said != "omitted" and not _DIGEST_ONLY.fullmatch(said):
+            add(said)
+        for line in calls.split("\n"):
+            add(line.strip())
+        add(" ".join(dict.fromkeys(v for v in named if v not in note)))
+        reply = str(messages[k + 1].get("content") or "").strip()
+        if any(notable(v) for v in values(reply)):
+            add(reply)  # as sent: a value is re-typed as it was written
+    return f"[ctxgate: {(run.end - run.user + 1) // 2} turns folded]{note}"  # TURNS_HEAD
+
+
+def fold_turns(folded: Folded, runs: Sequence[Run], original: Original,
+               count: Callable[[str], int]) -> Folded:
+    """`folded` with each turns run's messages but its last reply gone and its first user
+    message sent as the run's note (`turns_note`); every client message from that one to
+    the last reply (the exchanges an earlier fold took included) gets one event, reason
+    `folded_turns`: the first `compress`, down to the note's tokens, the others `drop`."""
+    messages, plan = folded.messages, folded.plan
+    by_index: dict[int, list[DropEvent]] = {}
+    for event in folded.events:
+        if event.message_index is not None:
+            by_index.setdefault(event.message_index, []).append(event)
+    latest = max((e.step for e in folded.events), default=0)
+    new_events: dict[int, DropEvent] = {}
+    notes: dict[int, tuple[int, str]] = {}
+    delta = folded.delta
+    for run in runs:
+        first, last = plan[run.user][0], plan[run.end][0]
+        text = turns_note(messages, run)
+        tokens = count(text)
+        olds: dict[int, Sequence[DropEvent]] = {
+            i: by_index.get(i, []) for i in range(first, last)}
+        heads = {i: original(i) for i in range(first, last)}
+        sent = {plan[p][0]: messages[p] for p in range(run.user, run.end)}
+        now = sum(heads[i][1] - sum(e.tokens_saved for e in olds[i]) for i in olds)
+        if tokens >= now:
+            continue
+        step = max((e.step for old in olds.values() for e in old), default=latest)
+        for i in range(first, last):
+            item_id, before = heads[i]
+            msg = sent.get(i)  # None: an exchange an earlier fold took (it has events)
+            kind: Kind = olds[i][0].kind if olds[i] else (
+                "user" if msg is not None and msg.get("role") == "user" else "assistant")
+            new_events[i] = DropEvent(
+                stage="compress", action="compress" if i == first else "drop",
+                reason=TURNS_REASON, item_id=item_id, kind=kind, message_index=i,
+                tokens_before=before, tokens_after=tokens if i == first else 0,
+                text=str(msg.get("content") or "") if msg is not None else "", step=step)
+        delta += tokens - now
+        notes[run.user] = (run.end, text)
+    if not notes:
+        return folded
+    out_messages: list[Mapping[str, Any]] = []
+    out_plan: Plan = []
+    k = 0
+    for user in sorted(notes):
+        out_messages += messages[k:user]
+        out_plan += plan[k:user]
+        end, text = notes[user]
+        out_messages.append({**messages[user], "content": text})
+        out_plan.append((plan[user][0], text))
+        k = end
+    out_messages += messages[k:]
+    out_plan += plan[k:]
+    out_events = [e for e in folded.events if e.message_index not in new_events]
+    out_events += new_events.values()
+    out_events.sort(key=lambda e: -1 if e.message_index is None else e.message_index)
+    return Folded(out_messages, out_plan, out_events, delta)
+
+
 @dataclass
 class FoldMemo:
     """The last call's fold, kept with the session's prefix: a call between steps (the same
@@ -351,11 +512,17 @@ def fold(
         return None
     entries = _entries(plan, 0, len(messages))
     runs = find_runs(messages, [i for i, _ in entries], horizon)
-    if not runs:
+    folded = Folded(messages, entries, events, 0)
+    if runs:
+        folded, memo.runs = fold_runs(messages, entries, events, runs, original, count,
+                                      memo.runs)
+    turn_runs = find_turn_runs(folded.messages, [i for i, _ in folded.plan], horizon)
+    if turn_runs:
+        folded = fold_turns(folded, turn_runs, original, count)
+    if folded.messages is messages:
         return None
-    memo.folded, memo.runs = fold_runs(messages, entries, events, runs, original, count,
-                                       memo.runs)
-    return memo.folded
+    memo.folded = folded
+    return folded
 
 
 def _entries(plan: Plan | None, start: int, end: int) -> Plan:

@@ -219,8 +219,9 @@ class CompressOptions(_Settings):
     # tool-call ids, and old customer turns as gists on long sessions").
     mask_turns_from_turns: Count = 0
     # Finished tool exchanges whose turn closed behind the horizon leave the request, noted
-    # in one line per call in the user message before them (fold.py), once the horizon has
-    # passed this many assistant turns (None: never). Only aging classes fold.
+    # in one line per call in the user message before them, and runs of 2+ old closed
+    # turns go as one note of what they named (fold.py), once the horizon has passed this
+    # many assistant turns (None: never). Only aging classes fold.
     fold_from_turns: Count | None = None
 
 

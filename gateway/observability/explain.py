@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import orjson
 
-from gateway.context.fold import FOLD_REASON
+from gateway.context.fold import FOLD_REASONS
 from gateway.store import keys
 
 if TYPE_CHECKING:
@@ -247,7 +247,7 @@ def _folded_into(sent: list[int], drops_of: Mapping[int | None, list[dict[str, A
     order = sorted(sent)
     into = {}
     for i, drops in drops_of.items():
-        if i is None or not any(d["reason"] == FOLD_REASON for d in drops):
+        if i is None or not any(d["reason"] in FOLD_REASONS for d in drops):
             continue
         k = bisect_left(order, i)
         if k and (k == len(order) or order[k] != i):

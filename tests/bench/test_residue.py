@@ -18,9 +18,11 @@ def test_kinds_split_notes_carriers_gists_replies_and_calls() -> None:
         {"role": "assistant", "content": "Thank you. Please reboot."},
     ]
     note = f"my phone is 555-123\n{NOTE}\nget_customer(555) → omitted"
+    turns = f"[ctxgate: 2 turns folded]\n{NOTE}"  # a turns note, even one quoting a header
     forwarded = [sent[0], {"role": "user", "content": note}, sent[4],
                  {"role": "user", "content": "[ctxgate: omitted I turned off…]"},
-                 {"role": "assistant", "content": "Thank you."}]
+                 {"role": "assistant", "content": "Thank you."},
+                 {"role": "user", "content": turns}]
     kinds = kinds_of(sent, forwarded)
     assert kinds["system"] == 6
     assert kinds["user: note's carrier text"] == len("my phone is 555-123\n")
@@ -28,6 +30,7 @@ def test_kinds_split_notes_carriers_gists_replies_and_calls() -> None:
     assert kinds["assistant: reply verbatim"] == len("Found you.")
     assert kinds["user: rewritten"] == len("[ctxgate: omitted I turned off…]")
     assert kinds["assistant: reply rewritten"] == len("Thank you.")
+    assert kinds["user: turns note"] == len(turns)
     assert sum(kinds.values()) == sum(len(m["content"]) for m in forwarded)
     sent_kinds = kinds_of(sent, sent)
     assert sent_kinds["assistant: tool-call JSON"] > 0 and sent_kinds["tool: verbatim"] == 12

@@ -13,6 +13,7 @@ import redis.asyncio as aioredis
 from gateway.context.agents import MemoryAgentClassStore
 from gateway.context.classify import Classifier, agent_fingerprint, is_agent_request
 from gateway.context.engine import CallContext, ContextEngine, tool_names
+from gateway.context.fold import TURNS_HEAD
 from gateway.context.taskclass import agent_policy, load_task_classes
 from gateway.embeddings import Embedder
 from gateway.observability.droplog import DropLog
@@ -270,16 +271,24 @@ def _with_gists(settings: Settings) -> Settings:
 
 
 async def _queue_gists(engine: ContextEngine, tickets: int, session: str) -> list[str]:
-    """The customer turns the last call of a `tickets`-ticket queue sends as gists."""
+    """The customer turns the calls of a `tickets`-ticket queue send as gists (any call:
+    a long queue's last calls fold old turns into notes of their values, fold.py)."""
     messages = _support_queue(tickets)
     fitted = None
+    gists: dict[str, None] = {}
     for end in range(3, len(messages)):
         if messages[end]["role"] == "assistant":
             fitted = await engine.fit(
                 {"messages": messages[:end], "tools": BROWSER_TOOLS}, _call(session))
+            gists.update(dict.fromkeys(
+                str(out["content"]) for out in fitted.body["messages"]
+                if out["role"] == "user" and "; mentions:" in str(out["content"])))
     assert fitted is not None and fitted.task_class == "agent"
-    return [out["content"] for out, came in zip(fitted.body["messages"], messages, strict=False)
-            if came["role"] == "user" and "; mentions:" in str(out["content"])]
+    for out in fitted.body["messages"]:  # a gist folded into a turns note: its values' line
+        if out["role"] == "user" and TURNS_HEAD.match(str(out["content"])):
+            gists.update(dict.fromkeys(line for line in str(out["content"]).splitlines()
+                                       if "cust_" in line and "would like" not in line))
+    return list(gists)
 
 
 async def test_shipped_gists_wait_for_a_long_session(
@@ -291,7 +300,7 @@ async def test_shipped_gists_wait_for_a_long_session(
     assert (compress["mask_turns_min_tokens"], compress["mask_turns_from_turns"]) == (12, 60)
     assert await _queue_gists(engine, 14, "short-queue") == []  # 28 turns
     gists = await _queue_gists(engine, 45, "long-queue")  # 90 turns
-    assert len(gists) >= 10 and all(re.search(r"RES\d+X", g) for g in gists)
+    assert len(gists) >= 10 and all(re.search(r"RES\d+X|cust_\d{3}_4411", g) for g in gists)
 
 
 async def test_old_customer_turns_become_gists_with_the_digests(

@@ -11,12 +11,24 @@ from typing import Any
 import orjson
 
 from gateway.context.engine import CallContext, ContextEngine, FittedCall
-from gateway.context.fold import FOLD_HEAD, FOLD_REASON, FoldMemo, find_runs, fold, sent_as
+from gateway.context.fold import (
+    FOLD_HEAD,
+    FOLD_REASON,
+    TURNS_BLOCK,
+    TURNS_HEAD,
+    TURNS_REASON,
+    FoldMemo,
+    find_runs,
+    find_turn_runs,
+    fold,
+    sent_as,
+)
 from gateway.context.items import PINNED
 from gateway.observability.explain import account_of, explain
 from gateway.observability.reconstruct import reconstruct
 from gateway.settings import Settings
 
+TURNS_MARK = " turns folded]"  # a turns run's note header: [ctxgate: k turns folded]
 TOOLS = [{"type": "function", "function": {"name": "get_reservation",
                                            "parameters": {"type": "object"}}}]
 
@@ -88,24 +100,39 @@ async def test_a_long_queue_folds_old_exchanges_keeping_values_and_pairs(
     assert last.task_class == "agent"
     sent = last.body["messages"]
     check_structure(sent)
-    notes = [m["content"] for m in sent if m["role"] == "user" and FOLD_HEAD in m["content"]]
-    assert len(notes) >= 10
-    # the values of each folded lookup stay: its reservation and customer ids
-    folded = {int(n) for note in notes for n in re.findall(r"get_reservation\(RES(\d+)X", note)}
-    assert len(folded) == len(notes)
+    # the old turns went as notes (fold_turns) of what their folds and turns named, one a
+    # block of TURNS_BLOCK client messages
+    notes = [m["content"] for m in sent if m["role"] == "user" and TURNS_MARK in m["content"]]
+    assert len(notes) >= 2
+    note = "\n".join(notes)
+    assert FOLD_HEAD not in note  # each run's header goes with its turn
+    # the values of each folded lookup stay: its reservation and customer ids, and the reply
+    folded = {int(n) for n in re.findall(r"get_reservation\(RES(\d+)X", note)}
+    assert len(folded) >= 30
     for k in folded:
-        note = next(n for n in notes if f"RES{k:03d}X, cust_{k:03d}_4411" in n)
-        assert f"get_reservation(RES{k:03d}X, cust_{k:03d}_4411) → " in note
+        assert f"\nget_reservation(RES{k:03d}X, cust_{k:03d}_4411) → " in note
+    replies = [str(m["content"]) for m in sent if m["role"] == "assistant"]
+    assert all(f"Reservation RES{k:03d}X is confirmed." in note + "".join(replies)
+               for k in folded)
     calls_left = {c["function"]["arguments"] for m in sent for c in m.get("tool_calls") or ()}
     assert not any(f'"RES{k:03d}X"' in a for k in folded for a in calls_left)
     # the drop log adds up on every call, each folded message accounted for once
     for fit in fits:
         assert sum(d.tokens_before - d.tokens_after for d in fit.drops) == (
             fit.tokens_before - fit.tokens_after)
-    fold_events = [d for d in last.drops if d.reason == FOLD_REASON]
-    assert len(fold_events) == 2 * len(folded)
+    turn_events = [d for d in last.drops if d.reason == TURNS_REASON]
+    carriers = [d for d in turn_events if d.action == "compress"]
+    assert len(carriers) == len(notes) and all(d.kind == "user" for d in carriers)
+    blocks = [d.message_index // TURNS_BLOCK for d in carriers]
+    assert blocks == sorted(set(blocks))  # one run a block
+    # every client message from a carrier to its kept reply: one event (4 a ticket)
+    assert len(turn_events) >= 4 * (len(folded) - len(notes))
+    first = carriers[0].message_index
+    kept = set(range(first, first + len(turn_events) + len(notes))) - {
+        d.message_index for d in turn_events}
+    assert len(kept) == len(notes)  # each run's kept reply, right after its events
     assert len({d.message_index for d in last.drops}) == len(last.drops)
-    assert all(d.tokens_after == 0 for d in fold_events if d.kind == "tool_result")
+    assert all(d.tokens_after == 0 for d in turn_events if d not in carriers)
     # the plan says the same as the messages (the wire adapters render from it)
     assert last.plan is not None and len(last.plan) == len(sent)
     for (i, text), out in zip(last.plan, sent, strict=True):
@@ -121,12 +148,15 @@ async def test_a_long_queue_folds_old_exchanges_keeping_values_and_pairs(
     explained = explain(account_of(last, last.budget_source), "tr", "t-fold")
     by_index = {m["index"]: m for m in explained["messages"]}
     folded_msgs = [m for m in explained["messages"] if m["status"] == "folded"]
-    assert len(folded_msgs) == 2 * len(folded)
+    assert len(folded_msgs) == len(turn_events) - len(notes)
+    into = {by_index[d.message_index]["index"] for d in carriers}
+    for i in into:
+        carrier = by_index[i]
+        assert carrier["status"] == "digested"
+        assert TURNS_MARK in sent[carrier["sent_as"]]["content"]
     for m in folded_msgs:
-        carrier = by_index[m["folded_into"]]
-        assert m["sent_as"] is None and carrier["role"] == "user"
-        assert m["index"] in carrier["carries_folded"]
-        assert FOLD_HEAD in sent[carrier["sent_as"]]["content"]
+        assert m["sent_as"] is None and m["folded_into"] in into
+        assert m["index"] in by_index[m["folded_into"]]["carries_folded"]
     tokens = explained["tokens"]
     assert tokens["saved_by_drops"] == tokens["before"] - tokens["after"]
     # between steps the fold repeats itself byte for byte: the prefix cache holds
@@ -188,3 +218,71 @@ def test_a_fold_notes_values_and_results_as_sent_and_keeps_the_log_adding_up() -
     assert saved == -folded.delta  # 2 messages of 40 tokens, less the note's
     assert sent_as("[ctxgate: omitted Neither…; mentions: 11 HAT136]") == (
         "omitted; mentions: 11 HAT136")
+
+
+def _talk(pinned_at: int | None = None) -> list[dict[str, Any]]:
+    """Old turns as an aged session sends them, then the latest user message."""
+    out: list[dict[str, Any]] = [
+        {"role": "system", "content": "You help customers."},
+        {"role": "user", "content": "[ctxgate: omitted Hi there…; mentions: 555-123-2002]"},
+        {"role": "assistant", "content": "Thank you."},
+        {"role": "user", "content": "[…2 lines]"},
+        {"role": "assistant", "content": "Your plan P1001 has 5GB."},
+        {"role": "user", "content": "###TRANSFER###"},
+        {"role": "assistant", "content": "Hi! How can I help?"},
+        {"role": "user", "content": "My data is slow."},
+    ]
+    if pinned_at is not None:
+        out[pinned_at][PINNED] = True
+    return out
+
+
+def test_only_two_or_more_closed_turns_behind_the_horizon_make_a_turns_run() -> None:
+    messages = _talk()
+    indexes = list(range(len(messages)))
+    assert [(r.user, r.start, r.end) for r in find_turn_runs(messages, indexes, 7)] == [
+        (1, 2, 6)]
+    assert [(r.user, r.start, r.end) for r in find_turn_runs(messages, indexes, 6)] == [
+        (1, 2, 4)]  # the third turn's reply is not behind the horizon
+    assert find_turn_runs(messages, indexes, 4) == []  # one turn gains nothing
+    pinned = _talk(pinned_at=3)  # a pinned message breaks the run: one turn each side
+    assert find_turn_runs(pinned, indexes, 7) == []
+    # a run starts no turn past a block's end: turns at client 61, 63 | 65 (one: no run)
+    assert TURNS_BLOCK == 64
+    shifted = [i + 60 for i in indexes]
+    assert [(r.user, r.start, r.end) for r in find_turn_runs(messages, shifted, 128)] == [
+        (1, 2, 4)]
+
+
+def test_a_turns_run_goes_as_one_note_of_what_it_named_and_the_log_adds_up() -> None:
+    messages = _talk()
+    folded = fold(messages, None, [], 7, lambda i: (f"id{i}", 40), len, FoldMemo())
+    assert folded is not None
+    assert [m["role"] for m in folded.messages] == ["system", "user", "assistant", "user"]
+    # a placeholder's values, a reply that names one as sent, a user text as sent; a
+    # placeholder's excerpt, a digest that kept no line and a reply naming nothing go
+    note = "[ctxgate: 3 turns folded]\n555-123-2002\nYour plan P1001 has 5GB.\n###TRANSFER###"
+    assert folded.messages[1]["content"] == note and TURNS_HEAD.match(note)
+    assert folded.messages[2]["content"] == "Hi! How can I help?"  # the last reply stays
+    assert folded.plan == [(0, None), (1, note), (6, None), (7, None)]
+    assert [(e.message_index, e.action, e.reason, e.tokens_after) for e in folded.events] == [
+        (1, "compress", TURNS_REASON, len(note))] + [
+        (i, "drop", TURNS_REASON, 0) for i in range(2, 6)]
+    assert sum(e.tokens_saved for e in folded.events) == -folded.delta == 5 * 40 - len(note)
+
+
+def test_a_turns_run_takes_an_earlier_fold_with_its_events() -> None:
+    messages = [*_run(), {"role": "assistant", "content": "Bye."},
+                {"role": "user", "content": "one more thing"}]
+    folded = fold(messages, None, [], 6, lambda i: (f"id{i}", 40), len, FoldMemo())
+    assert folded is not None
+    note = "[ctxgate: 2 turns folded]\nstatus of RES001X?\nlookup(RES001X, 7) → omitted\nthanks"
+    assert folded.messages == [{"role": "user", "content": note},
+                               {"role": "assistant", "content": "Bye."},
+                               {"role": "user", "content": "one more thing"}]
+    # the exchange's own fold events are replaced: one event a client message, 0..4
+    assert [(e.message_index, e.reason) for e in folded.events] == [
+        (i, TURNS_REASON) for i in range(5)]
+    assert [e.kind for e in folded.events] == ["user", "tool_call", "tool_result", "assistant",
+                                               "user"]
+    assert sum(e.tokens_saved for e in folded.events) == -folded.delta == 5 * 40 - len(note)

@@ -7,6 +7,7 @@ paired, roles valid, the values kept; a short queue goes through unfolded."""
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Callable
 from itertools import pairwise
@@ -20,7 +21,7 @@ from bench.wire_convert import to_messages, to_responses
 from gateway.context.fold import FOLD_HEAD
 from gateway.wire.messages import build_view as messages_view
 from gateway.wire.responses import build_view as responses_view
-from tests.context.test_fold import TOOLS, check_structure, support_queue
+from tests.context.test_fold import TOOLS, TURNS_MARK, check_structure, support_queue
 from tests.harness import Gateway, Upstream
 
 KEY = "sk-test-fold-0000000000000"
@@ -91,15 +92,22 @@ def test_a_long_queue_goes_out_with_old_exchanges_folded(
         gateway: Gateway, upstream: Upstream, wire: str) -> None:
     sent = SEND[wire](gateway, upstream, _calls(36), f"fold-long-{wire}-{uuid.uuid4().hex}")
     check_structure(sent)
-    notes = [m["content"] for m in sent if m["role"] == "user" and FOLD_HEAD in m["content"]]
-    assert len(notes) >= 5, wire
-    results = sum(1 for m in sent if m["role"] == "tool")
-    assert results <= 36 - len(notes)  # a folded exchange's result is gone
-    for note in notes:  # the folded lookups' values stay
-        k = int(note.split("get_reservation(RES")[1][:3])
-        # the short header (it is on every note), then the call's line
-        assert "\n[ctxgate: calls after this, folded]\nget_reservation(RES" in note
-        assert f"get_reservation(RES{k:03d}X, cust_{k:03d}_4411) → " in note
+    # the old turns go as notes (fold_turns, one a block of client messages), the exchanges
+    # folded in them as their fold's call lines without each run's header; the last folded
+    # turn's reply stays after each
+    notes = [m["content"] for m in sent if m["role"] == "user" and TURNS_MARK in m["content"]]
+    assert len(notes) >= 2, wire
+    assert all(n.startswith("[ctxgate: ") and FOLD_HEAD not in n for n in notes)
+    note = "\n".join(notes)
+    folded = [int(n) for n in re.findall(r"\nget_reservation\(RES(\d{3})X", note)]
+    assert len(folded) >= 20, wire
+    for k in folded:  # the folded lookups' values stay, and the replies that named them
+        assert f"\nget_reservation(RES{k:03d}X, cust_{k:03d}_4411) → " in note
+    said = note + "".join(str(m["content"]) for m in sent if m["role"] == "assistant")
+    assert all(f"Reservation RES{k:03d}X is confirmed." in said for k in folded)
+    assert sum(1 for m in sent if m["role"] == "tool") <= 36 - len(folded)
+    for at in (i for i, m in enumerate(sent) if m["content"] in notes):
+        assert sent[at + 1]["role"] == "assistant" and not sent[at + 1].get("tool_calls")
 
 
 @pytest.mark.parametrize("wire", ["chat", "messages"])
