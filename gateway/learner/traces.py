@@ -254,8 +254,9 @@ class TraceWindows:
     bisection, where `keep_recent` walked back over every message that fits (hundreds of
     short digests late in a long session); a run of shared messages ending where it ended
     keeps its hash and JSON without its key being built again. When every message measured
-    fits (the start may lie further back) or the shared start ends before the first one
-    measured (a step rewrote them), the walk is `keep_recent`'s. Exact: the sums are of the
+    fits and some before them were not measured (the start may lie further back), or the
+    shared start ends before the first one measured (a step rewrote them), the walk is
+    `keep_recent`'s. Exact: the sums are of the
     same objects' sizes, and nothing writes to a message once decoded or rendered. Used by
     the loop's writer task alone."""
 
@@ -288,6 +289,8 @@ class TraceWindows:
                 if shown is not None:
                     k = max(k, bisect_left(window.widths, wide - shown))
                 start = min(window.base + k, n)
+            elif window.base == 1:  # every message fits
+                start = 1
             else:  # every message measured fits: the start may lie further back
                 window = None
         if window is None:
