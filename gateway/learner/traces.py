@@ -18,9 +18,13 @@ import hashlib
 import logging
 import threading
 import time
+from array import array
+from bisect import bisect_left
 from collections import Counter, OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from itertools import accumulate, compress, count, islice
+from operator import is_not
 from typing import TYPE_CHECKING, Any, cast
 
 import orjson
@@ -214,6 +218,11 @@ def keep_recent(messages: list[dict[str, Any]], max_chars: int,
             shown -= width
         start -= 1
         budget -= size
+    return _kept(messages, start)
+
+
+def _kept(messages: list[dict[str, Any]], start: int) -> list[dict[str, Any]]:
+    """What `keep_recent` keeps when messages[start:] are the newest that fit."""
     if start == 1:  # every message fits
         return messages
     start = min(start, len(messages) - 1)  # the newest message is always kept
@@ -221,6 +230,133 @@ def keep_recent(messages: list[dict[str, Any]], max_chars: int,
         start -= 1  # never cut a tool exchange from the call that asked for it
     note = {"role": "system", "content": f"[{start - 1} earlier messages not kept]"}
     return [messages[0], note, *messages[start:]]
+
+
+@dataclass(slots=True)
+class _Window:
+    """What `TraceWindows` remembers of a session's latest trace."""
+
+    messages: tuple[Any, ...]  # its messages (held: their ids cannot be another's)
+    base: int  # the first message measured (>= 1)
+    # sizes[k], widths[k]: the JSON sizes and transcript widths of messages[base:base + k]
+    sizes: array[int]
+    widths: array[int]
+    runs: dict[int, tuple[int, str, bytes]]  # a run's first message -> (its end, hash, JSON)
+
+
+class TraceWindows:
+    """`split_messages(messages, keep_recent(messages, ...), runs)` for a session's
+    consecutive traces, remembering per session (a bounded LRU) its latest trace's messages,
+    the sizes of the newest ones summed from the first measured, and its runs. The start a
+    trace shares with the session's last one, the very same objects (compared by identity at
+    C speed: between steps a session traces the same message objects again), keeps its
+    sums, so a trace measures its new messages and finds where the kept ones start by
+    bisection, where `keep_recent` walked back over every message that fits (hundreds of
+    short digests late in a long session); a run of shared messages ending where it ended
+    keeps its hash and JSON without its key being built again. When every message measured
+    fits and some before them were not measured (the start may lie further back), or the
+    shared start ends before the first one measured (a step rewrote them), the walk is
+    `keep_recent`'s. Exact: the sums are of the
+    same objects' sizes, and nothing writes to a message once decoded or rendered. Used by
+    the loop's writer task alone."""
+
+    def __init__(self, sessions: int = 256) -> None:
+        self._sessions = sessions
+        self._last: OrderedDict[Any, _Window] = OrderedDict()
+
+    def split(self, key: Any, messages: list[dict[str, Any]], max_chars: int,
+              shown_chars: int | None, sizes: MessageSizes, runs: MessageRuns
+              ) -> tuple[list[dict[str, Any]], dict[str, Any] | None, Pieces]:
+        last = self._last.pop(key, None)
+        n = len(messages)
+        if n < 3:
+            return split_messages(messages, messages, runs)
+        same = 0 if last is None else next(compress(count(), map(is_not, messages,
+                                                                  last.messages)),
+                                           min(n, len(last.messages)))
+        first_size, first_width = sizes.of(messages[0])
+        budget = max_chars - first_size
+        shown = (None if shown_chars is None
+                 else shown_chars - min(first_width, shown_chars // 4))  # `shown_budget`
+        window = None if last is None or same <= last.base else self._extend(
+            last, same, messages, sizes)
+        if window is not None:
+            total, wide = window.sizes[-1], window.widths[-1]
+            if total > budget or (shown is not None and wide > shown):
+                # the first message fitting is after the first measured: the smallest k
+                # whose messages from base + k on fit both budgets
+                k = bisect_left(window.sizes, total - budget)
+                if shown is not None:
+                    k = max(k, bisect_left(window.widths, wide - shown))
+                start = min(window.base + k, n)
+            elif window.base == 1:  # every message fits
+                start = 1
+            else:  # every message measured fits: the start may lie further back
+                window = None
+        if window is None:
+            start, window = self._walk(messages, budget, shown, sizes)
+        kept = _kept(messages, start)
+        body = len(kept) - 2  # after the first message and the note
+        made: dict[int, tuple[int, str, bytes]] = {}
+        names, pieces, tail = [], [], None
+        if kept is not messages and body >= 2 * MESSAGE_RUN:
+            first, end = n - body, n
+            for run in range(first // MESSAGE_RUN, (end - 1) // MESSAGE_RUN + 1):
+                lo = run * MESSAGE_RUN
+                hi = min(lo + MESSAGE_RUN, end)
+                known = last.runs.get(lo) if last is not None and hi <= same else None
+                if known is not None and known[0] == hi:  # the same objects as then
+                    digest, raw = known[1], known[2]
+                else:
+                    digest, raw = runs.run(lo, messages[lo:hi])
+                made[lo] = (hi, digest, raw)
+                names.append(digest)
+                pieces.append((digest, raw))
+            kept, tail = kept[:2], {"from": first, "pieces": names}
+        window.runs = made
+        self._last[key] = window
+        if len(self._last) > self._sessions:
+            self._last.popitem(last=False)
+        return kept, tail, tuple(pieces)
+
+    @staticmethod
+    def _extend(last: _Window, same: int, messages: list[dict[str, Any]],
+                sizes: MessageSizes) -> _Window:
+        """`last`'s sums kept up to the first message not the same object, the rest
+        measured (`same` > `last.base`)."""
+        k = same - last.base
+        sums, widths = last.sizes[:k + 1], last.widths[:k + 1]
+        size, width = sums[-1], widths[-1]
+        for message in islice(messages, same, None):
+            grew, wider = sizes.of(message)
+            size += grew
+            width += wider
+            sums.append(size)
+            widths.append(width)
+        return _Window(tuple(messages), last.base, sums, widths, {})
+
+    @staticmethod
+    def _walk(messages: list[dict[str, Any]], budget: int, shown: int | None,
+              sizes: MessageSizes) -> tuple[int, _Window]:
+        """`keep_recent`'s walk back from the newest message (its start), with the sums of
+        what it measured: from the first that did not fit (or message 1) on."""
+        start, measured = len(messages), []
+        while start > 1:
+            size, width = sizes.of(messages[start - 1])
+            measured.append((size, width))
+            if size > budget:
+                break
+            if shown is not None:
+                if width > shown:
+                    break
+                shown -= width
+            start -= 1
+            budget -= size
+        measured.reverse()
+        base = len(messages) - len(measured)
+        sums = array("q", accumulate((m[0] for m in measured), initial=0))
+        widths = array("q", accumulate((m[1] for m in measured), initial=0))
+        return start, _Window(tuple(messages), base, sums, widths, {})
 
 
 # A check queued for pieces this process wrote: (True, [piece]) an `EXPIRE` (it refreshes),
@@ -297,6 +433,7 @@ class TraceSink:
         self._written: OrderedDict[tuple[str, str], float] = OrderedDict()
         self._runs = MessageRuns()  # the loop's writer task alone serialises runs
         self._sizes = MessageSizes()  # what `trim` measured of the newest messages
+        self._windows = TraceWindows()  # the loop's writer task alone splits traces
 
     @classmethod
     def from_services(cls, services: Services) -> TraceSink:
@@ -347,8 +484,9 @@ class TraceSink:
         the account beside them."""
         inline, tail, runs = event.messages, None, cast(Pieces, ())
         if not trimmed:
-            inline, tail, runs = split_messages(event.messages, self.trim(event.messages),
-                                                self._runs)
+            inline, tail, runs = self._windows.split(
+                (event.tenant, event.session_id), event.messages, self._keep_chars,
+                self._shown_chars, self._sizes, self._runs)
         kept = replace(event, account=None, pieces=(), messages=inline, tail=tail)
         return TraceRecord(event.tenant, event.trace_id, kept.to_json(), event.account, teaches,
                            event.pieces + runs)
