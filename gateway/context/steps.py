@@ -133,17 +133,15 @@ def stale_cut_repays(stale: int, resend: int, steps: int, calls: int, c: Compact
 def unrepaid(
     before: list[Item], after: list[Item], new_from: int, calls: int, c: Compaction
 ) -> set[int]:
-    """The old messages whose rewrite by this step does not repay, from the first on.
+    """The old messages whose rewrite by this step does not repay: those before its first
+    change that does.
 
-    A step that changes message i re-sends at full price what the last call sent after it;
-    its first change is what decides how much. Walking the changed messages in order, the
-    first one's rewrite repays when the tokens it takes, billed at the cached price on every
-    call still to come, outweigh the full-price re-send of the tokens from it up to the
-    step's rewrites from its first change on save `cached_price × taken` on every call to
-    come and cost `(1 − cached_price) × re-sent`, everything the last call sent from that
-    first change on; the calls to come are estimated as the calls so far (this one
-    included), at least `repay_calls`. The first change kept is the one of the largest net
-    gain (none when no first change gains): the rewrites before it are left out.
+    A step whose first change is message i re-sends at full price everything the last call
+    sent from i on (R), and its rewrites from i on save the cached price of the tokens they
+    take (T) on every call still to come (W): the net gain is `cached_price × T × W −
+    (1 − cached_price) × R`. The first change kept is the one of the largest net gain (the
+    earliest of equal ones), none when no first change gains. W is estimated from the
+    session's age: the calls so far (this one included), at least `repay_calls`.
     `new_from`: the first message index the last call did not send (billed in full anyway)."""
     if not c.repay_calls:
         return set()
