@@ -13,11 +13,14 @@ import redis.asyncio as aioredis
 from gateway.context.agents import MemoryAgentClassStore
 from gateway.context.classify import Classifier, agent_fingerprint, is_agent_request
 from gateway.context.engine import CallContext, ContextEngine, tool_names
+from gateway.context.session import MemorySessionStore
 from gateway.context.taskclass import agent_policy, load_task_classes
 from gateway.embeddings import Embedder
 from gateway.observability.droplog import DropLog
 from gateway.observability.metrics import Metrics
 from gateway.settings import Settings
+
+from .conftest import without_repay
 
 BROWSER_TOOLS = [
     {"type": "function", "function": {"name": name, "parameters": {"type": "object"}}}
@@ -204,8 +207,12 @@ async def test_an_aged_turn_that_made_tool_calls_keeps_its_calls_not_its_prose(
 
 
 async def test_a_digest_does_not_list_the_names_of_the_tools_the_request_defines(
-    engine: ContextEngine,
+    settings: Settings, embedder: Any
 ) -> None:
+    # every rewrite of a step kept: the oldest turn's digest is the one that would name it
+    engine = ContextEngine(without_repay(settings), None, Metrics(),
+                           DropLog("/dev/null", "none", None), embedder,
+                           sessions=MemorySessionStore())
     messages = _browser_session(12)
     for k, m in enumerate(messages):
         if m["role"] == "assistant":

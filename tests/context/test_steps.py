@@ -4,7 +4,6 @@ that waits a call for the exchange it would leave open."""
 
 from __future__ import annotations
 
-import copy
 import json
 import uuid
 from dataclasses import replace
@@ -30,7 +29,7 @@ from gateway.observability.metrics import Metrics
 from gateway.settings import Settings
 from tests.sessions import sql_session
 
-from .conftest import without_credit
+from .conftest import without_credit, without_repay
 
 SHARE_5 = Compaction(verbatim_tokens_high=1000, verbatim_tokens_low=0, max_step_share=0.2)
 
@@ -296,14 +295,6 @@ def test_a_step_leaves_out_the_early_rewrites_that_do_not_repay_their_resend() -
     assert unrepaid(items, after, 9, 2, SHARE_5) == set()  # repay_calls 0: the rule is off
 
 
-def _no_repay(settings: Settings) -> Settings:
-    classes = copy.deepcopy(settings.task_classes)
-    for spec in classes.values():
-        if isinstance(spec, dict) and isinstance(spec.get("compaction"), dict):
-            spec["compaction"]["repay_calls"] = 0
-    return settings.model_copy(update={"task_classes": classes})
-
-
 async def _replay(settings: Settings, embedder: Any, messages: list[dict[str, Any]]
                   ) -> tuple[int, list[list[dict[str, Any]]]]:
     """Prefix changes and the forwarded messages of each call of a session."""
@@ -338,5 +329,5 @@ async def test_a_short_session_does_not_resend_itself_for_small_digests(
     messages = _sql_session(outputs)
     changes, _ = await _replay(settings, embedder, messages)
     assert changes == 0
-    before, _ = await _replay(_no_repay(settings), embedder, messages)
+    before, _ = await _replay(without_repay(settings), embedder, messages)
     assert before == 2
