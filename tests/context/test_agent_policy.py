@@ -298,7 +298,9 @@ async def test_shipped_gists_wait_for_a_long_session(
     assert (compress["mask_turns_min_tokens"], compress["mask_turns_from_turns"]) == (12, 60)
     assert await _queue_gists(engine, 14, "short-queue") == []  # 28 turns
     gists = await _queue_gists(engine, 45, "long-queue")  # 90 turns
-    assert len(gists) >= 10 and all(re.search(r"RES\d+X", g) for g in gists)
+    # 8 with the repay rule (steps.unrepaid: a young session's early steps leave the first
+    # turns' small rewrites out), 10+ without it
+    assert len(gists) >= 8 and all(re.search(r"RES\d+X", g) for g in gists)
 
 
 async def test_old_customer_turns_become_gists_with_the_digests(
