@@ -74,11 +74,12 @@ from gateway.context.stages import STAGES, StageContext
 from gateway.context.stages.cluster import arrival_duplicates
 from gateway.context.stages.ladder import give_back, step_target
 from gateway.context.stale import stale_rule, stale_text
-from gateway.context.steps import lagging_tokens, stale_tokens, step_horizon
+from gateway.context.steps import lagging_tokens, stale_tokens, step_horizon, unrepaid
 from gateway.context.summarize import values as summarize_values
 from gateway.context.taskclass import (
     DEFAULT_CLASS,
     STAGE_ORDER,
+    Compaction,
     TaskClass,
     agent_policy,
     load_task_classes,
@@ -696,6 +697,9 @@ class ContextEngine:
         if stepped:
             names = STAGE_ORDER if (over or turns_step) else ("select",)
             final = await self._run_stages(names, final, budget, ctx, over, seconds)
+            if turns_step and not over and state.calls:
+                final, horizon = _leave_unrepaid(messages, before, final, ctx, state.decisions,
+                                                 state, cls.compaction, horizon)
         marked = parsed.layout.pins if parsed.layout else ()
         final = arrival_duplicates(final, ctx, _arrival_start(messages, first_call), marked,
                                    over).items
@@ -938,6 +942,43 @@ def _render(
 def _from_message(items: list[Item], index: int) -> list[Item]:
     """The items of messages[index:] (`items` run in message order)."""
     return items[bisect_left(items, index, key=lambda item: item.message_index):]
+
+
+def _leave_unrepaid(
+    messages: list[Mapping[str, Any]],
+    before: list[Item],
+    final: list[Item],
+    ctx: StageContext,
+    remembered: Mapping[str, Decision],
+    state: SessionState,
+    c: Compaction,
+    horizon: int,
+) -> tuple[list[Item], int]:
+    """An aging step without the rewrites that do not repay the re-send they cause
+    (`steps.unrepaid`): those messages go out as the decisions before the step sent them,
+    and keep those decisions. A step left with no rewrite is not taken (the horizon stays;
+    the session's step budget is not spent)."""
+    new_from = next((i for i in range(len(messages) - 1, -1, -1)
+                     if messages[i].get("role") == "assistant"), len(messages))
+    if len(before) != len(final) or {i.id for i in before} != {i.id for i in final}:
+        return final, horizon  # a step that dropped or added items: left as it is
+    left = unrepaid(before, final, new_from, state.calls + 1, c)
+    if not left:
+        return final, horizon
+    was = {item.id: item for item in before}
+    kept: list[Item] = []
+    for item in final:
+        if item.message_index in left and item.id in was:
+            item = was[item.id]
+            made = remembered.get(item.id)
+            if made is None:
+                ctx.decisions.pop(item.id, None)
+            else:
+                ctx.decisions[item.id] = made
+        kept.append(item)
+    if all(a.text == b.text for a, b in zip(before, kept, strict=True)):
+        return kept, state.horizon
+    return kept, horizon
 
 
 def _stamp_step(decisions: dict[str, Decision], remembered: Mapping[str, Decision],

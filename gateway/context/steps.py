@@ -130,6 +130,49 @@ def stale_cut_repays(stale: int, resend: int, steps: int, calls: int, c: Compact
     return c.cached_price * stale * wait >= (1 - c.cached_price) * resend
 
 
+def unrepaid(
+    before: list[Item], after: list[Item], new_from: int, calls: int, c: Compaction
+) -> set[int]:
+    """The old messages whose rewrite by this step does not repay: those before its first
+    change that does.
+
+    A step whose first change is message i re-sends at full price everything the last call
+    sent from i on (R), and its rewrites from i on save the cached price of the tokens they
+    take (T) on every call still to come (W): the net gain is `cached_price × T × W −
+    (1 − cached_price) × R`. The first change kept is the one of the largest net gain (the
+    earliest of equal ones), none when no first change gains. W is estimated from the
+    session's age: the calls so far (this one included), at least `repay_calls`.
+    `new_from`: the first message index the last call did not send (billed in full anyway)."""
+    if not c.repay_calls:
+        return set()
+    was = {item.id: item for item in before}
+    changed: dict[int, int] = {}  # message index -> tokens the step takes from it
+    sent: dict[int, int] = {}  # message index -> tokens sent after the step
+    for item in after:
+        sent[item.message_index] = sent.get(item.message_index, 0) + item.tokens
+        old = was.get(item.id)
+        if old is not None and old.text != item.text and item.message_index < new_from:
+            changed[item.message_index] = (changed.get(item.message_index, 0)
+                                           + old.tokens - item.tokens)
+    if not changed:
+        return set()
+    calls_to_come = max(calls, c.repay_calls)
+    order = sorted(changed)
+    # The net gain of a step whose first change is order[k]: every rewrite from it on
+    # saves on each call to come; everything the last call sent from it on is re-sent.
+    best, first = 0.0, len(order)
+    taken = resend = 0
+    for k in range(len(order) - 1, -1, -1):
+        index = order[k]
+        upto = order[k + 1] if k + 1 < len(order) else new_from
+        taken += changed[index]
+        resend += sum(t for i, t in sent.items() if index <= i < upto)
+        net = c.cached_price * taken * calls_to_come - (1 - c.cached_price) * resend
+        if net >= best:
+            best, first = net, k
+    return set(order[:first])
+
+
 def on_credit(state: SessionState, c: Compaction, call_tokens: int) -> bool:
     """Whether a young, small session may step now on its credit: fewer than `early_calls`
     calls so far (this one included), a call of at most `early_max_tokens` (a step re-sends

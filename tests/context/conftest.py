@@ -35,6 +35,16 @@ def without_credit(settings: Settings) -> Settings:
     return settings.model_copy(update={"task_classes": classes})
 
 
+def without_repay(settings: Settings) -> Settings:
+    """The settings with every rewrite of a step kept (`steps.unrepaid` off): for tests of
+    what a step's digests hold, on sessions too short for the early ones to repay."""
+    classes = copy.deepcopy(settings.task_classes)
+    for spec in classes.values():
+        if isinstance(spec, dict) and isinstance(spec.get("compaction"), dict):
+            spec["compaction"]["repay_calls"] = 0
+    return settings.model_copy(update={"task_classes": classes})
+
+
 @pytest.fixture
 async def redis_client(redis_url: str) -> AsyncIterator[aioredis.Redis]:
     client = aioredis.from_url(redis_url)

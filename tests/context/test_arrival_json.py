@@ -17,7 +17,7 @@ from gateway.observability.droplog import DropLog
 from gateway.observability.metrics import Metrics
 from gateway.settings import Settings
 
-from .conftest import without_credit
+from .conftest import without_credit, without_repay
 
 TOOLS = [{"type": "function", "function": {
     "name": name, "parameters": {"type": "object"}}}
@@ -126,7 +126,9 @@ async def test_a_minified_output_still_ages_into_a_digest_of_its_original(
     settings: Settings, embedder: Any
 ) -> None:
     messages = _session(14)
-    fitted, _ = await _replay(settings, embedder, messages)
+    # every rewrite of a step kept: with the repay rule a 14-call session leaves the first
+    # output's small digest out (steps.unrepaid)
+    fitted, _ = await _replay(without_repay(settings), embedder, messages)
     reasons = {d.message_index: d.reason for d in fitted.drops}
     assert reasons[3] == "aged"  # the first output: digested, once no longer the latest
     assert reasons[len(messages) - 1] == "minified_json"

@@ -4,7 +4,9 @@ that waits a call for the exchange it would leave open."""
 
 from __future__ import annotations
 
+import json
 import uuid
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -18,6 +20,7 @@ from gateway.context.steps import (
     lagging_tokens,
     open_tokens,
     stale_cut_repays,
+    unrepaid,
 )
 from gateway.context.taskclass import Compaction, TaskClass, task_class
 from gateway.context.tokens import TokenCounter
@@ -26,7 +29,7 @@ from gateway.observability.metrics import Metrics
 from gateway.settings import Settings
 from tests.sessions import sql_session
 
-from .conftest import without_credit
+from .conftest import without_credit, without_repay
 
 SHARE_5 = Compaction(verbatim_tokens_high=1000, verbatim_tokens_low=0, max_step_share=0.2)
 
@@ -250,3 +253,81 @@ async def test_a_large_output_arriving_on_a_step_call_is_digested_a_call_later(
     sent = {m.get("tool_call_id"): m["content"] for m in previous or [] if m["role"] == "tool"}
     assert len(sent["c5"]) < len(large) / 4  # the large result digested
     assert sent["c9"] == after[-1]  # the latest verbatim
+
+
+REPAY = SHARE_5.model_copy(update={"repay_calls": 20})
+
+
+def _rewritten(items: list[Any], taken: dict[int, int]) -> list[Any]:
+    """`items` with the messages in `taken` rewritten `taken[i]` tokens shorter."""
+    return [replace(i, text=i.text[: len(i.text) // 2], tokens=i.tokens - taken[i.message_index])
+            if i.message_index in taken else i for i in items]
+
+
+def _exchanges() -> list[Any]:
+    msgs: list[dict[str, Any]] = [{"role": "system", "content": "You help customers."},
+                                  {"role": "user", "content": "my order " * 50}]
+    for k in range(4):
+        msgs += [{"role": "assistant", "content": f"looking up {k} " * 5},
+                 {"role": "user" if k == 0 else "assistant", "content": f"reply {k} " * 100}]
+    return parse_request({"messages": msgs}, TokenCounter(), "o200k_base").items
+
+
+def test_a_step_leaves_out_the_early_rewrites_that_do_not_repay_their_resend() -> None:
+    items = _exchanges()
+    sent = {i.message_index: i.tokens for i in items}
+    resend_from_3 = sum(t for i, t in sent.items() if 3 <= i < 9)
+    # a small gist of message 3 would re-send all from it; message 7's digest re-sends less
+    after = _rewritten(items, {3: 10, 7: sent[7] // 2})
+    left = unrepaid(items, after, 9, 2, REPAY)
+    assert left == {3}
+    assert 0.9 * resend_from_3 > 0.1 * 10 * 20  # the arithmetic the rule follows
+    # the calls to come are the calls so far when more than repay_calls: a long session
+    # keeps the early rewrite (0.1 * 10 * 1000 > 0.9 * what it re-sends)
+    assert unrepaid(items, after, 9, 1000, REPAY) == set()
+    # a step none of whose rewrites repays takes none
+    assert unrepaid(items, _rewritten(items, {3: 1, 7: 1}), 9, 2, REPAY) == {3, 7}
+    # a rewrite of a message the last call did not send re-sends nothing: it stays
+    assert unrepaid(items, _rewritten(items, {3: 10, 8: 1}), 8, 2, REPAY) == {3}
+    # contiguous small rewrites are weighed together, not each against its own message
+    many = _rewritten(items, {3: 10, 4: 10, 5: 10, 6: 10, 7: 10, 8: 10})
+    assert unrepaid(items, many, 9, 2, REPAY) == {3, 4, 5, 6, 7}
+    assert unrepaid(items, after, 9, 2, SHARE_5) == set()  # repay_calls 0: the rule is off
+
+
+async def _replay(settings: Settings, embedder: Any, messages: list[dict[str, Any]]
+                  ) -> tuple[int, list[list[dict[str, Any]]]]:
+    """Prefix changes and the forwarded messages of each call of a session."""
+    engine = ContextEngine(settings, None, Metrics(), DropLog("/dev/null", "none", None),
+                           embedder, sessions=MemorySessionStore())
+    session, previous, changes, sent = uuid.uuid4().hex, None, 0, []
+    for end in range(4, len(messages) + 1, 2):  # each call ends on a tool result
+        fitted = await engine.fit({"messages": messages[:end], "tools": TOOLS},
+                                  CallContext("t-repay", uuid.uuid4().hex,
+                                              {"x-ctxgate-session-id": session}))
+        forwarded = fitted.body["messages"]
+        if previous is not None and forwarded[: len(previous)] != previous:
+            changes += 1
+        previous = list(forwarded)
+        sent.append(previous)
+        assert sum(d.tokens_before - d.tokens_after for d in fitted.drops) == (
+            fitted.tokens_before - fitted.tokens_after
+        )
+    return changes, sent
+
+
+async def test_a_short_session_does_not_resend_itself_for_small_digests(
+    settings: Settings, embedder: Any
+) -> None:
+    """Eight calls of small records, all values (the shape of a short support run): a
+    digest keeps most of a record, so each early step would re-send the whole session for
+    a few tokens a call. The shipped rule leaves those rewrites out and the forwarded prefix
+    never changes; without it (repay_calls 0) the young session steps twice."""
+    outputs = [json.dumps({"order_id": f"#W{k}{k:05d}", "item": f"item_{k}_{k}", "price": 100 + k})
+               + "\n" + json.dumps([{"id": f"#P{k}{k:04d}{j}", "sku": f"S{k}{k}{j:03d}"}
+                                    for j in range(6)]) for k in range(8)]
+    messages = _sql_session(outputs)
+    changes, _ = await _replay(settings, embedder, messages)
+    assert changes == 0
+    before, _ = await _replay(without_repay(settings), embedder, messages)
+    assert before == 2
