@@ -107,7 +107,8 @@ class Compaction(_Settings):
     # A step's rewrite of an old message repays (`steps.unrepaid`) when its saving, at the
     # cached price, over the calls still to come outweighs what it alone makes re-sent at
     # full price; the calls to come are estimated as the calls so far, at least
-    # `repay_calls` (0: every rewrite of a step is kept).
+    # `repay_calls` (0: every rewrite of a step is kept). Weighed on calls of at most
+    # `early_max_tokens` only.
     repay_calls: int = 0
     # The price of a cached input token relative to a fresh one (the provider's prompt-cache
     # discount): what a step's full-price re-send is weighed against (`steps.py`).

@@ -255,7 +255,7 @@ async def test_a_large_output_arriving_on_a_step_call_is_digested_a_call_later(
     assert sent["c9"] == after[-1]  # the latest verbatim
 
 
-REPAY = SHARE_5.model_copy(update={"repay_calls": 20})
+REPAY = SHARE_5.model_copy(update={"repay_calls": 20, "early_max_tokens": 8000})
 
 
 def _rewritten(items: list[Any], taken: dict[int, int]) -> list[Any]:
@@ -293,6 +293,11 @@ def test_a_step_leaves_out_the_early_rewrites_that_do_not_repay_their_resend() -
     many = _rewritten(items, {3: 10, 4: 10, 5: 10, 6: 10, 7: 10, 8: 10})
     assert unrepaid(items, many, 9, 2, REPAY) == {3, 4, 5, 6, 7}
     assert unrepaid(items, after, 9, 2, SHARE_5) == set()  # repay_calls 0: the rule is off
+    # a call larger than early_max_tokens is not weighed: every rewrite stays
+    total = sum(sent.values())
+    assert unrepaid(items, after, 9, 2, REPAY.model_copy(update={"early_max_tokens": total})) == {3}
+    assert unrepaid(items, after, 9, 2,
+                    REPAY.model_copy(update={"early_max_tokens": total - 1})) == set()
 
 
 async def _replay(settings: Settings, embedder: Any, messages: list[dict[str, Any]]
