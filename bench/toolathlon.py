@@ -171,7 +171,8 @@ ctxgate repository; do not commit it there.
   calls of all runs of the model (argument names and JSON types; the runs do not record
   the definitions).
 - Messages as recorded (OpenAI chat shape): the task's user turn(s), the assistant's text
-  and tool calls (arguments as the model sent them, {bad_args} not valid JSON kept as sent),
+  and tool calls (arguments as the model sent them, {bad_args} not valid JSON kept as sent,
+  {empty_args} empty ones as `{{}}`),
   the tools' results. Tool results longer than {limit:,} characters keep their first two
   thirds and last third of that budget with `[... N characters cut ...]` between
   ({cuts} of {tool_msgs}). Repeated call ids get `_N`: {renamed}.
@@ -223,7 +224,10 @@ def convert(repo: Path, out: Path, *, queue_calls: int = 300) -> dict[str, int]:
         )
         queues = [session(sid, {"path": f"trajs/{model}_*.json"}, messages)
                   for sid, messages in joined]
-        common = {"model": model, "source": SOURCE, "commit": commit, "limit": TOOL_CHARS,
+        empty_args = sum(1 for r in group for m in r["messages"]
+                         for c in m.get("tool_calls") or () if not c["function"].get("arguments"))
+        common = {"empty_args": empty_args, "model": model, "source": SOURCE, "commit": commit,
+                  "limit": TOOL_CHARS,
                   "passed": sum(bool(r["pass"]) for r in group), "bad_args": bad_args,
                   "cuts": cuts, "tool_msgs": sum(m["role"] == "tool" for r in group
                                                  for m in r["messages"])}

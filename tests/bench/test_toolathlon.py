@@ -24,7 +24,7 @@ def run(task: str, steps: int, *, big: bool = False) -> dict[str, Any]:
                     "arguments": json.dumps({"path": f"/w/{task}.md", "head": s})}},
                 {"id": f"call_{s}b", "type": "function", "function": {
                     "name": "terminal-run_command",
-                    "arguments": '{"command": "ls' if s == 1 else '{"command": "ls"}'}}]},
+                    "arguments": {1: '{"command": "ls', 2: ""}.get(s, '{"command": "ls"}')}}]},
             {"role": "tool", "tool_call_id": f"call_{s}",
              "content": ("x" * 30_000) if big and s == 0 else f"content of {task} {s}"},
             {"role": "tool", "tool_call_id": f"call_{s}b", "content": "task.md"},
@@ -65,6 +65,7 @@ def test_converts_runs_and_queues_that_the_replay_reads(tmp_path: Path) -> None:
     assert len(first) < 24_100 and first.startswith("x" * 16_000)
     assert "[... 6000 characters cut ...]" in first and first.endswith("x" * 8_000)
     assert beta[5]["tool_calls"][1]["function"]["arguments"] == '{"command": "ls'  # as sent
+    assert beta[8]["tool_calls"][1]["function"]["arguments"] == "{}"
     tools = {t["function"]["name"]: t["function"] for t in runs[0].tools or []}
     assert sorted(tools) == ["filesystem-read_file", "terminal-run_command"]
     read = tools["filesystem-read_file"]
@@ -83,5 +84,6 @@ def test_converts_runs_and_queues_that_the_replay_reads(tmp_path: Path) -> None:
         "call_0", "call_0b", "call_0_3", "call_0b_4", "call_1", "call_1b", "call_2", "call_2b"]
     assert len(call_ends(q0)) == 2 + 4
     readme = (out / "toolathlon-model-a" / "README.md").read_text()
+    assert "3 not valid JSON kept as sent,\n  2 empty ones" in readme
     assert "CC-BY-4.0" in readme and "(1 of 20)" in readme and "1 passed" in readme
     assert "Task queues" in (out / "toolathlon-model-a-queue" / "README.md").read_text()
