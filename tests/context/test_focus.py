@@ -56,3 +56,19 @@ def test_escaped_newlines_do_not_glue_onto_values() -> None:
     from gateway.context.summarize import values
 
     assert values(r"team:\nDavid\tfeedback.xlsx") == ["team", "David", "feedback.xlsx"]
+
+
+def test_the_latest_talk_turn_keeps_its_lines_on_the_current_step() -> None:
+    """Candidate (not kept): an aged talk turn given the current step's values keeps, beside
+    its first sentence, the lines naming one of them with their closing words; without them
+    the digest is the first sentence and the mentions line."""
+    turn = ("Thank you for the details! I found an order delivered to Texas.\n"
+            "- You want to return the Electric Kettle from order #W5565470.\n"
+            "- The refund goes to PayPal.\n\nPlease confirm (yes/no).")
+    known = frozenset({"W5565470", "PayPal"})
+    step = frozenset({"W5565470", "return_delivered_order_items"})
+    digest = summarize(turn, "assistant", 2, known=known, step=step)
+    assert "- You want to return the Electric Kettle from order #W5565470." in digest
+    assert "PayPal." not in digest and "yes/no" in digest  # the rest: its values listed
+    plain = summarize(turn, "assistant", 2, known=known)
+    assert "#W5565470." not in plain and plain.startswith("Thank you for the details!")
