@@ -109,7 +109,7 @@ def decide(items: list[Item], chosen: Mapping[str, Decision], ctx: StageContext)
     kept: list[Item] = []
     seen: set[str] = set(ctx.known)  # values the model reads before the current item
     until = _last_summary(items, decisions, ctx)  # no summary after it reads `seen`
-    # the latest talk turn, aged on a small call with no target, keeps its lines on the
+    # the latest talk turn, aged on a small call with no target, keeps its lines closing on the
     # current step's values (summarize._valued)
     small = ctx.total(items) <= ctx.task_class.compaction.early_max_tokens
     step = frozenset(values(ctx.query)) if ctx.target is None and small else frozenset()
