@@ -56,3 +56,22 @@ def test_escaped_newlines_do_not_glue_onto_values() -> None:
     from gateway.context.summarize import values
 
     assert values(r"team:\nDavid\tfeedback.xlsx") == ["team", "David", "feedback.xlsx"]
+
+
+def test_the_latest_talk_turn_keeps_its_lines_on_the_current_step() -> None:
+    """An aged talk turn given the current step's values keeps, beside its first sentence,
+    the lines that close on one of them; a line naming one elsewhere does not stay, nor one
+    closing on a value the step does not name. Without them: the first sentence and the
+    mentions line."""
+    turn = ("Thank you for the details! I found an order delivered to Texas.\n"
+            "- Order #W5565470 has these items: Electric Kettle, Pet Bed\n"
+            "- You want to return the Electric Kettle from order #W5565470.\n"
+            "- The refund goes to PayPal.\n\nPlease confirm (yes/no).")
+    known = frozenset({"W5565470", "PayPal"})
+    step = frozenset({"W5565470", "return_delivered_order_items"})
+    digest = summarize(turn, "assistant", 2, known=known, step=step)
+    assert "- You want to return the Electric Kettle from order #W5565470." in digest
+    assert "these items" not in digest  # names the step's id, does not close on it
+    assert "PayPal." not in digest and "yes/no" in digest  # the rest: its values listed
+    plain = summarize(turn, "assistant", 2, known=known)
+    assert "#W5565470." not in plain and plain.startswith("Thank you for the details!")

@@ -109,6 +109,12 @@ def decide(items: list[Item], chosen: Mapping[str, Decision], ctx: StageContext)
     kept: list[Item] = []
     seen: set[str] = set(ctx.known)  # values the model reads before the current item
     until = _last_summary(items, decisions, ctx)  # no summary after it reads `seen`
+    # the latest talk turn, aged on a small call with no target, keeps its lines closing on the
+    # current step's values (summarize._valued)
+    small = ctx.total(items) <= ctx.task_class.compaction.early_max_tokens
+    step = frozenset(values(ctx.query)) if ctx.target is None and small else frozenset()
+    talk = [item.message_index for item in items if item.kind == "assistant"]
+    latest_talk = talk[-1] if talk else -1
     for pos, item in enumerate(items):
         decision = decisions.get(item.id)
         if decision is None:
@@ -124,6 +130,7 @@ def decide(items: list[Item], chosen: Mapping[str, Decision], ctx: StageContext)
                 text=summarize(
                     original.text, original.kind, decision.level, frozenset(seen), ctx.focus,
                     whole_commands=item.age <= RECENT_COMMAND_TURNS,
+                    step=step if item.message_index == latest_talk else frozenset(),
                 ),
             )
             decisions[item.id] = decision
