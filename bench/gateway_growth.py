@@ -104,8 +104,9 @@ def _start_gateway(tree: Path, tmp: Path, env: dict[str, str]) -> tuple[subproce
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     calls = calls_from_messages(synthetic_session(args.seed, args.turns)[1], MODEL)
-    if args.format in CONVERTERS:
-        calls = [CONVERTERS[args.format](call) for call in calls]
+    if args.format in CONVERTERS:  # Anthropic's API wants `max_tokens`
+        extra = {"max_tokens": 1024} if args.format == "messages" else {}
+        calls = [{**CONVERTERS[args.format](call), **extra} for call in calls]
     edges = {"first": range(args.edge), "last": range(len(calls) - args.edge, len(calls))}
     out: dict[str, Any] = {"calls": len(calls)}
     with tempfile.TemporaryDirectory() as raw_tmp, contextlib.ExitStack() as stack:
