@@ -70,7 +70,12 @@ async def run(corpora: Path, quick: bool, formats: list[str]) -> dict[str, Any]:
             whole._bodies[wire.name] = BodyCache(min_bytes=NEVER, name=wire.items)
             calls_n = differ = continued = 0
             started = time.perf_counter()
+            corpus = ""
             for session, calls, extra in sessions:
+                if session.split(":")[0] != corpus:  # progress, per corpus
+                    corpus = session.split(":")[0]
+                    print(f"{name} {corpus}: from call {calls_n}, {differ} differ so far, "
+                          f"{proven.views.extended} built on", flush=True)
                 bodies = [CONVERTERS[name](body) for body in calls]
                 if len(bodies) >= 2:
                     bodies += _variants(bodies[0], bodies[-1], name)
