@@ -190,10 +190,12 @@ class BodyCache:
                 continue
             if isinstance(top, dict) and top.get(self.name) == self._nonce:
                 messages = decode_members(raw[start + 1:close])
+                if messages is None:  # e.g. `{"messages": "<nonce>"}` from a last `]}` of
+                    continue  # a later list (`tools`): an earlier `]` may still be the one
                 end = close  # before the whitespace ahead of `]`: an indented body's next
                 while raw[end - 1] in SPACE:  # call puts its `,` right after the last message
                     end -= 1
-                return None if messages is None else _Split(raw, end, top, messages)
+                return _Split(raw, end, top, messages)
         return None
 
     def _keep(self, tenant: str, split: _Split, replacing: int | None = None) -> None:
