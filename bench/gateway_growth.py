@@ -11,6 +11,7 @@ function as samples per call.
     python -m bench.gateway_growth [--turns 300] [--edge 20] [--profile /tmp/prof]
     python -m bench.gateway_growth --tree /tmp/base ...   # another checkout's gateway
     python -m bench.gateway_growth --pyspy /tmp/spy [--bypass]
+    python -m bench.gateway_growth --format responses|messages   # the other wire formats
 """
 
 from __future__ import annotations
@@ -36,12 +37,16 @@ import orjson
 
 from bench import capacity
 from bench.capacity import CountingProxy
+from bench.wire_convert import CONVERTERS
 from gateway.context.replay import calls_from_messages
 from gateway.store.embedded import EmbeddedRedis
 from tests.harness import Upstream, free_port, stop, wait_until_up
 from tests.sessions import synthetic_session
 
 MODEL = "gpt-4o-mini"
+PATHS = {"chat": "/v1/chat/completions", "responses": "/v1/responses",
+         "messages": "/v1/messages"}
+ITEMS = {"chat": "messages", "responses": "input", "messages": "messages"}
 SETTLE_S = 0.05  # the trace is written by a task that follows the response
 # Run in the gateway's process: SIGUSR1 starts the profiler (the event loop's thread),
 # SIGUSR2 stops it and dumps to the file named in CTXGATE_GROWTH_PROFILE, with a number.
@@ -99,6 +104,9 @@ def _start_gateway(tree: Path, tmp: Path, env: dict[str, str]) -> tuple[subproce
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     calls = calls_from_messages(synthetic_session(args.seed, args.turns)[1], MODEL)
+    if args.format in CONVERTERS:  # Anthropic's API wants `max_tokens`
+        extra = {"max_tokens": 1024} if args.format == "messages" else {}
+        calls = [{**CONVERTERS[args.format](call), **extra} for call in calls]
     edges = {"first": range(args.edge), "last": range(len(calls) - args.edge, len(calls))}
     out: dict[str, Any] = {"calls": len(calls)}
     with tempfile.TemporaryDirectory() as raw_tmp, contextlib.ExitStack() as stack:
@@ -112,6 +120,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         profile = str(args.profile / "gateway") if args.profile else str(tmp / "p")
         process, url = _start_gateway(args.tree, tmp, {
             "CTXGATE_UPSTREAM_URL": f"{upstream.url}/v1", "CTXGATE_WORKER": "off",
+            "CTXGATE_ANTHROPIC_UPSTREAM_URL": upstream.url,
             "CTXGATE_REDIS_URL": f"redis://127.0.0.1:{proxy.port}/0",
             "CTXGATE_GROWTH_PROFILE": profile})
         stack.callback(stop, process)
@@ -136,7 +145,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 content = json.dumps(body, ensure_ascii=False, separators=(",", ":"),
                                      allow_nan=False).encode()  # httpx's `json=`, timed apart
                 posted = time.perf_counter()
-                response = client.post(f"{url}/v1/chat/completions", content=content,
+                response = client.post(f"{url}{PATHS[args.format]}", content=content,
                                        headers={**headers, "content-type": "application/json"})
                 if edge:
                     waited.append(1000 * (time.perf_counter() - posted))
@@ -160,7 +169,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     out[edge]["gateway CPU ms/call"] = round(
                         1000 * (_cpu_s(process.pid) - cpu) / args.edge, 2)
                     out[edge]["stored at its last call"] = _stored(store.port, response)
-        out["output"] = _output(upstream, tmp / "drops.jsonl")
+        out["output"] = _output(upstream, tmp / "drops.jsonl", ITEMS[args.format])
     out["per call"] = per_call(every)
     return out
 
@@ -212,12 +221,12 @@ def compare_spies(directory: Path, calls: int, top: int) -> None:
         print(f"{first[frame] / calls:7.2f} -> {last[frame] / calls:7.2f} | {frame}")
 
 
-def _output(upstream: Upstream, drops: Path) -> dict[str, str]:
+def _output(upstream: Upstream, drops: Path, items: str = "messages") -> dict[str, str]:
     """SHA-256 of what went upstream (every request's messages) and of the drop log (its
     trace ids and times left out): the same in two checkouts when behaviour is unchanged."""
     sent = hashlib.sha256()
     for request in upstream.requests():
-        sent.update(orjson.dumps(orjson.loads(request["body"]).get("messages")))
+        sent.update(orjson.dumps(orjson.loads(request["body"]).get(items)))
     logged = hashlib.sha256()
     for line in drops.read_bytes().splitlines() if drops.exists() else []:
         event = {k: v for k, v in orjson.loads(line).items() if k not in ("ts", "trace_id")}
@@ -284,6 +293,8 @@ def main() -> None:
     parser.add_argument("--profile", type=Path, help="dump the edges' cProfiles here")
     parser.add_argument("--pyspy", type=Path, help="dump the edges' py-spy samples here")
     parser.add_argument("--top", type=int, default=40)
+    parser.add_argument("--format", choices=sorted(PATHS), default="chat",
+                        help="send the session in this wire format (bench/wire_convert.py)")
     parser.add_argument("--bypass", action="store_true",
                         help="send x-ctxgate-bypass: the floor every gateway pays per call")
     args = parser.parse_args()

@@ -40,11 +40,22 @@ STEPS = [
     ("gateway.api.managed", "read_body"),
     ("gateway.api.bodies", "BodyCache.resume"),
     ("gateway.api.bodies", "BodyCache.decode"),
+    ("gateway.api.bodies", "BodyCache.resume_traced"),
+    ("gateway.api.bodies", "BodyCache.decode_traced"),
+    ("gateway.api.fitting", "parse_json_object"),
     ("gateway.api.fitting", "Fitting.prepare"),
     ("gateway.api.fitting", "Fitting.parse_as_is"),
     ("gateway.wire.chat", "validate_chat_request"),
     ("gateway.api.fitting", "_prepare"),
+    ("gateway.wire.messages", "Messages.validate"),
+    ("gateway.wire.responses", "Responses.validate"),
+    ("gateway.wire.messages", "Messages.view"),
+    ("gateway.wire.responses", "Responses.view"),
+    ("gateway.api.fitting", "_view"),
     ("gateway.context.engine", "ContextEngine.fit"),
+    ("gateway.wire.messages", "Messages.render"),
+    ("gateway.wire.responses", "Responses.render"),
+    ("gateway.api.bodies", "BodyEncoder.dumps"),
     ("gateway.api.fitting", "_render"),
     ("gateway.api.managed", "ManagedRoute._relay"),
     ("gateway.upstream.client", "Upstream.open"),
@@ -62,6 +73,8 @@ STEPS = [
     ("gateway.learner.traces", "TraceSink._write"),
     ("gateway.api.fitting", "Fitting.release"),
 ]
+PATHS = {"chat": "/v1/chat/completions", "responses": "/v1/responses",
+         "messages": "/v1/messages"}
 CPU: dict[str, float] = defaultdict(float)
 CALLS: dict[str, int] = defaultdict(int)
 ON = [False]
@@ -93,6 +106,20 @@ class _Timed:
             if ON[0]:
                 CPU[self._name] += spent
                 CALLS[self._name] += 1
+
+
+class WireUpstream(httpx.AsyncBaseTransport):
+    """The model in process, answering each wire format in its own shape (the stub
+    upstream's objects: `tests/stub_wire.py`)."""
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        from tests import stub_wire
+
+        body = orjson.loads(await request.aread())
+        answer = (stub_wire.response_object(body) if request.url.path.endswith("/responses")
+                  else stub_wire.message_object(body))
+        return httpx.Response(200, stream=httpx.ByteStream(orjson.dumps(answer)),
+                              headers={"content-type": "application/json"})
 
 
 def _wrap(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
@@ -130,6 +157,7 @@ def install(extra: list[str]) -> list[str]:
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     from bench.memgrowth import Upstream
+    from bench.wire_convert import CONVERTERS
     from gateway.app import Gateway
     from gateway.context.replay import calls_from_messages
     from gateway.settings import load_settings
@@ -138,7 +166,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
     wrapped = install(args.step)
     calls = calls_from_messages(synthetic_session(args.seed, args.turns)[1], "gpt-4o-mini")
-    bodies = [orjson.dumps(call) for call in calls]
+    convert = CONVERTERS.get(args.format, lambda call: call)
+    bodies = [orjson.dumps(convert(call)) for call in calls]
+    path = PATHS[args.format]
     edges = {"first": range(args.edge), "last": range(len(calls) - args.edge, len(calls))}
     tmp = Path(tempfile.mkdtemp(prefix="bench-gateway-steps-"))
     store = EmbeddedRedis(tmp / "redis").start()
@@ -148,8 +178,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             settings = load_settings(redis_url=store.url, worker="off",
                                      data_dir=tmp / f"data{repeat}",
                                      drop_log=str(tmp / f"drops{repeat}.jsonl"),
-                                     log_level="warning", upstream_url="http://upstream.test/v1")
-            app = Gateway(settings, transport=Upstream())
+                                     log_level="warning", upstream_url="http://upstream.test/v1",
+                                     anthropic_upstream_url="http://upstream.test")
+            app = Gateway(settings, transport=WireUpstream() if args.format != "chat"
+                          else Upstream())
             await app.startup()
             try:
                 await app.services.warm.wait()
@@ -167,7 +199,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                             CPU.clear()
                             CALLS.clear()
                             ON[0] = True
-                        response = await client.post("/v1/chat/completions", content=body,
+                        response = await client.post(path, content=body,
                                                      headers=headers)
                         assert response.status_code == 200, response.text
                         await asyncio.sleep(0.01)  # the trace's task, after the response
@@ -192,6 +224,8 @@ def main() -> None:
     parser.add_argument("--edge", type=int, default=20)
     parser.add_argument("--repeat", type=int, default=3, help="sessions; medians reported")
     parser.add_argument("--bypass", action="store_true", help="send x-ctxgate-bypass")
+    parser.add_argument("--format", choices=sorted(PATHS), default="chat",
+                        help="send the session in this wire format (bench/wire_convert.py)")
     parser.add_argument("--step", action="append", default=[],
                         help="another step to time, as module:Class.function")
     args = parser.parse_args()

@@ -51,6 +51,7 @@ MAX_BODY_BYTES = PIECEWISE_BYTES
 MAX_BYTES = 1 << 25  # the bodies kept, all tenants (their decoded values take ~3x more)
 PER_TENANT = 16  # bodies kept per tenant, newest first (sessions of one agent share a head)
 TAIL_TRIES = 32  # closing brackets tried from the end when a body is first split
+KEY_TRIES = 4  # places where the list's name opens an array, tried in order
 # Every body kept gets a number (`Lineage.body`), unique in the process (every BodyCache
 # draws from it: the engine that compares them may serve several routes' caches).
 _NUMBERS = itertools.count(1)
@@ -62,22 +63,29 @@ class _Split:
 
     raw: bytes
     end: int  # where `messages`' last member ends (the whitespace and `]` after it: tail)
-    top: dict[str, Any]  # the body's other members, `messages` holding the nonce
-    messages: list[Any]
+    top: dict[str, Any]  # the body's other members, its list's member holding the nonce
+    messages: list[Any]  # the list's members (`messages`; a Responses body's `input`)
     # Per wire format: its validation's state after all of `messages`, once they passed.
     checked: dict[str, Any] = field(default_factory=dict)
     number: int = field(default_factory=lambda: next(_NUMBERS))
 
-    def body(self) -> dict[str, Any]:
-        body = dict(self.top)  # the same key order: `messages` stays where it was
-        body["messages"] = list(self.messages)
+    def body(self, name: str) -> dict[str, Any]:
+        body = dict(self.top)  # the same key order: the list stays where it was
+        body[name] = list(self.messages)
         return body
 
 
 class BodyCache:
-    """Decodes request bodies, a session's later bodies from its earlier one's values."""
+    """Decodes request bodies, a session's later bodies from its earlier one's values.
 
-    def __init__(self, max_bytes: int = MAX_BYTES, min_bytes: int = MIN_BYTES) -> None:
+    `name`: the body's member that grows, a list (`messages`: Chat Completions and
+    Anthropic Messages; `input`: OpenAI Responses). One cache per wire format, so that a
+    body is only ever resumed from (and its lineage only names) one of its own format."""
+
+    def __init__(self, max_bytes: int = MAX_BYTES, min_bytes: int = MIN_BYTES,
+                 name: str = "messages") -> None:
+        self.name = name
+        self._key = orjson.dumps(name)
         self._max_bytes = max_bytes
         self._min_bytes = min_bytes
         self._nonce = secrets.token_hex(16)
@@ -104,7 +112,7 @@ class BodyCache:
         if split is None:
             return whole(raw), None
         self._keep(tenant, split)
-        return split.body(), Lineage(split.number)
+        return split.body(self.name), Lineage(split.number)
 
     def resume(self, tenant: str, raw: bytes,
                check: Check | None = None) -> dict[str, Any] | None:
@@ -129,7 +137,7 @@ class BodyCache:
             if split is not None:
                 self.resumed += 1
                 self._keep(tenant, split, replacing=serial)
-                body = split.body()
+                body = split.body(self.name)
                 if check is not None:
                     _check(kept, split, body, check)
                 return body, Lineage(split.number, kept.number, len(kept.messages))
@@ -157,10 +165,16 @@ class BodyCache:
         return _Split(raw, end, kept.top, kept.messages + new)
 
     def _split(self, raw: bytes) -> _Split | None:
-        """`raw` as `head [messages] tail`, each part decoded, or None."""
-        start = _array_start(raw)
-        if start is None:
-            return None
+        """`raw` as `head [messages] tail`, each part decoded, or None. The first few
+        places where the name opens an array are tried (a Responses body's `"input": [`
+        may follow a tool schema's `"input"`): the nonce says which one is the body's."""
+        for start in _array_starts(raw, self._key):
+            split = self._split_at(raw, start)
+            if split is not None:
+                return split
+        return None
+
+    def _split_at(self, raw: bytes, start: int) -> _Split | None:
         head, nonce = raw[:start], orjson.dumps(self._nonce)
         close = len(raw)
         for _ in range(TAIL_TRIES):
@@ -174,12 +188,14 @@ class BodyCache:
                 top = orjson.loads(head + nonce + after)
             except orjson.JSONDecodeError:
                 continue
-            if isinstance(top, dict) and top.get("messages") == self._nonce:
+            if isinstance(top, dict) and top.get(self.name) == self._nonce:
                 messages = decode_members(raw[start + 1:close])
+                if messages is None:  # e.g. `{"messages": "<nonce>"}` from a last `]}` of
+                    continue  # a later list (`tools`): an earlier `]` may still be the one
                 end = close  # before the whitespace ahead of `]`: an indented body's next
                 while raw[end - 1] in SPACE:  # call puts its `,` right after the last message
                     end -= 1
-                return None if messages is None else _Split(raw, end, top, messages)
+                return _Split(raw, end, top, messages)
         return None
 
     def _keep(self, tenant: str, split: _Split, replacing: int | None = None) -> None:
@@ -229,16 +245,17 @@ def _check(kept: _Split, split: _Split, body: dict[str, Any], check: Check) -> N
     raise error
 
 
-def _array_start(raw: bytes) -> int | None:
-    """Where the first `"messages": [` opens its array (whether it is the body's own
-    `messages` is checked when the body is split)."""
-    at = raw.find(KEY)
-    if at < 0:
-        return None
-    rest = raw[at + len(KEY):at + len(KEY) + 64].lstrip(SPACE)
-    if not rest.startswith(b":") or not rest[1:].lstrip(SPACE).startswith(b"["):
-        return None
-    return raw.index(b"[", at + len(KEY))
+def _array_starts(raw: bytes, key: bytes = KEY) -> list[int]:
+    """Where the first `KEY_TRIES` places `"<name>": [` open an array (whether one is the
+    body's own member is checked when the body is split)."""
+    starts: list[int] = []
+    at = raw.find(key)
+    while at >= 0 and len(starts) < KEY_TRIES:
+        rest = raw[at + len(key):at + len(key) + 64].lstrip(SPACE)
+        if rest.startswith(b":") and rest[1:].lstrip(SPACE).startswith(b"["):
+            starts.append(raw.index(b"[", at + len(key)))
+        at = raw.find(key, at + len(key))
+    return starts
 
 
 def decode_members(members: bytes) -> list[Any] | None:

@@ -19,6 +19,7 @@ a large one's trace is built on the fitting thread, as a large fitted call's is.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -56,7 +57,7 @@ from gateway.observability.explain import (
     unmanaged_account,
 )
 from gateway.store import STORE_DOWN
-from gateway.wire.view import UnmarkedMessages, WireFormat, unmarked
+from gateway.wire.view import ChatView, UnmarkedMessages, Views, WireFormat, unmarked
 
 if TYPE_CHECKING:
     from gateway.api.route import Call
@@ -110,27 +111,45 @@ class Fitting:
         self._pieces = AccountPieces()  # each session's latest account pieces
         self._sent = UnmarkedMessages()  # each session's latest messages as traced
         self.bodies = BodyCache()  # a session's body decoded from where its last one ended
+        # The same for the other wire formats, one cache each (a lineage names a body of
+        # its own format only); a Responses body grows its `input`.
+        self._bodies: dict[str, BodyCache] = {}
+        self._bodies_lock = threading.Lock()
+        self.views = Views()  # a Messages/Responses body's chat view built on from its last
         self.encoder = BodyEncoder()  # a body to forward encoded from its unchanged runs
+
+    def bodies_of(self, wire: WireFormat) -> BodyCache:
+        """The body cache of `wire`'s bodies (chat's is `bodies`)."""
+        if wire.name == "/v1/chat/completions":
+            return self.bodies
+        with self._bodies_lock:
+            cache = self._bodies.get(wire.name)
+            if cache is None:
+                cache = self._bodies[wire.name] = BodyCache(
+                    name=getattr(wire, "items", "messages"))
+            return cache
 
     async def prepare(self, wire: WireFormat, raw: bytes, call: Call) -> Prepared:
         """Parse, validate, fit and render `raw` within the call's time budget."""
         spent = time.perf_counter() - call.started  # reading the body counts too
         deadline = Deadline(time.monotonic() + self.timeout_s - spent)
         # Its new messages decoded and validated (the rest was, in its session's last call).
-        resumed = self.bodies.resume_traced(call.caller.tenant, raw,
-                                            (wire.name, wire.validate_from))
+        resumed = self.bodies_of(wire).resume_traced(call.caller.tenant, raw,
+                                                     (wire.name, wire.validate_from))
         checked = resumed is not None
         lineage: list[Lineage] = []  # what the body cache proved of the body, once decoded
         try:
-            if self.thread is not None and _large(raw, resumed and resumed[0]):
-                decode = self._decoder(call, parse_large, resumed, lineage)
+            if self.thread is not None and _large(wire, raw, resumed and resumed[0]):
+                decode = self._decoder(wire, call, parse_large, resumed, lineage)
                 return self._owned(await self.thread.run(
                     lambda engine: _prepare(engine, wire, raw, call, decode, checked,
-                                            self._encode(raw), lineage), deadline))
+                                            self._encode(raw), lineage, self.views),
+                    deadline))
             async with fit_deadline(deadline):
                 return await _prepare(self.engine, wire, raw, call,
-                                      self._decoder(call, parse_json_object, resumed, lineage),
-                                      checked, self._encode(raw), lineage)
+                                      self._decoder(wire, call, parse_json_object, resumed,
+                                                    lineage),
+                                      checked, self._encode(raw), lineage, self.views)
         except FitDeadline as late:
             return self._late(wire, raw, call, late.cause)
         except ContextBudgetExceeded:
@@ -146,21 +165,21 @@ class Fitting:
         that continues one the session sent before has only its new messages decoded: it
         stays on the loop (validated from where that one's validation ended), and a large
         one is observed and freed on the thread all the same."""
-        resumed = self.bodies.resume_traced(call.caller.tenant, raw,
-                                            (wire.name, wire.validate_from))
+        resumed = self.bodies_of(wire).resume_traced(call.caller.tenant, raw,
+                                                     (wire.name, wire.validate_from))
         if resumed is not None:
             body, call.lineage = resumed
-            if self.thread is not None and _large(raw, body):
+            if self.thread is not None and _large(wire, raw, body):
                 self._large.add(id(body))
             return body
         lineage: list[Lineage] = []
-        inline = self._decoder(call, parse_json_object, traced=lineage)
+        inline = self._decoder(wire, call, parse_json_object, traced=lineage)
         if self.thread is None or not is_large(raw):
             body = as_is(wire, raw, inline)
         else:
             try:
                 body = await self.thread.run(_as_job(lambda _: as_is(
-                    wire, raw, self._decoder(call, parse_large, traced=lineage))),
+                    wire, raw, self._decoder(wire, call, parse_large, traced=lineage))),
                     self._later())
             except FitDeadline:
                 log.info("the fitting thread is busy: a large bypassed call is parsed inline",
@@ -170,7 +189,7 @@ class Fitting:
         call.lineage = lineage[-1] if lineage else None
         return body
 
-    def _decoder(self, call: Call, whole: Decode,
+    def _decoder(self, wire: WireFormat, call: Call, whole: Decode,
                  resumed: tuple[dict[str, Any], Lineage] | None = None,
                  traced: list[Lineage] | None = None) -> Decode:
         """`whole`, or the session's last body's values and the new messages decoded
@@ -181,12 +200,12 @@ class Fitting:
             if traced is not None:
                 traced.append(lineage)
             return lambda _raw: body
-        tenant = call.caller.tenant
+        tenant, bodies = call.caller.tenant, self.bodies_of(wire)
         if traced is None:
-            return lambda raw: self.bodies.decode(tenant, raw, whole)
+            return lambda raw: bodies.decode(tenant, raw, whole)
 
         def decode(raw: bytes) -> dict[str, Any]:
-            body, lineage = self.bodies.decode_traced(tenant, raw, whole)
+            body, lineage = bodies.decode_traced(tenant, raw, whole)
             if lineage is not None:
                 traced.append(lineage)
             return body
@@ -269,7 +288,7 @@ class Fitting:
         call whose body was parsed there (a walk of its every message)."""
         mode = UNMANAGED if call.unmanaged is not None else "bypass"
         observe = partial(_observe_sent, wire=wire, body=body, mode=mode, context=CallContext(
-            call.caller.tenant, call.trace_id, call.headers, call.lineage))
+            call.caller.tenant, call.trace_id, call.headers, call.lineage), views=self.views)
         if self.thread is None or id(body) not in self._large:
             return await observe(self.engine)
         return await self._on_thread(observe)
@@ -311,11 +330,12 @@ def as_is(wire: WireFormat, raw: bytes,
     raise error
 
 
-def _large(raw: bytes, body: dict[str, Any] | None) -> bool:
-    """`offload.is_large`, with the messages counted when the body is already decoded."""
+def _large(wire: WireFormat, raw: bytes, body: dict[str, Any] | None) -> bool:
+    """`offload.is_large`, with the messages (a Responses body's input items) counted
+    when the body is already decoded."""
     if body is None:
         return is_large(raw)
-    return len(raw) >= LARGE_BODY_BYTES or len(body["messages"]) >= LARGE_MESSAGES
+    return len(raw) >= LARGE_BODY_BYTES or len(body[wire.items]) >= LARGE_MESSAGES
 
 
 def _as_job(build: Callable[[ContextEngine], T]) -> Job[T]:
@@ -326,15 +346,25 @@ def _as_job(build: Callable[[ContextEngine], T]) -> Job[T]:
 
 
 async def _observe_sent(engine: ContextEngine, *, wire: WireFormat, body: dict[str, Any],
-                        mode: str, context: CallContext) -> CallSignals | None:
-    view = wire.view(body)
-    lineage = context.lineage if view.body is body else None  # of the client's messages
+                        mode: str, context: CallContext, views: Views | None = None
+                        ) -> CallSignals | None:
+    view, lineage = _view(wire, body, context.lineage, views)  # proven of the view's messages
     if view.session_key is not None and HEADER_SESSION not in context.headers:
         context = CallContext(context.tenant, context.trace_id,
                               {**context.headers, HEADER_SESSION: view.session_key}, lineage)
     elif lineage is not context.lineage:
         context = CallContext(context.tenant, context.trace_id, context.headers, lineage)
     return await engine.observe_sent(view.body, context, mode)
+
+
+def _view(wire: WireFormat, body: dict[str, Any], lineage: Lineage | None,
+          views: Views | None) -> tuple[ChatView, Lineage | None]:
+    """`wire.view(body)` and what is proven of its messages: the body's lineage when the
+    view is the body (chat), else the view's as `views` builds it (None: nothing)."""
+    if views is not None:
+        return views.view(wire, body, lineage)
+    view = wire.view(body)
+    return view, lineage if view.body is body else None
 
 
 def _unmanaged_trace(engine: ContextEngine, *, wire: WireFormat, raw: bytes,
@@ -376,22 +406,22 @@ def _trace_parts(fitted: FittedCall, pieces: AccountPieces,
 async def _prepare(engine: ContextEngine, wire: WireFormat, raw: bytes, call: Call,
                    parse: Callable[[bytes], dict[str, Any]], checked: bool = False,
                    encode: Callable[[dict[str, Any]], bytes] = orjson.dumps,
-                   lineage: list[Lineage] | None = None) -> Prepared:
+                   lineage: list[Lineage] | None = None, views: Views | None = None
+                   ) -> Prepared:
     """The call's body parsed (validated already when `checked`), fitted, rendered and
     encoded, on whichever loop runs it: it reads `call` and never writes it (a late result
     must not touch a call already sent on). `lineage`: what the body cache proved of the
     body as `parse` decoded it (its last entry), handed to the engine, which then skips its
-    own byte check of the messages proven, when the engine reads the client's messages
-    themselves (a wire format whose view builds others gets none)."""
+    own byte check of the messages proven: the client's messages themselves (chat), or
+    the view's messages built on from the last body's view (`views`)."""
     body = parse(raw)
     if not checked:
         wire.validate(body)
     stream = body.get("stream") is True
-    view = wire.view(body)
+    view, proven = _view(wire, body, lineage[-1] if lineage else None, views)
     headers = call.headers
     if view.session_key is not None and HEADER_SESSION not in headers:
         headers = {**headers, HEADER_SESSION: view.session_key}
-    proven = lineage[-1] if lineage and view.body is body else None
     context = CallContext(call.caller.tenant, call.trace_id, headers, proven)
     try:
         fitted = await engine.fit(view.body, context, compact=view.compact)

@@ -17,6 +17,7 @@ never has more breakpoints than the client sent.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -74,19 +75,51 @@ def _assistant(blocks: list[Any], indexes: list[int]) -> dict[str, Any]:
     return message
 
 
+@dataclass(frozen=True, slots=True)
+class _Built:
+    """One body's view as the next body's is built on from it (`extend_view`); never
+    changed once made (the next view's lists are new)."""
+
+    messages: list[dict[str, Any]]
+    sources: list[Any]
+    count: int  # wire messages read
+    last_assistant: int  # the last assistant message's index (-1: none)
+    signed: int | None  # the chat index of the message pinned as the last one with thinking
+
+
 def build_view(body: Mapping[str, Any]) -> ChatView:
-    messages: list[dict[str, Any]] = []
-    sources: list[Any] = []
-    system = body.get("system")
-    system_text = system if isinstance(system, str) else _text(
-        [b for b in system if isinstance(b, Mapping)]) if isinstance(system, list) else None
-    if system_text:
-        messages.append({"role": "system", "content": system_text})
-        sources.append("system")
+    return extend_view(body, None)[0]
+
+
+def extend_view(body: Mapping[str, Any], state: Any) -> tuple[ChatView, Any, int]:
+    """`build_view(body)`, built on from `state` (what an earlier call of this gives as
+    its second value: the view of a body whose messages are this body's first ones,
+    decoded from the same bytes, and whose other members are this body's; None: from the
+    start), the state to build on from this one, and how many of the view's leading
+    messages are that earlier view's own objects (0 without `state`)."""
     wire = body.get("messages") or []
-    last_assistant = max((i for i, m in enumerate(wire) if m.get("role") == "assistant"),
-                         default=-1)
-    for m, message in enumerate(wire):
+    if isinstance(state, _Built):
+        start, messages, sources = state.count, list(state.messages), list(state.sources)
+        shared = len(messages)
+        last_assistant = next((i for i in range(len(wire) - 1, start - 1, -1)
+                               if wire[i].get("role") == "assistant"), state.last_assistant)
+        signed = state.signed
+        if signed is not None and last_assistant != state.last_assistant:
+            # no longer the last assistant message: not pinned for its thinking any more
+            messages[signed] = {k: v for k, v in messages[signed].items() if k != PINNED}
+            shared, signed = signed, None
+    else:
+        start, messages, sources, shared, signed = 0, [], [], 0, None
+        system = body.get("system")
+        system_text = system if isinstance(system, str) else _text(
+            [b for b in system if isinstance(b, Mapping)]) if isinstance(system, list) else None
+        if system_text:
+            messages.append({"role": "system", "content": system_text})
+            sources.append("system")
+        last_assistant = max((i for i, m in enumerate(wire) if m.get("role") == "assistant"),
+                             default=-1)
+    for m in range(start, len(wire)):
+        message = wire[m]
         role = str(message.get("role", "user"))
         content = message.get("content")
         if role not in ("user", "assistant"):  # e.g. Claude Code's `system` messages: as sent
@@ -103,9 +136,11 @@ def build_view(body: Mapping[str, Any]) -> ChatView:
         unknown = any(b.get("type") not in KNOWN for b in blocks)
         if role == "assistant":
             chat = _assistant(blocks, list(range(len(blocks))))
-            signed = any(b.get("type") in THINKING for b in blocks)
-            if unknown or (signed and m == last_assistant):
+            if unknown or (m == last_assistant and any(b.get("type") in THINKING
+                                                       for b in blocks)):
                 chat[PINNED] = True
+                if not unknown:
+                    signed = len(messages)
             messages.append(chat)
             sources.append((m, tuple(range(len(blocks)))))
             continue
@@ -121,12 +156,13 @@ def build_view(body: Mapping[str, Any]) -> ChatView:
                 chat[PINNED] = True
             messages.append(chat)
             sources.append((m, others))
-    chat_body: dict[str, Any] = {"model": body.get("model"), "messages": messages}
+    built = _Built(messages, sources, len(wire), last_assistant, signed)
+    chat_body: dict[str, Any] = {"model": body.get("model"), "messages": list(messages)}
     if body.get("tools"):
         chat_body["tools"] = body["tools"]
     if isinstance(body.get("max_tokens"), int):
         chat_body["max_tokens"] = body["max_tokens"]
-    return ChatView(chat_body, sources)
+    return ChatView(chat_body, list(sources)), built, shared
 
 
 def _breakpoint(blocks: list[Any]) -> dict[str, Any]:
@@ -366,6 +402,7 @@ class Messages:
 
     name = "/v1/messages"
     upstream_path = "v1/messages"
+    items = "messages"  # the member a session's later bodies extend (`gateway/api/bodies.py`)
 
     def validate(self, body: Mapping[str, Any]) -> None:
         validate(body)
@@ -375,6 +412,9 @@ class Messages:
 
     def view(self, body: dict[str, Any]) -> ChatView:
         return build_view(body)
+
+    def extend_view(self, body: dict[str, Any], state: Any) -> tuple[ChatView, Any, int]:
+        return extend_view(body, state)
 
     def render(self, body: dict[str, Any], view: ChatView,
                fitted: FittedCall) -> dict[str, Any]:

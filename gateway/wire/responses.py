@@ -9,6 +9,11 @@ travels with the item after it: it joins that item's chat message, as opaque con
 Every other item type (and an output whose call is not in the request) is opaque, pinned,
 and sent byte-for-byte. A request with `previous_response_id` or `conversation` only carries
 new items: it is traced and gets the playbook, never compacted.
+
+A body that continues its session's last one (`gateway/api/bodies.py`: its first items are
+that body's, decoded from the same bytes) has its view built on from that body's
+(`extend_view`): only the new items are read, and the chat messages that no new item
+changes are the very same objects (the engine then skips its byte check of them).
 """
 
 from __future__ import annotations
@@ -57,13 +62,26 @@ def _opaque(item: Mapping[str, Any]) -> dict[str, Any]:
 
 @dataclass
 class _Builder:
-    """Walks `input` once, building the chat view and each chat message's sources."""
+    """Walks `input` once, building the chat view and each chat message's sources.
+
+    A builder that made one body's view is never changed after: the next body's view is
+    built on a `copy()` of it, whose lists are new and whose messages (and their sources)
+    are replaced, never written to (`shared`: how many of the copied messages are still
+    the very objects)."""
 
     messages: list[dict[str, Any]] = field(default_factory=list)
     sources: list[list[int]] = field(default_factory=list)
     pending: list[int] = field(default_factory=list)  # reasoning items awaiting their follower
     calls: set[str] = field(default_factory=set)
     open_group: int | None = None  # chat index of a call run still being extended
+    items: int = 0  # input items read
+    shared: int = 0  # leading messages that are the copied builder's own objects
+    system: dict[str, Any] | None = None  # the view's system message (`instructions`)
+
+    def copy(self) -> _Builder:
+        return _Builder(list(self.messages), list(self.sources), list(self.pending),
+                        set(self.calls), self.open_group, self.items, len(self.messages),
+                        self.system)
 
     def add(self, message: dict[str, Any], index: int, items: list[Any], *,
             pinned: bool = False, opens_turn: bool = False) -> None:
@@ -93,15 +111,18 @@ class _Builder:
             "input")
         call = {"id": call_id, "type": "function",
                 "function": {"name": name, "arguments": str(arguments or "")}}
-        if self.open_group is not None:
-            group = self.messages[self.open_group]
-            group.setdefault("tool_calls", []).append(call)
+        if self.open_group is not None:  # replaced, not written to (`copy`)
+            at = self.open_group
+            group = dict(self.messages[at])
+            group["tool_calls"] = [*group.get("tool_calls", ()), call]
             if self.pending:
                 content = group.get("content")
                 parts = [{"type": "text", "text": content}] if isinstance(content, str) else (
                     list(content or []))
                 group["content"] = [*parts, *(_opaque(items[i]) for i in self.pending)]
-            self.sources[self.open_group] += [*self.pending, index]
+            self.messages[at] = group
+            self.sources[at] = [*self.sources[at], *self.pending, index]
+            self.shared = min(self.shared, at)
             self.pending = []
             return
         self.add({"role": "assistant", "content": None, "tool_calls": [call]}, index, items)
@@ -129,11 +150,21 @@ def _output(item: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def build_view(body: Mapping[str, Any]) -> ChatView:
+    return extend_view(body, None)[0]
+
+
+def extend_view(body: Mapping[str, Any], state: Any) -> tuple[ChatView, Any, int]:
+    """`build_view(body)`, built on from `state` (what an earlier call of this gives as
+    its second value: the view of a body whose input items are this body's first ones,
+    decoded from the same bytes, and whose other members are this body's; None: from the
+    start), the state to build on from this one, and how many of the view's leading
+    messages are that earlier view's own objects (0 without `state`)."""
     raw = body.get("input")
     items: list[Any] = [{"role": "user", "content": raw}] if isinstance(raw, str) else list(
         raw or ())
-    builder = _Builder()
-    for index, item in enumerate(items):
+    builder = _Builder() if not isinstance(state, _Builder) else state.copy()
+    for index in range(builder.items, len(items)):
+        item = items[index]
         kind = item_type(item)
         if kind == "reasoning":
             builder.pending.append(index)
@@ -149,15 +180,27 @@ def build_view(body: Mapping[str, Any]) -> ChatView:
         else:  # compaction, item_reference, hosted tool calls, unknown: as sent, pinned
             builder.add({"role": "opaque", "content": [_opaque(item)]}, index, items,
                         pinned=True)
+    builder.items = len(items)
+    kept = builder  # read on from by the next body's view: the trailing reasoning is not
     if builder.pending:  # reasoning with no item after it: the client's to answer for
+        builder = builder.copy()
         builder.add({"role": "opaque", "content": []}, builder.pending.pop(), items,
                     pinned=True)
-    messages = builder.messages
+    messages = list(builder.messages)  # the view's own list: the builder's is kept
     instructions = body.get("instructions")
     sources: list[Any] = list(builder.sources)
+    shared = kept.shared if isinstance(state, _Builder) else 0
     if isinstance(instructions, str) and instructions:
-        messages = [{"role": "system", "content": instructions}, *messages]
+        system = kept.system  # the earlier view's, when it had the same instructions
+        if system is None or system["content"] != instructions:
+            system = kept.system = {"role": "system", "content": instructions}
+            shared = 0
+        else:
+            shared += 1
+        messages = [system, *messages]
         sources = [["instructions"], *sources]
+    elif kept.system is not None:
+        kept.system, shared = None, 0
     chat: dict[str, Any] = {"model": body.get("model"), "messages": messages}
     if body.get("tools"):
         chat["tools"] = body["tools"]
@@ -167,7 +210,7 @@ def build_view(body: Mapping[str, Any]) -> ChatView:
         "conversation") is not None
     key = body.get("prompt_cache_key")
     return ChatView(chat, sources, compact=not chained,
-                    session_key=key if isinstance(key, str) and key else None)
+                    session_key=key if isinstance(key, str) and key else None), kept, shared
 
 
 def _rewritten(item: Mapping[str, Any], text: str) -> dict[str, Any]:
@@ -240,15 +283,17 @@ def with_short_ids(body: dict[str, Any]) -> dict[str, Any]:
     return {**body, "input": [rewritten(item) for item in items]}
 
 
-def validate(body: Mapping[str, Any]) -> None:
+def validate(body: Mapping[str, Any], start: int = 0) -> None:
+    """Raise InvalidRequest if the gateway cannot handle `body`; its first `start` input
+    items passed before (an earlier body that this one continues): not walked again."""
     if not isinstance(body.get("model"), str):
         raise InvalidRequest("'model' must be a string.", param="model")
     items = body.get("input")
     if items is not None and not isinstance(items, str | list):
         raise InvalidRequest("'input' must be a string or an array of items.", param="input")
     if isinstance(items, list):
-        for index, item in enumerate(items):
-            if not isinstance(item, dict):
+        for index in range(start, len(items)):
+            if not isinstance(items[index], dict):
                 raise InvalidRequest(f"input[{index}] must be an object.",
                                      param=f"input[{index}]")
     instructions = body.get("instructions")
@@ -312,15 +357,19 @@ class Responses:
 
     name = "/v1/responses"
     upstream_path = "responses"
+    items = "input"  # the member a session's later bodies extend (`gateway/api/bodies.py`)
 
     def validate(self, body: Mapping[str, Any]) -> None:
         validate(body)
 
     def validate_from(self, body: Mapping[str, Any], start: int, state: Any) -> Any:
-        validate(body)  # never asked: a Responses body (`input`) is not kept to continue
+        validate(body, start)  # no state: each item is checked on its own
 
     def view(self, body: dict[str, Any]) -> ChatView:
         return build_view(body)
+
+    def extend_view(self, body: dict[str, Any], state: Any) -> tuple[ChatView, Any, int]:
+        return extend_view(body, state)
 
     def render(self, body: dict[str, Any], view: ChatView,
                fitted: FittedCall) -> dict[str, Any]:

@@ -17,13 +17,14 @@ from operator import is_not
 from typing import TYPE_CHECKING, Any, Protocol
 
 from gateway.context.items import PINNED
+from gateway.context.prefix import Lineage
 from gateway.context.render import Plan
 
 if TYPE_CHECKING:
     from gateway.context.engine import FittedCall
 
-__all__ = ["PINNED", "ChatView", "Plan", "StreamSummary", "UnmarkedMessages", "WireFormat",
-           "message_fates", "unmarked"]
+__all__ = ["PINNED", "ChatView", "Plan", "StreamSummary", "UnmarkedMessages", "Views",
+           "WireFormat", "message_fates", "unmarked"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +95,56 @@ class UnmarkedMessages:
         return out
 
 
+class Views:
+    """Each wire format's chat view of a body the gateway proved to continue an earlier
+    one (`gateway/api/bodies.py`: `Lineage`), built on from that body's view.
+
+    A Chat Completions body is its own view: its lineage is the engine's as it is. A
+    Messages or Responses body's view is new chat messages, so the body's lineage says
+    nothing of them; here the view of a kept body is remembered by the body's number
+    (what the adapter's `extend_view` returns to build on), and a body whose lineage names
+    that body and its message count has its view built on from it: only its new items
+    read, the earlier view's messages reused as objects where no new item changes them.
+    Its lineage for the engine then counts those (`count`: the view's leading messages
+    that are the earlier view's own, decoded from the same bytes and built by the same
+    code), so the engine skips its byte check when they are all of them. Anything else (no
+    lineage, a view not remembered, another count) is built whole, with a lineage naming
+    no earlier body. A view is remembered until a later body builds on it (one per chain
+    of a session's bodies), at most `entries` of them (least recently used dropped); the
+    states hold the messages the engine's prefixes hold anyway."""
+
+    def __init__(self, entries: int = 256) -> None:
+        self._entries = entries
+        self._kept: OrderedDict[int, tuple[int, Any]] = OrderedDict()  # body -> count, state
+        self._lock = threading.Lock()  # the loop and the fitting thread both build views
+        self.extended = 0  # views built on from an earlier one (read by tests and benches)
+
+    def view(self, wire: WireFormat, body: dict[str, Any], lineage: Lineage | None
+             ) -> tuple[ChatView, Lineage | None]:
+        """`wire.view(body)`, and what is proven of its messages (None: nothing)."""
+        extend = getattr(wire, "extend_view", None)
+        if extend is None or lineage is None:
+            view = wire.view(body)
+            return view, lineage if view.body is body else None
+        with self._lock:
+            kept = (self._kept.pop(lineage.after, None) if lineage.after is not None
+                    else None)
+        if kept is not None and kept[0] == lineage.count:
+            view, state, shared = extend(body, kept[1])
+            proven = Lineage(lineage.body, lineage.after, shared)
+            self.extended += 1
+        else:
+            view, state, _ = extend(body, None)
+            proven = Lineage(lineage.body)
+        items = body.get(getattr(wire, "items", "messages"))
+        with self._lock:
+            self._kept[lineage.body] = (len(items) if isinstance(items, list) else -1, state)
+            self._kept.move_to_end(lineage.body)
+            while len(self._kept) > self._entries:
+                self._kept.popitem(last=False)
+        return view, proven
+
+
 class StreamSummary(Protocol):
     """Watches a relayed stream's events and rebuilds the answer's summary."""
 
@@ -107,6 +158,10 @@ class WireFormat(Protocol):
 
     name: str  # the route's endpoint label, e.g. "/v1/responses"
     upstream_path: str  # where the request goes, relative to its upstream's base URL
+    # The body's member a session's later bodies extend, a list (`messages`; `input`).
+    # A format whose view is not the body itself also has `extend_view(body, state) ->
+    # (view, state, shared)` (`Views`).
+    items: str
 
     def validate(self, body: Mapping[str, Any]) -> None:
         """Raise InvalidRequest if the gateway cannot handle `body`."""
