@@ -159,3 +159,43 @@ async def test_an_aged_output_its_digest_would_hardly_shorten_stays_as_sent(
     for i in kept:
         assert sent[i]["content"] == minified(messages[i]["content"])
     assert reasons[len(messages) - 1] == "minified_json"
+
+
+def test_minified_leaves_out_null_members_and_keeps_every_value() -> None:
+    """An object's member whose value is null names nothing a later call can use; every
+    other value stays, every string byte for byte, arrays keep their nulls."""
+    order = {"cancel_reason": None, "order_id": "#W6390527", "return_items": None,
+             "items": [{"item_id": "8384507844", "options": None, "price": 137.94}],
+             "note": 'says "a":null, {"b":null}', "empty": {"x": None}, "slots": [None, 1],
+             "status": "null", "exchange_items": None}
+    text = json.dumps(order, indent=2)
+    out = minified(text)
+    assert out is not None and len(out) < len(json.dumps(order, separators=(",", ":"))) - 60
+    assert json.loads(out) == {
+        "order_id": "#W6390527", "items": [{"item_id": "8384507844", "price": 137.94}],
+        "note": 'says "a":null, {"b":null}', "empty": {}, "slots": [None, 1],
+        "status": "null"}
+    assert 'says \\"a\\":null, {\\"b\\":null}' in out  # a string's own text stays
+    # sent without whitespace already: its null members alone are worth leaving out
+    compact = json.dumps({"a": None, "b": None, "c": "RES001X"}, separators=(",", ":"))
+    assert minified(compact) == '{"c":"RES001X"}'
+    assert minified('{"c":"RES001X"}') is None  # nothing to take
+
+
+async def test_a_json_output_goes_out_without_its_null_members_from_its_first_call(
+    settings: Settings, embedder: Any
+) -> None:
+    """On arrival, so no prefix already sent changes: every call extends the previous one
+    and every value of every output is still sent."""
+    messages = _session(4)
+    for k, i in enumerate(range(3, len(messages), 2)):
+        record = {**_reservation(k), "cancel_reason": None, "return_items": None,
+                  "exchange": {"items": None, "price_difference": None}}
+        messages[i]["content"] = json.dumps(record)  # no layout: only the nulls to take
+    fitted, cached = await _replay(without_credit(settings), embedder, messages)
+    sent = [m["content"] for m in fitted.body["messages"] if m["role"] == "tool"]
+    for k, out in enumerate(sent):
+        assert json.loads(out) == {**_reservation(k), "exchange": {}}
+    assert sent[-1] == minified(messages[-1]["content"])  # the latest output: on arrival
+    assert {d.reason for d in fitted.drops} == {"minified_json"}
+    assert cached.prefixes.reused >= 2
