@@ -199,3 +199,23 @@ async def test_a_json_output_goes_out_without_its_null_members_from_its_first_ca
     assert sent[-1] == minified(messages[-1]["content"])  # the latest output: on arrival
     assert {d.reason for d in fitted.drops} == {"minified_json"}
     assert cached.prefixes.reused >= 2
+
+
+async def test_a_kept_record_short_once_its_nulls_went_is_still_masked_when_old(
+    settings: Settings, embedder: Any
+) -> None:
+    """A record kept as first sent (`minified_kept`) joins the batch of old digests masked
+    by its size as the client sent it: without its layout and null members it is under
+    EXPIRED_MIN_TOKENS, and it would go on being sent whole on every later call."""
+    messages = _session(26)
+    nulls = {f"field_{j}": None for j in range(14)}
+    for k, i in enumerate(range(3, len(messages), 2)):
+        record = {"user_id": f"user_{k:04d}", "payment_id": f"credit_card_{2929700 + k}"}
+        messages[i]["content"] = json.dumps({**record, **nulls}, indent=2)
+    fitted, _ = await _replay(settings, embedder, messages)
+    reasons = {d.message_index: d.reason for d in fitted.drops}
+    sent = fitted.body["messages"]
+    assert reasons[len(messages) - 1] == "minified_json"
+    assert len(minified(messages[3]["content"]) or "") < 80  # short once minified
+    assert "user_0000" not in sent[3]["content"]  # the oldest record: masked
+    assert sent[3]["content"].startswith("[ctxgate:")
