@@ -159,3 +159,64 @@ async def test_an_aged_output_its_digest_would_hardly_shorten_stays_as_sent(
     for i in kept:
         assert sent[i]["content"] == minified(messages[i]["content"])
     assert reasons[len(messages) - 1] == "minified_json"
+
+
+def test_minified_leaves_out_null_members_and_keeps_every_value() -> None:
+    """An object's member whose value is null names nothing a later call can use; every
+    other value stays, every string byte for byte, arrays keep their nulls."""
+    order = {"cancel_reason": None, "order_id": "#W6390527", "return_items": None,
+             "items": [{"item_id": "8384507844", "options": None, "price": 137.94}],
+             "note": 'says "a":null, {"b":null}', "empty": {"x": None}, "slots": [None, 1],
+             "status": "null", "exchange_items": None}
+    text = json.dumps(order, indent=2)
+    out = minified(text)
+    assert out is not None and len(out) < len(json.dumps(order, separators=(",", ":"))) - 60
+    assert json.loads(out) == {
+        "order_id": "#W6390527", "items": [{"item_id": "8384507844", "price": 137.94}],
+        "note": 'says "a":null, {"b":null}', "empty": {}, "slots": [None, 1],
+        "status": "null"}
+    assert 'says \\"a\\":null, {\\"b\\":null}' in out  # a string's own text stays
+    # sent without whitespace already: its null members alone are worth leaving out
+    compact = json.dumps({"a": None, "b": None, "c": "RES001X"}, separators=(",", ":"))
+    assert minified(compact) == '{"c":"RES001X"}'
+    assert minified('{"c":"RES001X"}') is None  # nothing to take
+
+
+async def test_a_json_output_goes_out_without_its_null_members_from_its_first_call(
+    settings: Settings, embedder: Any
+) -> None:
+    """On arrival, so no prefix already sent changes: every call extends the previous one
+    and every value of every output is still sent."""
+    messages = _session(4)
+    for k, i in enumerate(range(3, len(messages), 2)):
+        record = {**_reservation(k), "cancel_reason": None, "return_items": None,
+                  "exchange": {"items": None, "price_difference": None}}
+        messages[i]["content"] = json.dumps(record)  # no layout: only the nulls to take
+    fitted, cached = await _replay(without_credit(settings), embedder, messages)
+    sent = [m["content"] for m in fitted.body["messages"] if m["role"] == "tool"]
+    for k, out in enumerate(sent):
+        assert json.loads(out) == {**_reservation(k), "exchange": {}}
+    assert sent[-1] == minified(messages[-1]["content"])  # the latest output: on arrival
+    assert {d.reason for d in fitted.drops} == {"minified_json"}
+    assert cached.prefixes.reused >= 2
+
+
+async def test_a_kept_record_short_once_its_nulls_went_is_still_masked_when_old(
+    settings: Settings, embedder: Any
+) -> None:
+    """A record kept as first sent (`minified_kept`) joins the batch of old digests masked
+    by its size as the client sent it: without its layout and null members it is under
+    EXPIRED_MIN_TOKENS, and it would go on being sent whole on every later call."""
+    messages = _session(26)
+    nulls = {f"field_{j}": None for j in range(14)}
+    for k, i in enumerate(range(3, len(messages), 2)):
+        record = {"user_id": f"user_{k:04d}", "email": f"omar.davis{k}@example.com",
+                  "payment_id": f"credit_card_{2929700 + k}", "city": "San Diego"}
+        messages[i]["content"] = json.dumps({**record, **nulls}, indent=2)
+    fitted, _ = await _replay(settings, embedder, messages)
+    reasons = {d.message_index: d.reason for d in fitted.drops}
+    sent = fitted.body["messages"]
+    assert reasons[len(messages) - 1] == "minified_json"
+    assert 100 < len(minified(messages[3]["content"]) or "") < 160  # short once minified
+    assert "user_0000" not in sent[3]["content"]  # the oldest record: masked
+    assert sent[3]["content"].startswith("[ctxgate:")

@@ -61,7 +61,11 @@ def _expired_digests(
         made = ctx.decisions.get(item.id)
         digest = made is not None and (
             (made.method == "summary" and made.reason == "aged") or made.reason == MINIFIED_KEPT)
-        if digest and item.tokens >= EXPIRED_MIN_TOKENS:
+        # an output kept as first sent counts as the client sent it: leaving out its layout
+        # and null members (`lines.minified`) does not exempt it from the batch
+        size = (ctx.originals.get(item.id, item).tokens if made is not None
+                and made.reason == MINIFIED_KEPT else item.tokens)
+        if digest and size >= EXPIRED_MIN_TOKENS:
             expired[item.id] = Decision("compress", "mask", "aged", "mask", 1)
             oldest = max(oldest, item.age)
         elif _old_turn(item, ctx, opts, digest):  # joins a batch, never starts one
