@@ -137,14 +137,15 @@ async def run(args: argparse.Namespace) -> dict[tuple[str, str], dict[str, float
         when = "early" if 5 <= n < 5 + edge else "late" if n >= len(calls) - edge else None
         if when is None:
             continue
-        row = out.setdefault((when, "between steps" if between else "step"), defaultdict(float))
-        row["calls"] += 1
-        row["total"] += total
-        for phase, seconds in spent.items():
-            row[phase] += seconds
-        for stage, seconds in fitted.stage_seconds.items():
-            if stage in ("select", "rerank", "cluster", "compress"):
-                row[f"stage {stage}"] += seconds
+        for kind in ("between steps" if between else "step", "all calls"):
+            row = out.setdefault((when, kind), defaultdict(float))
+            row["calls"] += 1
+            row["total"] += total
+            for phase, seconds in spent.items():
+                row[phase] += seconds
+            for stage, seconds in fitted.stage_seconds.items():
+                if stage in ("select", "rerank", "cluster", "compress"):
+                    row[f"stage {stage}"] += seconds
     engine.embedder.close()
     return out
 
