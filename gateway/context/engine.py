@@ -585,7 +585,8 @@ class ContextEngine:
 
         folded = fold(
             fitted.messages, fitted.plan, fitted.events, horizon,
-            lambda i: message_head(i, messages[i], self.counter, encoding, parts),
+            memo.original(messages, encoding, lambda i: message_head(
+                i, messages[i], self.counter, encoding, parts)),
             lambda text: self.counter.count(text, encoding), memo, gate)
         if folded is None:
             return fitted

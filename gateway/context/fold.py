@@ -382,12 +382,35 @@ def turns_note(messages: Sequence[Mapping[str, Any]], run: Run) -> str:
     return f"[ctxgate: {(run.end - run.user + 1) // 2} turns folded]{note}"  # TURNS_HEAD
 
 
+# A turns run's note and its tokens by what `turns_note` reads: the contents of the run's
+# messages, its user message to its last reply.
+NoteCache = dict[tuple[Any, ...], tuple[str, int]]
+
+
+def _turns_note(messages: Sequence[Mapping[str, Any]], run: Run, count: Callable[[str], int],
+                cache: NoteCache | None, made: NoteCache | None) -> tuple[str, int]:
+    """`turns_note` of `run` and its tokens, taken from `cache` when the run's contents are
+    the ones it was made from (a step re-makes only the notes of the runs it changed: the
+    older blocks' stay byte for byte), else made; put in `made`."""
+    key = tuple(m.get("content") for m in messages[run.user:run.end + 1])
+    known = cache.get(key) if cache is not None else None
+    if known is None:
+        text = turns_note(messages, run)
+        known = (text, count(text))
+    if made is not None:
+        made[key] = known
+    return known
+
+
 def fold_turns(folded: Folded, runs: Sequence[Run], original: Original,
-               count: Callable[[str], int]) -> Folded:
+               count: Callable[[str], int], cache: NoteCache | None = None,
+               made: NoteCache | None = None) -> Folded:
     """`folded` with each turns run's messages but its last reply gone and its first user
     message sent as the run's note (`turns_note`); every client message from that one to
     the last reply (the exchanges an earlier fold took included) gets one event, reason
-    `folded_turns`: the first `compress`, down to the note's tokens, the others `drop`."""
+    `folded_turns`: the first `compress`, down to the note's tokens, the others `drop`.
+    `cache`: the notes of an earlier fold, by their runs' contents; the notes this fold
+    made or took go in `made`."""
     messages, plan = folded.messages, folded.plan
     by_index: dict[int, list[DropEvent]] = {}
     for event in folded.events:
@@ -399,8 +422,7 @@ def fold_turns(folded: Folded, runs: Sequence[Run], original: Original,
     delta = folded.delta
     for run in runs:
         first, last = plan[run.user][0], plan[run.end][0]
-        text = turns_note(messages, run)
-        tokens = count(text)
+        text, tokens = _turns_note(messages, run, count, cache, made)
         olds: dict[int, Sequence[DropEvent]] = {
             i: by_index.get(i, []) for i in range(first, last)}
         heads = {i: original(i) for i in range(first, last)}
@@ -454,6 +476,28 @@ class FoldMemo:
     events: Sequence[DropEvent] | None = None
     folded: Folded | None = None  # None: nothing to fold, while the rest holds
     runs: RunCache = field(default_factory=dict)
+    notes: NoteCache = field(default_factory=dict)  # the last fold's turns notes
+    # per client message index: the message, the encoding, its `Original` (a step's fold
+    # reads every folded message's: a message object seen before is a lookup)
+    heads: dict[int, tuple[Mapping[str, Any], str, tuple[str, int]]] = field(
+        default_factory=dict)
+
+    def original(self, messages: Sequence[Mapping[str, Any]], encoding: str,
+                 head: Callable[[int], tuple[str, int]]) -> Original:
+        """`head` (message i's `Original`), taken from the memo for a message it was
+        computed for (the same object, held here, and encoding)."""
+        heads = self.heads
+
+        def original(i: int) -> tuple[str, int]:
+            msg = messages[i]
+            known = heads.get(i)
+            if known is not None and known[0] is msg and known[1] == encoding:
+                return known[2]
+            found = head(i)
+            heads[i] = (msg, encoding, found)
+            return found
+
+        return original
 
 
 def _head(events: Sequence[DropEvent], horizon: int) -> int:
@@ -518,7 +562,9 @@ def fold(
                                       memo.runs)
     turn_runs = find_turn_runs(folded.messages, [i for i, _ in folded.plan], horizon)
     if turn_runs:
-        folded = fold_turns(folded, turn_runs, original, count)
+        notes: NoteCache = {}
+        folded = fold_turns(folded, turn_runs, original, count, memo.notes, notes)
+        memo.notes = notes
     if folded.messages is messages:
         return None
     memo.folded = folded

@@ -286,3 +286,76 @@ def test_a_turns_run_takes_an_earlier_fold_with_its_events() -> None:
     assert [e.kind for e in folded.events] == ["user", "tool_call", "tool_result", "assistant",
                                                "user"]
     assert sum(e.tokens_saved for e in folded.events) == -folded.delta == 5 * 40 - len(note)
+
+
+def _queue_session(rng: Any, n: int, tag: str = "") -> list[dict[str, Any]]:
+    """A long session of talk turns and finished exchanges, some texts placeholders."""
+    out: list[dict[str, Any]] = [{"role": "system", "content": f"You help customers.{tag}"}]
+    for k in range(n):
+        said = rng.choice([f"order #W{k:04d}{tag} please", "[…2 lines]",
+                           f"[ctxgate: omitted Hi…; mentions: 555-{k:04d}]", "thanks"])
+        out.append({"role": "user", "content": said})
+        if rng.random() < 0.4:
+            cid = f"c{k}{tag}"
+            out.append({"role": "assistant", "content": None, "tool_calls": [
+                {"id": cid, "type": "function",
+                 "function": {"name": "lookup", "arguments": f'{{"id": "W{k:04d}"}}'}}]})
+            out.append({"role": "tool", "tool_call_id": cid, "content": rng.choice(
+                ["[ctxgate: omitted {…]", f"status W{k:04d}: shipped"])})
+        out.append({"role": "assistant", "content": rng.choice(
+            ["Done.", f"Your order #W{k:04d} ships on 2024-05-{10 + k % 20}.", None])})
+    return out
+
+
+def _folded(messages: list[dict[str, Any]], horizon: int, memo: FoldMemo,
+            counted: list[str]) -> Any:
+    def head(i: int) -> tuple[str, int]:
+        return f"id{i}", 30 + len(str(messages[i].get("content")))
+
+    def count(text: str) -> int:
+        counted.append(text)
+        return len(text)
+
+    original = memo.original(messages, "enc", head)
+    folded = fold(messages, None, [], horizon, original, count, memo)
+    return None if folded is None else (
+        folded.messages, folded.plan, [(e.message_index, e.action, e.reason, e.item_id,
+                                        e.tokens_before, e.tokens_after, e.text, e.kind)
+                                       for e in folded.events], folded.delta)
+
+
+def test_a_steps_fold_from_the_last_ones_notes_and_heads_is_the_fold_afresh() -> None:
+    """The turns notes (by their runs' contents) and the messages' heads (by the message
+    objects) a fold keeps for the next: while a session grows, has messages replaced (new
+    objects, old and recent), is cut short, restarts or is another history under the same
+    memo, every fold equals the fold with a new memo; and a step re-makes only the notes of
+    the runs whose contents changed."""
+    import random
+
+    rng = random.Random(7)
+    memo = FoldMemo()
+    session = _queue_session(rng, 260)
+    made, total, plain = 0, 0, False
+    for n in range(60, len(session), 9):
+        messages = list(session[:n])
+        op = rng.random()
+        if op < 0.25:  # a message inside the folded part replaced by a new object
+            k = rng.randrange(1, n // 2)
+            if isinstance(messages[k].get("content"), str):
+                messages[k] = {**messages[k], "content": messages[k]["content"] + " (edited)"}
+        elif op < 0.35:  # the same contents as new objects (a body decoded anew)
+            messages = [dict(m) for m in messages]
+        elif op < 0.45:  # cut short
+            messages = messages[: n - rng.randrange(1, 30)]
+        elif op < 0.5:  # another history under the same memo
+            messages = _queue_session(random.Random(n), n // 4 + 3, tag="x")
+        horizon = len(messages) - rng.randrange(0, 6)
+        counted: list[str] = []
+        kept = _folded(messages, horizon, memo, counted)
+        fresh = _folded(messages, horizon, FoldMemo(), [])
+        assert kept == fresh, (n, op)
+        if kept is not None and plain and op >= 0.35:  # a step after a step
+            total += sum(1 for m in kept[0] if TURNS_HEAD.match(str(m["content"])))
+            made += sum(1 for text in counted if TURNS_HEAD.match(text))
+        plain = op >= 0.35
+    assert total >= 20 and made * 3 < total, (made, total)  # the older blocks' notes kept

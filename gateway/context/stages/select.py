@@ -30,22 +30,28 @@ def _stale(item: Item, rules: Sequence[StaleRule], ctx: StageContext) -> Decisio
 
 
 def _reminder(
-    item: Item, pos: int, last: dict[tuple[str, str], int], patterns: Sequence[str]
+    item: Item, pos: int, last: dict[tuple[str, str], int],
+    patterns: Sequence[tuple[str, re.Pattern[str]]],
 ) -> Decision | None:
     """Strip a reminder block when every block of it is repeated by a later item."""
-    for pattern in patterns:
-        blocks = re.findall(pattern, item.text)
+    for pattern, compiled in patterns:
+        blocks = compiled.findall(item.text)
         if blocks and all(last[(pattern, block)] > pos for block in blocks):
             return Decision("select", "compress", "repeated_reminder", "strip", arg=pattern)
     return None
 
 
-def _last_blocks(items: list[Item], patterns: Sequence[str]) -> dict[tuple[str, str], int]:
-    """Where each reminder block occurs last: one pass, not a scan of the rest per item."""
+def _last_blocks(items: list[Item], patterns: Sequence[tuple[str, re.Pattern[str]]]
+                 ) -> dict[tuple[str, str], int]:
+    """Where each reminder block occurs last: one pass, not a scan of the rest per item.
+    The patterns compiled once a call: `re.findall`'s own look-up of the compiled pattern
+    cost twice the search on a late call's ~550 short items (bench/README.md, "Per-call
+    time on long sessions, part thirteen"); a memo of each text's blocks cost more than
+    the search."""
     last: dict[tuple[str, str], int] = {}
     for pos, item in enumerate(items):
-        for pattern in patterns:
-            for block in re.findall(pattern, item.text):
+        for pattern, compiled in patterns:
+            for block in compiled.findall(item.text):
                 last[(pattern, block)] = pos
     return last
 
@@ -55,7 +61,8 @@ async def select_items(items: list[Item], budget: Budget, ctx: StageContext) -> 
     max_turns, knowledge_max = opts.max_turns, opts.knowledge_max_turns
     stale_rules, reminders = opts.stale_patterns, opts.reminder_patterns
     pinned_units = unit_pinned(items)
-    last_blocks = _last_blocks(items, reminders) if reminders else {}
+    compiled = [(pattern, re.compile(pattern)) for pattern in reminders]
+    last_blocks = _last_blocks(items, compiled) if reminders else {}
     chosen: dict[str, Decision] = {}
     for pos, item in enumerate(items):
         if item.pinned or item.id in ctx.decisions or item.message_index >= ctx.horizon:
@@ -73,7 +80,7 @@ async def select_items(items: list[Item], budget: Budget, ctx: StageContext) -> 
             if decision is not None and decision.method == "drop" and not droppable:
                 decision = Decision("select", "mask", "stale_instruction", "mask")
         if decision is None and reminders:
-            decision = _reminder(item, pos, last_blocks, reminders)
+            decision = _reminder(item, pos, last_blocks, compiled)
         if decision is not None:
             chosen[item.id] = decision
     return decide(items, chosen, ctx)
