@@ -371,6 +371,101 @@ def _structured(
     return _salient(lines, level)
 
 
+# --- MCP content blocks ---------------------------------------------------------------------
+
+_BLOCK_KEYS = frozenset({"type", "text", "annotations", "_meta"})
+
+
+def envelope(text: str) -> str | None:
+    """The text an MCP-style content block carries (`{"type": "text", "text": "…"}`, or a
+    list of them), or None when `text` is not one: a tool result forwarded as the JSON of its
+    content blocks is digested as the payload it carries, whose own structure (a JSON table,
+    a list of hits, a report) the JSON digest would otherwise see as one long string."""
+    head = text[:24].lstrip()
+    if not (head.startswith('{"type"') or head.startswith('[{"type"')):
+        return None
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
+    blocks = value if isinstance(value, list) else [value]
+    parts: list[str] = []
+    for block in blocks:
+        if not (isinstance(block, dict) and block.get("type") == "text"
+                and isinstance(block.get("text"), str) and block.keys() <= _BLOCK_KEYS):
+            return None
+        parts.append(block["text"])
+    return "\n".join(parts) if parts else None
+
+
+FIELD_CHARS = 60  # a field value this long at most is one an agent copies whole
+# Characters of an unwrapped payload's digest given to its field values: one per this many
+# characters of the payload, at least FIELD_MIN.
+FIELD_CHARS_PER_CHAR = 8
+FIELD_MIN = 240
+_FIELD_SPLIT = re.compile(r"\s*(?:\||\t|\n|\s{2,}|\"\s*[:,]?\s*\"?|^\"|\"$)\s*")
+_KEY = re.compile(r"^[\w .()/-]{1,40}:\s+(?=\S)")
+
+
+def _leaves(value: Any, out: list[str]) -> None:
+    if isinstance(value, dict):
+        for v in value.values():
+            _leaves(v, out)
+    elif isinstance(value, list):
+        for v in value:
+            _leaves(v, out)
+    elif isinstance(value, str):
+        out.append(value)
+
+
+def fields(text: str) -> list[str]:
+    """Short multi-word values of a payload (a JSON document's string leaves, a table's
+    cells, the value of a `Key: value` line), in order of first appearance: column headers,
+    titles, names and questions an agent re-types whole, which the value list (one word at a
+    time) cannot carry."""
+    stripped = text.strip()
+    raw: list[str] = []
+    if stripped[:1] in ("[", "{"):
+        try:
+            _leaves(orjson.loads(stripped), raw)
+        except orjson.JSONDecodeError:
+            raw = []
+    if not raw:
+        for line in stripped.splitlines():
+            for cell in _FIELD_SPLIT.split(line):
+                raw.append(cell)
+                key = _KEY.match(cell)
+                if key:
+                    raw.append(cell[key.end():])
+    out = (" ".join(f.split()) for f in raw)
+    return list(dict.fromkeys(
+        f for f in out
+        if " " in f and len(f) <= FIELD_CHARS and any(c.isalpha() for c in f)
+    ))
+
+
+def _with_fields(payload: str, compact: str, known: frozenset[str],
+                 focus: frozenset[str]) -> str:
+    """`compact` and a line of the payload's field values it left out, within a size bound
+    (FIELD_CHARS_PER_CHAR): those naming the focus terms first, then in order."""
+    lost = [f for f in fields(payload) if f not in compact and f not in known]
+    if not lost:
+        return compact
+    lost.sort(key=lambda f: not focus_hits(f, focus))
+    bound = max(FIELD_MIN, len(payload) // FIELD_CHARS_PER_CHAR)
+    kept: list[str] = []
+    used = 0
+    for f in lost:
+        if used + len(f) + 2 > bound:
+            break
+        kept.append(f)
+        used += len(f) + 2
+    if not kept:
+        return compact
+    more = f" (+{len(lost) - len(kept)} more)" if len(lost) > len(kept) else ""
+    return f"{compact}\n[omitted fields: {'; '.join(kept)}{more}]"
+
+
 def summarize(
     text: str,
     kind: str,
@@ -386,6 +481,9 @@ def summarize(
     `whole_commands`: an assistant turn's digest keeps its commands whole (one of the
     agent's latest turns: the code it just wrote is what it edits and re-types next)."""
     prose = kind in ("assistant", "tool_call")
+    payload = None if prose else envelope(text)
+    if payload is not None:  # an MCP content block: digested as the text it carries
+        text = payload
     source = text if prose else _PROMPT.sub("", text)
     # A turn's prose lists only the notable values it omits (names with digits, `_`, `.`, `/`,
     # camelCase), at the digest level too: an aged turn is re-sent at full price once, at
@@ -395,6 +493,8 @@ def summarize(
     # late reduction +0.3..1.6 points, recall unchanged on every corpus.
     notable_only = prose
     compact = _structured(text, kind, level, known, focus, whole_commands, step)
+    if payload is not None:
+        compact = _with_fields(source, compact, known, focus)
     out = _mentions(source, compact, known, level, notable_only, focus)
     if kind == "tool_call" and level >= 3 and not _FENCE.search(text):
         # An aged turn that made tool calls and ran no command keeps none of its prose, only
