@@ -7,6 +7,8 @@ chat completions by model name:
 - `stub-tools`: two parallel tool calls;
 - `stub-slow`: a stream of 5 chunks 0.3 s apart; `stub-delay`: answers after 1 s;
 - `stub-cut`: two chunks, then the connection is dropped;
+- `stub-linger` (streams): the whole answer and `[DONE]`, then the stream stays open 3 s
+  before it ends (a client may hang up once it has `[DONE]`);
 - `stub-429` / `stub-500`: OpenAI-shaped errors with that status;
 - `stub-stall`: nothing for 30 s (streams: one chunk, then nothing); cancellations of
   stalled requests are counted in `GET /_events`;
@@ -184,6 +186,17 @@ class Stub:
         if (body.get("stream_options") or {}).get("include_usage"):
             usage = {**_chunk_base(model), "choices": [], "usage": _USAGE}
             await send({"type": "http.response.body", "body": _sse(usage), "more_body": True})
+        if model == "stub-linger":
+            await send({"type": "http.response.body", "body": b"data: [DONE]\n\n",
+                        "more_body": True})
+            try:
+                async with asyncio.timeout(3):
+                    while (await receive())["type"] != "http.disconnect":
+                        pass
+                return  # the gateway hung up
+            except TimeoutError:
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+                return
         await send({"type": "http.response.body", "body": b"data: [DONE]\n\n",
                     "more_body": False})
 

@@ -32,7 +32,7 @@ from gateway.api.route import Call, call_of
 from gateway.context.engine import FittedCall
 from gateway.context.fidelity import CallSignals
 from gateway.context.offload import FitDeadline
-from gateway.errors import UpstreamTimeout, UpstreamUnreachable
+from gateway.errors import ClientGone, UpstreamTimeout, UpstreamUnreachable
 from gateway.learner.traces import TraceEvent, TraceSink
 from gateway.services import Services
 from gateway.upstream.client import Upstream, timed_chunks
@@ -87,7 +87,14 @@ class ManagedRoute:
         try:
             await cancel_on_disconnect(
                 receive, self._relay(send, forward, self._upstream_headers(call), call))
-        except BaseException:  # a client gone mid-stream, an upstream error: no after_response
+        except ClientGone:
+            if not call.answered:  # gone mid-stream: no after_response
+                if self._fitting is not None:
+                    self._fitting.release(call)
+                raise
+            # Gone after the stream's last event (a client may close as soon as it has it,
+            # before the upstream's end arrives): the answer was whole, the call completes.
+        except BaseException:  # an upstream error: no after_response
             if self._fitting is not None:
                 self._fitting.release(call)
             raise
@@ -140,9 +147,14 @@ class ManagedRoute:
                     "headers": headers})
         watch = _traced(call)
         decoder, summary = SSEDecoder(), self._wire.stream_summary()
+        last_events, tail = self._wire.last_events, b""
         try:
             async for chunk in timed_chunks(response, call.wait):
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                if not call.answered:  # a marker may straddle two chunks
+                    seen = tail + chunk
+                    call.answered = any(marker in seen for marker in last_events)
+                    tail = seen[-32:]
                 if watch:
                     for data in decoder.feed(chunk):
                         summary.add(data)
@@ -152,11 +164,12 @@ class ManagedRoute:
             call.status = 502  # recorded as failed; the client saw 200 and the error event
             await send({"type": "http.response.body", "body": self._cut_event,
                         "more_body": True})
+        finally:  # also when the client hung up after the last event (`answered`)
+            if watch:
+                for data in decoder.flush():
+                    summary.add(data)
+                call.response = summary.response()
         await send({"type": "http.response.body", "body": b"", "more_body": False})
-        if watch:
-            for data in decoder.flush():
-                summary.add(data)
-            call.response = summary.response()
 
     async def _record(self, signals: CallSignals) -> None:
         """One turn's fidelity signals (fidelity.py) to the metrics and the evidence store."""

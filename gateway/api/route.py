@@ -54,6 +54,7 @@ class Call:
     started: float
     principal: Principal | None = None  # None on routes that take no tenant credential
     status: int = 0  # the response's status once it has started, 0 before
+    answered: bool = False  # a relayed stream's last event has reached the client
     task_class: str = "none"
     stream: bool = False
     fitted: FittedCall | None = None

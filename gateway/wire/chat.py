@@ -181,6 +181,7 @@ class ChatCompletions:
     name = "/v1/chat/completions"
     upstream_path = "chat/completions"
     items = "messages"  # the member a session's later bodies extend (`gateway/api/bodies.py`)
+    last_events: tuple[bytes, ...] = (b"data: [DONE]",)
 
     def validate(self, body: Mapping[str, Any]) -> None:
         validate_chat_request(body)

@@ -403,6 +403,7 @@ class Messages:
     name = "/v1/messages"
     upstream_path = "v1/messages"
     items = "messages"  # the member a session's later bodies extend (`gateway/api/bodies.py`)
+    last_events: tuple[bytes, ...] = (b"event: message_stop",)
 
     def validate(self, body: Mapping[str, Any]) -> None:
         validate(body)

@@ -358,6 +358,8 @@ class Responses:
     name = "/v1/responses"
     upstream_path = "responses"
     items = "input"  # the member a session's later bodies extend (`gateway/api/bodies.py`)
+    last_events: tuple[bytes, ...] = (
+        b"event: response.completed", b"event: response.incomplete", b"event: response.failed")
 
     def validate(self, body: Mapping[str, Any]) -> None:
         validate(body)

@@ -162,6 +162,9 @@ class WireFormat(Protocol):
     # A format whose view is not the body itself also has `extend_view(body, state) ->
     # (view, state, shared)` (`Views`).
     items: str
+    # Markers of a stream's last event: a client that hangs up once one has been relayed
+    # got its whole answer (the call completes; it is not counted as a 499).
+    last_events: tuple[bytes, ...]
 
     def validate(self, body: Mapping[str, Any]) -> None:
         """Raise InvalidRequest if the gateway cannot handle `body`."""

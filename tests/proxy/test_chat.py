@@ -216,3 +216,31 @@ def test_client_hang_up_before_any_answer_cancels_upstream(gateway: Gateway,
     while upstream.events()["cancelled"] == before and time.monotonic() < deadline:
         time.sleep(0.05)
     assert upstream.events()["cancelled"] == before + 1
+
+
+def test_a_client_that_hangs_up_after_the_last_event_completes_its_call(
+        gateway: Gateway) -> None:
+    """A client may close its stream as soon as it has `[DONE]` (Codex does), before the
+    upstream's own end arrives: the answer was whole, so the call is a 200, not a 499."""
+    def served(status: str) -> float:
+        return gateway.metric("ctxgate_requests_total", endpoint="/v1/chat/completions",
+                              status=status)
+
+    before, gone = served("200"), served("499")
+    body = {"model": "stub-linger", "stream": True,
+            "messages": [{"role": "user", "content": "quick"}]}
+    received = b""
+    with httpx.stream("POST", f"{gateway.base_url}/chat/completions", json=body,
+                      headers={"authorization": f"Bearer {KEY}"}, timeout=10) as response:
+        assert response.status_code == 200
+        for chunk in response.iter_raw():
+            received += chunk
+            if b"data: [DONE]" in received:
+                break  # hang up while the upstream's stream is still open
+    text = "".join(orjson.loads(line[6:])["choices"][0]["delta"].get("content") or ""
+                   for line in received.split(b"\n\n") if line.startswith(b"data: {"))
+    assert text == "echo: quick"
+    deadline = time.monotonic() + 10
+    while served("200") == before and served("499") == gone and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert (served("200"), served("499")) == (before + 1, gone)
