@@ -1,0 +1,196 @@
+"""AutoCodeRover's recorded runs as corpus folders `bench/replay.py` reads.
+
+AutoCodeRover (nus-apr, arXiv 2404.05427) is a coding agent with its own protocol: no API
+tools. Its model (`gpt-4-0125-preview` in these runs) writes search-API calls in prose
+(`search_class("SQLCompiler")`, `search_method_in_class("get_order_by", "SQLCompiler")`),
+a second model call turns them into JSON (the "proxy"), and the search results come back as
+**user** messages (`Result of search_class("SQLCompiler"): ...`) between the harness's own
+prompts ("Let's analyze collected context first", "Based on your analysis, answer below
+questions: ..."). After the search it writes a patch in a `<file>/<original>/<patched>`
+format and is told when the edit did not apply (up to three tries).
+
+The public repository `nus-apr/auto-code-rover` holds its SWE-bench Lite runs under
+`results/<run>/<outcome>/<task>_<time>/`: `conversation_round_N.json` (the search
+conversation after round N, each extending the last) and `debug_agent_write_patch_K.json`
+(the same conversation continued by the patch-writing turns, attempt K extending attempt
+K-1). A run's session is the longest of these: the last patch attempt, else the last round.
+The proxy calls (`agent_proxy_N.json`) are separate one-shot requests and are left out.
+
+This converter reads them from a checkout or a mirror/bare git directory (`--repo`) and
+writes, outside the repository,
+
+- `<out>/acr-<run>/sessions.jsonl`: every task of the run as its own session;
+- `<out>/acr-<run>-queue/sessions.jsonl`: the run's tasks one after another in one
+  conversation (task-id order), cut at the task boundaries nearest each 1/N of the calls,
+  N = calls / `--queue-calls` rounded (`bench.chat_corpus.join_queues`);
+
+each with a `README.md` saying where it came from and how it was converted:
+
+    python -m bench.autocoderover --repo /work/.mirror/nus-apr+auto-code-rover/repo \\
+        --out /tmp/acr --run acr-run-1
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from bench.chat_corpus import Message, RepoReader, corpus_stats, join_queues, n_calls, write_corpus
+from bench.toolathlon import TOOL_CHARS, cut
+
+SOURCE = "nus-apr/auto-code-rover"
+FILE = re.compile(r"(conversation_round|debug_agent_write_patch)_(\d+)\.json")
+TASK_DIR = re.compile(r"(.+)_\d{4}-\d{2}-\d{2}_\d{2}-\d{2}-\d{2}")
+
+
+def session_file(names: Sequence[str]) -> str | None:
+    """The file of a task directory holding its whole conversation: the last patch attempt
+    (`debug_agent_write_patch_K`, highest K), else the last search round."""
+    best: dict[str, tuple[int, str]] = {}
+    for name in names:
+        match = FILE.fullmatch(name)
+        if match and int(match[2]) >= best.get(match[1], (-1, ""))[0]:
+            best[match[1]] = (int(match[2]), name)
+    for kind in ("debug_agent_write_patch", "conversation_round"):
+        if kind in best:
+            return best[kind][1]
+    return None
+
+
+def agent_messages(recorded: Sequence[Mapping[str, Any]]) -> tuple[list[Message], int]:
+    """A run's messages after its system prompt, as recorded (contents over `TOOL_CHARS`
+    cut as the corpora cut tool results); returns them and how many were cut."""
+    out: list[Message] = []
+    cuts = 0
+    for m in recorded[1:]:
+        if m["role"] not in ("user", "assistant"):
+            raise ValueError(f"unexpected role {m['role']!r}")
+        content = str(m.get("content") or "")
+        cuts += len(content) > TOOL_CHARS
+        out.append({"role": m["role"], "content": cut(content)})
+    return out, cuts
+
+
+def load(repo: Path, run: str) -> tuple[list[dict[str, Any]], str | None]:
+    """Every task of `run` in task-id order: `{task, path, outcome, messages}`; and the
+    source's commit (a git directory's `HEAD`)."""
+    reader = RepoReader(repo, "results")
+    base = f"results/{run}"
+    if reader.git:
+        paths = reader._git("ls-tree", "-r", "--name-only", "HEAD", f"{base}/").split()
+    else:
+        paths = sorted(str(p.relative_to(repo)) for p in (repo / base).rglob("*.json"))
+    dirs: dict[str, list[str]] = {}
+    for path in paths:
+        parts = path.split("/")
+        if len(parts) == 5:  # results/<run>/<outcome>/<task dir>/<file>
+            dirs.setdefault("/".join(parts[:4]), []).append(parts[4])
+    tasks = []
+    for folder, names in dirs.items():
+        match = TASK_DIR.fullmatch(folder.rsplit("/", 1)[1])
+        name = session_file(names)
+        if not match or not name:
+            continue
+        messages = orjson.loads(reader.read(f"{folder}/{name}"))
+        if not messages or messages[0]["role"] != "system":
+            raise ValueError(f"{folder}/{name}: no system prompt first")
+        tasks.append({"task": match[1], "path": f"{folder}/{name}",
+                      "outcome": folder.split("/")[2], "messages": messages})
+    tasks.sort(key=lambda t: (t["task"], t["path"]))
+    return tasks, reader.commit()
+
+
+README = """# AutoCodeRover, {run}: {shape}
+
+Converted by `bench/autocoderover.py` (ctxgate) from `results/{run}/*/*/` of {source} at
+commit `{commit}`. Licence of the source: dual, the GNU Affero General Public License
+(non-commercial use) or a commercial licence (its `LICENSE`). Used for measurement only;
+not part of the ctxgate repository; do not commit it there.
+
+{stats}.
+
+- Every SWE-bench Lite task of AutoCodeRover's run `{run}` (model `gpt-4-0125-preview`),
+  whatever its outcome; per task the file holding its whole conversation: the last patch
+  attempt (`debug_agent_write_patch_K.json`, {patch} tasks), else the last search round
+  (`conversation_round_N.json`, {rounds} tasks). The proxy calls are left out.
+- Messages as recorded: the agent's own system prompt, its user turns (the issue, the
+  harness's prompts, the search results, the patch checker's answers) and the model's
+  replies. **No `tools`, no `tool_calls`, no `tool` messages**: the agent writes its search
+  calls in prose and reads the results in user turns. Contents longer than {limit:,}
+  characters keep their first two thirds and last third of that budget with
+  `[... N characters cut ...]` between ({cuts} of {msgs}).
+{join}"""
+
+JOIN_RUNS = "- One session per task, as recorded.\n"
+JOIN_QUEUE = """- Task queues: the run's tasks in task-id order, cut at the task boundaries nearest
+  each 1/N of the calls, N = calls / {queue_calls} rounded. A session is the system prompt
+  (the same for every task) and then each task's messages after it, in order, nothing
+  added: the next task's issue follows the previous task's last message.
+"""
+
+
+def convert(repo: Path, out: Path, run: str, *, queue_calls: int = 300) -> dict[str, int]:
+    tasks, commit = load(repo, run)
+    corpus = f"acr-{run.removeprefix('acr-')}"
+
+    def session(sid: str, path: str, task: str | None, messages: list[Message]
+                ) -> dict[str, Any]:
+        return {"id": sid, "source": f"{SOURCE}@{(commit or 'HEAD')[:7]}", "path": path,
+                "agent": "coding, search APIs in prose (AutoCodeRover)",
+                "model": "gpt-4-0125-preview", "task_id": task, "tools": [],
+                "messages": messages}
+
+    per_run, cuts = [], 0
+    for t in tasks:
+        messages, n_cut = agent_messages(t["messages"])
+        cuts += n_cut
+        per_run.append(session(f"{corpus}/{t['task']}", t["path"], t["task"],
+                               [t["messages"][0], *messages]))
+    joined, _ = join_queues(
+        {0: tasks}, calls=lambda t: n_calls(t["messages"]),
+        parts=lambda total: round(total / queue_calls),
+        system=lambda t: t["messages"][0]["content"],
+        messages=lambda t, _ids: agent_messages(t["messages"])[0],
+        name=lambda _r, q, g: f"{corpus}-queue/{g[0]['task']}--{g[-1]['task']}-q{q}",
+    )
+    queues = [session(sid, f"results/{run}/*/*/", None, messages) for sid, messages in joined]
+    common = {"run": run, "source": SOURCE, "commit": commit, "limit": TOOL_CHARS,
+              "cuts": cuts, "msgs": sum(len(t["messages"]) - 1 for t in tasks),
+              "patch": sum("write_patch" in t["path"] for t in tasks),
+              "rounds": sum("conversation_round" in t["path"] for t in tasks)}
+    written = {}
+    for folder, sessions, shape, join in (
+            (corpus, per_run, "one session per task", JOIN_RUNS),
+            (f"{corpus}-queue", queues, "task-queue sessions",
+             JOIN_QUEUE.format(queue_calls=queue_calls))):
+        readme = README.format(shape=shape, stats=corpus_stats(sessions), join=join, **common)
+        written[folder] = write_corpus(out / folder, sessions, readme)
+    return written
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repo", type=Path, required=True,
+                        help=f"{SOURCE} checkout or git directory")
+    parser.add_argument("--out", type=Path, default=Path("/tmp/acr"))
+    parser.add_argument("--run", action="append", help="results/<run> (default: acr-run-1)")
+    parser.add_argument("--queue-calls", type=int, default=300)
+    args = parser.parse_args(argv)
+    for run in args.run or ["acr-run-1"]:
+        try:
+            written = convert(args.repo, args.out, run, queue_calls=args.queue_calls)
+        except subprocess.CalledProcessError as exc:
+            parser.error(f"reading {args.repo}: {exc.stderr}")
+        for name, count in written.items():
+            print(f"{args.out / name}: {count} sessions")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
