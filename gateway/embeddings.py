@@ -96,10 +96,6 @@ class Embedder:
         # One thread: torch already uses the cores; more threads only contend.
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed")
         self._owner: Embedder | None = None  # set on a twin (`with_client`)
-        # Texts sent to the model ahead of need (`prefetch`), by content hash: the batch's
-        # future and the text's place in it. A later `embed` waits for it, never encodes
-        # the text again, so which batch gave a text its vector does not depend on timing.
-        self._pending: dict[str, tuple[asyncio.Future[Vectors], int]] = {}
 
     def with_client(self, redis: aioredis.Redis | None) -> Embedder:
         """This embedder's model and thread with another Redis client and its own memo: for
@@ -142,57 +138,18 @@ class Embedder:
     def cached(self, text: str) -> Vectors | None:
         return self._cache.get(content_hash(text))
 
-    def prefetch(self, texts: Sequence[str]) -> int:
-        """Start embedding, in the model's thread, the texts of `texts` neither cached nor
-        already on their way, and return at once (call it on the event loop): a later
-        `embed` of them then finds them cached or waits for this batch. How many were sent."""
-        todo: dict[str, str] = {}
-        for text in texts:
-            digest = content_hash(text)
-            if digest not in self._pending and digest not in todo and (
-                self._cache.get(digest) is None
-            ):
-                todo[digest] = text
-        if not todo:
-            return 0
-        items = sorted(todo.items())
-        loop = asyncio.get_running_loop()
-        future = loop.run_in_executor(self._pool, self._encode, [t for _, t in items])
-        for k, (digest, _) in enumerate(items):
-            self._pending[digest] = (future, k)
-
-        def done(fut: asyncio.Future[Vectors]) -> None:
-            vectors = None if fut.cancelled() or fut.exception() else fut.result()
-            for k, (digest, _) in enumerate(items):
-                if self._pending.get(digest, (None, 0))[0] is fut:
-                    del self._pending[digest]
-                    if vectors is not None:
-                        self._remember(digest, vectors[k])
-
-        future.add_done_callback(done)
-        return len(items)
-
     async def embed(self, texts: Sequence[str]) -> Vectors:
         """Embeddings of `texts` (n x 384); only texts never seen before reach the model."""
         digests = [content_hash(t) for t in texts]
         # Gathered here, not read back from the memo: a batch larger than it evicts its own.
         found: dict[str, Vectors] = {}
         todo: dict[str, str] = {}
-        waits: dict[str, tuple[asyncio.Future[Vectors], int]] = {}
         for digest, text in zip(digests, texts, strict=True):
             hit = self._cache.get(digest)
             if hit is not None:
                 found[digest] = hit
-            elif digest in self._pending:
-                waits[digest] = self._pending[digest]
             else:
                 todo[digest] = text
-        for digest, (future, k) in waits.items():
-            try:
-                with not_counted():  # as the model's own time below
-                    found[digest] = (await asyncio.shield(future))[k]
-            except Exception:  # the prefetch failed: embed it here
-                todo[digest] = texts[digests.index(digest)]
         if todo and self._redis is not None:
             await self._load_from_redis(todo, found)
         if todo:

@@ -73,7 +73,6 @@ from gateway.context.session import Decision, RedisSessionStore, SessionState, S
 from gateway.context.stages import STAGES, StageContext
 from gateway.context.stages.cluster import arrival_duplicates
 from gateway.context.stages.ladder import give_back, step_target
-from gateway.context.stages.rerank import prefetch as prefetch_rerank
 from gateway.context.stale import stale_rule, stale_text
 from gateway.context.steps import lagging_tokens, stale_tokens, step_horizon, unrepaid
 from gateway.context.summarize import values as summarize_values
@@ -161,12 +160,6 @@ def derive_session_id(tenant: str, messages: list[Mapping[str, Any]]) -> str:
 
 
 EMBED_MIN_TOKENS = 400
-
-
-# A session past this share of its high-water mark has what its next over-budget step's
-# rerank would embed sent to the model ahead (`stages.rerank.prefetch`). Measured: from the
-# low-water mark on, 3x the texts a session's steps embed (texts that change before the step).
-PREFETCH_FROM = 0.9
 
 
 def _worth_embedding(body: dict[str, Any], tokens: int) -> bool:
@@ -713,12 +706,6 @@ class ContextEngine:
                                    over).items
         if over and first_call and ctx.target is not None:  # cut just enough
             final = give_back(before, final, ctx, ctx.target)
-        mark = cls.compaction.high_water * budget.input
-        if (not over and self.embedder is not None and cls.enabled("rerank")
-                and total > PREFETCH_FROM * mark):
-            # Near its mark, the session is a few calls from an over-budget step, whose
-            # rerank embeds the newest items: embed them now, off the loop, unawaited.
-            prefetch_rerank(final, ctx)
         if cls.compaction.ages:  # the instability budget counts this session's calls
             if horizon != state.horizon:
                 state.horizon = horizon

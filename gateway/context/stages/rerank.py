@@ -31,29 +31,13 @@ EMBED_CHARS = 2000
 EMBED_ITEMS = 64
 
 
-def embedded(items: list[Item]) -> tuple[list[int], list[str]]:
-    """Which of the unpinned `items` a rerank embeds (their indexes) and the texts it embeds:
-    the newest `EMBED_ITEMS` and the task statement, each cut at `EMBED_CHARS`."""
-    recent = sorted(range(len(items)), key=lambda k: -items[k].message_index)[:EMBED_ITEMS]
-    chosen = sorted({*recent, *(k for k, item in enumerate(items) if item.goal)})
-    return chosen, [items[k].text[:EMBED_CHARS] or " " for k in chosen]
-
-
-def prefetch(items: list[Item], ctx: StageContext) -> int:
-    """Start embedding what a rerank of `items` would embed, off the event loop, without
-    waiting: a session nearing its high-water mark has its step's rerank find the texts
-    that arrived meanwhile cached, instead of embedding them all in that one call. How
-    many texts were sent to the model."""
-    if ctx.embedder is None:
-        return 0
-    return ctx.embedder.prefetch(embedded([i for i in items if not i.pinned])[1])
-
-
 async def _relevance(items: list[Item], ctx: StageContext) -> list[float | None]:
     """Cosine of each item to the current step; None for those not embedded."""
     if ctx.embedder is None or not ctx.query:
         return [0.0] * len(items)
-    chosen, texts = embedded(items)
+    recent = sorted(range(len(items)), key=lambda k: -items[k].message_index)[:EMBED_ITEMS]
+    chosen = sorted({*recent, *(k for k, item in enumerate(items) if item.goal)})
+    texts = [items[k].text[:EMBED_CHARS] or " " for k in chosen]
     vectors = await ctx.embedder.embed([ctx.query[-EMBED_CHARS:], *texts])
     sims = np.clip(vectors[1:] @ vectors[0], -1.0, 1.0)
     out: list[float | None] = [None] * len(items)
