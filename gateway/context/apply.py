@@ -14,13 +14,23 @@ import orjson
 
 from gateway.context.items import Item
 from gateway.context.session import Decision
-from gateway.context.summarize import notable, summarize, values
+from gateway.context.summarize import envelope, kept_fields, notable, summarize, values
 from gateway.context.tokens import TokenCounter
 from gateway.observability.droplog import Action, DropEvent, Stage
 
 
 def first_line(item: Item) -> str:
-    return next((line.strip() for line in item.text.splitlines() if line.strip()), "")
+    """The first line of `item`'s text that names something; of an MCP content block
+    (`summarize.envelope`), of the payload it carries, not of the envelope's JSON
+    (`{"type":"text","…`, the same on every block)."""
+    text = item.text
+    payload = envelope(text)
+    if payload is not None:
+        return next((line.strip() for line in payload.splitlines() if _NAMES.search(line)), "")
+    return next((line.strip() for line in text.splitlines() if line.strip()), "")
+
+
+_NAMES = re.compile(r"[^\W_]")  # a line that is not only brackets, quotes and blanks
 
 
 def placeholder(item: Item) -> str:
@@ -45,6 +55,19 @@ def gist(item: Item, known: frozenset[str] = frozenset()) -> str:
     named = [v for v in values(item.text) if notable(v) and v not in known][:GIST_VALUES]
     head = placeholder(item)
     return f"{head[:-1]}; mentions: {' '.join(named)}]" if named else head
+
+
+def kept_cells(item: Item, focus: frozenset[str], seen: frozenset[str] = frozenset()) -> str | None:
+    """What an aged MCP content block is masked as (None: a plain placeholder): its
+    placeholder and the short cells of its payload's records that carry the task's and the
+    latest calls' terms (`summarize.kept_fields`), which the model does not read above
+    (`seen`). Made once, when the mask is decided (the focus moves on); the decision keeps
+    it. A form's question, a sheet's header, an e-mail address an agent fills in many steps
+    after it read them (bench/README.md, "What a masked content block keeps")."""
+    cells = kept_fields(item.text, focus, seen)
+    if not cells:
+        return None
+    return f"{placeholder(item)[:-1]}; mentions: {'; '.join(cells)}]"
 
 
 # Kinds a message's role names already (a tool message is a tool result): a placeholder

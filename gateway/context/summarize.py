@@ -506,3 +506,81 @@ def summarize(
         calls_only = _mentions(source, "", known, level, notable_only, focus).lstrip("\n")
         return min(out, calls_only, key=len)
     return out
+
+
+# --- what a masked MCP content block keeps ----------------------------------------------------
+
+# Characters of field values a masked content block keeps at most: those of its records that
+# carry the most terms of the task and of the latest calls (focus.py).
+KEPT_CHARS = 160
+KEPT_CELL_CHARS = 60  # a cell this long at most is one an agent copies whole
+KEPT_MIN_CELL = 4  # shorter cells are not values an agent re-types
+
+
+def _records(value: Any, out: list[list[str]]) -> None:
+    """A JSON document's records: per object, its own string and number members."""
+    if isinstance(value, dict):
+        own = [str(v) for v in value.values()
+               if isinstance(v, str | int | float) and not isinstance(v, bool)]
+        if own:
+            out.append(own)
+        for v in value.values():
+            if isinstance(v, dict | list):
+                _records(v, out)
+    elif isinstance(value, list):
+        scalars = [str(v) for v in value if isinstance(v, str | int | float)
+                   and not isinstance(v, bool)]
+        if scalars:
+            out.append(scalars)
+        for v in value:
+            if isinstance(v, dict | list):
+                _records(v, out)
+
+
+def records(payload: str) -> list[list[str]]:
+    """A payload's records and their cells: a JSON document's objects (their scalar
+    members), else its lines (cells split as `fields` splits them, a `Key: value` cell's
+    value beside it)."""
+    stripped = payload.strip()
+    out: list[list[str]] = []
+    if stripped[:1] in ("[", "{"):
+        try:
+            _records(orjson.loads(stripped), out)
+        except orjson.JSONDecodeError:
+            out = []
+        else:
+            return out
+    for line in stripped.splitlines():
+        cells: list[str] = []
+        for cell in _FIELD_SPLIT.split(line):
+            cells.append(cell)
+            key = _KEY.match(cell)
+            if key:
+                cells.append(cell[key.end():])
+        if any(cells):
+            out.append(cells)
+    return out
+
+
+def kept_fields(text: str, focus: frozenset[str], seen: frozenset[str] = frozenset(),
+                bound: int = KEPT_CHARS) -> list[str]:
+    """What a masked MCP content block keeps of its payload: the short cells (field values,
+    names, ids) of the records that carry the most focus terms, within `bound` characters;
+    cells whose values the model reads anyway (`seen`) left out. Empty for any other text."""
+    payload = envelope(text) if focus else None
+    if payload is None:
+        return []
+    scored = [(focus_hits(" ".join(cells), focus), i, cells)
+              for i, cells in enumerate(records(payload))]
+    kept: list[str] = []
+    used = 0
+    for _, _, cells in sorted((s for s in scored if s[0]), key=lambda s: (-s[0], s[1])):
+        for cell in (" ".join(c.split()) for c in cells):
+            if (not KEPT_MIN_CELL <= len(cell) <= KEPT_CELL_CHARS or cell in kept
+                    or _HASH.search(cell) or set(values(cell)) <= seen):
+                continue
+            if used + len(cell) + 2 > bound:
+                return kept
+            kept.append(cell)
+            used += len(cell) + 2
+    return kept

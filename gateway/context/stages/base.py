@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
-from gateway.context.apply import apply_decision
+from gateway.context.apply import apply_decision, kept_cells
 from gateway.context.caches import ContextCaches
 from gateway.context.forecast import Budget
 from gateway.context.items import Item
@@ -134,6 +134,11 @@ def decide(items: list[Item], chosen: Mapping[str, Decision], ctx: StageContext)
                 ),
             )
             decisions[item.id] = decision
+        elif _keeps_cells(item, decision, ctx):
+            # An aged content block keeps the cells its task and latest calls name.
+            text = kept_cells(ctx.originals.get(item.id, item), ctx.focus, frozenset(seen))
+            if text is not None:
+                decision = decisions[item.id] = replace(decision, text=text)
         ctx.decisions[item.id] = decision
         new = apply_decision(
             original, decision, ctx.counter, ctx.encoding, ctx.known, ctx.caches.rewritten
@@ -150,13 +155,28 @@ def _needs_summary(item: Item, decision: Decision | None, ctx: StageContext) -> 
             and ctx.originals.get(item.id, item).rewritable)
 
 
+def _keeps_cells(item: Item, decision: Decision | None, ctx: StageContext) -> bool:
+    """Whether `decision` masks an aged tool result whose placeholder may keep cells of it
+    (`apply.kept_cells`: an MCP content block's, when the session has focus terms)."""
+    if (decision is None or decision.method != "mask" or decision.arg is not None
+            or decision.reason != "aged" or decision.text is not None or not ctx.focus
+            or item.kind != "tool_result"):
+        return False
+    original = ctx.originals.get(item.id, item)
+    return original.rewritable and original.text.lstrip()[:8].startswith(_BLOCK_HEADS)
+
+
+_BLOCK_HEADS = ('{"type"', '[{"type"')  # how an MCP content block's JSON starts
+
+
 def _last_summary(items: list[Item], decisions: Mapping[str, Decision], ctx: StageContext
                   ) -> int:
     """The position of the last item `decide` summarises (-1: none): the values the model
     read above it matter to it, those of the items after it to nothing."""
     for pos in range(len(items) - 1, -1, -1):
         item = items[pos]
-        if _needs_summary(item, decisions.get(item.id), ctx):
+        decision = decisions.get(item.id)
+        if _needs_summary(item, decision, ctx) or _keeps_cells(item, decision, ctx):
             return pos
     return -1
 
