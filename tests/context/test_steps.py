@@ -317,14 +317,14 @@ def test_a_young_session_weighs_a_large_calls_step_too() -> None:
     assert unrepaid(items, after, 9, 2, large.model_copy(update={"repay_young_calls": 0})) == set()
 
 
-async def _replay(settings: Settings, embedder: Any, messages: list[dict[str, Any]]
-                  ) -> tuple[int, list[list[dict[str, Any]]]]:
+async def _replay(settings: Settings, embedder: Any, messages: list[dict[str, Any]],
+                  tools: list[dict[str, Any]] = TOOLS) -> tuple[int, list[list[dict[str, Any]]]]:
     """Prefix changes and the forwarded messages of each call of a session."""
     engine = ContextEngine(settings, None, Metrics(), DropLog("/dev/null", "none", None),
                            embedder, sessions=MemorySessionStore())
     session, previous, changes, sent = uuid.uuid4().hex, None, 0, []
     for end in range(4, len(messages) + 1, 2):  # each call ends on a tool result
-        fitted = await engine.fit({"messages": messages[:end], "tools": TOOLS},
+        fitted = await engine.fit({"messages": messages[:end], "tools": tools},
                                   CallContext("t-repay", uuid.uuid4().hex,
                                               {"x-ctxgate-session-id": session}))
         forwarded = fitted.body["messages"]
@@ -366,18 +366,24 @@ def _repay_young(settings: Settings, calls: int) -> Settings:
 async def test_a_young_session_with_a_large_prompt_does_not_resend_itself_for_small_digests(
     settings: Settings, embedder: Any
 ) -> None:
-    """The same records behind a system prompt of ~10k tokens (a large schema, or large
-    tool outputs: every call passes `early_max_tokens`). While the session is young
-    (`repay_young_calls`) its large calls are weighed too, and a step whose digests take a
-    few tokens is left out; weighed on small calls only, the session re-sends everything
-    after the prompt for them."""
+    """Records behind a system prompt of ~10k tokens (a long policy, or large tool outputs:
+    every call passes `early_max_tokens`), a customer agent (class `agent`). While the
+    session is young (`repay_young_calls`) its large calls are weighed too, and a step
+    whose digests take a few tokens is left out; weighed on small calls only (as the other
+    classes of this aging still are), the session re-sends everything after the prompt."""
     outputs = [json.dumps({"order_id": f"#W{k}{k:05d}", "item": f"item_{k}_{k}", "price": 100 + k})
                + "\n" + json.dumps([{"id": f"#P{k}{k:04d}{j}", "sku": f"S{k}{k}{j:03d}"}
                                     for j in range(6)]) for k in range(8)]
-    messages = _sql_session(outputs)
-    messages[0]["content"] += "\n" + "\n".join(
-        f"Rule {i}: table t{i} has columns " + ", ".join(f"c{i}_{j} int" for j in range(12))
-        for i in range(120))
-    changes, _ = await _replay(settings, embedder, messages)
-    before, _ = await _replay(_repay_young(settings, 0), embedder, messages)
+    messages = sql_session("Which of my orders can still be exchanged?", outputs,
+                           '{{"order_id": "#W{k}"}}')
+    messages[0]["content"] = "You help customers with their orders.\n" + "\n".join(
+        f"Policy {i}: an order in state s{i} may be "
+        + ", ".join(f"action_{i}_{j}" for j in range(12)) for i in range(120))
+    for m in messages:
+        for call in m.get("tool_calls") or []:
+            call["function"]["name"] = "get_order"
+    tools = [{"type": "function",
+              "function": {"name": "get_order", "parameters": {"type": "object"}}}]
+    changes, _ = await _replay(settings, embedder, messages, tools)
+    before, _ = await _replay(_repay_young(settings, 0), embedder, messages, tools)
     assert (changes, before) == (0, 1)
