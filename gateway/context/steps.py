@@ -145,9 +145,15 @@ def unrepaid(
     Weighed only on a small call (at most `early_max_tokens`, the young-session credit's
     bound): weighed on large calls too, leaving a long session's early rewrites out moved
     its next steps' cuts onto newer messages (tau2 retail queues: recall 99.1 -> 98.8% tune,
-    98.97 -> 98.8% holdout; bench/README.md, "Short runs' cost…, on small calls").
+    98.97 -> 98.8% holdout; bench/README.md, "Short runs' cost…, on small calls"). A large
+    call is weighed too while the session is young (at most `repay_young_calls` calls so
+    far): runs whose tool outputs are thousands of tokens pass `early_max_tokens` on their
+    first calls and end after 10-30, so a step's re-send there often outweighs what it takes
+    over the calls left (Toolathlon runs, bench/README.md "Short runs' cost with large tool
+    outputs").
     `new_from`: the first message index the last call did not send (billed in full anyway)."""
-    if not c.repay_calls or sum(item.tokens for item in before) > c.early_max_tokens:
+    if not c.repay_calls or (calls > c.repay_young_calls
+                             and sum(item.tokens for item in before) > c.early_max_tokens):
         return set()
     was = {item.id: item for item in before}
     changed: dict[int, int] = {}  # message index -> tokens the step takes from it

@@ -108,8 +108,10 @@ class Compaction(_Settings):
     # cached price, over the calls still to come outweighs what it alone makes re-sent at
     # full price; the calls to come are estimated as the calls so far, at least
     # `repay_calls` (0: every rewrite of a step is kept). Weighed on calls of at most
-    # `early_max_tokens` only.
+    # `early_max_tokens`, and on larger calls while the session has had at most
+    # `repay_young_calls` calls (0: small calls only).
     repay_calls: int = 0
+    repay_young_calls: int = 0
     # The price of a cached input token relative to a fresh one (the provider's prompt-cache
     # discount): what a step's full-price re-send is weighed against (`steps.py`).
     cached_price: float = 0.1

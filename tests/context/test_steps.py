@@ -4,6 +4,7 @@ that waits a call for the exchange it would leave open."""
 
 from __future__ import annotations
 
+import copy
 import json
 import uuid
 from dataclasses import replace
@@ -300,14 +301,30 @@ def test_a_step_leaves_out_the_early_rewrites_that_do_not_repay_their_resend() -
                     REPAY.model_copy(update={"early_max_tokens": total - 1})) == set()
 
 
-async def _replay(settings: Settings, embedder: Any, messages: list[dict[str, Any]]
-                  ) -> tuple[int, list[list[dict[str, Any]]]]:
+def test_a_young_session_weighs_a_large_calls_step_too() -> None:
+    """A young session's large call (tool outputs of thousands of tokens: a run of 10-30
+    calls over MCP servers) is weighed while the session has had at most
+    `repay_young_calls` calls; past that only small calls are."""
+    items = _exchanges()
+    sent = {i.message_index: i.tokens for i in items}
+    after = _rewritten(items, {3: 10, 7: sent[7] // 2})
+    large = REPAY.model_copy(update={"early_max_tokens": sum(sent.values()) - 1,
+                                     "repay_young_calls": 40})
+    assert unrepaid(items, after, 9, 2, large) == {3}
+    # past the young calls a large call is not weighed, whatever its rewrites
+    assert unrepaid(items, _rewritten(items, {3: 1, 7: 1}), 9, 41, large) == set()
+    assert unrepaid(items, _rewritten(items, {3: 1, 7: 1}), 9, 40, large) == {3, 7}
+    assert unrepaid(items, after, 9, 2, large.model_copy(update={"repay_young_calls": 0})) == set()
+
+
+async def _replay(settings: Settings, embedder: Any, messages: list[dict[str, Any]],
+                  tools: list[dict[str, Any]] = TOOLS) -> tuple[int, list[list[dict[str, Any]]]]:
     """Prefix changes and the forwarded messages of each call of a session."""
     engine = ContextEngine(settings, None, Metrics(), DropLog("/dev/null", "none", None),
                            embedder, sessions=MemorySessionStore())
     session, previous, changes, sent = uuid.uuid4().hex, None, 0, []
     for end in range(4, len(messages) + 1, 2):  # each call ends on a tool result
-        fitted = await engine.fit({"messages": messages[:end], "tools": TOOLS},
+        fitted = await engine.fit({"messages": messages[:end], "tools": tools},
                                   CallContext("t-repay", uuid.uuid4().hex,
                                               {"x-ctxgate-session-id": session}))
         forwarded = fitted.body["messages"]
@@ -336,3 +353,37 @@ async def test_a_short_session_does_not_resend_itself_for_small_digests(
     assert changes == 0
     before, _ = await _replay(without_repay(settings), embedder, messages)
     assert before == 2
+
+
+def _repay_young(settings: Settings, calls: int) -> Settings:
+    classes = copy.deepcopy(settings.task_classes)
+    for spec in classes.values():
+        if isinstance(spec, dict) and isinstance(spec.get("compaction"), dict):
+            spec["compaction"]["repay_young_calls"] = calls
+    return settings.model_copy(update={"task_classes": classes})
+
+
+async def test_a_young_session_with_a_large_prompt_does_not_resend_itself_for_small_digests(
+    settings: Settings, embedder: Any
+) -> None:
+    """Records behind a system prompt of ~10k tokens (a long policy, or large tool outputs:
+    every call passes `early_max_tokens`), a customer agent (class `agent`). While the
+    session is young (`repay_young_calls`) its large calls are weighed too, and a step
+    whose digests take a few tokens is left out; weighed on small calls only (the shipped
+    config: `repay_young_calls` is off), the session re-sends everything after the prompt."""
+    outputs = [json.dumps({"order_id": f"#W{k}{k:05d}", "item": f"item_{k}_{k}", "price": 100 + k})
+               + "\n" + json.dumps([{"id": f"#P{k}{k:04d}{j}", "sku": f"S{k}{k}{j:03d}"}
+                                    for j in range(6)]) for k in range(8)]
+    messages = sql_session("Which of my orders can still be exchanged?", outputs,
+                           '{{"order_id": "#W{k}"}}')
+    messages[0]["content"] = "You help customers with their orders.\n" + "\n".join(
+        f"Policy {i}: an order in state s{i} may be "
+        + ", ".join(f"action_{i}_{j}" for j in range(12)) for i in range(120))
+    for m in messages:
+        for call in m.get("tool_calls") or []:
+            call["function"]["name"] = "get_order"
+    tools = [{"type": "function",
+              "function": {"name": "get_order", "parameters": {"type": "object"}}}]
+    changes, _ = await _replay(_repay_young(settings, 80), embedder, messages, tools)
+    before, _ = await _replay(settings, embedder, messages, tools)  # shipped: off
+    assert (changes, before) == (0, 1)
