@@ -11,7 +11,9 @@ import orjson
 from gateway.context.drawing import drawn_from, recent_values
 from gateway.context.engine import CallContext, ContextEngine
 from gateway.context.items import Item
-from gateway.context.session import MemorySessionStore
+from gateway.context.session import MemorySessionStore, SessionState
+from gateway.context.steps import lagging_tokens
+from gateway.context.taskclass import load_task_classes
 from gateway.embeddings import Embedder
 from gateway.observability.droplog import DropLog
 from gateway.observability.metrics import Metrics
@@ -84,13 +86,13 @@ async def _run(settings: Settings, embedder: Embedder, session: str,
     return out
 
 
-def test_values_are_credited_to_the_latest_result_that_holds_them() -> None:
-    def item(i: int, text: str) -> Item:
-        return Item(id=f"m{i}", kind="tool_result", unit=f"u{i}", message_index=i, segment=0,
-                    text=text,
-                    tokens=len(text) // 4, fixed_tokens=0, turn=i, pinned=False,
-                    rewritable=True)
+def item(i: int, text: str) -> Item:
+    return Item(id=f"m{i}", kind="tool_result", unit=f"u{i}", message_index=i, segment=0,
+                text=text, tokens=len(text) // 4, fixed_tokens=0, turn=i, pinned=False,
+                rewritable=True)
 
+
+def test_values_are_credited_to_the_latest_result_that_holds_them() -> None:
     messages = [{"role": "user", "content": "go"},
                 _assistant(0, "a", {}), {"role": "tool", "content": "x"},
                 _assistant(1, "fill", {"v": "Digital Optics Seminar"}),
@@ -128,3 +130,16 @@ async def test_a_table_the_agent_copies_from_stays_until_it_stops(
     # once the agent stops drawing, a later step ages the table too
     final = on[-1].body["messages"][3]["content"]
     assert final != TABLE and len(final) < len(TABLE) // 2
+
+
+def test_a_result_still_drawn_from_does_not_lag(settings: Settings) -> None:
+    """A result a step kept because the agent drew from it does not count as lagging (it
+    would only hasten a step that keeps it); once the latest calls stop drawing, it does."""
+    agent = load_task_classes(settings)["agent"]
+    table = item(3, TABLE)
+    state = SessionState(horizon=6)
+    drawing = _session(2, 0)
+    assert lagging_tokens([table], state, agent, drawing) == 0
+    assert lagging_tokens([table], state, agent) == table.tokens  # no messages: as before
+    stopped = _session(2, 3)
+    assert lagging_tokens([table], state, agent, stopped) == table.tokens
