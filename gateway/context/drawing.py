@@ -8,7 +8,8 @@ that still need them (bench/README.md, "Toolathlon recall": 59% of the values mi
 are plain words and phrases copied from results 3-20+ calls back).
 
 The signal is the session's own history: the values of the agent's latest tool calls'
-arguments (string leaves of `MIN_VALUE`+ characters) found in an older tool result. Each
+arguments (string leaves of `MIN_VALUE`+ characters with a letter: a bare number, an
+element id, names no source) found in an older tool result, as the client sent it. Each
 value is credited to the latest result before its call that holds it (where the agent read
 it); a result credited by `MIN_TURNS` of the last `turns` calls that made tool calls is
 *drawn from*, and a step leaves it as it is, so it keeps its unused values until the agent stops
@@ -54,7 +55,8 @@ def recent_values(
                 continue
             for leaf in _argument_leaves(str(fn.get("arguments") or "")):
                 leaf = leaf.strip()
-                if MIN_VALUE <= len(leaf) <= MAX_VALUE and leaf not in found:
+                if (MIN_VALUE <= len(leaf) <= MAX_VALUE and leaf not in found
+                        and any(ch.isalpha() for ch in leaf)):
                     found.append(leaf)
         if calls:
             out.append((index, found))

@@ -97,9 +97,11 @@ def test_values_are_credited_to_the_latest_result_that_holds_them() -> None:
                 _assistant(0, "a", {}), {"role": "tool", "content": "x"},
                 _assistant(1, "fill", {"v": "Digital Optics Seminar"}),
                 {"role": "tool", "content": "x"},
-                _assistant(2, "fill", {"v": "Modern Poetry Seminar", "n": 7, "s": "ab"}),
+                _assistant(2, "fill", {"v": "Modern Poetry Seminar", "n": 7, "s": "ab",
+                                        "bid": "1005", "price": 22548.21}),
                 {"role": "tool", "content": "x"}]
-    assert recent_values(messages, 1) == [(5, ["Modern Poetry Seminar"])]  # short ones not
+    # short values and bare numbers (an element id, a price) name no source
+    assert recent_values(messages, 1) == [(5, ["Modern Poetry Seminar"])]
     table = item(2, TABLE)
     assert drawn_from([table], messages, 3) == {"m2"}  # two turns drew from it
     assert drawn_from([table], messages, 1) == {"m2"}  # (one turn looked at: that one)

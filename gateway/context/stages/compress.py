@@ -125,8 +125,11 @@ def _drawn(items: list[Item], due: list[Item], ctx: StageContext,
     what the turns since the last step added, and what earlier steps kept."""
     if not opts.drawn_turns or not due:
         return set()
-    sources = [*due, *(item for item in items if item.message_index >= ctx.horizon
-                       and item.kind == "tool_result" and undecided(item, ctx.decisions))]
+    # read as the client sent them: a newer output whose repeated lines went out as markers
+    # (`lines.py`) still is where the agent read them
+    sources = [ctx.originals.get(item.id, item) for item in (*due, *(
+        item for item in items if item.message_index >= ctx.horizon
+        and item.kind == "tool_result" and undecided(item, ctx.decisions)))]
     return drawn_from(sources, ctx.messages, opts.drawn_turns, ctx.known)
 
 
