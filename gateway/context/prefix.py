@@ -434,7 +434,7 @@ class Prefix:
         total = fixed + self.final_tokens
         if total > cls.compaction.high_water * budget_input or total > budget_input:
             return None
-        if cls.compaction.ages and self._step_due(len(messages), state, cls, caches):
+        if cls.compaction.ages and self._step_due(messages, state, cls, caches):
             return None
         if cuts:  # remembered like any decision; the next call reuses this prefix with them
             state.decisions = self.decisions = decisions
@@ -573,13 +573,14 @@ class Prefix:
                 self.watched[i] = group
 
     def _step_due(
-        self, n_messages: int, state: SessionState, cls: TaskClass, caches: ContextCaches
+        self, messages: Sequence[Mapping[str, Any]], state: SessionState, cls: TaskClass,
+        caches: ContextCaches,
     ) -> bool:
         """Whether this call's messages take the session past a mark of age-based compaction."""
-        layout, horizon = self.layout, state.horizon
+        layout, horizon, n_messages = self.layout, state.horizon, len(messages)
         goal = [layout.restate(i) for i in self.goal_items]
         stale = stale_tokens(goal, state, cls, caches.stale)
-        stale += lagging_tokens(self.lagging, state, cls)
+        stale += lagging_tokens(self.lagging, state, cls, messages, self.known)
         turns = layout.turns[bisect_left(layout.turns, horizon) :]
         tokens_from = {
             i: self.compactable[i] for i in range(horizon, n_messages) if self.compactable[i]

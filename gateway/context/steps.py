@@ -8,12 +8,13 @@ horizon of age-based compaction forward far enough to last a while.
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Iterable, Mapping, MutableMapping
+from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from itertools import accumulate
 from math import ceil
 from operator import attrgetter
 from typing import Any
 
+from gateway.context.drawing import drawn_from
 from gateway.context.items import Item
 from gateway.context.lines import STILL_AGES
 from gateway.context.session import Decision, SessionState
@@ -59,23 +60,28 @@ def open_tokens(items: Iterable[Item]) -> int:
     return sum(i.tokens for i in items if i.pinned and not i.goal and i.kind != "system")
 
 
-def lagging_tokens(items: Iterable[Item], state: SessionState, cls: TaskClass) -> int:
+def lagging_tokens(
+    items: Iterable[Item], state: SessionState, cls: TaskClass,
+    messages: Sequence[Mapping[str, Any]] = (), known: frozenset[str] = frozenset(),
+) -> int:
     """Tokens behind the horizon that no step has aged yet: the exchange still unanswered
     (pinned) when the last step ran waits verbatim in the cached prefix until the next one.
     Like a stale block, a large one can repay an early step (`stale_cut_repays`): an 8k
     file view the agent has read waits, cached, 4 calls for the next step; a step now
     re-sends the little after it. `items`: all of a call's, or any superset of those that
-    can lag (the incremental path's candidates, `prefix.py`)."""
+    can lag (the incremental path's candidates, `prefix.py`). An output a step left as it
+    is because the agent was drawing from it (`drawing.py`) does not lag while the latest
+    calls (`messages`) still draw from it: it would only hasten a step that keeps it."""
     opts = cls.stages.compress
     if opts is None or not cls.compaction.ages:
         return 0
-    return sum(
-        item.tokens
-        for item in items
-        if item.message_index < state.horizon
-        and undecided(item, state.decisions)
-        and ages_out(item, opts)
-    )
+    waiting = [item for item in items
+               if undecided(item, state.decisions) and ages_out(item, opts)]
+    behind = [item for item in waiting if item.message_index < state.horizon]
+    if not behind:
+        return 0
+    kept = drawn_from(waiting, messages, opts.drawn_turns, known) if messages else set()
+    return sum(item.tokens for item in behind if item.id not in kept)
 
 
 def step_horizon(

@@ -231,6 +231,11 @@ class CompressOptions(_Settings):
     # turns go as one note of what they named (fold.py), once the horizon has passed this
     # many assistant turns (None: never). Only aging classes fold.
     fold_from_turns: Count | None = None
+    # An output the agent's last this many tool-calling turns drew a value from (a value of
+    # their arguments found in it, credited to the latest output that holds it) is left as
+    # it is by a step; the next step after the agent stops drawing from it ages it
+    # (drawing.py; 0: off).
+    drawn_turns: Count = 0
 
 
 class Stages(_Settings):

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from gateway.context.apply import GIST, apply_decision, placeholder
+from gateway.context.drawing import drawn_from
 from gateway.context.forecast import Budget
 from gateway.context.items import Item
 from gateway.context.lines import MINIFIED_JSON, MINIFIED_KEPT
@@ -117,15 +118,34 @@ def _keep_minified(
     return out
 
 
+def _drawn(items: list[Item], due: list[Item], ctx: StageContext,
+           opts: CompressOptions) -> set[str]:
+    """The due outputs the agent is still drawing from (`drawing.py`): left as they are by
+    this step. The sources read are the due ones and the undecided ones since the horizon:
+    what the turns since the last step added, and what earlier steps kept."""
+    if not opts.drawn_turns or not due:
+        return set()
+    # read as the client sent them: a newer output whose repeated lines went out as markers
+    # (`lines.py`) still is where the agent read them
+    sources = [ctx.originals.get(item.id, item) for item in (*due, *(
+        item for item in items if item.message_index >= ctx.horizon
+        and item.kind == "tool_result" and undecided(item, ctx.decisions)))]
+    return drawn_from(sources, ctx.messages, opts.drawn_turns, ctx.known)
+
+
 async def compress_items(items: list[Item], budget: Budget, ctx: StageContext) -> StageResult:
     opts = ctx.task_class.stages.compress or CompressOptions()
+    ages = ctx.task_class.compaction.ages
+    due = [
+        item for item in items
+        if ages and undecided(item, ctx.decisions) and item.message_index < ctx.horizon
+        and ages_out(item, opts)
+    ]
+    kept = _drawn(items, due, ctx, opts)
     aged = {
         item.id: Decision("compress", "compress", "aged", "summary", opts.level)
-        for item in items
-        if ctx.task_class.compaction.ages
-        and undecided(item, ctx.decisions)
-        and item.message_index < ctx.horizon
-        and ages_out(item, opts)
+        for item in due
+        if item.id not in kept
     }
     minified = {i: was for i in aged if (was := ctx.decisions.get(i)) is not None
                 and was.reason == MINIFIED_JSON}

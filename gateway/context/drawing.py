@@ -1,0 +1,94 @@
+"""Outputs the agent is still drawing from: plan-aware retention of old tool results.
+
+An agent that fills in forms, spreadsheets or e-mails from a table it read earlier copies
+the table's values into its tool calls one call at a time: the 50 course names of a
+listing, re-typed row by row over the next 20 calls. Aged by its position alone, that
+table becomes a digest at the next step and its remaining rows are gone from the calls
+that still need them (bench/README.md, "Toolathlon recall": 59% of the values missed there
+are plain words and phrases copied from results 3-20+ calls back).
+
+The signal is the session's own history: the values of the agent's latest tool calls'
+arguments (string leaves of `MIN_VALUE`+ characters with a letter: a bare number, an
+element id, names no source) found in an older tool result, as the client sent it. Each
+value is credited to the latest result before its call that holds it (where the agent read
+it); a result credited by `MIN_TURNS` of the last `turns` calls that made tool calls is
+*drawn from*, and a step leaves it as it is, so it keeps its unused values until the agent stops
+drawing from it; the next step after that ages it as usual.
+
+Only results still undecided (never aged) are read, with the ones since the horizon: a step
+reads the outputs of the turns since the last step and those it kept, never the whole
+history (per-call time grows with new content only).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from gateway.context.focus import _argument_leaves
+from gateway.context.items import Item
+
+MIN_VALUE = 4  # characters of an argument value that counts (the yardstick's needed values)
+MAX_VALUE = 300  # longer values (a composed body, a script) are the agent's, not copied
+# Turns (of the last `turns`) that must draw from a result: one copy of one value is a
+# look-up, two are the agent working through it.
+MIN_TURNS = 2
+
+
+def recent_values(
+    messages: Sequence[Mapping[str, Any]], turns: int
+) -> list[tuple[int, list[str]]]:
+    """(message index, argument values) of the last `turns` assistant messages with tool
+    calls, newest first; reads back from the end only as far as those."""
+    out: list[tuple[int, list[str]]] = []
+    for index in range(len(messages) - 1, -1, -1):
+        if len(out) >= turns:
+            break
+        msg = messages[index]
+        if msg.get("role") != "assistant":
+            continue
+        calls = msg.get("tool_calls") or ()
+        found: list[str] = []
+        for call in calls:
+            fn = call.get("function") if isinstance(call, Mapping) else None
+            if not isinstance(fn, Mapping):
+                continue
+            for leaf in _argument_leaves(str(fn.get("arguments") or "")):
+                leaf = leaf.strip()
+                if (MIN_VALUE <= len(leaf) <= MAX_VALUE and leaf not in found
+                        and any(ch.isalpha() for ch in leaf)):
+                    found.append(leaf)
+        if calls:
+            out.append((index, found))
+    return out
+
+
+def drawn_from(
+    sources: Sequence[Item], messages: Sequence[Mapping[str, Any]], turns: int,
+    known: frozenset[str] = frozenset(),
+) -> set[str]:
+    """Ids of the tool results in `sources` that `MIN_TURNS` of the last `turns`
+    tool-calling turns drew a value from: each value of those turns' arguments (not one of
+    `known`: the session's system prompt and task values) credits the latest source before
+    its turn whose text holds it. `sources`: the candidate results in message order (the
+    caller passes only those still undecided, so this reads new content only)."""
+    if turns <= 0 or not sources:
+        return set()
+    results = [item for item in sources if item.kind == "tool_result"]
+    if not results:
+        return set()
+    credits: dict[str, int] = {}  # id -> turns that drew from it
+    for index, found in recent_values(messages, turns):
+        before = [item for item in results if item.message_index < index]
+        hit: set[str] = set()
+        for value in found:
+            if value in known:
+                continue
+            for item in reversed(before):
+                if value in item.text:
+                    hit.add(item.id)
+                    break
+        for item_id in hit:
+            credits[item_id] = credits.get(item_id, 0) + 1
+    least = min(MIN_TURNS, turns)
+    return {item_id for item_id, n in credits.items() if n >= least}
