@@ -40,6 +40,7 @@ from gateway.context.classify import (
     HistoryRules,
     agent_fingerprint,
     is_agent_request,
+    is_text_tool_request,
     request_text,
     system_text,
 )
@@ -311,7 +312,8 @@ class ContextEngine:
             state.task_class = named
             state.dirty.add("class")
         cls = self.classes[named]
-        if not cls.compaction.ages and self.agent_policy is not None and is_agent_request(body):
+        if not cls.compaction.ages and self.agent_policy is not None and (
+                is_agent_request(body) or is_text_tool_request(body)):
             cls = self._aging.setdefault(named, cls.aging_as(self.agent_policy))
         return cls
 
