@@ -1045,11 +1045,13 @@ def _current_step(messages: list[Mapping[str, Any]]) -> str:
 
 def text_tools_aging(cls: TaskClass) -> TaskClass:
     """The agent policy's aging for an agent whose tools are text (`is_text_tool_request`):
-    its user turns, the results of its calls, stay verbatim; its own turns age."""
+    its user turns, the results of its calls, are not digested (a digest kept too few of
+    the names a later patch quotes); its own turns age. On a long session old user turns
+    still go as gists with the digests' batches (`mask_turns_min_tokens`)."""
     compress = cls.stages.compress
     if compress is None:
         return cls
     kinds = tuple(k for k in compress.kinds if k != "user")
     stages = cls.stages.model_copy(update={"compress": compress.model_copy(
-        update={"kinds": kinds, "mask_turns_min_tokens": None})})
+        update={"kinds": kinds})})
     return cls.model_copy(update={"stages": stages})
