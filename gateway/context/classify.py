@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from gateway.context.items import content_text
+from gateway.context.items import content_text, text_tool_result
 from gateway.context.taskclass import DEFAULT_CLASS, TaskClass
 
 if TYPE_CHECKING:
@@ -52,6 +52,20 @@ def is_agent_request(body: Mapping[str, Any]) -> bool:
         m.get("role") in ("tool", "function") or m.get("tool_calls")
         for m in body.get("messages") or ()
     )
+
+
+def is_text_tool_request(body: Mapping[str, Any]) -> bool:
+    """An agent whose tools are text (no API tools): some user turn after an assistant turn
+    is the result of a call that assistant turn wrote (`text_tool_result`)."""
+    assistant = ""
+    for msg in body.get("messages") or ():
+        role = msg.get("role")
+        if role == "assistant":
+            assistant = content_text(msg.get("content"))
+        elif role == "user" and assistant and text_tool_result(
+                assistant, content_text(msg.get("content"))):
+            return True
+    return False
 
 
 def agent_fingerprint(body: Mapping[str, Any]) -> str | None:

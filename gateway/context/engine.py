@@ -40,6 +40,7 @@ from gateway.context.classify import (
     HistoryRules,
     agent_fingerprint,
     is_agent_request,
+    is_text_tool_request,
     request_text,
     system_text,
 )
@@ -311,8 +312,13 @@ class ContextEngine:
             state.task_class = named
             state.dirty.add("class")
         cls = self.classes[named]
-        if not cls.compaction.ages and self.agent_policy is not None and is_agent_request(body):
-            cls = self._aging.setdefault(named, cls.aging_as(self.agent_policy))
+        if not cls.compaction.ages and self.agent_policy is not None:
+            if is_agent_request(body):
+                cls = self._aging.setdefault(named, cls.aging_as(self.agent_policy))
+            elif is_text_tool_request(body):
+                key = f"{named}\x00text"
+                cls = self._aging.get(key) or self._aging.setdefault(
+                    key, text_tools_aging(cls.aging_as(self.agent_policy)))
         return cls
 
     async def _forecast_caps(self, cls: TaskClass) -> tuple[TaskClass, bool]:
@@ -1035,3 +1041,17 @@ def _current_step(messages: list[Mapping[str, Any]]) -> str:
         if msg.get("role") == "assistant" or len(texts) >= 2:
             break
     return "\n".join(reversed(texts))
+
+
+def text_tools_aging(cls: TaskClass) -> TaskClass:
+    """The agent policy's aging for an agent whose tools are text (`is_text_tool_request`):
+    its user turns, the results of its calls, are not digested (a digest kept too few of
+    the names a later patch quotes); its own turns age. On a long session old user turns
+    still go as gists with the digests' batches (`mask_turns_min_tokens`)."""
+    compress = cls.stages.compress
+    if compress is None:
+        return cls
+    kinds = tuple(k for k in compress.kinds if k != "user")
+    stages = cls.stages.model_copy(update={"compress": compress.model_copy(
+        update={"kinds": kinds})})
+    return cls.model_copy(update={"stages": stages})

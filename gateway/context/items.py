@@ -11,6 +11,7 @@ request's count.
 from __future__ import annotations
 
 import hashlib
+import re
 from bisect import bisect_left
 from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
@@ -112,6 +113,24 @@ def _digest(*parts: str) -> str:
     return h.hexdigest()
 
 
+# A call an agent wrote in prose (`search_class("SQLCompiler")`): a name followed by `(`.
+_CALL_NAME = re.compile(r"([A-Za-z_][\w.]{2,})\(")
+# A user turn this long or longer, whose first line names a call the assistant's turn
+# before it wrote, is that call's result: a harness, not a person, wrote it.
+TEXT_RESULT_MIN_CHARS = 200
+_HEAD_CHARS = 200
+
+
+def text_tool_result(assistant: str, user: str) -> bool:
+    """Whether a user turn answers a call the assistant turn before it named in prose: it is
+    long and its first line names that call (`Result of search_class("X"):`), as an agent
+    harness that runs the model's calls writes it back; a person's reply rarely does."""
+    if len(user) < TEXT_RESULT_MIN_CHARS or "(" not in assistant:
+        return False
+    head = user.lstrip()[:_HEAD_CHARS].split("\n", 1)[0]
+    return any(m.group(0) in assistant for m in _CALL_NAME.finditer(head))
+
+
 @dataclass(slots=True)
 class Layout:
     """What an item's flags depend on beyond its own message (pins, units, ages, the goal),
@@ -120,6 +139,8 @@ class Layout:
     count: int = 0  # messages walked
     latest_user: int = -1
     open_from: int | None = None  # the last assistant message, when it made tool calls
+    # (in API form, or in prose: a user turn after it is a call's result, `text_tool_result`)
+    said: str = ""  # the last assistant message's text, when it made no API tool calls
     first_answer: int | None = None
     turns: list[int] = field(default_factory=list)  # indexes of assistant messages
     call_unit: dict[Any, str] = field(default_factory=dict)
@@ -137,9 +158,13 @@ class Layout:
                 self.pins.add(i)
             if role == "user":
                 self.latest_user = i
+                if (self.open_from is None and self.said
+                        and text_tool_result(self.said, content_text(msg.get("content")))):
+                    self.open_from = self.turns[-1]  # the calls it wrote in prose are open
             elif role == "assistant":
                 self.turns.append(i)
                 self.open_from = i if msg.get("tool_calls") else None
+                self.said = "" if msg.get("tool_calls") else content_text(msg.get("content"))
                 if self.first_answer is None:
                     self.first_answer = i
                 for call in msg.get("tool_calls") or ():

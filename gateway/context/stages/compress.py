@@ -77,13 +77,13 @@ def _expired_digests(
 def _old_turn(item: Item, ctx: StageContext, opts: CompressOptions, digest: bool) -> bool:
     """A user turn `_expired_digests` masks with the digests: its text at least
     `mask_turns_min_tokens` long and longer than its placeholder, sent verbatim (behind the
-    horizon) or as a digest, in a session of `mask_turns_from_turns` turns or more."""
+    horizon) or as a digest, in a session of `mask_turns_from_turns` turns or more; also
+    where `kinds` digests no user turn (a text-tool agent's results, `text_tools_aging`)."""
     least = opts.mask_turns_min_tokens
     if (
         least is None
         or item.kind not in TURN_KINDS
         or item.clock.turns < opts.mask_turns_from_turns
-        or item.kind not in opts.kinds
         or item.goal
         or not item.rewritable
         or item.tokens - item.fixed_tokens < least
