@@ -30,7 +30,15 @@ import pytest
 
 from gateway.embeddings import Embedder, load_model
 from gateway.store.embedded import EmbeddedRedis
-from tests.harness import Gateway, Upstream, cpu_seconds, stop
+from tests.harness import (
+    AHEAD_NICENESS,
+    Gateway,
+    Upstream,
+    cpu_seconds,
+    listening,
+    stop,
+    unnice,
+)
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 
@@ -203,18 +211,25 @@ class ModuleStart:
     redis_url: str
     noted: dict[str, Any] = field(default_factory=dict)
     on_stop: list[Callable[[], None]] = field(default_factory=list)
+    niceness: int = 0  # a group spawns its processes at it (`spawn_niced`)
+    pids: list[int] = field(default_factory=list)  # a group's processes, un-niced when used
 
 
 @dataclass(frozen=True)
 class Plan:
     """How a module's own gateway starts: `make` returns its environment (on top of the
-    harness's), `wait_path` is what must answer, `then` runs right after it answers."""
+    harness's), `wait_path` is what must answer, `then` runs right after it answers. A group
+    (`module_group`: several processes, e.g. two gateways and two workers) is spawned by
+    `make` itself, returning what its fixture yields, and waited for by its own tests;
+    `loaded` tells when it no longer loads, `weight` is how many models it loads."""
 
     name: str  # the fixture's name, as its module names it
-    make: Callable[[ModuleStart], dict[str, str]]
+    make: Callable[[ModuleStart], Any]
     wait_path: str
     ahead: bool
     then: Callable[[Gateway], None] | None
+    loaded: Callable[[Any], bool] | None = None  # a group's; None: a gateway's
+    weight: int = 1
 
 
 @dataclass
@@ -222,20 +237,30 @@ class _Started:
     plan: Plan
     start: ModuleStart | None = None
     gateway: Gateway | None = None
+    group: Any = None  # what a group's `make` returned
     spawned_at: float = 0.0
+    ahead: bool = False  # spawned before its module began (niced until then)
+    loaded_at: float = 0.0  # when it was first seen loaded
+    in_use: bool = False  # its module began
     up: bool = False
     failure: str = ""
     stopped: bool = False
 
 
 class ModuleGateways:
-    """The collected tests' `@module_gateway`s, in the order their modules run. Those with
-    `ahead` are spawned `AHEAD` at a time before they are needed, so that their model loads
-    (~15 CPU-s each) overlap the tests before them; each is waited for (bounded by its work,
-    as the session's gateway) before its module's first test, outside that test's timeout,
-    and stopped when its module ends, which spawns the next."""
+    """The collected tests' `@module_gateway`s and `@module_group`s, in the order their
+    modules run. Those with `ahead` are spawned before they are needed, niced, so that their
+    model loads (~15 CPU-s each) take the CPU the tests before them leave idle: one plan
+    loading at a time (`LOADING`), and at most `HELD` models loaded or loading ahead and not
+    yet in use (each ~0.7 GB). A plan that has loaded no longer counts as loading, so the
+    next one starts loading while it waits for its module (checked before each test). A
+    gateway is waited for (bounded by its work, as the session's) before its module's first
+    test, outside that test's timeout; a group by its tests. Each is stopped when its module
+    ends (bench/README.md, "CI time, part two")."""
 
-    AHEAD = 1  # gateways loading or waiting ahead at once: each holds ~0.7 GB once loaded
+    LOADING = 1  # plans loading ahead at once
+    HELD = 5  # models loaded or loading ahead, not yet in use
+    POLL_S = 1.0  # how often, at most, a test's start checks whether a plan has loaded
 
     def __init__(self, config: pytest.Config, resources: SessionResources,
                  plans: list[Plan]) -> None:
@@ -243,11 +268,12 @@ class ModuleGateways:
         self._resources = resources
         self.order = [_Started(plan) for plan in plans]
         self.took: list[str] = []
+        self._polled = 0.0
 
     def _find(self, plan: Plan) -> _Started:
         return next(started for started in self.order if started.plan is plan)
 
-    def _spawn(self, started: _Started) -> None:
+    def _spawn(self, started: _Started, ahead: bool = False) -> None:
         if started.start is not None:
             return
         upstream, redis = self._resources.upstream, self._resources.redis
@@ -256,32 +282,77 @@ class ModuleGateways:
             started.start = ModuleStart(workdir, upstream, "")  # type: ignore[arg-type]
             started.failure = "it needs the session's Redis and upstream, which did not start"
             return
-        started.start = ModuleStart(workdir, upstream, redis.url)
+        started.start = ModuleStart(workdir, upstream, redis.url,
+                                    niceness=AHEAD_NICENESS if ahead else 0)
+        started.ahead = ahead
         try:
-            env = started.plan.make(started.start)
-            started.gateway = Gateway.spawn(workdir / "gateway", env)
+            made = started.plan.make(started.start)
+            if started.plan.loaded is None:
+                started.gateway = Gateway.spawn(workdir / "gateway", made,
+                                                niceness=started.start.niceness)
+            else:
+                started.group = made
         except Exception as exc:
             started.failure = f"{type(exc).__name__}: {exc}"
             return
         started.spawned_at = time.monotonic()
 
+    def _loaded(self, started: _Started) -> bool:
+        if started.loaded_at:
+            return True
+        if started.failure:
+            return True  # nothing loads any more
+        try:
+            if started.plan.loaded is not None:
+                done = started.plan.loaded(started.group)
+            else:
+                assert started.gateway is not None
+                done = listening(started.gateway.url) or started.gateway.process.poll() is not None
+        except Exception:
+            done = True  # its tests will say what is wrong
+        if done:
+            started.loaded_at = time.monotonic()
+        return done
+
     def spawn_ahead(self) -> None:
-        """Spawn the next `ahead` plans while fewer than `AHEAD` are loading or waiting."""
-        live = sum(1 for s in self.order if s.start is not None and not s.stopped)
+        """Spawn the next `ahead` plans, in order, while fewer than `LOADING` plans load
+        ahead and the models held ahead stay within `HELD`. A plan not `ahead` is skipped
+        (it is spawned when its module begins)."""
+        self._polled = time.monotonic()
+        waiting = [s for s in self.order if s.start is not None and not s.stopped
+                   and not s.in_use]
+        held = sum(s.plan.weight for s in waiting)
+        loading = sum(1 for s in waiting if not self._loaded(s))
         for started in self.order:
-            if live >= self.AHEAD:
+            if started.start is not None or not started.plan.ahead:
+                continue
+            if loading >= self.LOADING or held + started.plan.weight > self.HELD:
                 return
-            if started.start is None and started.plan.ahead:
-                self._spawn(started)
-                live += 1
-            elif started.start is None:
-                return  # one started only when needed: none after it goes ahead of it
+            self._spawn(started, ahead=True)
+            loading += 1
+            held += started.plan.weight
+
+    def poll(self) -> None:
+        """Before each test: a plan loaded ahead lets the next one start loading."""
+        if time.monotonic() - self._polled >= self.POLL_S:
+            self.spawn_ahead()
 
     def wait(self, plan: Plan) -> None:
-        """Before the first test that needs `plan`'s gateway (outside its timeout)."""
+        """Before the first test that needs `plan` (outside its timeout): spawned if not
+        yet, no longer niced, and, a gateway, up."""
         started = self._find(plan)
         self._spawn(started)
-        if started.up or started.failure or started.gateway is None:
+        if not started.in_use:
+            started.in_use = True
+            for pid in self._pids(started):
+                unnice(pid)
+            self.spawn_ahead()
+        if started.up or started.failure:
+            return
+        if started.gateway is None:  # a group: its tests wait for it
+            started.up = True
+            self.took.append(f"{plan.name} (group of {plan.weight}) "
+                             f"{self._ahead_by(started)}")
             return
         clock = time.monotonic()
         name = f"module gateway `{plan.name}` (`ctxgate serve`, {started.gateway.url})"
@@ -298,17 +369,27 @@ class ModuleGateways:
         self.took.append(
             f"{plan.name} {time.monotonic() - clock:.1f} s waited before its first test "
             f"({time.monotonic() - started.spawned_at:.1f} s after its spawn, "
+            f"{self._ahead_by(started)}, "
             f"{cpu_seconds(started.gateway.process.pid):.1f} CPU-s, "
             f"load {os.getloadavg()[0]:.1f})")
 
-    def get(self, plan: Plan) -> Gateway:
+    def _ahead_by(self, started: _Started) -> str:
+        if not started.ahead:
+            return "spawned as its module began"
+        return f"spawned ahead {time.monotonic() - started.spawned_at:.1f} s before its module"
+
+    def _pids(self, started: _Started) -> list[int]:
+        if started.gateway is not None:
+            return [started.gateway.process.pid]
+        return list(started.start.pids) if started.start is not None else []
+
+    def get(self, plan: Plan) -> Any:
         started = self._find(plan)
         if not started.up:
             why = started.failure or "it was not waited for before the test"
             pytest.fail(f"the module's gateway `{plan.name}` did not start before its first "
                         f"test: {why}", pytrace=False)
-        assert started.gateway is not None
-        return started.gateway
+        return started.gateway if started.gateway is not None else started.group
 
     def done(self, plan: Plan) -> None:
         """Its module ended: stop it, and spawn the next ahead."""
@@ -338,11 +419,24 @@ def module_gateway(*, wait_path: str = "/healthz", ahead: bool = True,
     each test of the module with the process, the cause and its log's tail. `ahead=False`
     for a gateway that must not run while other modules' tests do (one that acts on the
     session's Redis by itself, or whose start a test measures)."""
+    return _declare(lambda make: Plan(make.__name__, make, wait_path, ahead, then))
 
-    def decorate(make: Callable[[ModuleStart], dict[str, str]]) -> Any:
-        plan = Plan(make.__name__, make, wait_path, ahead, then)
 
-        def started(request: pytest.FixtureRequest) -> Iterator[Gateway]:
+def module_group(*, loaded: Callable[[Any], bool], weight: int) -> Callable[..., Any]:
+    """Declares a module's group of processes (e.g. two gateways and two workers on one
+    Redis): decorates `make(start: ModuleStart) -> group`, which spawns them, not waiting
+    (with `start.niceness`; their pids in `start.pids`, their stops in `start.on_stop`), and
+    makes a module-scoped fixture of the same name that yields the group. Spawned ahead,
+    as a module's gateway; `loaded(group)` tells when its `weight` models have loaded. Its
+    tests wait for it to be ready, inside their timeout, as before."""
+    return _declare(lambda make: Plan(make.__name__, make, "", True, None, loaded, weight))
+
+
+def _declare(planned: Callable[[Callable[[ModuleStart], Any]], Plan]) -> Callable[..., Any]:
+    def decorate(make: Callable[[ModuleStart], Any]) -> Any:
+        plan = planned(make)
+
+        def started(request: pytest.FixtureRequest) -> Iterator[Any]:
             modules = request.config.stash[RESOURCES].modules
             if modules is None:
                 pytest.fail(f"`{plan.name}` was not foreseen from the collected tests",
@@ -382,6 +476,7 @@ def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, object
     if resources is not None and resources.modules is not None:
         for plan in _plans_of(item):
             resources.modules.wait(plan)
+        resources.modules.poll()
     return (yield)
 
 
