@@ -251,9 +251,10 @@ class ModuleGateways:
     """The collected tests' `@module_gateway`s and `@module_group`s, in the order their
     modules run. Those with `ahead` are spawned before they are needed, niced, so that their
     model loads (~15 CPU-s each) take the CPU the tests before them leave idle: one plan
-    loading at a time (`LOADING`), and at most `HELD` models loaded or loading ahead and not
-    yet in use (each ~0.7 GB). A plan that has loaded no longer counts as loading, so the
-    next one starts loading while it waits for its module (checked before each test). A
+    loading at a time (`LOADING`, counting one whose tests have begun), and at most `HELD`
+    models loaded or loading ahead and not yet in use (each ~0.7 GB). A plan that has loaded
+    no longer counts as loading, so the next one starts loading while it waits for its
+    module (checked before each test). A
     gateway is waited for (bounded by its work, as the session's) before its module's first
     test, outside that test's timeout; a group by its tests. Each is stopped when its module
     ends (bench/README.md, "CI time, part two")."""
@@ -319,10 +320,11 @@ class ModuleGateways:
         ahead and the models held ahead stay within `HELD`. A plan not `ahead` is skipped
         (it is spawned when its module begins)."""
         self._polled = time.monotonic()
-        waiting = [s for s in self.order if s.start is not None and not s.stopped
-                   and not s.in_use]
-        held = sum(s.plan.weight for s in waiting)
-        loading = sum(1 for s in waiting if not self._loaded(s))
+        live = [s for s in self.order if s.start is not None and not s.stopped]
+        held = sum(s.plan.weight for s in live if not s.in_use)
+        # one still loading in its module's tests counts too: a group's tests wait for
+        # their own four loads, under a wall bound, and get the cores to themselves
+        loading = sum(1 for s in live if not self._loaded(s))
         for started in self.order:
             if started.start is not None or not started.plan.ahead:
                 continue
@@ -338,21 +340,14 @@ class ModuleGateways:
             self.spawn_ahead()
 
     def wait(self, plan: Plan) -> None:
-        """Before the first test that needs `plan` (outside its timeout): spawned if not
-        yet, no longer niced, and, a gateway, up."""
+        """Before the first test that needs `plan`'s gateway (outside its timeout): spawned
+        if not yet, no longer niced, and up. A group is taken by its fixture (`get`)."""
         started = self._find(plan)
-        self._spawn(started)
-        if not started.in_use:
-            started.in_use = True
-            for pid in self._pids(started):
-                unnice(pid)
-            self.spawn_ahead()
-        if started.up or started.failure:
+        if plan.loaded is not None:
             return
-        if started.gateway is None:  # a group: its tests wait for it
-            started.up = True
-            self.took.append(f"{plan.name} (group of {plan.weight}) "
-                             f"{self._ahead_by(started)}")
+        self._spawn(started)
+        self._use(started)
+        if started.up or started.failure or started.gateway is None:
             return
         clock = time.monotonic()
         name = f"module gateway `{plan.name}` (`ctxgate serve`, {started.gateway.url})"
@@ -373,6 +368,15 @@ class ModuleGateways:
             f"{cpu_seconds(started.gateway.process.pid):.1f} CPU-s, "
             f"load {os.getloadavg()[0]:.1f})")
 
+    def _use(self, started: _Started) -> None:
+        """Its module began: no longer niced nor counted as held ahead."""
+        if started.in_use:
+            return
+        started.in_use = True
+        for pid in self._pids(started):
+            unnice(pid)
+        self.spawn_ahead()
+
     def _ahead_by(self, started: _Started) -> str:
         if not started.ahead:
             return "spawned as its module began"
@@ -385,6 +389,12 @@ class ModuleGateways:
 
     def get(self, plan: Plan) -> Any:
         started = self._find(plan)
+        if plan.loaded is not None and not started.in_use:  # a group, taken by its fixture
+            self._spawn(started)
+            self._use(started)
+            started.up = not started.failure
+            self.took.append(f"{plan.name} (a group of {plan.weight}) "
+                             f"{self._ahead_by(started)}")
         if not started.up:
             why = started.failure or "it was not waited for before the test"
             pytest.fail(f"the module's gateway `{plan.name}` did not start before its first "
@@ -460,10 +470,16 @@ def _plans_of(item: pytest.Item) -> list[Plan]:
 
 
 def _module_plans(items: list[pytest.Item]) -> list[Plan]:
-    """The `@module_gateway` plans the collected tests need, in the order they run."""
+    """The `@module_gateway` and `@module_group` plans the collected tests need, or their
+    modules define (a fixture taken by `request.getfixturevalue`, e.g. one per parameter),
+    in the order they run."""
     seen: dict[int, Plan] = {}
     for item in items:
-        for plan in _plans_of(item):
+        module = getattr(item, "module", None)
+        defined = [plan for value in vars(module).values()
+                   if isinstance(plan := getattr(value, "ctxgate_plan", None), Plan)
+                   ] if module is not None else []
+        for plan in [*_plans_of(item), *defined]:
             seen.setdefault(id(plan), plan)
     return list(seen.values())
 
