@@ -18,6 +18,7 @@ own gateway starts outside its first test's timeout").
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -349,6 +350,7 @@ class ModuleGateways:
         self._use(started)
         if started.up or started.failure or started.gateway is None:
             return
+        ahead = self._ahead_by(started)
         clock = time.monotonic()
         name = f"module gateway `{plan.name}` (`ctxgate serve`, {started.gateway.url})"
         try:
@@ -364,8 +366,7 @@ class ModuleGateways:
         self.took.append(
             f"{plan.name} {time.monotonic() - clock:.1f} s waited before its first test "
             f"({time.monotonic() - started.spawned_at:.1f} s after its spawn, "
-            f"{self._ahead_by(started)}, "
-            f"{cpu_seconds(started.gateway.process.pid):.1f} CPU-s, "
+            f"{ahead}; {cpu_seconds(started.gateway.process.pid):.1f} CPU-s, "
             f"load {os.getloadavg()[0]:.1f})")
 
     def _use(self, started: _Started) -> None:
@@ -380,7 +381,12 @@ class ModuleGateways:
     def _ahead_by(self, started: _Started) -> str:
         if not started.ahead:
             return "spawned as its module began"
-        return f"spawned ahead {time.monotonic() - started.spawned_at:.1f} s before its module"
+        done = 0.0
+        for pid in self._pids(started):
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                done += cpu_seconds(pid)
+        return (f"spawned ahead {time.monotonic() - started.spawned_at:.1f} s before its "
+                f"module, {done:.1f} CPU-s done by then")
 
     def _pids(self, started: _Started) -> list[int]:
         if started.gateway is not None:
