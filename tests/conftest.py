@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
@@ -271,6 +272,16 @@ class ModuleGateways:
         self.order = [_Started(plan) for plan in plans]
         self.took: list[str] = []
         self._polled = 0.0
+        # A long test (the cluster's: minutes) has no test start to poll at: a thread polls
+        # too. Every method that reads or changes the plans holds the lock.
+        self._lock = threading.RLock()
+        self._ended = threading.Event()
+        threading.Thread(target=self._watch, name="module-gateways", daemon=True).start()
+
+    def _watch(self) -> None:
+        while not self._ended.wait(self.POLL_S):
+            with contextlib.suppress(Exception):  # a failed spawn is kept in its plan
+                self.poll()
 
     def _find(self, plan: Plan) -> _Started:
         return next(started for started in self.order if started.plan is plan)
@@ -320,54 +331,57 @@ class ModuleGateways:
         """Spawn the next `ahead` plans, in order, while fewer than `LOADING` plans load
         ahead and the models held ahead stay within `HELD`. A plan not `ahead` is skipped
         (it is spawned when its module begins)."""
-        self._polled = time.monotonic()
-        live = [s for s in self.order if s.start is not None and not s.stopped]
-        held = sum(s.plan.weight for s in live if not s.in_use)
-        # one still loading in its module's tests counts too: a group's tests wait for
-        # their own four loads, under a wall bound, and get the cores to themselves
-        loading = sum(1 for s in live if not self._loaded(s))
-        for started in self.order:
-            if started.start is not None or not started.plan.ahead:
-                continue
-            if loading >= self.LOADING or held + started.plan.weight > self.HELD:
-                return
-            self._spawn(started, ahead=True)
-            loading += 1
-            held += started.plan.weight
+        with self._lock:
+            self._polled = time.monotonic()
+            live = [s for s in self.order if s.start is not None and not s.stopped]
+            held = sum(s.plan.weight for s in live if not s.in_use)
+            # one still loading in its module's tests counts too: a group's tests wait for
+            # their own four loads, under a wall bound, and get the cores to themselves
+            loading = sum(1 for s in live if not self._loaded(s))
+            for started in self.order:
+                if started.start is not None or not started.plan.ahead:
+                    continue
+                if loading >= self.LOADING or held + started.plan.weight > self.HELD:
+                    return
+                self._spawn(started, ahead=True)
+                loading += 1
+                held += started.plan.weight
 
     def poll(self) -> None:
         """Before each test: a plan loaded ahead lets the next one start loading."""
-        if time.monotonic() - self._polled >= self.POLL_S:
-            self.spawn_ahead()
+        with self._lock:
+            if time.monotonic() - self._polled >= self.POLL_S:
+                self.spawn_ahead()
 
     def wait(self, plan: Plan) -> None:
         """Before the first test that needs `plan`'s gateway (outside its timeout): spawned
         if not yet, no longer niced, and up. A group is taken by its fixture (`get`)."""
-        started = self._find(plan)
-        if plan.loaded is not None:
-            return
-        self._spawn(started)
-        self._use(started)
-        if started.up or started.failure or started.gateway is None:
-            return
-        ahead = self._ahead_by(started)
-        clock = time.monotonic()
-        name = f"module gateway `{plan.name}` (`ctxgate serve`, {started.gateway.url})"
-        try:
-            started.gateway.wait_up(plan.wait_path, name=name)
-            if plan.then is not None:
-                plan.then(started.gateway)
-        except Exception as exc:
-            started.failure = f"{type(exc).__name__}: {exc}"
-            self._stop(started)
-            return
-        started.up = True
-        started.gateway.noted.update(started.start.noted)  # type: ignore[union-attr]
-        self.took.append(
-            f"{plan.name} {time.monotonic() - clock:.1f} s waited before its first test "
-            f"({time.monotonic() - started.spawned_at:.1f} s after its spawn, "
-            f"{ahead}; {cpu_seconds(started.gateway.process.pid):.1f} CPU-s, "
-            f"load {os.getloadavg()[0]:.1f})")
+        with self._lock:
+            started = self._find(plan)
+            if plan.loaded is not None:
+                return
+            self._spawn(started)
+            self._use(started)
+            if started.up or started.failure or started.gateway is None:
+                return
+            ahead = self._ahead_by(started)
+            clock = time.monotonic()
+            name = f"module gateway `{plan.name}` (`ctxgate serve`, {started.gateway.url})"
+            try:
+                started.gateway.wait_up(plan.wait_path, name=name)
+                if plan.then is not None:
+                    plan.then(started.gateway)
+            except Exception as exc:
+                started.failure = f"{type(exc).__name__}: {exc}"
+                self._stop(started)
+                return
+            started.up = True
+            started.gateway.noted.update(started.start.noted)  # type: ignore[union-attr]
+            self.took.append(
+                f"{plan.name} {time.monotonic() - clock:.1f} s waited before its first test "
+                f"({time.monotonic() - started.spawned_at:.1f} s after its spawn, "
+                f"{ahead}; {cpu_seconds(started.gateway.process.pid):.1f} CPU-s, "
+                f"load {os.getloadavg()[0]:.1f})")
 
     def _use(self, started: _Started) -> None:
         """Its module began: no longer niced nor counted as held ahead."""
@@ -394,23 +408,25 @@ class ModuleGateways:
         return list(started.start.pids) if started.start is not None else []
 
     def get(self, plan: Plan) -> Any:
-        started = self._find(plan)
-        if plan.loaded is not None and not started.in_use:  # a group, taken by its fixture
-            self._spawn(started)
-            self._use(started)
-            started.up = not started.failure
-            self.took.append(f"{plan.name} (a group of {plan.weight}) "
-                             f"{self._ahead_by(started)}")
-        if not started.up:
-            why = started.failure or "it was not waited for before the test"
-            pytest.fail(f"the module's gateway `{plan.name}` did not start before its first "
-                        f"test: {why}", pytrace=False)
-        return started.gateway if started.gateway is not None else started.group
+        with self._lock:
+            started = self._find(plan)
+            if plan.loaded is not None and not started.in_use:  # a group, taken by its fixture
+                self._spawn(started)
+                self._use(started)
+                started.up = not started.failure
+                self.took.append(f"{plan.name} (a group of {plan.weight}) "
+                                 f"{self._ahead_by(started)}")
+            if not started.up:
+                why = started.failure or "it was not waited for before the test"
+                pytest.fail(f"the module's gateway `{plan.name}` did not start before its first "
+                            f"test: {why}", pytrace=False)
+            return started.gateway if started.gateway is not None else started.group
 
     def done(self, plan: Plan) -> None:
         """Its module ended: stop it, and spawn the next ahead."""
-        self._stop(self._find(plan))
-        self.spawn_ahead()
+        with self._lock:
+            self._stop(self._find(plan))
+            self.spawn_ahead()
 
     def _stop(self, started: _Started) -> None:
         if started.stopped:
@@ -422,9 +438,11 @@ class ModuleGateways:
             hook()
 
     def stop_all(self) -> None:
-        for started in self.order:
-            if started.start is not None:
-                self._stop(started)
+        self._ended.set()
+        with self._lock:
+            for started in self.order:
+                if started.start is not None:
+                    self._stop(started)
 
 
 def module_gateway(*, wait_path: str = "/healthz", ahead: bool = True,
