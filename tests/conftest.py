@@ -18,8 +18,10 @@ own gateway starts outside its first test's timeout").
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
@@ -30,7 +32,15 @@ import pytest
 
 from gateway.embeddings import Embedder, load_model
 from gateway.store.embedded import EmbeddedRedis
-from tests.harness import Gateway, Upstream, cpu_seconds, stop
+from tests.harness import (
+    AHEAD_NICENESS,
+    Gateway,
+    Upstream,
+    cpu_seconds,
+    listening,
+    stop,
+    unnice,
+)
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 
@@ -203,18 +213,25 @@ class ModuleStart:
     redis_url: str
     noted: dict[str, Any] = field(default_factory=dict)
     on_stop: list[Callable[[], None]] = field(default_factory=list)
+    niceness: int = 0  # a group spawns its processes at it (`spawn_niced`)
+    pids: list[int] = field(default_factory=list)  # a group's processes, un-niced when used
 
 
 @dataclass(frozen=True)
 class Plan:
     """How a module's own gateway starts: `make` returns its environment (on top of the
-    harness's), `wait_path` is what must answer, `then` runs right after it answers."""
+    harness's), `wait_path` is what must answer, `then` runs right after it answers. A group
+    (`module_group`: several processes, e.g. two gateways and two workers) is spawned by
+    `make` itself, returning what its fixture yields, and waited for by its own tests;
+    `loaded` tells when it no longer loads, `weight` is how many models it loads."""
 
     name: str  # the fixture's name, as its module names it
-    make: Callable[[ModuleStart], dict[str, str]]
+    make: Callable[[ModuleStart], Any]
     wait_path: str
     ahead: bool
     then: Callable[[Gateway], None] | None
+    loaded: Callable[[Any], bool] | None = None  # a group's; None: a gateway's
+    weight: int = 1
 
 
 @dataclass
@@ -222,20 +239,31 @@ class _Started:
     plan: Plan
     start: ModuleStart | None = None
     gateway: Gateway | None = None
+    group: Any = None  # what a group's `make` returned
     spawned_at: float = 0.0
+    ahead: bool = False  # spawned before its module began (niced until then)
+    loaded_at: float = 0.0  # when it was first seen loaded
+    in_use: bool = False  # its module began
     up: bool = False
     failure: str = ""
     stopped: bool = False
 
 
 class ModuleGateways:
-    """The collected tests' `@module_gateway`s, in the order their modules run. Those with
-    `ahead` are spawned `AHEAD` at a time before they are needed, so that their model loads
-    (~15 CPU-s each) overlap the tests before them; each is waited for (bounded by its work,
-    as the session's gateway) before its module's first test, outside that test's timeout,
-    and stopped when its module ends, which spawns the next."""
+    """The collected tests' `@module_gateway`s and `@module_group`s, in the order their
+    modules run. Those with `ahead` are spawned before they are needed, niced, so that their
+    model loads (~15 CPU-s each) take the CPU the tests before them leave idle: one plan
+    loading at a time (`LOADING`, counting one whose tests have begun), and at most `HELD`
+    models loaded or loading ahead and not yet in use (each ~0.7 GB). A plan that has loaded
+    no longer counts as loading, so the next one starts loading while it waits for its
+    module (checked before each test). A
+    gateway is waited for (bounded by its work, as the session's) before its module's first
+    test, outside that test's timeout; a group by its tests. Each is stopped when its module
+    ends (bench/README.md, "CI time, part two")."""
 
-    AHEAD = 1  # gateways loading or waiting ahead at once: each holds ~0.7 GB once loaded
+    LOADING = 1  # plans loading ahead at once
+    HELD = 5  # models loaded or loading ahead, not yet in use
+    POLL_S = 1.0  # how often, at most, a test's start checks whether a plan has loaded
 
     def __init__(self, config: pytest.Config, resources: SessionResources,
                  plans: list[Plan]) -> None:
@@ -243,11 +271,22 @@ class ModuleGateways:
         self._resources = resources
         self.order = [_Started(plan) for plan in plans]
         self.took: list[str] = []
+        self._polled = 0.0
+        # A long test (the cluster's: minutes) has no test start to poll at: a thread polls
+        # too. Every method that reads or changes the plans holds the lock.
+        self._lock = threading.RLock()
+        self._ended = threading.Event()
+        threading.Thread(target=self._watch, name="module-gateways", daemon=True).start()
+
+    def _watch(self) -> None:
+        while not self._ended.wait(self.POLL_S):
+            with contextlib.suppress(Exception):  # a failed spawn is kept in its plan
+                self.poll()
 
     def _find(self, plan: Plan) -> _Started:
         return next(started for started in self.order if started.plan is plan)
 
-    def _spawn(self, started: _Started) -> None:
+    def _spawn(self, started: _Started, ahead: bool = False) -> None:
         if started.start is not None:
             return
         upstream, redis = self._resources.upstream, self._resources.redis
@@ -256,64 +295,138 @@ class ModuleGateways:
             started.start = ModuleStart(workdir, upstream, "")  # type: ignore[arg-type]
             started.failure = "it needs the session's Redis and upstream, which did not start"
             return
-        started.start = ModuleStart(workdir, upstream, redis.url)
+        started.start = ModuleStart(workdir, upstream, redis.url,
+                                    niceness=AHEAD_NICENESS if ahead else 0)
+        started.ahead = ahead
         try:
-            env = started.plan.make(started.start)
-            started.gateway = Gateway.spawn(workdir / "gateway", env)
+            made = started.plan.make(started.start)
+            if started.plan.loaded is None:
+                started.gateway = Gateway.spawn(workdir / "gateway", made,
+                                                niceness=started.start.niceness)
+            else:
+                started.group = made
         except Exception as exc:
             started.failure = f"{type(exc).__name__}: {exc}"
             return
         started.spawned_at = time.monotonic()
 
+    def _loaded(self, started: _Started) -> bool:
+        if started.loaded_at:
+            return True
+        if started.failure:
+            return True  # nothing loads any more
+        try:
+            if started.plan.loaded is not None:
+                done = started.plan.loaded(started.group)
+            else:
+                assert started.gateway is not None
+                done = listening(started.gateway.url) or started.gateway.process.poll() is not None
+        except Exception:
+            done = True  # its tests will say what is wrong
+        if done:
+            started.loaded_at = time.monotonic()
+        return done
+
     def spawn_ahead(self) -> None:
-        """Spawn the next `ahead` plans while fewer than `AHEAD` are loading or waiting."""
-        live = sum(1 for s in self.order if s.start is not None and not s.stopped)
-        for started in self.order:
-            if live >= self.AHEAD:
-                return
-            if started.start is None and started.plan.ahead:
-                self._spawn(started)
-                live += 1
-            elif started.start is None:
-                return  # one started only when needed: none after it goes ahead of it
+        """Spawn the next `ahead` plans, in order, while fewer than `LOADING` plans load
+        ahead and the models held ahead stay within `HELD`. A plan not `ahead` is skipped
+        (it is spawned when its module begins)."""
+        with self._lock:
+            self._polled = time.monotonic()
+            live = [s for s in self.order if s.start is not None and not s.stopped]
+            held = sum(s.plan.weight for s in live if not s.in_use)
+            # one still loading in its module's tests counts too: a group's tests wait for
+            # their own four loads, under a wall bound, and get the cores to themselves
+            loading = sum(1 for s in live if not self._loaded(s))
+            for started in self.order:
+                if started.start is not None or not started.plan.ahead:
+                    continue
+                if loading >= self.LOADING or held + started.plan.weight > self.HELD:
+                    return
+                self._spawn(started, ahead=True)
+                loading += 1
+                held += started.plan.weight
+
+    def poll(self) -> None:
+        """Before each test: a plan loaded ahead lets the next one start loading."""
+        with self._lock:
+            if time.monotonic() - self._polled >= self.POLL_S:
+                self.spawn_ahead()
 
     def wait(self, plan: Plan) -> None:
-        """Before the first test that needs `plan`'s gateway (outside its timeout)."""
-        started = self._find(plan)
-        self._spawn(started)
-        if started.up or started.failure or started.gateway is None:
-            return
-        clock = time.monotonic()
-        name = f"module gateway `{plan.name}` (`ctxgate serve`, {started.gateway.url})"
-        try:
-            started.gateway.wait_up(plan.wait_path, name=name)
-            if plan.then is not None:
-                plan.then(started.gateway)
-        except Exception as exc:
-            started.failure = f"{type(exc).__name__}: {exc}"
-            self._stop(started)
-            return
-        started.up = True
-        started.gateway.noted.update(started.start.noted)  # type: ignore[union-attr]
-        self.took.append(
-            f"{plan.name} {time.monotonic() - clock:.1f} s waited before its first test "
-            f"({time.monotonic() - started.spawned_at:.1f} s after its spawn, "
-            f"{cpu_seconds(started.gateway.process.pid):.1f} CPU-s, "
-            f"load {os.getloadavg()[0]:.1f})")
+        """Before the first test that needs `plan`'s gateway (outside its timeout): spawned
+        if not yet, no longer niced, and up. A group is taken by its fixture (`get`)."""
+        with self._lock:
+            started = self._find(plan)
+            if plan.loaded is not None:
+                return
+            self._spawn(started)
+            self._use(started)
+            if started.up or started.failure or started.gateway is None:
+                return
+            ahead = self._ahead_by(started)
+            clock = time.monotonic()
+            name = f"module gateway `{plan.name}` (`ctxgate serve`, {started.gateway.url})"
+            try:
+                started.gateway.wait_up(plan.wait_path, name=name)
+                if plan.then is not None:
+                    plan.then(started.gateway)
+            except Exception as exc:
+                started.failure = f"{type(exc).__name__}: {exc}"
+                self._stop(started)
+                return
+            started.up = True
+            started.gateway.noted.update(started.start.noted)  # type: ignore[union-attr]
+            self.took.append(
+                f"{plan.name} {time.monotonic() - clock:.1f} s waited before its first test "
+                f"({time.monotonic() - started.spawned_at:.1f} s after its spawn, "
+                f"{ahead}; {cpu_seconds(started.gateway.process.pid):.1f} CPU-s, "
+                f"load {os.getloadavg()[0]:.1f})")
 
-    def get(self, plan: Plan) -> Gateway:
-        started = self._find(plan)
-        if not started.up:
-            why = started.failure or "it was not waited for before the test"
-            pytest.fail(f"the module's gateway `{plan.name}` did not start before its first "
-                        f"test: {why}", pytrace=False)
-        assert started.gateway is not None
-        return started.gateway
+    def _use(self, started: _Started) -> None:
+        """Its module began: no longer niced nor counted as held ahead."""
+        if started.in_use:
+            return
+        started.in_use = True
+        for pid in self._pids(started):
+            unnice(pid)
+        self.spawn_ahead()
+
+    def _ahead_by(self, started: _Started) -> str:
+        if not started.ahead:
+            return "spawned as its module began"
+        done = 0.0
+        for pid in self._pids(started):
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                done += cpu_seconds(pid)
+        return (f"spawned ahead {time.monotonic() - started.spawned_at:.1f} s before its "
+                f"module, {done:.1f} CPU-s done by then")
+
+    def _pids(self, started: _Started) -> list[int]:
+        if started.gateway is not None:
+            return [started.gateway.process.pid]
+        return list(started.start.pids) if started.start is not None else []
+
+    def get(self, plan: Plan) -> Any:
+        with self._lock:
+            started = self._find(plan)
+            if plan.loaded is not None and not started.in_use:  # a group, taken by its fixture
+                self._spawn(started)
+                self._use(started)
+                started.up = not started.failure
+                self.took.append(f"{plan.name} (a group of {plan.weight}) "
+                                 f"{self._ahead_by(started)}")
+            if not started.up:
+                why = started.failure or "it was not waited for before the test"
+                pytest.fail(f"the module's gateway `{plan.name}` did not start before its first "
+                            f"test: {why}", pytrace=False)
+            return started.gateway if started.gateway is not None else started.group
 
     def done(self, plan: Plan) -> None:
         """Its module ended: stop it, and spawn the next ahead."""
-        self._stop(self._find(plan))
-        self.spawn_ahead()
+        with self._lock:
+            self._stop(self._find(plan))
+            self.spawn_ahead()
 
     def _stop(self, started: _Started) -> None:
         if started.stopped:
@@ -325,9 +438,11 @@ class ModuleGateways:
             hook()
 
     def stop_all(self) -> None:
-        for started in self.order:
-            if started.start is not None:
-                self._stop(started)
+        self._ended.set()
+        with self._lock:
+            for started in self.order:
+                if started.start is not None:
+                    self._stop(started)
 
 
 def module_gateway(*, wait_path: str = "/healthz", ahead: bool = True,
@@ -338,11 +453,24 @@ def module_gateway(*, wait_path: str = "/healthz", ahead: bool = True,
     each test of the module with the process, the cause and its log's tail. `ahead=False`
     for a gateway that must not run while other modules' tests do (one that acts on the
     session's Redis by itself, or whose start a test measures)."""
+    return _declare(lambda make: Plan(make.__name__, make, wait_path, ahead, then))
 
-    def decorate(make: Callable[[ModuleStart], dict[str, str]]) -> Any:
-        plan = Plan(make.__name__, make, wait_path, ahead, then)
 
-        def started(request: pytest.FixtureRequest) -> Iterator[Gateway]:
+def module_group(*, loaded: Callable[[Any], bool], weight: int) -> Callable[..., Any]:
+    """Declares a module's group of processes (e.g. two gateways and two workers on one
+    Redis): decorates `make(start: ModuleStart) -> group`, which spawns them, not waiting
+    (with `start.niceness`; their pids in `start.pids`, their stops in `start.on_stop`), and
+    makes a module-scoped fixture of the same name that yields the group. Spawned ahead,
+    as a module's gateway; `loaded(group)` tells when its `weight` models have loaded. Its
+    tests wait for it to be ready, inside their timeout, as before."""
+    return _declare(lambda make: Plan(make.__name__, make, "", True, None, loaded, weight))
+
+
+def _declare(planned: Callable[[Callable[[ModuleStart], Any]], Plan]) -> Callable[..., Any]:
+    def decorate(make: Callable[[ModuleStart], Any]) -> Any:
+        plan = planned(make)
+
+        def started(request: pytest.FixtureRequest) -> Iterator[Any]:
             modules = request.config.stash[RESOURCES].modules
             if modules is None:
                 pytest.fail(f"`{plan.name}` was not foreseen from the collected tests",
@@ -366,10 +494,16 @@ def _plans_of(item: pytest.Item) -> list[Plan]:
 
 
 def _module_plans(items: list[pytest.Item]) -> list[Plan]:
-    """The `@module_gateway` plans the collected tests need, in the order they run."""
+    """The `@module_gateway` and `@module_group` plans the collected tests need, or their
+    modules define (a fixture taken by `request.getfixturevalue`, e.g. one per parameter),
+    in the order they run."""
     seen: dict[int, Plan] = {}
     for item in items:
-        for plan in _plans_of(item):
+        module = getattr(item, "module", None)
+        defined = [plan for value in vars(module).values()
+                   if isinstance(plan := getattr(value, "ctxgate_plan", None), Plan)
+                   ] if module is not None else []
+        for plan in [*_plans_of(item), *defined]:
             seen.setdefault(id(plan), plan)
     return list(seen.values())
 
@@ -382,6 +516,7 @@ def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, object
     if resources is not None and resources.modules is not None:
         for plan in _plans_of(item):
             resources.modules.wait(plan)
+        resources.modules.poll()
     return (yield)
 
 

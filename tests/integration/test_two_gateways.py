@@ -15,6 +15,8 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -24,8 +26,8 @@ import redis
 
 from gateway.auth import tenant_of_token
 from gateway.store import keys as store_keys
-from tests.conftest import gateway_env
-from tests.harness import ROOT, Gateway, Upstream, stop
+from tests.conftest import ModuleStart, gateway_env, module_group
+from tests.harness import ROOT, Gateway, Upstream, listening, spawn_niced, stop
 from tests.learner.conftest import curation, reflection
 
 pytestmark = pytest.mark.integration
@@ -67,55 +69,85 @@ def wait_for(predicate: Callable[[], bool], timeout_s: float, what: str) -> None
     raise AssertionError(f"timed out waiting for {what}")
 
 
-@pytest.fixture(scope="module")
-def models() -> tuple[str, str]:
+@dataclass
+class Pair:
+    """The four processes, spawned ahead of this module (`module_group`), not waited for."""
+
+    models: tuple[str, str]  # the Reflector's and the Curator's
+    env: dict[str, str]
+    gateways: list[Gateway]
+    workers: list[subprocess.Popen[bytes]]
+    logs: list[Path]  # the workers'
+
+
+def _pair_loaded(pair: Pair) -> bool:
+    """Both gateways listen (their models loaded) and both workers' models are loaded."""
+    return (all(listening(g.url) or g.process.poll() is not None for g in pair.gateways)
+            and all(w.poll() is not None or b"embedding model" in log.read_bytes()
+                    for w, log in zip(pair.workers, pair.logs, strict=True)))
+
+
+@module_group(loaded=_pair_loaded, weight=4)
+def pair(start: ModuleStart) -> Pair:
+    """Two gateways (worker off) and two workers on one Redis database, spawned ahead of
+    this module: the four model loads (~15 CPU-s each) overlap the tests before it."""
     tag = uuid.uuid4().hex[:8]
-    return f"pair-reflector-{tag}", f"pair-curator-{tag}"
-
-
-@pytest.fixture(scope="module")
-def pair_env(upstream: Upstream, redis_url: str, models: tuple[str, str]) -> dict[str, str]:
-    url = redis_url.rsplit("/", 1)[0] + f"/{DB}"
+    models = f"pair-reflector-{tag}", f"pair-curator-{tag}"
+    url = start.redis_url.rsplit("/", 1)[0] + f"/{DB}"
     redis.Redis.from_url(url).flushdb()
-    env = gateway_env(upstream, url)
+    env = gateway_env(start.upstream, url)
     env.update(CTXGATE_REFLECTOR_MODEL=models[0], CTXGATE_CURATOR_MODEL=models[1],
                CTXGATE_WORKER="off", CTXGATE_UPSTREAM_TIMEOUT_S="30")
-    return env
+    worker_env = {**os.environ, "HF_HUB_OFFLINE": "1", **env}
+    found = Pair(models, env, [], [], [])
+    start.on_stop.append(lambda: [stop(p) for p in
+                                  [*found.workers, *(g.process for g in found.gateways)]])
+    for name in ("worker-a", "worker-b"):  # first: their imports overlap the gateways'
+        (start.workdir / name).mkdir()
+        log = start.workdir / name / "worker.log"
+        found.logs.append(log)
+        found.workers.append(spawn_niced(
+            [sys.executable, "-m", "gateway", "worker"], start.niceness, cwd=ROOT,
+            env=worker_env, stdout=log.open("wb"), stderr=subprocess.STDOUT))
+    for name in ("gateway-a", "gateway-b"):
+        found.gateways.append(Gateway.spawn(start.workdir / name, env,
+                                            niceness=start.niceness))
+    start.pids += [p.pid for p in found.workers] + [g.process.pid for g in found.gateways]
+    return found
 
 
 @pytest.fixture(scope="module")
-def gateways(tmp_path_factory: pytest.TempPathFactory,
-             pair_env: dict[str, str]) -> Iterator[tuple[Gateway, Gateway]]:
+def models(pair: Pair) -> tuple[str, str]:
+    return pair.models
+
+
+@pytest.fixture(scope="module")
+def pair_env(pair: Pair) -> dict[str, str]:
+    return pair.env
+
+
+@pytest.fixture(scope="module")
+def gateways(pair: Pair) -> Iterator[tuple[Gateway, Gateway]]:
     with ThreadPoolExecutor(2) as pool:
         first, second = pool.map(
-            lambda name: Gateway.start(tmp_path_factory.mktemp(name), pair_env,
-                                       # warm (fitting reranks); four processes
-                                       # load the model at once (the workers too,
-                                       # before they take entries): 129-253 s at
-                                       # load 15-22 (tests/store/
-                                       # test_cluster_learning.py), 180 s too few
-                                       wait_path="/readyz", timeout_s=360),
-            ["gateway-a", "gateway-b"])
+            # warm (fitting reranks); four processes load the model at once (the workers
+            # too, before they take entries): 129-253 s at load 15-22 (tests/store/
+            # test_cluster_learning.py), 180 s too few. Spawned ahead of this module, they
+            # have mostly loaded by now.
+            lambda gateway: (gateway.wait_up("/readyz", timeout_s=360), gateway)[1],
+            pair.gateways)
     yield first, second
     stop(first.process)
     stop(second.process)
 
 
 @pytest.fixture(scope="module")
-def workers(tmp_path_factory: pytest.TempPathFactory,
-            pair_env: dict[str, str]) -> Iterator[list[subprocess.Popen[bytes]]]:
-    """Started before the gateways: their imports overlap the gateways' warm-up."""
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", **pair_env}
-    processes = []
-    for name in ("worker-a", "worker-b"):
-        log = tmp_path_factory.mktemp(name) / "worker.log"
-        processes.append(subprocess.Popen(
-            [sys.executable, "-m", "gateway", "worker"], cwd=ROOT, env=env,
-            stdout=log.open("wb"), stderr=subprocess.STDOUT))
-    yield processes
-    for process in processes:
+def workers(pair: Pair) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Spawned ahead with the gateways (`pair`), before them."""
+    yield pair.workers
+    for process in pair.workers:
         process.terminate()
-    for process in processes:
+    for process in pair.workers:
         # A worker stopped mid-job may first finish loading its embedder (seconds on 2 cores).
         assert process.wait(timeout=60) == 0, f"worker exited {process.returncode}"
 

@@ -24,11 +24,11 @@ from redis.cluster import RedisCluster
 
 from gateway.auth import tenant_of_token
 from gateway.store import keys
-from tests.conftest import gateway_env
-from tests.harness import ROOT, Gateway, Upstream, stop
+from tests.conftest import ModuleStart, gateway_env, module_group
+from tests.harness import ROOT, Gateway, Upstream, listening, spawn_niced, stop
 from tests.learner.conftest import curation, reflection
 from tests.learner.test_end_to_end import CLASS, bullets, call, failed_step, wait_for
-from tests.store.cluster import LocalCluster, Node
+from tests.store.cluster import LocalCluster, Node, cluster_port
 
 LESSON = "Install missing Python modules with pip before rerunning pytest."
 TENANTS = 3
@@ -84,70 +84,121 @@ def _start_worker(env: dict[str, str], log: Any) -> subprocess.Popen[bytes]:
                             stdout=log, stderr=subprocess.STDOUT)
 
 
-@pytest.fixture(params=["cluster", "single"])
-def deployment(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
-               upstream: Upstream) -> Iterator[tuple[Deployment, list[str]]]:
+@dataclass
+class Spawned:
+    """A deployment's processes and its Redis, spawned ahead of this module
+    (`module_group`), not waited for."""
+
+    gateways: list[Gateway]
+    workers: list[subprocess.Popen[bytes]]
+    logs: list[Path]
+    kill_target: Node
+    restart: Any
+    client: Any
+    shards: int
+    models: tuple[str, str]
+    tokens: list[str]
+
+
+def _spawned_loaded(spawned: Spawned) -> bool:
+    """Its gateways listen (their models loaded) and its workers' models are loaded."""
+    return (all(listening(g.url) or g.process.poll() is not None for g in spawned.gateways)
+            and all(w.poll() is not None or b"embedding model" in log.read_bytes()
+                    for w, log in zip(spawned.workers, spawned.logs, strict=True)))
+
+
+def _spawn(start: ModuleStart, kind: str) -> Spawned:
+    """Its own Redis (a cluster of three primaries, or one server), then the four processes
+    at once: each loads the embedding model; started one after another their loads took
+    turns instead of sharing the cores."""
     tag = uuid.uuid4().hex[:8]
     models = (f"cl-reflector-{tag}", f"cl-curator-{tag}")
-    upstream.script(models[0], [reflection(insight=LESSON)])
-    upstream.script(models[1], [curation([{"type": "ADD", "section": "common_mistakes",
-                                           "content": LESSON}])])
+    start.upstream.script(models[0], [reflection(insight=LESSON)])
+    start.upstream.script(models[1], [curation([{"type": "ADD", "section": "common_mistakes",
+                                                 "content": LESSON}])])
     tokens = [f"sk-{tag}-{n}" for n in range(TENANTS)]
     first_key = keys.playbook_meta(tenant_of_token(tokens[0]), CLASS)
-    if request.param == "cluster":
-        cluster: LocalCluster = request.getfixturevalue("redis_cluster")
+    if kind == "cluster":
+        cluster = LocalCluster(start.workdir / "cluster")
+        start.on_stop.append(cluster.stop)
+        cluster.start()
         url, is_cluster = cluster.url, "true"
         client: Any = RedisCluster.from_url(url)
         port = client.get_node_from_key(first_key).port
         target = next(node for node in cluster.nodes if node.port == port)
         restart = cluster.wait_ok
     else:
-        target = request.getfixturevalue("single_redis")
+        target = Node(cluster_port(), start.workdir / "single", cluster=False)
+        start.on_stop.append(target.stop)
+        target.start()
         url, is_cluster = target.url, "false"
         client = redis.Redis.from_url(url)
         restart = lambda: wait_for(target.answers)  # noqa: E731
-    tmp = tmp_path_factory.mktemp(f"deploy-{request.param}")
-    env = {**gateway_env(upstream, url), "CTXGATE_REDIS_CLUSTER": is_cluster,
+    start.on_stop.append(client.close)
+    env = {**gateway_env(start.upstream, url), "CTXGATE_REDIS_CLUSTER": is_cluster,
            "CTXGATE_WORKER": "off", "CTXGATE_REFLECTOR_MODEL": models[0],
            "CTXGATE_CURATOR_MODEL": models[1], "CTXGATE_UPSTREAM_TIMEOUT_S": "30",
            "CTXGATE_LEARNER": orjson.dumps({"reclaim_idle_s": 1.0,
-                                            "trace_shards": SHARDS[request.param]}).decode()}
-    started = time.time()
-    logs = [tmp / f"worker{n}.log" for n in range(2)]
-    workers: list[subprocess.Popen[bytes]] = []
-    gateways: list[Gateway] = []
+                                            "trace_shards": SHARDS[kind]}).decode()}
+    tmp = start.workdir
+    spawned = Spawned([], [], [tmp / f"worker{n}.log" for n in range(2)], target, restart,
+                      client, SHARDS[kind], models, tokens)
+    start.on_stop.insert(0, lambda: [stop(p) for p in [
+        *spawned.workers, *(g.process for g in spawned.gateways)]])
+    for n in range(2):
+        worker_env = {**os.environ, **env, "HF_HUB_OFFLINE": "1",
+                      "CTXGATE_DATA_DIR": str(tmp / f"w{n}-data"),
+                      "CTXGATE_DROP_LOG": str(tmp / f"w{n}-drops.jsonl")}
+        spawned.workers.append(spawn_niced(
+            [sys.executable, "-m", "gateway", "worker"], start.niceness, cwd=ROOT,
+            env=worker_env, stdout=spawned.logs[n].open("wb"), stderr=subprocess.STDOUT))
+    for n in range(2):
+        spawned.gateways.append(Gateway.spawn(tmp / f"gw{n}", env, niceness=start.niceness))
+    start.pids += [p.pid for p in spawned.workers] + [g.process.pid for g in spawned.gateways]
+    return spawned
+
+
+@module_group(loaded=_spawned_loaded, weight=4)
+def cluster_deployment(start: ModuleStart) -> Spawned:
+    """Spawned ahead of this module: its four model loads overlap the tests before it."""
+    return _spawn(start, "cluster")
+
+
+@module_group(loaded=_spawned_loaded, weight=4)
+def single_deployment(start: ModuleStart) -> Spawned:
+    """Spawned ahead, after `cluster_deployment` (or as its test runs)."""
+    return _spawn(start, "single")
+
+
+@pytest.fixture(params=["cluster", "single"])
+def deployment(request: pytest.FixtureRequest) -> Iterator[tuple[Deployment, list[str]]]:
+    spawned: Spawned = request.getfixturevalue(f"{request.param}_deployment")
+    gateways, workers, logs = spawned.gateways, spawned.workers, spawned.logs
+    started = time.time()  # the bounds below count from here: this test's own time
     try:
-        # All four processes start at once: each loads the embedding model, and started
-        # one after another their loads took turns instead of sharing the cores.
-        for n in range(2):
-            worker_env = {**os.environ, **env, "HF_HUB_OFFLINE": "1",
-                          "CTXGATE_DATA_DIR": str(tmp / f"w{n}-data"),
-                          "CTXGATE_DROP_LOG": str(tmp / f"w{n}-drops.jsonl")}
-            workers.append(_start_worker(worker_env, logs[n].open("wb")))
         with ThreadPoolExecutor(2) as pool:
-            # Their start alone (imports, then the app's start-up) took over Gateway.start's
-            # 60 s at load ~22, its log showing it under way: the same bound as the loads.
-            starting = [pool.submit(Gateway.start, tmp / f"gw{n}", env, timeout_s=WARM_S)
-                        for n in range(2)]
-            wait(starting)  # both, so that a failed start leaks no process
-        gateways = [f.result() for f in starting if f.exception() is None]
+            # Their start alone (imports, then the app's start-up) took over 60 s at load
+            # ~22, its log showing it under way: the same bound as the loads.
+            starting = [pool.submit(g.wait_up, "/healthz", WARM_S) for g in gateways]
+            wait(starting)
         for future in starting:
             future.result()  # raises a failed start's error
         # Every process loads the embedding model (~11 s of CPU each) before it serves or
-        # learns: four at once on two loaded cores is the slow part, waited out here so
-        # that the learning the test times is learning (the gateways' /readyz, as the
-        # session's gateway; the workers' log). A gateway still loading stalls its loop
-        # for seconds: a poll of it timed out (ReadTimeout) under load.
+        # learns: four at once on two loaded cores is the slow part (spawned ahead of this
+        # module, mostly done by now), waited out here so that the learning the test times
+        # is learning (the gateways' /readyz, as the session's gateway; the workers' log).
+        # A gateway still loading stalls its loop for seconds: a poll of it timed out
+        # (ReadTimeout) under load.
         wait_explained(lambda: _warm(gateways, logs, workers),  # WARM_S from the start
                        max(1.0, WARM_S - (time.time() - started)),
                        lambda: "\n".join(_warmth(gateways, logs, workers, started)))
         print(f"warm: {time.time() - started:.1f} s after the start")
-        yield (Deployment(gateways, workers, logs, target, restart, client,
-                          SHARDS[request.param], models, started), tokens)
+        yield (Deployment(gateways, workers, logs, spawned.kill_target, spawned.restart,
+                          spawned.client, spawned.shards, spawned.models, started),
+               spawned.tokens)
     finally:
         for process in [*workers, *(g.process for g in gateways)]:
             stop(process)
-        client.close()
 
 
 def cite_and_succeed(gateway: Gateway, upstream: Upstream, token: str, session: str) -> None:
