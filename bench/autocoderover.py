@@ -34,14 +34,21 @@ from __future__ import annotations
 
 import argparse
 import re
-import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from bench.chat_corpus import Message, RepoReader, corpus_stats, join_queues, n_calls, write_corpus
+from bench.chat_corpus import (
+    Message,
+    RepoReader,
+    corpus_stats,
+    join_queues,
+    n_calls,
+    run_conversion,
+    write_corpus,
+)
 from bench.toolathlon import TOOL_CHARS, cut
 
 SOURCE = "nus-apr/auto-code-rover"
@@ -183,12 +190,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--queue-calls", type=int, default=300)
     args = parser.parse_args(argv)
     for run in args.run or ["acr-run-1"]:
-        try:
-            written = convert(args.repo, args.out, run, queue_calls=args.queue_calls)
-        except subprocess.CalledProcessError as exc:
-            parser.error(f"reading {args.repo}: {exc.stderr}")
-        for name, count in written.items():
-            print(f"{args.out / name}: {count} sessions")
+        run_conversion(parser, args.repo, args.out, lambda run=run: convert(
+            args.repo, args.out, run, queue_calls=args.queue_calls))
     return 0
 
 

@@ -6,6 +6,7 @@ bare/mirror git directory. The converted data is written outside the repository.
 
 from __future__ import annotations
 
+import argparse
 import itertools
 import subprocess
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -174,3 +175,16 @@ def join_queues(
         out.append((name(trial, q, group), joined))
         renamed += ids.renamed
     return out, renamed
+
+
+def run_conversion(parser: argparse.ArgumentParser, source: Path, out: Path,
+                   convert: Callable[[], Mapping[str, int]]) -> None:
+    """A converter's command line around its `convert()`: a git error reading `source`
+    exits through `parser` with git's message; each folder written is printed with its
+    session count."""
+    try:
+        written = convert()
+    except subprocess.CalledProcessError as exc:
+        parser.error(f"reading {source}: {exc.stderr}")
+    for name, count in written.items():
+        print(f"{out / name}: {count} sessions")

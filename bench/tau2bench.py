@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import ast
 import re
-import subprocess
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -46,6 +45,7 @@ from bench.chat_corpus import (
     RepoReader,
     corpus_stats,
     join_queues,
+    run_conversion,
     write_corpus,
 )
 
@@ -315,12 +315,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("/tmp/tau2"))
     parser.add_argument("--queue-calls", type=int, default=300)
     args = parser.parse_args(argv)
-    try:
-        written = convert(args.results, args.repo, args.out, queue_calls=args.queue_calls)
-    except subprocess.CalledProcessError as exc:
-        parser.error(f"reading {args.repo}: {exc.stderr}")
-    for name, count in written.items():
-        print(f"{args.out / name}: {count} sessions")
+    run_conversion(parser, args.repo, args.out, lambda: convert(
+        args.results, args.repo, args.out, queue_calls=args.queue_calls))
     return 0
 
 

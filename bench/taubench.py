@@ -41,6 +41,7 @@ from bench.chat_corpus import (
     corpus_stats,
     join_queues,
     n_calls,
+    run_conversion,
     write_corpus,
 )
 
@@ -217,10 +218,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--domain", choices=DOMAINS, help="default: from the file name")
     parser.add_argument("--queues-per-trial", type=int, default=2)
     args = parser.parse_args(argv)
-    written = convert(args.trajectories, args.repo, args.out, domain=args.domain,
-                      queues_per_trial=args.queues_per_trial)
-    for name, count in written.items():
-        print(f"{args.out / name}: {count} sessions")
+    run_conversion(parser, args.repo, args.out, lambda: convert(
+        args.trajectories, args.repo, args.out, domain=args.domain,
+        queues_per_trial=args.queues_per_trial))
     return 0
 
 

@@ -29,14 +29,21 @@ from __future__ import annotations
 
 import argparse
 import re
-import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from bench.chat_corpus import CallIds, Message, RepoReader, corpus_stats, join_queues, write_corpus
+from bench.chat_corpus import (
+    CallIds,
+    Message,
+    RepoReader,
+    corpus_stats,
+    join_queues,
+    run_conversion,
+    write_corpus,
+)
 
 SOURCE = "WaitHZ/toolathlon-traj-website"
 TOOL_CHARS = 24_000
@@ -256,12 +263,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("/tmp/toolathlon"))
     parser.add_argument("--queue-calls", type=int, default=300)
     args = parser.parse_args(argv)
-    try:
-        written = convert(args.repo, args.out, queue_calls=args.queue_calls)
-    except subprocess.CalledProcessError as exc:
-        parser.error(f"reading {args.repo}: {exc.stderr}")
-    for name, count in written.items():
-        print(f"{args.out / name}: {count} sessions")
+    run_conversion(parser, args.repo, args.out,
+                   lambda: convert(args.repo, args.out, queue_calls=args.queue_calls))
     return 0
 
 
