@@ -24,7 +24,7 @@ import orjson
 
 from gateway.context.call_ids import short_id
 from gateway.errors import InvalidRequest
-from gateway.wire.view import PINNED, ChatView, Plan, message_fates
+from gateway.wire.view import PINNED, ChatView, Plan, RenderMemo, message_fates
 
 if TYPE_CHECKING:
     from gateway.context.engine import FittedCall
@@ -85,6 +85,7 @@ class _Built:
     count: int  # wire messages read
     last_assistant: int  # the last assistant message's index (-1: none)
     signed: int | None  # the chat index of the message pinned as the last one with thinking
+    memo: RenderMemo  # the session's render memo (`render_memo`)
 
 
 def build_view(body: Mapping[str, Any]) -> ChatView:
@@ -103,13 +104,14 @@ def extend_view(body: Mapping[str, Any], state: Any) -> tuple[ChatView, Any, int
         shared = len(messages)
         last_assistant = next((i for i in range(len(wire) - 1, start - 1, -1)
                                if wire[i].get("role") == "assistant"), state.last_assistant)
-        signed = state.signed
+        signed, memo = state.signed, state.memo
         if signed is not None and last_assistant != state.last_assistant:
             # no longer the last assistant message: not pinned for its thinking any more
             messages[signed] = {k: v for k, v in messages[signed].items() if k != PINNED}
             shared, signed = signed, None
     else:
         start, messages, sources, shared, signed = 0, [], [], 0, None
+        memo = RenderMemo()
         system = body.get("system")
         system_text = system if isinstance(system, str) else _text(
             [b for b in system if isinstance(b, Mapping)]) if isinstance(system, list) else None
@@ -156,13 +158,13 @@ def extend_view(body: Mapping[str, Any], state: Any) -> tuple[ChatView, Any, int
                 chat[PINNED] = True
             messages.append(chat)
             sources.append((m, others))
-    built = _Built(messages, sources, len(wire), last_assistant, signed)
+    built = _Built(messages, sources, len(wire), last_assistant, signed, memo)
     chat_body: dict[str, Any] = {"model": body.get("model"), "messages": list(messages)}
     if body.get("tools"):
         chat_body["tools"] = body["tools"]
     if isinstance(body.get("max_tokens"), int):
         chat_body["max_tokens"] = body["max_tokens"]
-    return ChatView(chat_body, list(sources)), built, shared
+    return ChatView(chat_body, list(sources), memo=memo), built, shared
 
 
 def _breakpoint(blocks: list[Any]) -> dict[str, Any]:
@@ -262,6 +264,11 @@ def with_short_ids(body: dict[str, Any]) -> dict[str, Any]:
             kept.update(str(b.get("id")) for b in content
                         if isinstance(b, Mapping) and b.get("type") == "tool_use")
 
+    return {**body, "messages": [_short_message(message, kept) for message in wire]}
+
+
+def _short_message(message: Any, kept: set[str] | frozenset[str]) -> Any:
+    """One message of `with_short_ids`, the ids in `kept` left as sent."""
     def block(b: Any) -> Any:
         if not isinstance(b, Mapping):
             return b
@@ -271,12 +278,128 @@ def with_short_ids(body: dict[str, Any]) -> dict[str, Any]:
             return b
         return {**b, key: short_id(value)}
 
-    messages = []
-    for message in wire:
-        if isinstance(message, Mapping) and isinstance(message.get("content"), list):
-            message = {**message, "content": [block(b) for b in message["content"]]}
-        messages.append(message)
-    return {**body, "messages": messages}
+    if isinstance(message, Mapping) and isinstance(message.get("content"), list):
+        return {**message, "content": [block(b) for b in message["content"]]}
+    return message
+
+
+def _keeps(message: Mapping[str, Any]) -> frozenset[str]:
+    """The call ids `with_short_ids` keeps for this message: its calls' when it is an
+    assistant message with thinking or an unknown block."""
+    content = message.get("content")
+    if message.get("role") == "assistant" and isinstance(content, list) and any(
+        isinstance(b, Mapping) and (b.get("type") in THINKING or b.get("type") not in KNOWN)
+        for b in content
+    ):
+        return frozenset(str(b.get("id")) for b in content
+                         if isinstance(b, Mapping) and b.get("type") == "tool_use")
+    return frozenset()
+
+
+def _refs(message: Any) -> frozenset[str]:
+    """Every id the blocks of `message` name: all that `_short_message` can look up."""
+    content = message.get("content") if isinstance(message, Mapping) else None
+    if not isinstance(content, list):
+        return frozenset()
+    return frozenset(b[k] for b in content if isinstance(b, Mapping)
+                     for k in ("id", "tool_use_id") if isinstance(b.get(k), str))
+
+
+@dataclass(slots=True)
+class _Memo:
+    """One wire message's render (`render_memo`) and what it was made from."""
+
+    message: Any  # held: its id is not reused while this entry lives
+    uses: frozenset[str]  # its `tool_use` blocks' ids as `with_arguments` looks them up
+    made: bool = False  # whether the fields below were set
+    spec: tuple[Any, ...] | None = None  # its sources' (blocks, fate) not kept as sent
+    arguments: dict[str, str] | None = None  # the engine's new input for its calls
+    middle: Any = None  # `render` then `with_arguments` of it (None: dropped)
+    keeps: frozenset[str] = frozenset()  # `_keeps(middle)`
+    refs: frozenset[str] = frozenset()  # `_refs(middle)`
+    kept: frozenset[str] | None = None  # its refs left long (None: ids not shortened)
+    rendered: Any = None  # what it went out as (None: dropped)
+
+
+def _render_one(message: Mapping[str, Any], spec: tuple[Any, ...]) -> Any:
+    """`render`'s output for one wire message given its sources' (blocks, fate) pairs that
+    are not kept as sent (None: dropped), exactly as `render` builds it."""
+    whole: Any = ()  # () not a whole-string message
+    changes: dict[int, Any] = {}
+    for indexes, fate in spec:
+        if indexes is None:
+            whole = None if fate is False else str(fate)
+        elif fate is False:
+            changes.update(dict.fromkeys(indexes))
+        else:
+            changes.update(_rewrite_blocks(message["content"], indexes, str(fate)))
+    if whole != ():
+        return None if whole is None else {**message, "content": whole}
+    blocks = [changes.get(i, b) if i in changes else b for i, b in enumerate(message["content"])]
+    kept = [b for b in blocks if b is not None]
+    return {**message, "content": kept} if kept else None
+
+
+def render_memo(body: dict[str, Any], view: ChatView, fitted: FittedCall,
+                memo: RenderMemo) -> dict[str, Any]:
+    """`Messages.render` (`render`, `with_arguments`, `with_short_ids`) with each wire
+    message's output remembered in `memo` by the message object: a message whose plan
+    fates, engine arguments and kept ids are those of its last render goes out as the same
+    object again, so a call costs what changed, not the whole history."""
+    plan, arguments, short = fitted.plan, fitted.arguments, fitted.short_ids
+    out = dict(body)
+    wire = body.get("messages") or []
+    specs: dict[int, list[Any]] = {}
+    if plan is not None:
+        for fate, source in zip(message_fates(len(view.sources), plan), view.sources,
+                                strict=True):
+            if fate is not True and source != "system":
+                specs.setdefault(source[0], []).append((source[1], fate))
+    old, entries = memo.entries, {}
+    order = []
+    for m, message in enumerate(wire):  # what render and with_arguments make of each
+        entry = old.get(id(message))
+        if entry is None or entry.message is not message:
+            content = message.get("content")
+            entry = _Memo(message, frozenset(
+                str(b.get("id", "")) for b in content
+                if isinstance(b, Mapping) and b.get("type") == "tool_use"
+            ) if isinstance(content, list) else frozenset())
+        entries[id(message)] = entry
+        spec = tuple(specs[m]) if m in specs else None
+        own_arguments = ({i: arguments[i] for i in entry.uses if i in arguments}
+                         if arguments else None)
+        if not entry.made or (entry.spec, entry.arguments) != (spec, own_arguments):
+            middle = _render_one(message, spec) if spec else message
+            if middle is not None and arguments:
+                middle = with_arguments({"messages": [middle]}, arguments)["messages"][0]
+            entry.made, entry.spec, entry.arguments, entry.middle = (
+                True, spec, own_arguments, middle)
+            entry.keeps, entry.refs = (_keeps(middle), _refs(middle)) if middle is not None else (
+                frozenset(), frozenset())
+            entry.kept = entry.rendered = None
+        order.append(entry)
+    memo.entries = entries
+    # with_short_ids: the ids kept long are read from the messages that go out
+    kept: frozenset[str] = frozenset().union(*(e.keeps for e in order if e.keeps))
+    rendered = []
+    for entry in order:
+        if entry.middle is None:
+            continue
+        if not short:
+            rendered.append(entry.middle)
+            continue
+        own_kept = entry.refs & kept
+        if entry.rendered is None or entry.kept != own_kept:
+            entry.kept, entry.rendered = own_kept, _short_message(entry.middle, own_kept)
+        rendered.append(entry.rendered)
+    if (plan is not None and rendered and rendered[0].get("role") != "user"
+            and wire[0].get("role") == "user"):
+        rendered.insert(0, {"role": "user", "content": OMITTED})
+    out["messages"] = rendered
+    if fitted.block:
+        out["system"] = _with_block(body.get("system"), fitted.block.text)
+    return out
 
 
 def _with_block(system: Any, block: str) -> Any:
@@ -419,6 +542,9 @@ class Messages:
 
     def render(self, body: dict[str, Any], view: ChatView,
                fitted: FittedCall) -> dict[str, Any]:
+        if view.memo is not None and isinstance(body.get("messages"), list) and (
+                fitted.plan is not None or fitted.arguments or fitted.short_ids):
+            return render_memo(body, view, fitted, view.memo)
         out = render(body, view, fitted.plan, fitted.block.text if fitted.block else None)
         out = with_arguments(out, fitted.arguments) if fitted.arguments else out
         return with_short_ids(out) if fitted.short_ids else out

@@ -23,7 +23,7 @@ from gateway.context.render import Plan
 if TYPE_CHECKING:
     from gateway.context.engine import FittedCall
 
-__all__ = ["PINNED", "ChatView", "Plan", "StreamSummary", "UnmarkedMessages", "Views",
+__all__ = ["PINNED", "ChatView", "Plan", "RenderMemo", "StreamSummary", "UnmarkedMessages", "Views",
            "WireFormat", "message_fates", "unmarked"]
 
 
@@ -42,6 +42,20 @@ class ChatView:
     sources: Sequence[Any]
     compact: bool = True
     session_key: str | None = None
+    memo: RenderMemo | None = None  # the adapter's render memo for this session's views
+
+
+class RenderMemo:
+    """What an adapter's render gave per wire item on a session's last call, shared by the
+    views built on from one another (`extend_view`) and dropped with them. `entries` is
+    replaced whole by each render and holds the items of that call's body only (so it is
+    bounded by the session's body); each entry holds its item, so an identity is never
+    another object's, and is used only when everything its rendering read is the same."""
+
+    __slots__ = ("entries",)
+
+    def __init__(self) -> None:
+        self.entries: dict[int, Any] = {}
 
 
 def message_fates(count: int, plan: Plan | None) -> list[str | bool]:
