@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import compress, count
 from operator import is_not
 from typing import TYPE_CHECKING, Any, Protocol
@@ -42,7 +42,8 @@ class ChatView:
     sources: Sequence[Any]
     compact: bool = True
     session_key: str | None = None
-    memo: RenderMemo | None = None  # the adapter's render memo for this session's views
+    # the adapter's render memo for this session's views (not part of what the view is)
+    memo: RenderMemo | None = field(default=None, compare=False, repr=False)
 
 
 class RenderMemo:
