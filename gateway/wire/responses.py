@@ -26,7 +26,7 @@ import orjson
 
 from gateway.context.call_ids import short_id
 from gateway.errors import InvalidRequest
-from gateway.wire.view import PINNED, ChatView, Plan, message_fates
+from gateway.wire.view import PINNED, ChatView, Plan, RenderMemo, message_fates
 
 if TYPE_CHECKING:
     from gateway.context.engine import FittedCall
@@ -77,11 +77,12 @@ class _Builder:
     items: int = 0  # input items read
     shared: int = 0  # leading messages that are the copied builder's own objects
     system: dict[str, Any] | None = None  # the view's system message (`instructions`)
+    memo: RenderMemo = field(default_factory=RenderMemo)  # the session's (`render_memo`)
 
     def copy(self) -> _Builder:
         return _Builder(list(self.messages), list(self.sources), list(self.pending),
                         set(self.calls), self.open_group, self.items, len(self.messages),
-                        self.system)
+                        self.system, self.memo)
 
     def add(self, message: dict[str, Any], index: int, items: list[Any], *,
             pinned: bool = False, opens_turn: bool = False) -> None:
@@ -210,7 +211,8 @@ def extend_view(body: Mapping[str, Any], state: Any) -> tuple[ChatView, Any, int
         "conversation") is not None
     key = body.get("prompt_cache_key")
     return ChatView(chat, sources, compact=not chained,
-                    session_key=key if isinstance(key, str) and key else None), kept, shared
+                    session_key=key if isinstance(key, str) and key else None,
+                    memo=kept.memo), kept, shared
 
 
 def _rewritten(item: Mapping[str, Any], text: str) -> dict[str, Any]:
@@ -223,21 +225,30 @@ def _rewritten(item: Mapping[str, Any], text: str) -> dict[str, Any]:
     return {**item, "content": text}
 
 
+def _plan_items(items: list[Any], view: ChatView,
+                plan: Plan) -> tuple[set[int], dict[int, str]]:
+    """The input items `plan` drops, and those it rewrites with their new text."""
+    dropped: set[int] = set()
+    rewritten: dict[int, str] = {}
+    for fate, sources in zip(message_fates(len(view.sources), plan), view.sources,
+                             strict=True):
+        if fate is True:
+            continue
+        numbered = [s for s in sources if isinstance(s, int)]
+        if fate is False:
+            dropped.update(numbered)
+        elif isinstance(fate, str):  # the text's own item: reasoning and calls never
+            rewritten[next((i for i in reversed(numbered) if item_type(items[i]) not in (
+                *CALLS, "reasoning")), numbered[-1])] = fate
+    return dropped, rewritten
+
+
 def render(body: dict[str, Any], view: ChatView, plan: Plan | None,
            block: str | None) -> dict[str, Any]:
     out = dict(body)
-    fates = message_fates(len(view.sources), plan)
     items = body.get("input")
     if plan is not None and isinstance(items, list):
-        dropped: set[int] = set()
-        rewritten: dict[int, str] = {}
-        for fate, sources in zip(fates, view.sources, strict=True):
-            numbered = [s for s in sources if isinstance(s, int)]
-            if fate is False:
-                dropped.update(numbered)
-            elif isinstance(fate, str):  # the text's own item: reasoning and calls never
-                rewritten[next((i for i in reversed(numbered) if item_type(items[i]) not in (
-                    *CALLS, "reasoning")), numbered[-1])] = fate
+        dropped, rewritten = _plan_items(items, view, plan)
         out["input"] = [_rewritten(item, rewritten[i]) if i in rewritten else item
                         for i, item in enumerate(items) if i not in dropped]
     if block:
@@ -281,6 +292,59 @@ def with_short_ids(body: dict[str, Any]) -> dict[str, Any]:
         return {**item, "call_id": short_id(call_id)}
 
     return {**body, "input": [rewritten(item) for item in items]}
+
+
+@dataclass(slots=True)
+class _Memo:
+    """One input item's render (`render_memo`) and what it was made from."""
+
+    item: Any  # held: its id is not reused while this entry lives
+    call: str | None  # its `call_id` as `with_arguments` looks it up (None: not a call)
+    made: bool = False  # whether the fields below were set
+    text: str | None = None  # the plan's new text for it
+    arguments: str | None = None  # the engine's new arguments for it
+    short: bool = False  # whether its call id went out short
+    rendered: Any = None  # what it went out as
+
+
+def render_memo(body: dict[str, Any], view: ChatView, fitted: FittedCall,
+                memo: RenderMemo) -> dict[str, Any]:
+    """`Responses.render` (`render`, `with_arguments`, `with_short_ids`) with each input
+    item's output remembered in `memo` by the item object: an item whose new text, new
+    arguments and short-id flag are those of its last render goes out as the same object
+    again, so a call costs what changed, not the whole history."""
+    plan, arguments, short = fitted.plan, fitted.arguments, fitted.short_ids
+    items: list[Any] = body["input"]
+    dropped, rewritten = _plan_items(items, view, plan) if plan is not None else (set(), {})
+    old, entries = memo.entries, {}
+    out_items = []
+    for i, item in enumerate(items):
+        entry = old.get(id(item))
+        if entry is None or entry.item is not item:
+            entry = _Memo(item, str(item.get("call_id", "")) if isinstance(item, Mapping)
+                          and item_type(item) in CALLS else None)
+        entries[id(item)] = entry
+        if i in dropped:
+            continue
+        text = rewritten.get(i)
+        new = arguments.get(entry.call) if arguments and entry.call is not None else None
+        if not entry.made or (entry.text, entry.arguments, entry.short) != (text, new, short):
+            one = _rewritten(item, text) if text is not None else item
+            if arguments:
+                one = with_arguments({"input": [one]}, arguments)["input"][0]
+            if short:
+                one = with_short_ids({"input": [one]})["input"][0]
+            entry.made, entry.text, entry.arguments, entry.short, entry.rendered = (
+                True, text, new, short, one)
+        out_items.append(entry.rendered)
+    memo.entries = entries
+    out = dict(body)
+    out["input"] = out_items
+    if fitted.block:
+        instructions = body.get("instructions")
+        out["instructions"] = (f"{instructions}\n\n{fitted.block.text}" if instructions
+                               else fitted.block.text)
+    return out
 
 
 def validate(body: Mapping[str, Any], start: int = 0) -> None:
@@ -375,6 +439,9 @@ class Responses:
 
     def render(self, body: dict[str, Any], view: ChatView,
                fitted: FittedCall) -> dict[str, Any]:
+        if view.memo is not None and isinstance(body.get("input"), list) and (
+                fitted.plan is not None or fitted.arguments or fitted.short_ids):
+            return render_memo(body, view, fitted, view.memo)
         out = render(body, view, fitted.plan, fitted.block.text if fitted.block else None)
         out = with_arguments(out, fitted.arguments) if fitted.arguments else out
         return with_short_ids(out) if fitted.short_ids else out

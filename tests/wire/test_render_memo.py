@@ -1,4 +1,4 @@
-"""A Messages session's render remembered per wire message (`render_memo`, the view's
+"""A Messages or Responses session's render remembered per wire message (`render_memo`, the view's
 `RenderMemo`) forwards the very bytes of the render made whole for every call: under new
 messages, plans that drop or rewrite earlier messages differently from call to call, engine
 arguments and short-id flags that change, messages replaced by edited copies and restarts
@@ -16,8 +16,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway.wire import messages as messages_wire
+from gateway.wire import responses as responses_wire
 from gateway.wire.messages import Messages
+from gateway.wire.responses import Responses
 from gateway.wire.view import RenderMemo
+from tests.wire.test_view_lineage import responses_items
 
 TEXT = st.sampled_from(["", "a", "b c", "xyz\n"])  # few: a call often repeats a fate
 PROPERTY = settings(max_examples=300, deadline=None,
@@ -57,7 +60,7 @@ def session(draw: Any) -> list[dict[str, Any]]:
     return out
 
 
-def _fitted(draw: Any, view: Any, ids: int) -> Any:
+def _fitted(draw: Any, view: Any, ids: int, name: Any = _id) -> Any:
     """What the engine may hand the render: a plan over the view's messages (each kept,
     rewritten or dropped; None: all as sent), new arguments for some calls, short ids, a
     playbook block."""
@@ -66,8 +69,9 @@ def _fitted(draw: Any, view: Any, ids: int) -> Any:
     if draw(st.integers(0, 4)):
         fates = draw(st.lists(st.sampled_from([None, None, "x", "y", False]),
                               min_size=count, max_size=count))
-        plan = [(k, fate) for k, fate in enumerate(fates) if fate is not False]
-    arguments = {_id(t): orjson.dumps({"c": draw(st.integers(0, 1))}).decode()
+        plan = [(k, None if view.sources[k] in ("system", ["instructions"]) else fate)
+                for k, fate in enumerate(fates) if fate is not False]  # the engine's own
+    arguments = {name(t): orjson.dumps({"c": draw(st.integers(0, 1))}).decode()
                  for t in draw(st.lists(st.integers(0, ids), max_size=3))} or None
     block = SimpleNamespace(text="playbook") if draw(st.booleans()) else None
     return SimpleNamespace(plan=plan, arguments=arguments, short_ids=draw(st.booleans()),
@@ -132,3 +136,39 @@ def test_a_continued_session_renders_its_old_messages_as_the_same_objects() -> N
         if last is not None:
             assert all(a is b for a, b in zip(last, out["messages"][:len(last)], strict=True))
         last = out["messages"]
+
+
+def _call_id(t: int) -> str:
+    return f"call_abcdefghijklmnopqrstuvwx{t:02d}"  # long: sent short
+
+
+@PROPERTY
+@given(raw=responses_items(), instructions=st.sampled_from([None, "Be brief."]),
+       data=st.data())
+def test_a_remembered_responses_render_is_the_render_made_whole(
+        raw: list[dict[str, Any]], instructions: str | None, data: Any) -> None:
+    items = [{**item, "call_id": _call_id(int(item["call_id"][1:]))}
+             if str(item.get("call_id", "")).startswith("c") else item for item in raw]
+    top: dict[str, Any] = {"model": "m", "tools": [{"type": "function", "name": "sh"}]}
+    if instructions is not None:
+        top["instructions"] = instructions
+    memo = RenderMemo()
+    for _ in range(data.draw(st.integers(2, 10))):
+        cut = items[:data.draw(st.integers(1, len(items)))]
+        edit = data.draw(st.sampled_from([None, None, "copy", "edit", "restart"]))
+        if edit == "restart":
+            memo = RenderMemo()
+        elif edit:
+            k = data.draw(st.integers(0, len(cut) - 1))
+            other = copy.deepcopy(cut[k])
+            if edit == "edit":
+                other["call_id" if "call_id" in other else "id"] = _call_id(99)
+            cut = [*cut[:k], other, *cut[k + 1:]]
+        body = {**top, "input": cut}
+        view = responses_wire.build_view(body)
+        fitted = _fitted(data.draw, view, len(items), _call_id)
+        remembered = responses_wire.render_memo(body, view, fitted, memo)
+        whole = Responses().render(copy.deepcopy(body), dataclasses.replace(view, memo=None),
+                                   fitted)
+        assert orjson.dumps(remembered) == orjson.dumps(whole)
+        assert set(memo.entries) == {id(item) for item in cut}  # bounded by the body
