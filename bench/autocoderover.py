@@ -28,12 +28,19 @@ each with a `README.md` saying where it came from and how it was converted:
 
     python -m bench.autocoderover --repo /work/.mirror/nus-apr+auto-code-rover/repo \\
         --out /tmp/acr --run acr-run-1
+
+`--run` as often as wanted: `acr-run-1`, `acr-run-2` and `acr-run-3` are three runs of the
+same configuration; `acr-val-only` adds validation of each patch by the project's tests (a
+user turn says the patch applied but tests failed, and the agent tries again) and
+`acr-val-sbfl` adds to that a spectrum-based fault localisation's top-5 suspicious methods
+in a user turn before the search.
 """
 
 from __future__ import annotations
 
 import argparse
 import re
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -113,6 +120,28 @@ def load(repo: Path, run: str) -> tuple[list[dict[str, Any]], str | None]:
     return tasks, reader.commit()
 
 
+def opening(content: str) -> str:
+    """A user turn's kind: its first line up to the first `(` or `:`, at most 48 characters
+    (`Result of search_class("X"): ...` -> `Result of search_class`)."""
+    return re.split(r"[(:]", content.split("\n", 1)[0], maxsplit=1)[0].strip()[:48]
+
+
+def user_turn_kinds(tasks: Sequence[Mapping[str, Any]], top: int = 8) -> str:
+    """README lines: the `top` commonest kinds of user turn after each task's issue (the
+    harness's prompts, search results, checker and test feedback), with their count and
+    share of those turns' characters."""
+    count: Counter[str] = Counter()
+    chars: Counter[str] = Counter()
+    for t in tasks:
+        for m in [m for m in t["messages"] if m["role"] == "user"][1:]:
+            kind = opening(str(m.get("content") or ""))
+            count[kind] += 1
+            chars[kind] += len(str(m.get("content") or ""))
+    total = max(sum(chars.values()), 1)
+    return "\n".join(f"  - `{kind}`: {n} turns, {chars[kind] / total:.1%} of the characters"
+                     for kind, n in count.most_common(top))
+
+
 README = """# AutoCodeRover, {run}: {shape}
 
 Converted by `bench/autocoderover.py` (ctxgate) from `results/{run}/*/*/` of {source} at
@@ -132,6 +161,9 @@ not part of the ctxgate repository; do not commit it there.
   calls in prose and reads the results in user turns. Contents longer than {limit:,}
   characters keep their first two thirds and last third of that budget with
   `[... N characters cut ...]` between ({cuts} of {msgs}).
+- The commonest user turns after each task's issue, by their opening words (what the run's
+  configuration adds shows here: test verdicts, fault-localisation output):
+{kinds}
 {join}"""
 
 JOIN_RUNS = "- One session per task, as recorded.\n"
@@ -170,7 +202,8 @@ def convert(repo: Path, out: Path, run: str, *, queue_calls: int = 300) -> dict[
     common = {"run": run, "source": SOURCE, "commit": commit, "limit": TOOL_CHARS,
               "cuts": cuts, "msgs": sum(len(t["messages"]) - 1 for t in tasks),
               "patch": sum("write_patch" in t["path"] for t in tasks),
-              "rounds": sum("conversation_round" in t["path"] for t in tasks)}
+              "rounds": sum("conversation_round" in t["path"] for t in tasks),
+              "kinds": user_turn_kinds(tasks)}
     written = {}
     for folder, sessions, shape, join in (
             (corpus, per_run, "one session per task", JOIN_RUNS),
