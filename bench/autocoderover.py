@@ -121,9 +121,10 @@ def load(repo: Path, run: str) -> tuple[list[dict[str, Any]], str | None]:
 
 
 def opening(content: str) -> str:
-    """A user turn's kind: its first line up to the first `(` or `:`, at most 48 characters
-    (`Result of search_class("X"): ...` -> `Result of search_class`)."""
-    return re.split(r"[(:]", content.split("\n", 1)[0], maxsplit=1)[0].strip()[:48]
+    """A user turn's kind: its first line up to the first `(`, `:` or `_`, at most 48
+    characters (`Result of search_class("X"): ...` -> `Result of search`: every search API's
+    results one kind)."""
+    return re.split(r"[(:_]", content.split("\n", 1)[0], maxsplit=1)[0].strip()[:48]
 
 
 def user_turn_kinds(tasks: Sequence[Mapping[str, Any]], top: int = 8) -> str:

@@ -91,14 +91,16 @@ def test_converts_tasks_and_queues_that_the_replay_reads(tmp_path: Path) -> None
     assert "`conversation_round_N.json`, 1 tasks" in readme
     # user turns after each task's issue, by kind: 1 + 2 + 4 search results over the three
     # tasks (beta's first is the 30,000-character one), 2 + 1 failed edits
-    assert "- `Result of search_class`: 7 turns, 1.2% of the characters" in readme
+    assert "- `Result of search`: 7 turns, 1.2% of the characters" in readme
     assert "- `Your edit could not be applied`: 3 turns, 0.3% of the characters" in readme
     assert "Task queues" in (out / "acr-run-9-queue" / "README.md").read_text()
 
 
 def test_a_user_turn_is_kinded_by_its_opening_words() -> None:
     assert autocoderover.opening('Result of search_method("f"): <file>a.py</file>') == (
-        "Result of search_method")
+        "Result of search")
+    assert autocoderover.opening("Result of search_class_in_file(\"C\", \"a.py\"): ...") == (
+        "Result of search")
     assert autocoderover.opening("An external analysis tool has been deployed to identify"
                                  " the suspicious code: ...\nTop-5") == (
         "An external analysis tool has been deployed to i")
