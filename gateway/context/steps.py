@@ -84,7 +84,7 @@ def lagging_tokens(
         # its own, only the exchange that was open at the last one does. Counted, a left-out
         # multi-thousand-token output moved a long session's next step a few calls earlier,
         # onto outputs its next calls still read (Toolathlon queues; bench/README.md,
-        # "Short runs' cost: a young session's left-out rewrites").
+        # "Short runs' cost @0.1 against masking at a matching recall").
         opened = next((i for i in range(state.horizon - 1, -1, -1)
                        if messages[i].get("role") == "assistant"), 0)
         behind = [item for item in behind if item.message_index >= opened]
