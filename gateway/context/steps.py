@@ -78,6 +78,16 @@ def lagging_tokens(
     waiting = [item for item in items
                if undecided(item, state.decisions) and ages_out(item, opts)]
     behind = [item for item in waiting if item.message_index < state.horizon]
+    if behind and messages and young(state.calls + 1, cls.compaction):
+        # While a large call's step is weighed too (`unrepaid`), what a step left out did
+        # not repay over the calls estimated to come: it does not hasten the next step on
+        # its own, only the exchange that was open at the last one does. Counted, a left-out
+        # multi-thousand-token output moved a long session's next step a few calls earlier,
+        # onto outputs its next calls still read (Toolathlon queues; bench/README.md,
+        # "Short runs' cost @0.1 against masking at a matching recall").
+        opened = next((i for i in range(state.horizon - 1, -1, -1)
+                       if messages[i].get("role") == "assistant"), 0)
+        behind = [item for item in behind if item.message_index >= opened]
     if not behind:
         return 0
     kept = drawn_from(waiting, messages, opts.drawn_turns, known) if messages else set()
@@ -136,6 +146,12 @@ def stale_cut_repays(stale: int, resend: int, steps: int, calls: int, c: Compact
     return c.cached_price * stale * wait >= (1 - c.cached_price) * resend
 
 
+def young(calls: int, c: Compaction) -> bool:
+    """Whether a session of `calls` calls (this one included) has its large calls' steps
+    weighed by `unrepaid` too (`repay_young_calls`)."""
+    return bool(c.repay_calls and calls <= c.repay_young_calls)
+
+
 def unrepaid(
     before: list[Item], after: list[Item], new_from: int, calls: int, c: Compaction
 ) -> set[int]:
@@ -158,7 +174,7 @@ def unrepaid(
     over the calls left (Toolathlon runs, bench/README.md "Short runs' cost with large tool
     outputs").
     `new_from`: the first message index the last call did not send (billed in full anyway)."""
-    if not c.repay_calls or (calls > c.repay_young_calls
+    if not c.repay_calls or (not young(calls, c)
                              and sum(item.tokens for item in before) > c.early_max_tokens):
         return set()
     was = {item.id: item for item in before}

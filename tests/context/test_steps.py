@@ -117,6 +117,42 @@ def test_the_exchange_left_open_at_a_step_lags_until_the_next() -> None:
     assert horizon_after(turns, {6: 8}, 8, state, cls, stale=0) == 6
 
 
+
+def test_a_young_sessions_left_out_output_does_not_hasten_the_next_step() -> None:
+    """While a large call's step is weighed too (`repay_young_calls`), an output a step
+    left out (undecided, before the exchange that was open at the step) does not lag: only
+    that exchange does. Counted, a left-out output of thousands of tokens took a long
+    session's next step a few calls earlier, onto outputs its next calls still read."""
+    view = "\n".join(f"{k}: value_{k} = compute({k})" for k in range(300))
+    msgs = [
+        {"role": "system", "content": "You are an agent."},
+        {"role": "user", "content": "goal: fix parser.py"},
+        {"role": "assistant", "content": "```\nopen parser.py\n```"},
+        {"role": "user", "content": view},  # left out by the last step: verbatim, undecided
+        {"role": "assistant", "content": "```\nopen big.py\n```"},
+        {"role": "user", "content": "the output open at the step, long enough to age " * 4},
+        {"role": "assistant", "content": "```\npython big.py\n```"},
+        {"role": "user", "content": "ok"},
+    ]
+    items = parse_request({"messages": msgs}, TokenCounter(), "o200k_base").items
+    by_message = {i.message_index: i for i in items}
+    young = {"verbatim_tokens_high": 1000, "repay_calls": 20, "repay_young_calls": 40}
+    stages = {"compress": {"kinds": ["user"], "min_tokens": 25}}
+    cls = task_class("c", {"compaction": young, "stages": stages})
+    state = SessionState(horizon=6, calls=5, steps=1)
+    assert lagging_tokens(items, state, cls, msgs) == by_message[5].tokens
+    # past the young calls, with the rule off, or without the messages: both lag, as before
+    both = by_message[3].tokens + by_message[5].tokens
+    assert lagging_tokens(items, SessionState(horizon=6, calls=40, steps=8), cls, msgs) == both
+    off = task_class("o", {"compaction": {**young, "repay_young_calls": 0}, "stages": stages})
+    assert lagging_tokens(items, state, off, msgs) == both
+    assert lagging_tokens(items, state, cls) == both
+    # so the left-out view no longer repays a step ahead of the budget on its own
+    turns = [2, 4, 6]
+    lag = lagging_tokens(items, state, cls, msgs)
+    assert horizon_after(turns, {6: 8}, 8, state, cls, stale=lag) == 6
+    assert horizon_after(turns, {6: 8}, 8, state, cls, stale=both) == 8
+
 CREDIT = SHARE_5.model_copy(
     update={"early_calls": 12, "early_max_tokens": 8000, "early_share": 0.6}
 )
