@@ -546,6 +546,16 @@ def usefulness(item: Item) -> tuple[bool, float, int, int]:
     return (item.goal, item.score, -item.age, item.message_index)
 
 
+def oldest_first(item: Item) -> tuple[bool, int, float]:
+    """Sort key of a cut to a budget, least useful first: the task statement last, then
+    oldest first (the rerank score only between the parts of one message). The next
+    action's values sit in the newest outputs more than in the ones most like its request:
+    cut by score, a call's digests fell on a newer output the agent was about to copy
+    from while an older, larger one stayed whole (Toolathlon runs at 80%: the plain fit,
+    masking oldest first, kept 96.1% of the values against 93.4%)."""
+    return (item.goal, item.message_index, item.score)
+
+
 def cut(
     items: list[Item],
     ctx: StageContext,
@@ -565,9 +575,10 @@ def cut(
     if total <= (target if above is None else above):
         return items, {}
     recent = latest_exchange(items)
+    order = oldest_first if arguments else usefulness
     free = sorted(
         (p for p, i in enumerate(items) if not i.pinned and counted(i)),
-        key=lambda p: usefulness(items[p]),
+        key=lambda p: order(items[p]),
     )
     ladder = Ladder(items, ctx, tolerance=int(LANDING * total))
     # Each rung in turn, over everything but the latest exchange, then over that; drops
