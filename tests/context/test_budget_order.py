@@ -59,7 +59,9 @@ def _canvas_call() -> list[dict[str, Any]]:
     return msgs
 
 
-def _ladder_items(msgs: list[dict[str, Any]]) -> tuple[list[Item], stage_base.StageContext]:
+def _ladder_items(
+    msgs: list[dict[str, Any]], first: bool = True
+) -> tuple[list[Item], stage_base.StageContext]:
     counter = TokenCounter()
     items = parse_request({"messages": msgs}, counter, "o200k_base").items
     # The rerank score the embedder might give: the early listing most like the request,
@@ -72,14 +74,15 @@ def _ladder_items(msgs: list[dict[str, Any]]) -> tuple[list[Item], stage_base.St
     ctx = stage_base.StageContext(
         task_class=task_class("t", {}), counter=counter, encoding="o200k_base",
         embedder=None, fixed_tokens=0, horizon=len(scored), query="",
-        originals={i.id: i for i in scored}, decisions={}, messages=msgs,
+        originals={i.id: i for i in scored}, decisions={}, messages=msgs, first_call=first,
     )
     return scored, ctx
 
 
 def test_a_budget_cut_takes_the_oldest_output_before_a_newer_one() -> None:
-    """The over-budget cut (`arguments=True`) digests the early listing and leaves the
-    newer announcement whole, although its score is the lowest: the value stays."""
+    """A first call's over-budget cut (`arguments=True`) digests the early listing and
+    leaves the newer announcement whole, although its score is the lowest: the value
+    stays."""
     items, ctx = _ladder_items(_canvas_call())
     total = sum(i.tokens for i in items)
     target = int(0.8 * total)
@@ -92,14 +95,18 @@ def test_a_budget_cut_takes_the_oldest_output_before_a_newer_one() -> None:
     assert newer.id not in made
 
 
-def test_an_aging_cap_keeps_the_score_order() -> None:
-    """The caps of a class (`history_cap`) still cut the lowest score first: only a
-    budget's cut goes by age."""
-    items, ctx = _ladder_items(_canvas_call())
-    target = int(0.8 * sum(i.tokens for i in items))
-    _, made = ladder.cut(items, ctx, "history_cap", target)
-    newer = next(i for i in items if VALUE in i.text)
-    assert newer.id in made
+def test_an_aging_cap_and_a_later_calls_step_keep_the_score_order() -> None:
+    """The caps of a class (`history_cap`) and a later call's over-budget step still cut
+    the lowest score first: only a first call's cut to a budget goes by age."""
+    newer_cut = []
+    for first, reason, arguments in ((True, "history_cap", False),
+                                     (False, "over_budget", True)):
+        items, ctx = _ladder_items(_canvas_call(), first)
+        target = int(0.8 * sum(i.tokens for i in items))
+        _, made = ladder.cut(items, ctx, reason, target, arguments=arguments)
+        newer = next(i for i in items if VALUE in i.text)
+        newer_cut.append(newer.id in made)
+    assert newer_cut == [True, True]
 
 
 async def test_a_first_call_under_a_budget_keeps_the_newer_outputs_value(

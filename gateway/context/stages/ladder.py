@@ -6,7 +6,7 @@ then reuse the step's prefix). Neither ever aims below what the pinned content n
 the most recent exchange, nor above the budget.
 
 Cut. Candidates are ordered least useful first (lowest rerank score, oldest, the task
-statement last; under a budget oldest first, the task statement last; the most recent
+statement last; a first call's cut to a budget oldest first, the task last; the most recent
 exchange only once all else is cut); pass k of the ladder
 summary → strict summary → digest → mask → (under a budget) arguments → drop takes every
 candidate that stands above rung k down to it, stopping as soon as the total is at the
@@ -571,13 +571,16 @@ def cut(
     most `target` (or nothing is left to cut), and the decisions made. Nothing is cut unless
     that total is over `above` (default: the target): a hysteresis mark. `arguments`: old
     exchanges' tool-call arguments may be cut (the rung before drop; the exchange still
-    open is pinned: its calls stay whole), and candidates go oldest first (`oldest_first`:
-    a budget's cut; the caps keep the score order)."""
+    open is pinned: its calls stay whole), and on a session's first call candidates go
+    oldest first (`oldest_first`: a budget's cut; the caps keep the score order)."""
     total = offset + sum(i.tokens for i in items if counted(i))
     if total <= (target if above is None else above):
         return items, {}
     recent = latest_exchange(items)
-    order: Callable[[Item], tuple[object, ...]] = oldest_first if arguments else usefulness
+    # Oldest first only on a session's first call: a later call's step keeps the order its
+    # prefix was cut in (the unbudgeted yardstick's steps, measured in that order).
+    by_age = arguments and ctx.first_call
+    order: Callable[[Item], tuple[object, ...]] = oldest_first if by_age else usefulness
     free = sorted(
         (p for p, i in enumerate(items) if not i.pinned and counted(i)),
         key=lambda p: order(items[p]),
