@@ -31,6 +31,12 @@ BUSY_GATEWAY_SHARE = 0.05  # the gateway's process above this share of a core is
 BUSY_WINDOW_S = 0.25  # the gateway's share is measured over windows at least this long
 BURST_S = 0.05  # CPU seconds idle time may save up: no full-core burst after a quiet spell
 MAX_PAUSE_S = 2.0  # longest single rest; a longer debt (the model's first load) is forgiven
+# A debt this small is carried to the next settle, not rested off: every wake-up from a rest
+# costs CPU itself (0.28 ms measured on a 2-core VM), and a rest at a small share earns only
+# what it pays back, so resting off each wake-up's cost took another wake-up, forever (at a
+# 2% share the learner rested in 5 ms naps and never took an entry again). Carried, not
+# forgiven: the balance keeps it, so the share over time is unchanged.
+DEBT_SLACK_S = 0.002
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,10 +118,13 @@ class Throttle:
                                       share, self.budget)
         self._cpu, self._wall = cpu, now
         self._update_busy(now)
-        return pause
+        # below the floor `settle` keeps (share × the longest rest) a slack would stop every rest
+        return pause if -self._balance > min(DEBT_SLACK_S, share * self.budget.max_pause_s / 2) \
+            else 0.0
 
     async def rest(self) -> None:
-        """Wait until the learner is within its budget again (at once, if it is)."""
+        """Wait until the learner is within its budget again (at once, if it is), short of a
+        debt of `DEBT_SLACK_S`, which the next settle carries."""
         async with self._lock:  # one consumer rests for all: the balance is the process's
             pause = self._pause()
             while pause > 0:

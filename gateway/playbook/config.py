@@ -92,8 +92,10 @@ class LearnerSettings(_Strict):
     outage_buffer_bytes: int = Field(default=64 << 20, ge=0)
     # The in-process learner's CPU, of one core: while the gateway is quiet, and while it
     # serves calls (learner/throttle.py). `ctxgate worker` is not throttled.
-    max_cpu_share: float = Field(default=0.1, gt=0, le=1)
-    busy_cpu_share: float = Field(default=0.02, gt=0, le=1)
+    # at least 0.1% of a core: below it a rest earns less than its own wake-up costs
+    # (learner/throttle.py, DEBT_SLACK_S)
+    max_cpu_share: float = Field(default=0.1, ge=0.001, le=1)
+    busy_cpu_share: float = Field(default=0.02, ge=0.001, le=1)
 
 
 def problems(exc: ValidationError, name: str) -> str:

@@ -26,6 +26,7 @@ from gateway.learner.throttle import (
     settle,
 )
 from gateway.learner.worker import run_worker
+from gateway.playbook.config import LearnerSettings
 from gateway.playbook.store import PlaybookStore
 from tests.conftest import ModuleStart, gateway_env, module_gateway
 from tests.harness import ROOT, Gateway, Upstream
@@ -116,6 +117,26 @@ async def test_throttle_holds_the_share_while_the_gateway_is_quiet() -> None:
     share = await held_share(throttle, units=10, unit_s=0.01)
     assert share <= 0.06 and throttle.rested_s > 0  # unthrottled it would use a whole core
     assert not throttle.busy  # no gateway to watch: never busy
+
+
+async def test_a_rest_ends_though_its_wake_ups_cost_cpu() -> None:
+    """At a small share a rest earns little more than its own wake-up costs; resting that
+    cost off took another rest, forever (a 2% learner froze so on a VM, CI, 2026-12-02)."""
+    throttle = Throttle(Budget(share=0.002, busy_share=0.002, burst_s=0.01))
+    burn(0.02)  # past the burst: a debt the longest rest (2 s at 0.2% of a core) pays off
+    started = time.monotonic()
+    await asyncio.wait_for(throttle.rest(), 30)
+    assert BUDGET.max_pause_s <= time.monotonic() - started < 10
+    assert throttle.rested_s >= BUDGET.max_pause_s
+    rested = throttle.rested_s
+    await asyncio.wait_for(throttle.rest(), 1)  # what the last wake-up cost is carried
+    assert throttle.rested_s == rested
+
+
+def test_shares_below_a_rest_s_own_cost_are_refused() -> None:
+    with pytest.raises(ValueError, match="busy_cpu_share"):
+        LearnerSettings(busy_cpu_share=0.0001)
+    assert LearnerSettings(max_cpu_share=0.001, busy_cpu_share=0.001).busy_cpu_share == 0.001
 
 
 async def test_throttle_drops_to_the_busy_share_while_the_gateway_works(burner: int) -> None:
