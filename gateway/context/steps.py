@@ -19,6 +19,7 @@ from gateway.context.items import Item
 from gateway.context.lines import STILL_AGES
 from gateway.context.session import Decision, SessionState
 from gateway.context.stale import stale_rule
+from gateway.context.summarize import envelope
 from gateway.context.taskclass import Compaction, CompressOptions, TaskClass
 
 
@@ -44,7 +45,17 @@ def stale_tokens(
 def ages_out(item: Item, opts: CompressOptions) -> bool:
     """Whether compress's aging digests this item once it is behind the horizon."""
     return (not item.pinned and not item.goal and item.kind in opts.kinds
-            and item.tokens >= opts.min_tokens and item.rewritable)
+            and item.tokens >= opts.min_tokens and item.rewritable
+            and not whole_block(item, opts))
+
+
+def whole_block(item: Item, opts: CompressOptions) -> bool:
+    """A short tool result that is an MCP content block (`whole_block_tokens`): never
+    digested, masked with the digests' batches (`compress._expired_digests`)."""
+    if not (item.kind == "tool_result" and 0 < item.tokens <= opts.whole_block_tokens):
+        return False
+    payload = envelope(item.text)
+    return payload is not None and not payload.lstrip()[:1] in ("{", "[")
 
 
 def undecided(item: Item, decisions: Mapping[str, Decision]) -> bool:
