@@ -243,6 +243,9 @@ class CompressOptions(_Settings):
     # template, a requirements file) is copied from phrase by phrase many calls later; its
     # digest saved a few hundred tokens and lost those phrases.
     whole_block_tokens: Count = 0
+    # ... while the session has made fewer than this many assistant turns: on a long
+    # session the short blocks kept whole add up on every call (a ticket queue's cost @0.1).
+    whole_block_turns: Count = 0
 
 
 class Stages(_Settings):
