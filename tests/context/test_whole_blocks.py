@@ -15,7 +15,7 @@ from gateway.context.steps import ages_out, whole_block
 from gateway.context.taskclass import CompressOptions
 
 TASK = "Build the feedback form the requirements file describes, then mail every customer."
-TOOLS = [{"type": "function", "function": {"name": "read_file",
+TOOLS = [{"type": "function", "function": {"name": "read_page",
                                            "parameters": {"type": "object"}}}]
 QUESTIONS = [f"Question {k}: How would you rate the {topic} of your last order?"
              for k, topic in enumerate(["packaging", "delivery speed", "product quality",
@@ -70,7 +70,7 @@ async def test_a_short_text_block_goes_whole_until_the_digests_are_masked(
         name = "form_requirements.md" if k == 0 else f"orders_{k}.txt"
         messages.append({"role": "assistant", "content": f"Reading {name}.", "tool_calls": [
             {"id": call, "type": "function",
-             "function": {"name": "read_file", "arguments": f'{{"path": "{name}"}}'}}]})
+             "function": {"name": "read_page", "arguments": f'{{"path": "{name}"}}'}}]})
         messages.append({"role": "tool", "tool_call_id": call,
                          "content": DOC if k == 0 else page(k)})
     messages.append({"role": "assistant", "content": "Done reading."})
@@ -89,7 +89,7 @@ async def test_a_short_text_block_goes_whole_until_the_digests_are_masked(
 
     # ten turns on, the pages read next to it are digests; the short document goes whole
     assert len(result(10, "call_001")) < len(page(1)) / 2
-    assert result(10, "call_000") == DOC
+    assert orjson.loads(result(10, "call_000"))["text"] == orjson.loads(DOC)["text"]
     for turn in range(1, 20):
         assert all(q in result(turn, "call_000") for q in QUESTIONS), turn
     # once the digests are masked, it is masked with them
