@@ -236,6 +236,16 @@ class CompressOptions(_Settings):
     # it is by a step; the next step after the agent stops drawing from it ages it
     # (drawing.py; 0: off).
     drawn_turns: Count = 0
+    # A tool result that is an MCP content block (`summarize.envelope`) of at most this many
+    # tokens is not digested: it goes as sent until a batch masks the digests
+    # (`mask_after_turns`), which masks it with them, keeping the cells that name the task
+    # (stages/compress.py; 0: off). A short document read once (a form's questions, a
+    # template, a requirements file) is copied from phrase by phrase many calls later; its
+    # digest saved a few hundred tokens and lost those phrases.
+    whole_block_tokens: Count = 0
+    # ... while the session has made fewer than this many assistant turns: on a long
+    # session the short blocks kept whole add up on every call (a ticket queue's cost @0.1).
+    whole_block_turns: Count = 0
 
 
 class Stages(_Settings):

@@ -23,7 +23,7 @@ from gateway.context.lines import MINIFIED_JSON, MINIFIED_KEPT
 from gateway.context.session import Decision
 from gateway.context.stages.base import StageContext, StageResult, decide
 from gateway.context.stages.ladder import cut
-from gateway.context.steps import ages_out, undecided
+from gateway.context.steps import ages_out, undecided, whole_block
 from gateway.context.taskclass import CompressOptions
 
 EXPIRED_MIN_TOKENS = 60  # a shorter digest is left as it is: a placeholder saves too little
@@ -69,6 +69,12 @@ def _expired_digests(
         if digest and size >= EXPIRED_MIN_TOKENS:
             expired[item.id] = Decision("compress", "mask", "aged", "mask", 1)
             oldest = max(oldest, item.age)
+        elif (item.tokens >= EXPIRED_MIN_TOKENS and item.message_index < ctx.horizon
+              and undecided(item, ctx.decisions) and item.rewritable
+              and whole_block(item, opts)):
+            # a short content block sent whole (`whole_block_tokens`) joins a batch as a
+            # digest would, never starts one: the prefix changes no more often than without
+            expired[item.id] = Decision("compress", "mask", "aged", "mask", 1)
         elif _old_turn(item, ctx, opts, digest):  # joins a batch, never starts one
             expired[item.id] = Decision("compress", "mask", "aged", "mask", 1, arg=GIST)
     return expired if oldest >= 2 * after else {}
