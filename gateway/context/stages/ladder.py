@@ -6,7 +6,8 @@ then reuse the step's prefix). Neither ever aims below what the pinned content n
 the most recent exchange, nor above the budget.
 
 Cut. Candidates are ordered least useful first (lowest rerank score, oldest, the task
-statement last; the most recent exchange only once all else is cut); pass k of the ladder
+statement last; a first call's cut to a budget oldest first, the task last; the most recent
+exchange only once all else is cut); pass k of the ladder
 summary → strict summary → digest → mask → (under a budget) arguments → drop takes every
 candidate that stands above rung k down to it, stopping as soon as the total is at the
 target: everything is digested before anything is masked, masked before anything is
@@ -546,6 +547,16 @@ def usefulness(item: Item) -> tuple[bool, float, int, int]:
     return (item.goal, item.score, -item.age, item.message_index)
 
 
+def oldest_first(item: Item) -> tuple[bool, int, float]:
+    """Sort key of a cut to a budget, least useful first: the task statement last, then
+    oldest first (the rerank score only between the parts of one message). The next
+    action's values sit in the newest outputs more than in the ones most like its request:
+    cut by score, a call's digests fell on a newer output the agent was about to copy
+    from while an older, larger one stayed whole (Toolathlon runs at 80%: the plain fit,
+    masking oldest first, kept 96.1% of the values against 93.4%)."""
+    return (item.goal, item.message_index, item.score)
+
+
 def cut(
     items: list[Item],
     ctx: StageContext,
@@ -560,14 +571,19 @@ def cut(
     most `target` (or nothing is left to cut), and the decisions made. Nothing is cut unless
     that total is over `above` (default: the target): a hysteresis mark. `arguments`: old
     exchanges' tool-call arguments may be cut (the rung before drop; the exchange still
-    open is pinned: its calls stay whole)."""
+    open is pinned: its calls stay whole), and on a session's first call candidates go
+    oldest first (`oldest_first`: a budget's cut; the caps keep the score order)."""
     total = offset + sum(i.tokens for i in items if counted(i))
     if total <= (target if above is None else above):
         return items, {}
     recent = latest_exchange(items)
+    # Oldest first only on a session's first call: a later call's step keeps the order its
+    # prefix was cut in (the unbudgeted yardstick's steps, measured in that order).
+    by_age = arguments and ctx.first_call
+    order: Callable[[Item], tuple[object, ...]] = oldest_first if by_age else usefulness
     free = sorted(
         (p for p, i in enumerate(items) if not i.pinned and counted(i)),
-        key=lambda p: usefulness(items[p]),
+        key=lambda p: order(items[p]),
     )
     ladder = Ladder(items, ctx, tolerance=int(LANDING * total))
     # Each rung in turn, over everything but the latest exchange, then over that; drops
