@@ -580,10 +580,10 @@ def cut(
     # Oldest first only on a session's first call: a later call's step keeps the order its
     # prefix was cut in (the unbudgeted yardstick's steps, measured in that order).
     by_age = arguments and ctx.first_call
-    order: Callable[[Item], tuple[object, ...]] = oldest_first if by_age else usefulness
+    rank: Callable[[Item], tuple[object, ...]] = oldest_first if by_age else usefulness
     free = sorted(
         (p for p, i in enumerate(items) if not i.pinned and counted(i)),
-        key=lambda p: order(items[p]),
+        key=lambda p: rank(items[p]),
     )
     ladder = Ladder(items, ctx, tolerance=int(LANDING * total))
     # Each rung in turn, over everything but the latest exchange, then over that; drops
