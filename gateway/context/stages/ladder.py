@@ -6,8 +6,8 @@ then reuse the step's prefix). Neither ever aims below what the pinned content n
 the most recent exchange, nor above the budget.
 
 Cut. Candidates are ordered least useful first (lowest rerank score, oldest, the task
-statement last; a first call's cut to a budget oldest first, the task last; the most recent
-exchange only once all else is cut); pass k of the ladder
+statement last; a first call's cut to a budget: oldest turn first, by score within a turn;
+the most recent exchange only once all else is cut); pass k of the ladder
 summary → strict summary → digest → mask → (under a budget) arguments → drop takes every
 candidate that stands above rung k down to it, stopping as soon as the total is at the
 target: everything is digested before anything is masked, masked before anything is
@@ -547,14 +547,17 @@ def usefulness(item: Item) -> tuple[bool, float, int, int]:
     return (item.goal, item.score, -item.age, item.message_index)
 
 
-def oldest_first(item: Item) -> tuple[bool, int, float]:
-    """Sort key of a cut to a budget, least useful first: the task statement last, then
-    oldest first (the rerank score only between the parts of one message). The next
+def oldest_first(item: Item) -> tuple[bool, int, float, int]:
+    """Sort key of a first call's cut to a budget, least useful first: the task statement
+    last, then the oldest turn first, and within one turn (the results of one batch of
+    parallel tool calls, the parts of one message) the lowest rerank score first. The next
     action's values sit in the newest outputs more than in the ones most like its request:
-    cut by score, a call's digests fell on a newer output the agent was about to copy
-    from while an older, larger one stayed whole (Toolathlon runs at 80%: the plain fit,
-    masking oldest first, kept 96.1% of the values against 93.4%)."""
-    return (item.goal, item.message_index, item.score)
+    cut by score, a call's digests fell on a newer output the agent was about to copy from
+    while an older, larger one stayed whole (Toolathlon runs at 80%: the plain fit, masking
+    oldest first, kept 96.1% of the values against 93.4%). But a turn's results are all of
+    one age: ordered by position, the first of a batch was masked and a lower-scored one
+    after it digested (tau2 retail: the order list the agent was about to act on)."""
+    return (item.goal, -item.age, item.score, item.message_index)
 
 
 def cut(
