@@ -1,7 +1,9 @@
 """Under a budget the ladder cuts the oldest outputs first (issue 7 item 2, "drop the least
 useful first (oldest …)"): a newer output the agent is about to copy from stays whole while
 an older one is digested, whatever the rerank score says, so the fit keeps at least what
-the plain fit (oldest outputs masked first) keeps. The aging caps keep the score order."""
+the plain fit (oldest outputs masked first) keeps. The results of one turn (a batch of
+parallel tool calls) are all of one age: among them the lowest score goes first. The aging
+caps keep the score order."""
 
 from __future__ import annotations
 
@@ -128,3 +130,75 @@ async def test_a_first_call_under_a_budget_keeps_the_newer_outputs_value(
         assert VALUE in sent
         saved = sum(d.tokens_before - d.tokens_after for d in fitted.drops)
         assert saved == fitted.tokens_before - fitted.tokens_after
+
+
+ITEM = "6817146515"
+POLICY = "You are a retail support agent. " + " ".join(
+    f"Rule {k}: an exchange of item {k} needs the order to be delivered and the user to "
+    f"confirm the new item and payment method {k}." for k in range(120)
+)
+
+
+def _order(k: int, first_item: str) -> str:
+    items = [
+        {"name": name, "product_id": f"{k}{j}04{j}1{k}9{j}",
+         "item_id": first_item if j == 0 else f"{k}{j}7{j}1{k}4{j}5{k}",
+         "price": 100 + 7 * j + k, "options": {"color": "black", "size": "M"}}
+        for j, name in enumerate(["T-Shirt", "Jacket", "Running Shoes", "Water Bottle"])
+    ]
+    return json.dumps({
+        "order_id": f"#W{k}0{k}1{k}2", "user_id": "mei_kovacs_8020", "status": "delivered",
+        "address": {"address1": f"{k}17 Hillcrest Drive", "city": "Denver", "zip": f"8020{k}"},
+        "items": items,
+        "payment_history": [{"transaction_type": "payment", "amount": 412.5 + k,
+                             "payment_method_id": f"credit_card_{k}4{k}9"}],
+    }, indent=1)
+
+
+def _batch_call() -> list[dict[str, Any]]:
+    """tau2 retail's shape (`trial0-task027`): a long pinned policy, a user lookup, then one
+    turn of four parallel order lookups; the first order holds the item the agent exchanges
+    next (the most like the request of the four)."""
+    calls = [{"id": f"c{k}", "type": "function", "function": {
+        "name": "get_order_details", "arguments": json.dumps({"order_id": f"#W{k}0{k}1{k}2"})}}
+        for k in range(1, 5)]
+    return [
+        {"role": "system", "content": POLICY},
+        {"role": "user", "content": "Hi, I want to exchange a T-shirt from one of my orders."},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c0", "type": "function",
+             "function": {"name": "find_user", "arguments": '{"name": "Mei Kovacs"}'}}]},
+        {"role": "tool", "tool_call_id": "c0", "content": json.dumps(
+            {"user_id": "mei_kovacs_8020", "orders": [f"#W{k}0{k}1{k}2" for k in range(1, 5)]})},
+        {"role": "assistant", "content": None, "tool_calls": calls},
+        *({"role": "tool", "tool_call_id": f"c{k}",
+           "content": _order(k, ITEM if k == 1 else f"{k}1{k}2{k}3{k}4{k}5")}
+          for k in range(1, 5)),
+        {"role": "assistant", "content": "Your first order holds the T-Shirt. Which size?"},
+        {"role": "user", "content": "Size L, same color please."},
+    ]
+
+
+def test_one_turns_results_go_lowest_score_first() -> None:
+    """A first call's budget cut at 80%: the older turn's output is masked first although
+    its score is the highest; then, of the batch's four results (one age), the lowest
+    scores are masked and the first, the one the agent acts on, is only digested: its item
+    id stays. In position order (the first result first) it was masked and the id lost."""
+    msgs = _batch_call()
+    counter = TokenCounter()
+    items = parse_request({"messages": msgs}, counter, "o200k_base").items
+    scores = {3: 0.9, 5: 0.70, 6: 0.64, 7: 0.63, 8: 0.67}
+    items = [replace(i, score=scores.get(i.message_index, 0.4)) for i in items]
+    ctx = stage_base.StageContext(
+        task_class=task_class("t", {}), counter=counter, encoding="o200k_base",
+        embedder=None, fixed_tokens=0, horizon=len(items), query="",
+        originals={i.id: i for i in items}, decisions={}, messages=msgs, first_call=True,
+    )
+    target = int(0.8 * sum(i.tokens for i in items))
+    kept, made = ladder.cut(items, ctx, "over_budget", target, arguments=True)
+    assert sum(i.tokens for i in kept) <= target
+    assert any(ITEM in i.text for i in kept)
+    rungs = {i.message_index: ladder.rung(made.get(i.id)) for i in items}
+    assert rungs[3] == ladder.MASK  # the older turn first, whatever its score
+    assert rungs[7] == ladder.MASK  # the batch's lowest score
+    assert rungs[5] < ladder.MASK  # the batch's first result digested, not masked
