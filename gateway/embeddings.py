@@ -141,6 +141,40 @@ class Embedder:
     async def embed(self, texts: Sequence[str]) -> Vectors:
         """Embeddings of `texts` (n x 384); only texts never seen before reach the model."""
         digests = [content_hash(t) for t in texts]
+        found, todo = await self._known(digests, texts)
+        if todo:
+            await self._encode_new(todo, found)
+        if not digests:
+            return np.zeros((0, DIM), dtype=np.float32)
+        return np.stack([found[d] for d in digests])
+
+    async def embed_some(
+        self, texts: Sequence[str], new_at_most: int, always: int = 0
+    ) -> list[Vectors | None]:
+        """A vector for each of `texts` a cache (the memo, Redis) knows, for each of the first
+        `always` texts, and for the first `new_at_most` of the other texts never seen; None
+        for the rest. The texts embedded go to the model in one batch, as `embed`'s do, so
+        when none is left out the vectors are `embed(texts)`'s rows."""
+        digests = [content_hash(t) for t in texts]
+        found, todo = await self._known(digests, texts)
+        chosen: dict[str, str] = {}
+        room = new_at_most
+        for k, digest in enumerate(digests):
+            if digest not in todo or digest in chosen:
+                continue
+            if k < always:
+                chosen[digest] = todo[digest]
+            elif room > 0:
+                chosen[digest] = todo[digest]
+                room -= 1
+        if chosen:
+            await self._encode_new(chosen, found)
+        return [found.get(d) for d in digests]
+
+    async def _known(
+        self, digests: list[str], texts: Sequence[str]
+    ) -> tuple[dict[str, Vectors], dict[str, str]]:
+        """The vectors the memo or Redis has, by digest, and the texts neither has."""
         # Gathered here, not read back from the memo: a batch larger than it evicts its own.
         found: dict[str, Vectors] = {}
         todo: dict[str, str] = {}
@@ -152,20 +186,20 @@ class Embedder:
                 todo[digest] = text
         if todo and self._redis is not None:
             await self._load_from_redis(todo, found)
-        if todo:
-            items = sorted(todo.items())
-            loop = asyncio.get_running_loop()
-            with not_counted():  # in a call's fitting time budget (offload.py)
-                fresh = await loop.run_in_executor(self._pool, self._encode,
-                                                   [t for _, t in items])
-            for (digest, _), vector in zip(items, fresh, strict=True):
-                found[digest] = vector
-                self._remember(digest, vector)
-            if self._redis is not None:
-                await self._store_in_redis({d: v for (d, _), v in zip(items, fresh, strict=True)})
-        if not digests:
-            return np.zeros((0, DIM), dtype=np.float32)
-        return np.stack([found[d] for d in digests])
+        return found, todo
+
+    async def _encode_new(self, todo: dict[str, str], found: dict[str, Vectors]) -> None:
+        """`todo`'s texts embedded in one batch (in digest order), into `found`, the memo
+        and Redis."""
+        items = sorted(todo.items())
+        loop = asyncio.get_running_loop()
+        with not_counted():  # in a call's fitting time budget (offload.py)
+            fresh = await loop.run_in_executor(self._pool, self._encode, [t for _, t in items])
+        for (digest, _), vector in zip(items, fresh, strict=True):
+            found[digest] = vector
+            self._remember(digest, vector)
+        if self._redis is not None:
+            await self._store_in_redis({d: v for (d, _), v in zip(items, fresh, strict=True)})
 
     async def _load_from_redis(self, todo: dict[str, str], found: dict[str, Vectors]) -> None:
         """Move the texts of `todo` whose vector Redis has into `found` (and the memo)."""
