@@ -119,3 +119,22 @@ async def test_an_agent_mails_customers_from_a_listing_read_long_before(
     for fit in fits:  # the drop log still adds up
         assert sum(d.tokens_before - d.tokens_after for d in fit.drops) == (
             fit.tokens_before - fit.tokens_after)
+
+
+OPTIONS = [["Discarded", "Unused", "Broken", "Returned"], ["Refund", "Replacement", "Credit"],
+           ["Morning", "Afternoon", "Evening"]]
+
+
+def test_a_forms_field_names_and_options_survive_its_digest() -> None:
+    """A form definition read once (markdown around JSON), filled in one field per call."""
+    form = [{"name": f"Question {n} about the recalled kettle", "type": "radio",
+             "required": True, "description": "Pick the one that fits best " * 4,
+             "options": OPTIONS[n % 3]}
+            for n in range(12)]
+    text = ("# Product recall form\n\nPlease fill out the following fields.\n\n```json\n"
+            + orjson.dumps({"fields": form}, option=orjson.OPT_INDENT_2).decode() + "\n```")
+    out = summarize(block(text), "tool_result", 3)
+    assert len(out) < len(text) / 2
+    for n in range(12):
+        assert f"Question {n} about the recalled kettle" in out
+    assert all(o in out for options in OPTIONS for o in options)
