@@ -2,8 +2,9 @@
 useful first (oldest …)"): a newer output the agent is about to copy from stays whole while
 an older one is digested, whatever the rerank score says, so the fit keeps at least what
 the plain fit (oldest outputs masked first) keeps. The results of one turn (a batch of
-parallel tool calls) are all of one age: among them the lowest score goes first. The aging
-caps keep the score order."""
+parallel tool calls) are all of one age: among them the lowest score goes first. The latest
+exchange's tool outputs are digested before any older unit is dropped. The aging caps keep
+the score order."""
 
 from __future__ import annotations
 
@@ -202,3 +203,87 @@ def test_one_turns_results_go_lowest_score_first() -> None:
     assert rungs[3] == ladder.MASK  # the older turn first, whatever its score
     assert rungs[7] == ladder.MASK  # the batch's lowest score
     assert rungs[5] < ladder.MASK  # the batch's first result digested, not masked
+
+
+RESERVATIONS = ("NM1VX1", "KC18K6", "H8Q05L")
+AIRLINE_POLICY = "# Airline Agent Policy\n" + " ".join(
+    f"Rule {k}: a reservation in basic economy cannot be modified; a change of flight {k} "
+    f"needs the user's confirmation and a payment method on file." for k in range(60)
+)
+
+
+def _reservation(rid: str, k: int) -> str:
+    return json.dumps({
+        "reservation_id": rid, "user_id": "sophia_silva_7557", "origin": "MSP",
+        "destination": "EWR", "cabin": "economy", "flights": [
+            {"flight_number": f"HAT{100 + 10 * k + j}", "date": f"2024-05-{20 + j}",
+             "origin": "MSP", "destination": "EWR", "price": 150 + j} for j in range(2)],
+        "passengers": [{"first_name": "Sophia", "last_name": "Silva", "dob": "1957-10-05"}],
+        "payment_history": [{"payment_id": f"credit_card_{k}4{k}9", "amount": 300 + k}],
+    }, indent=1)
+
+
+def _flights(n: int, origin: str) -> str:
+    return json.dumps([
+        [{"flight_number": f"HAT{(7 * j) % 300:03d}", "origin": origin, "destination": "DTW",
+          "scheduled_departure_time_est": f"{6 + j % 12:02d}:00:00", "status": "available",
+          "available_seats": {"basic_economy": j % 9, "economy": j % 7, "business": j % 5},
+          "prices": {"basic_economy": 90 + j, "economy": 150 + j, "business": 400 + j}},
+         {"flight_number": f"HAT{(11 * j) % 300:03d}", "origin": "DTW", "destination": "EWR",
+          "scheduled_departure_time_est": f"{9 + j % 12:02d}:30:00", "status": "available",
+          "available_seats": {"basic_economy": j % 8, "economy": j % 6, "business": j % 4},
+          "prices": {"basic_economy": 80 + j, "economy": 140 + j, "business": 380 + j}}]
+        for j in range(n)
+    ], indent=1)
+
+
+def _airline_call() -> list[dict[str, Any]]:
+    """tau-bench airline `trial3-task33`'s shape: a pinned policy, the user's reservations
+    looked up one by one, the agent's own summary naming their ids, a cancellation, then a
+    large one-stop flight search (the newest finished output, most of the call) and the
+    exchange still open."""
+    msgs: list[dict[str, Any]] = [
+        {"role": "system", "content": AIRLINE_POLICY},
+        {"role": "user", "content": "Hi! I'd like to make some changes to my flight reservations."},
+        {"role": "assistant", "content": "Sure. Could you give me your user id?"},
+        {"role": "user", "content": "My user id is sophia_silva_7557."},
+    ]
+    for k, rid in enumerate(RESERVATIONS):
+        msgs += _exchange(10 + k, "get_reservation_details", _reservation(rid, k))
+    msgs += [
+        {"role": "assistant", "content": "Here are your reservations:\n" + "\n".join(
+            f"{k + 1}. **Reservation {rid}**: MSP to EWR, economy, two flights."
+            for k, rid in enumerate(RESERVATIONS))
+            + "\nWhich of them would you like to change?"},
+        {"role": "user", "content": "Could you check one-stop flights from MSP for the first "
+                                    "two, and direct flights for the last?"},
+        *_exchange(20, "search_onestop_flight", _flights(40, "MSP")),
+        *_exchange(21, "search_direct_flight", _flights(2, "JFK")),
+    ]
+    return msgs
+
+
+def test_a_budget_cut_digests_the_latest_output_before_it_drops_a_turn() -> None:
+    """A first call's cut at 60% where the newest finished output (a large flight search)
+    is most of what can be cut: it is digested before any older unit is dropped, so every
+    older turn is still sent (masked or digested) and the reservations' ids with them.
+    Before, the latest exchange was cut only once every older unit was dropped: the turns
+    went, ids and all, and the search was sent digested."""
+    msgs = _airline_call()
+    counter = TokenCounter()
+    items = parse_request({"messages": msgs}, counter, "o200k_base").items
+    items = [replace(i, score=0.5) for i in items]
+    ctx = stage_base.StageContext(
+        task_class=task_class("t", {}), counter=counter, encoding="o200k_base",
+        embedder=None, fixed_tokens=0, horizon=len(items), query="",
+        originals={i.id: i for i in items}, decisions={}, messages=msgs, first_call=True,
+    )
+    target = int(0.6 * sum(i.tokens for i in items))
+    kept, made = ladder.cut(items, ctx, "over_budget", target, arguments=True)
+    assert sum(i.tokens for i in kept) <= target
+    dropped = {i.message_index for i in items if ladder.rung(made.get(i.id)) == ladder.DROP}
+    assert not dropped
+    search = max(items, key=lambda i: i.tokens if i.kind == "tool_result" else 0)
+    assert search.id in made
+    sent = " ".join(i.text for i in kept)
+    assert all(rid in sent for rid in RESERVATIONS)

@@ -7,7 +7,8 @@ the most recent exchange, nor above the budget.
 
 Cut. Candidates are ordered least useful first (lowest rerank score, oldest, the task
 statement last; a first call's cut to a budget: oldest turn first, by score within a turn;
-the most recent exchange only once all else is cut); pass k of the ladder
+the most recent exchange only once all else is cut, but for a first call's digests of
+its tool outputs, which come before any drop); pass k of the ladder
 summary → strict summary → digest → mask → (under a budget) arguments → drop takes every
 candidate that stands above rung k down to it, stopping as soon as the total is at the
 target: everything is digested before anything is masked, masked before anything is
@@ -599,11 +600,26 @@ def cut(
     # Before such a drop, texts too short for a digest are digested or masked where that
     # saves tokens (a sentence before a call): the finer cut that lands in the band.
     rungs = [to for to in (0, 1, 2, MASK, DROP, ARGS) if to != ARGS or arguments]
+    # A first call's cut to a budget digests the latest exchange's tool outputs before it
+    # drops any older unit (their masks still after them): a digest keeps a text's
+    # identifiers, a drop loses every value of its unit, the agent's own words among them.
+    # Kept whole until then, a large newest output took the whole budget and every older
+    # turn went (tau-bench airline `trial3-task33` at 60%: a 2,420-token flight search
+    # sent digested, the agent's summary of the reservations dropped with its turn).
+    outputs = [p for p in latest if items[p].kind == "tool_result"]
+    passes = (
+        [*((old, to, True, False) for to in rungs if to <= MASK),
+         *((outputs, to, True, False) for to in rungs if to < MASK),
+         *((old, to, True, False) for to in rungs if to > MASK),
+         *((latest, to, True, False) for to in rungs)]
+        if by_age else
+        [*((old, to, True, False) for to in rungs),
+         *((latest, to, True, False) for to in rungs)]
+    )
     # Before any such drop, a text every rung left a little too long is cut to an excerpt
     # of just what is needed (`Ladder.trim`).
     for order, to, only_fine, short in [
-        *((old, to, True, False) for to in rungs),
-        *((latest, to, True, False) for to in rungs),
+        *passes,
         *((old, to, True, True) for to in (2, MASK)),
         *((latest, to, True, True) for to in (2, MASK)),
         (old, TRIM, True, False),
