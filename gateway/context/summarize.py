@@ -453,6 +453,12 @@ def _with_fields(payload: str, compact: str, known: frozenset[str],
         return compact
     lost.sort(key=lambda f: not focus_hits(f, focus))
     bound = max(FIELD_MIN, len(payload) // FIELD_CHARS_PER_CHAR)
+    return _with_line(compact, "omitted fields", lost, bound)
+
+
+def _with_line(compact: str, label: str, lost: list[str], bound: int) -> str:
+    """`compact` and a line `[label: a; b (+n more)]` of `lost`'s first items, in order,
+    within `bound` characters (each item and its separator)."""
     kept: list[str] = []
     used = 0
     for f in lost:
@@ -463,7 +469,7 @@ def _with_fields(payload: str, compact: str, known: frozenset[str],
     if not kept:
         return compact
     more = f" (+{len(lost) - len(kept)} more)" if len(lost) > len(kept) else ""
-    return f"{compact}\n[omitted fields: {'; '.join(kept)}{more}]"
+    return f"{compact}\n[{label}: {'; '.join(kept)}{more}]"
 
 
 # --- a large payload's records: the short cells that name each one ---------------------------
@@ -566,18 +572,7 @@ def _with_records(payload: str, compact: str, known: frozenset[str],
         return compact
     # links last: a record's link repeats its id, and is several cells long
     lost.sort(key=lambda c: (not focus_hits(c, focus), c.startswith(("http://", "https://"))))
-    bound = len(payload) // RECORD_CHARS_PER_CHAR
-    kept: list[str] = []
-    used = 0
-    for c in lost:
-        if used + len(c) + 2 > bound:
-            break
-        kept.append(c)
-        used += len(c) + 2
-    if not kept:
-        return compact
-    more = f" (+{len(lost) - len(kept)} more)" if len(lost) > len(kept) else ""
-    return f"{compact}\n[records: {'; '.join(kept)}{more}]"
+    return _with_line(compact, "records", lost, len(payload) // RECORD_CHARS_PER_CHAR)
 
 
 def summarize(
