@@ -65,6 +65,43 @@ def _pinned(engine: ContextEngine, body: dict[str, Any]) -> tuple[int, int]:
     return parsed.tokens, parsed.base_tokens + sum(i.tokens for i in parsed.items if i.pinned)
 
 
+# Found by the property test below in CI on 2026-12-03 (session 30), failing the same on the
+# session's start (a75f3b2): a four-message first call at 90% of its 642 tokens lands at
+# 498, 79 under the band's floor (513). Kept as a strict xfail until the ladder is fixed.
+_DEEP_CUT = json.loads(
+    '[{"role": "user", "content": "752n:l709bodampk6m9c2dfe4\\n2/h'
+    '1fcgink7j3fp a:.\\n0/74 h2iin:0d28b.o0h004pd1mll3djid\\n72l1a1'
+    'fg21e\\n:gpj 7fac25hkbakj97/i4j m21o6074ehchd3ca94/n9jj0/8ih/'
+    '3 np83e2o3p o212k62:ncb/.9k lde79:hi\\nogf0j1d.e4 6 68e/g9::7'
+    'e2pe9\\ng dn1hakmakebbjhgaad2:7/f/i 6o:j\\n\\n04nl/7g2hn l3 dd.'
+    'noe\\n.:pf8l4po4\\ni.8dk6k02l:2g..d:\\n8dokfb7f2c969nd8bigpa:39'
+    '1nl4d29/bapba6hoa0:7ijpe0nc:5lla.f.k8.m.eg  \\na7/m7macnel/7b'
+    ' f3mj en8l9e93\\nm.c3cb8k7bded7\\n4e79:i6np4ej\\nin/d6j\\nha\\n26'
+    'ekl/e7.jok05dbf /0a2nd3p3ln4.7in2cpn4 2pgjn30ne9ookdh .n47e\\'
+    'n3b4cdd6m425.gmok9b:99je6mhh/9ap\\n:0.68g26:b7gfglik0k07g2192'
+    'o\\n 7123 e6lbnh15i"}, {"role": "assistant", "content": "0000'
+    '000000000000000000000000000000000000000000000000000000000000'
+    '000000000000000000000000000000000000000000000000000000000000'
+    '00000000000000000000000000"}, {"role": "user", "content": "0'
+    '000000000000:00:0:0000:00:00000:00:0:00:0:00:0:0:0:000000000'
+    '0:0:0:0:00:00:0000000:00:00000000000:00:0:0:00:0:0:0:0:0:00:'
+    '0:0:0:0:00:0:0000:0000\\n:0:0:0"}, {"role": "assistant", "con'
+    'tent": "0000000000000:00:0:0000:00:00000:00:0:00:0:00:0:0:0:'
+    '0000000000:0:0:0:00:00:0000000:00:00000000000:00:0:0:00:0:0:'
+    '0:0:0:00:0:0:0:0:00:0:0000:0000\\n:0:0:0"}]'
+)
+
+
+@pytest.mark.xfail(strict=True, reason="known: the ladder cuts 144 tokens where 65 were asked")
+async def test_a_short_first_call_at_90_percent_is_cut_just_enough(engine: ContextEngine) -> None:
+    body = {"messages": json.loads(json.dumps(_DEEP_CUT))}
+    tokens, pinned = _pinned(engine, body)
+    budget = int(0.9 * tokens)
+    fitted = await engine.fit(body, _call(uuid.uuid4().hex, budget, "coding_agent"))
+    assert pinned <= budget - BAND * tokens
+    assert budget - BAND * tokens <= fitted.tokens_after <= budget
+
+
 @settings(
     max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
