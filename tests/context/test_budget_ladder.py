@@ -67,7 +67,7 @@ def _pinned(engine: ContextEngine, body: dict[str, Any]) -> tuple[int, int]:
 
 # Found by the property test below in CI on 2026-12-03 (session 30), failing the same on the
 # session's start (a75f3b2): a four-message first call at 90% of its 642 tokens lands at
-# 498, 79 under the band's floor (513). Kept as a strict xfail until the ladder is fixed.
+# 498, 15 under the band's floor (513). Kept as a strict xfail until the ladder is fixed.
 _DEEP_CUT = json.loads(
     '[{"role": "user", "content": "752n:l709bodampk6m9c2dfe4\\n2/h'
     '1fcgink7j3fp a:.\\n0/74 h2iin:0d28b.o0h004pd1mll3djid\\n72l1a1'
