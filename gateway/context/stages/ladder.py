@@ -488,22 +488,37 @@ class Ladder:
         away that a summary below it left out as read above (and nothing else above it
         still shows): a turn that repeated a file name from an email keeps it when the
         email is masked. With `room`, the line lists only as many values as keep the
-        rewrite within `room` tokens (none: `new` as it is)."""
+        rewrite within `room` tokens (none: `new` as it is), the most that do: halving the
+        list overshot a cut by as much as it saved on a text of identifiers (a task
+        statement of random ids: 307 tokens asked, 228 made, the call 15 under its band)."""
         lost = set(self._lost(p, new))
         goal = self._goal_lost(p, original, new)
         if not lost and not goal:
             return decision, new
-        cap = GOAL_MENTION_CAP if goal else MENTION_CAP[1]
-        ctx = self.ctx
-        while cap > 0:
-            made = self._mentioned(original, decision, new.text, lost | goal, cap)
-            kept = apply_decision(original, made, ctx.counter, ctx.encoding, ctx.known)
+        ctx, values = self.ctx, lost | goal
+
+        def listing(cap: int) -> tuple[Decision, Item | None]:
+            made = self._mentioned(original, decision, new.text, values, cap)
+            return made, apply_decision(original, made, ctx.counter, ctx.encoding, ctx.known)
+
+        hi = GOAL_MENTION_CAP if goal else MENTION_CAP[1]
+        made, kept = listing(hi)
+        if kept is None:
+            return made, new
+        if room is None or kept.tokens <= room:
+            return made, kept
+        best: tuple[Decision, Item] = (decision, new)
+        lo, hi = 1, hi - 1  # the longest list that fits: a line's tokens grow with its values
+        while lo <= hi:
+            cap = (lo + hi) // 2
+            made, kept = listing(cap)
             if kept is None:
                 return made, new
-            if room is None or kept.tokens <= room:
-                return made, kept
-            cap //= 2
-        return decision, new
+            if kept.tokens <= room:
+                best, lo = (made, kept), cap + 1
+            else:
+                hi = cap - 1
+        return best
 
     def _lean_back(self, p: int, counted: Callable[[Item], bool]) -> int:
         """Before the item at `p` is dropped: the values it takes away that a summary below
