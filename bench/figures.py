@@ -6,7 +6,14 @@
   call billing its serialized characters with those that repeat the previous call's forwarded
   serialization from the start at the rate (no gateway enjoys the same rule for its own);
 - budget mode: forwarded tokens / the call's tokens (the engine's count), *in band* = within
-  [budget − 10 points, budget]; recall over calls with needed values, a refusal counting 0.
+  [budget − 10 points, budget]; recall over calls with needed values, a refusal counting 0;
+- masking at a recall at least ours (`masking_at_recall`): issue 7's targets compare the engine
+  with every masking setting *at a recall at least as high*; of the masking settings whose
+  recall (all calls) is at least the engine's, the one that saves the most at 0.1 and the one
+  with the highest late reduction, each beside the engine, and the setting that saves the
+  most at any recall (keep-1 on every corpus so far) with its recall. Keeping every output
+  (keep-K for a K above the session's outputs) is no gateway, so `none` is a candidate too:
+  recall 100%, nothing saved.
 """
 
 from __future__ import annotations
@@ -120,6 +127,52 @@ def corpus_figures(
     }
 
 
+def _masking(row: dict[str, Any]) -> bool:
+    return row["method"] == "none" or row["method"].startswith("keep-")
+
+
+def _best(rows: Sequence[dict[str, Any]], key: str) -> dict[str, Any] | None:
+    """The row of the highest `key`; on a tie the first (the settings are ordered by K)."""
+    ranked = [r for r in rows if r[key] is not None]
+    return max(ranked, key=lambda r: r[key]) if ranked else None
+
+
+def masking_at_recall(rows: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """The engine against the masking settings whose recall is at least its own.
+
+    `rows` are one corpus's and split's `method_rows`. Returns None without an engine row or
+    an engine recall (no call with needed values). `by_cost` / `by_late` are the eligible
+    setting of the highest cost saved at 0.1 / late reduction (`none` always eligible: it
+    keeps everything); `ahead_cost` / `ahead_late` whether the engine is above it (ties
+    count as not behind: `>=`); `top_cost` the masking setting of the highest cost saved at
+    0.1 at any recall, `top_cost_eligible` whether its recall reaches the engine's.
+    """
+    engine = next((r for r in rows if r["method"] == "ctxgate"), None)
+    if engine is None or engine["recall_all"] is None:
+        return None
+    masks = [r for r in rows if _masking(r) and r["recall_all"] is not None]
+    eligible = [r for r in masks if r["recall_all"] >= engine["recall_all"]]
+    by_cost = _best(eligible, "cost_saved_0.1")
+    by_late = _best(eligible, "late_reduction")
+    top = _best(masks, "cost_saved_0.1")
+
+    def ahead(best: dict[str, Any] | None, key: str) -> bool | None:
+        if best is None or engine[key] is None:
+            return None
+        return bool(engine[key] >= best[key])
+
+    return {
+        "engine": engine,
+        "eligible": [r["method"] for r in eligible],
+        "by_cost": by_cost,
+        "by_late": by_late,
+        "ahead_cost": ahead(by_cost, "cost_saved_0.1"),
+        "ahead_late": ahead(by_late, "late_reduction"),
+        "top_cost": top,
+        "top_cost_eligible": top is not None and top in eligible,
+    }
+
+
 def _cell(value: Any, digits: int = 1) -> str:
     if value is None:
         return "–"
@@ -144,6 +197,32 @@ def print_tables(report: dict[str, dict[str, Any]], splits: Sequence[str]) -> No
                               "cost_saved_0.1", "cost_saved_0.5", "all_reduction")
                 ]
                 print("| " + " | ".join(cells) + " |")
+    print("\n### Masking at a recall at least ours: the best setting by cost @0.1 and by late "
+          "reduction among those whose recall (all calls) is at least ctxgate's (`none` = keep "
+          "everything); late / recall all / cost saved @0.1")
+    head = ("corpus", "split", "ctxgate", "best by cost @0.1 at recall ≥ ours",
+            "ctxgate not behind on cost", "best by late at recall ≥ ours",
+            "ctxgate not behind on late", "highest cost @0.1 at any recall")
+    print("| " + " | ".join(head) + " |\n|" + "---|" * len(head))
+
+    def trio(row: dict[str, Any] | None, named: bool = True) -> str:
+        if row is None:
+            return "–"
+        figs = " / ".join(
+            _cell(row[k]) for k in ("late_reduction", "recall_all", "cost_saved_0.1"))
+        return f"{row['method']}: {figs}" if named else figs
+
+    for corpus, figs in report.items():
+        for split in splits:
+            m = masking_at_recall(figs[split]["methods"])
+            if m is None:
+                continue
+            yes = {True: "yes", False: "**no**", None: "–"}
+            cells = [corpus, split, trio(m["engine"], named=False), trio(m["by_cost"]),
+                     yes[m["ahead_cost"]], trio(m["by_late"]), yes[m["ahead_late"]],
+                     trio(m["top_cost"]) + ("" if m["top_cost_eligible"]
+                                            else " (recall below ours)")]
+            print("| " + " | ".join(str(c) for c in cells) + " |")
     print("\n### Engine checks")
     head = ("corpus", "split", "sessions", "calls", "prefix stable", "drop-log violations",
             "median ms", "last-20/first-20 time (300+ calls), mean (median)", "classes")

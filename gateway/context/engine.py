@@ -673,7 +673,9 @@ class ContextEngine:
             final = self._apply_remembered(parsed.items, remembered, parsed.encoding, known)
         applied = _Applied(state.decisions, final)  # the stages return new lists
         stale = stale_tokens(parsed.items, state, cls, self.caches.stale)
-        stale += lagging_tokens(parsed.items, state, cls, messages, known) if state.calls else 0
+        stale += lagging_tokens(parsed.items, state, cls, messages, known,
+                                call_tokens=sum(item.tokens for item in parsed.items)
+                                ) if state.calls else 0
         total = fixed + sum(item.tokens for item in final)
         over = total > cls.compaction.high_water * budget.input
         first_call = not state.prefix and not state.decisions

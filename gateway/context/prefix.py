@@ -580,7 +580,8 @@ class Prefix:
         layout, horizon, n_messages = self.layout, state.horizon, len(messages)
         goal = [layout.restate(i) for i in self.goal_items]
         stale = stale_tokens(goal, state, cls, caches.stale)
-        stale += lagging_tokens(self.lagging, state, cls, messages, self.known)
+        stale += lagging_tokens(self.lagging, state, cls, messages, self.known,
+                                call_tokens=self.item_tokens)
         turns = layout.turns[bisect_left(layout.turns, horizon) :]
         tokens_from = {
             i: self.compactable[i] for i in range(horizon, n_messages) if self.compactable[i]

@@ -121,8 +121,9 @@ def test_the_exchange_left_open_at_a_step_lags_until_the_next() -> None:
 def test_a_young_sessions_left_out_output_does_not_hasten_the_next_step() -> None:
     """While a large call's step is weighed too (`repay_young_calls`), an output a step
     left out (undecided, before the exchange that was open at the step) does not lag: only
-    that exchange does. Counted, a left-out output of thousands of tokens took a long
-    session's next step a few calls earlier, onto outputs its next calls still read."""
+    that exchange does; on a small call it still lags. Counted, a left-out output of
+    thousands of tokens took a long session's next step a few calls earlier, onto outputs
+    its next calls still read."""
     view = "\n".join(f"{k}: value_{k} = compute({k})" for k in range(300))
     msgs = [
         {"role": "system", "content": "You are an agent."},
@@ -136,20 +137,28 @@ def test_a_young_sessions_left_out_output_does_not_hasten_the_next_step() -> Non
     ]
     items = parse_request({"messages": msgs}, TokenCounter(), "o200k_base").items
     by_message = {i.message_index: i for i in items}
-    young = {"verbatim_tokens_high": 1000, "repay_calls": 20, "repay_young_calls": 40}
+    young = {"verbatim_tokens_high": 1000, "repay_calls": 20, "repay_young_calls": 40,
+             "early_max_tokens": 8000}
     stages = {"compress": {"kinds": ["user"], "min_tokens": 25}}
     cls = task_class("c", {"compaction": young, "stages": stages})
     state = SessionState(horizon=6, calls=5, steps=1)
-    assert lagging_tokens(items, state, cls, msgs) == by_message[5].tokens
+    large = 8001  # the call's tokens: over early_max_tokens, weighed only while young
+    assert lagging_tokens(items, state, cls, msgs, call_tokens=large) == by_message[5].tokens
     # past the young calls, with the rule off, or without the messages: both lag, as before
     both = by_message[3].tokens + by_message[5].tokens
-    assert lagging_tokens(items, SessionState(horizon=6, calls=40, steps=8), cls, msgs) == both
+    assert lagging_tokens(items, SessionState(horizon=6, calls=40, steps=8), cls, msgs,
+                          call_tokens=large) == both
     off = task_class("o", {"compaction": {**young, "repay_young_calls": 0}, "stages": stages})
-    assert lagging_tokens(items, state, off, msgs) == both
-    assert lagging_tokens(items, state, cls) == both
+    assert lagging_tokens(items, state, off, msgs, call_tokens=large) == both
+    assert lagging_tokens(items, state, cls, call_tokens=large) == both
+    # a small call (its steps weighed before the young window, `unrepaid`): both lag, as
+    # before it (counted as not lagging, tau2 retail and tau-bench runs lost recall and cost)
+    small = sum(i.tokens for i in items)
+    assert small <= 8000
+    assert lagging_tokens(items, state, cls, msgs, call_tokens=small) == both
     # so the left-out view no longer repays a step ahead of the budget on its own
     turns = [2, 4, 6]
-    lag = lagging_tokens(items, state, cls, msgs)
+    lag = lagging_tokens(items, state, cls, msgs, call_tokens=large)
     assert horizon_after(turns, {6: 8}, 8, state, cls, stale=lag) == 6
     assert horizon_after(turns, {6: 8}, 8, state, cls, stale=both) == 8
 
