@@ -575,6 +575,33 @@ def _with_records(payload: str, compact: str, known: frozenset[str],
     return _with_line(compact, "records", lost, len(payload) // RECORD_CHARS_PER_CHAR)
 
 
+# A line whose value is a link (`Link: https://…`, `URL: http://…`); a text with at least
+# LINK_RECORDS of them lists records that each carry one (a web search's hits: `Title:` /
+# `Link:` / `Snippet:`), and those links are what the agent opens or cites next. A browser's
+# page has one (`URL:`), two at most on the shared corpora; no tool text there has three.
+_LINK_LINE = re.compile(r"^[ \t]*[\w .()/-]{1,40}:[ \t]+(https?://\S+)[ \t]*$", re.MULTILINE)
+LINK_RECORDS = 3
+
+
+def _with_links(text: str, compact: str, known: frozenset[str],
+                focus: frozenset[str]) -> str:
+    """`compact` and a line of the links a text's records carry (one a `Key: link` line, at
+    least LINK_RECORDS of them) that it left out, whole: the value list splits a link at
+    `:` and a line digest keeps one or two of them. Within one character per
+    RECORD_CHARS_PER_CHAR of the text, at least FIELD_MIN; those naming the focus terms
+    first, then in order."""
+    links = _LINK_LINE.findall(text)
+    if len(links) < LINK_RECORDS:
+        return compact
+    lost = [link for link in dict.fromkeys(links)
+            if link not in compact and link not in known and len(link) <= RECORD_CELL_CHARS * 2]
+    if not lost:
+        return compact
+    lost.sort(key=lambda c: not focus_hits(c, focus))
+    return _with_line(compact, "records", lost,
+                      max(FIELD_MIN, len(text) // RECORD_CHARS_PER_CHAR))
+
+
 def summarize(
     text: str,
     kind: str,
@@ -609,6 +636,9 @@ def summarize(
         # a content block cut short: its digest is the raw text's as before, and the cells
         # naming its records, read leniently from what is left of its JSON
         compact = _with_records(cut, compact, known, focus)
+    elif kind == "tool_result":
+        # a plain text listing records by their links (search hits): the links, whole
+        compact = _with_links(source, compact, known, focus)
     out = _mentions(source, compact, known, level, notable_only, focus)
     if kind == "tool_call" and level >= 3 and not _FENCE.search(text):
         # An aged turn that made tool calls and ran no command keeps none of its prose, only
