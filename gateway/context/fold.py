@@ -39,15 +39,18 @@ after it so roles still alternate:
     [ctxgate: 3 turns folded]
     555-123-2002
     get_customer_by_phone(555-123-2002) → omitted
-    Your plan P1001 has 5GB.
+    P1001 5GB.
 
 It keeps every value a placeholder or note names: a placeholder's mentions, a user text the
-engine sent as it is, the fold notes' call lines (without their header), a reply that names
-a notable value (`summarize.notable`) as it was sent; a placeholder's excerpt, a digest
-that kept no line and a reply that names nothing go. A line already in the note is not
-repeated, nor a value it already has. Every client message from the first user message to
-the kept reply gets one event, reason `folded_turns` (the first `compress`, down to the
-note's tokens, the others `drop`), replacing the ones they had.
+engine sent as it is, the fold notes' call lines (without their header; a free-text value
+of 160+ characters of arguments cut to its start and its values), the words of a reply that
+carry a notable value (`summarize.notable`), as written; a placeholder's excerpt, a digest
+that kept no line and a reply's other words go. A line already in the note, or in an
+earlier turns note of the call, is not repeated, nor a value it already has, nor a call
+already there whose result named nothing new (bench/README.md, "Turns notes that repeat
+nothing": telecom-4o's queue 71.4 -> 76.3% late). Every client message from the first
+user message to the kept reply gets one event, reason `folded_turns` (the first
+`compress`, down to the note's tokens, the others `drop`), replacing the ones they had.
 
 Folding depends only on the forwarded messages and the horizon, so between steps every
 call folds the same runs into the same bytes (the prefix cache holds); `FoldMemo` keeps
@@ -348,13 +351,86 @@ def find_turn_runs(messages: Sequence[Mapping[str, Any]], indexes: Sequence[int]
     return runs
 
 
-def turns_note(messages: Sequence[Mapping[str, Any]], run: Run) -> str:
-    """What a turns run is sent as: a header and what its turns named, once each — a user
-    text as sent (a placeholder: only the values it mentions; a digest that kept no line:
-    nothing), the fold notes' lines, the values the replies name (`summarize.values`,
-    notable ones); a reply's words and a placeholder's excerpt go."""
+_CALL_LINE = re.compile(r"([^\s(]+)\((.*?)\)(?: → (.*))?", re.S)  # name(values) → result
+_FRAME = "\"'`*()[]{}<>,;!?"  # around a word: markup and punctuation, not part of a value
+LONG_ARGS = 160  # a call line's values past this many characters: its prose pieces cut
+PROSE_PIECE = 40  # a value (a piece between ", ") longer than this is cut to its values
+_POINTER = ("repeats an earlier ", "nearly repeats an earlier ")  # `apply.pointer`, framed off
+
+
+@dataclass(slots=True)
+class Earlier:
+    """What the call's turns notes before this one have (`fold_turns` reads them in order):
+    their text and their lines. A later note does not repeat them."""
+
+    text: str = ""
+    lines: set[str] = field(default_factory=set)
+
+    def take(self, note: str) -> None:
+        self.text += "\n" + note
+        self.lines.update(note.split("\n")[1:])
+
+
+def _adds_nothing(line: str, known: Callable[[str], bool]) -> bool:
+    """Whether a fold note's call line names nothing that is not `known` already: the call
+    (its name and values) is, and its result was sent as a placeholder whose values are
+    too, or as a pointer to an earlier copy."""
+    m = _CALL_LINE.fullmatch(line)
+    if m is None or not known(f"{m.group(1)}({m.group(2)})"):
+        return False
+    result = m.group(3) or ""
+    if result == "omitted" or result.startswith(_POINTER):
+        return True
+    named = result.removeprefix("omitted; mentions: ")
+    return named != result and all(map(known, named.split()))
+
+
+def value_words(text: str) -> list[str]:
+    """The words of `text` that carry a notable value (`summarize.notable`), as written
+    but for the markup and punctuation around them (`4G/5G.` keeps its period: a value is
+    re-typed as it was written), once each."""
+    words = (w.strip(_FRAME) for w in text.split())
+    return list(dict.fromkeys(w for w in words if any(notable(v) for v in values(w))))
+
+
+def short_call(line: str) -> str:
+    """A fold note's call line whose values run past `LONG_ARGS` characters, its free text
+    (a summary, a message: a value past `PROSE_PIECE` characters, and the lower-case pieces
+    with a space right after it, which its own commas split off) cut to its start and the
+    words that carry a value; the other values (names, ids, dates) stay whole."""
+    m = _CALL_LINE.fullmatch(line)
+    if m is None or len(m.group(2)) <= LONG_ARGS:
+        return line
+    out: list[str] = []
+    prose: list[str] | None = None  # the free text being cut: its start, then its values
+    for piece in m.group(2).split(", "):
+        if len(piece) > PROSE_PIECE or (prose is not None and " " in piece
+                                        and piece[0].islower()):
+            if prose is None:
+                start = piece[:PROSE_PIECE].rpartition(" ")[0] or piece[:PROSE_PIECE]
+                prose = [f"{start}…"]
+                out.append("")
+                piece = piece[len(start):]
+            prose += (w for w in value_words(piece) if w not in prose)
+            out[-1] = " ".join(prose)
+        else:
+            prose = None
+            out.append(piece)
+    result = m.group(3)
+    return f"{m.group(1)}({', '.join(out)})" + (f" → {result}" if result is not None else "")
+
+
+def turns_note(messages: Sequence[Mapping[str, Any]], run: Run,
+               earlier: Earlier | None = None) -> str:
+    """What a turns run is sent as: a header and what its turns named, once each in the
+    call (`earlier`: the call's turns notes before it) — a user text as sent (a
+    placeholder: only the values it mentions; a digest that kept no line: nothing), the
+    fold notes' lines (a call already there whose result named nothing new: gone), the
+    words of a reply that carry a notable value (`summarize.notable`), as written; the
+    rest of a reply's words and a placeholder's excerpt go."""
+    before = earlier or Earlier()
     lines: list[str] = []
-    seen: set[str] = set()
+    seen: set[str] = set(before.lines)
     note = ""
 
     def add(line: str) -> None:
@@ -363,6 +439,9 @@ def turns_note(messages: Sequence[Mapping[str, Any]], run: Run) -> str:
             seen.add(line)
             lines.append(line)
             note += "\n" + line
+
+    def known(value: str) -> bool:
+        return value in note or value in before.text
 
     for k in range(run.user, run.end, 2):
         text = str(messages[k].get("content"))
@@ -374,28 +453,31 @@ def turns_note(messages: Sequence[Mapping[str, Any]], run: Run) -> str:
         elif said != "omitted" and not _DIGEST_ONLY.fullmatch(said):
             add(said)
         for line in calls.split("\n"):
-            add(line.strip())
-        add(" ".join(dict.fromkeys(v for v in named if v not in note)))
-        reply = str(messages[k + 1].get("content") or "").strip()
-        if any(notable(v) for v in values(reply)):
-            add(reply)  # as sent: a value is re-typed as it was written
+            line = line.strip()
+            if not _adds_nothing(line, known):
+                add(short_call(line))
+        add(" ".join(dict.fromkeys(v for v in named if not known(v))))
+        reply = str(messages[k + 1].get("content") or "")
+        add(" ".join(w for w in value_words(reply) if not known(w)))
     return f"[ctxgate: {(run.end - run.user + 1) // 2} turns folded]{note}"  # TURNS_HEAD
 
 
-# A turns run's note and its tokens by what `turns_note` reads: the contents of the run's
-# messages, its user message to its last reply.
+# A turns run's note and its tokens by what `turns_note` reads: the call's earlier turns
+# notes and the contents of the run's messages, its user message to its last reply.
 NoteCache = dict[tuple[Any, ...], tuple[str, int]]
 
 
 def _turns_note(messages: Sequence[Mapping[str, Any]], run: Run, count: Callable[[str], int],
-                cache: NoteCache | None, made: NoteCache | None) -> tuple[str, int]:
-    """`turns_note` of `run` and its tokens, taken from `cache` when the run's contents are
-    the ones it was made from (a step re-makes only the notes of the runs it changed: the
-    older blocks' stay byte for byte), else made; put in `made`."""
-    key = tuple(m.get("content") for m in messages[run.user:run.end + 1])
+                cache: NoteCache | None, made: NoteCache | None,
+                earlier: Earlier) -> tuple[str, int]:
+    """`turns_note` of `run` and its tokens, taken from `cache` when the run's contents and
+    the notes before it are the ones it was made from (a step re-makes only the notes of
+    the runs it changed and after: the older blocks' stay byte for byte), else made; put
+    in `made`."""
+    key = (earlier.text, *(m.get("content") for m in messages[run.user:run.end + 1]))
     known = cache.get(key) if cache is not None else None
     if known is None:
-        text = turns_note(messages, run)
+        text = turns_note(messages, run, earlier)
         known = (text, count(text))
     if made is not None:
         made[key] = known
@@ -420,9 +502,10 @@ def fold_turns(folded: Folded, runs: Sequence[Run], original: Original,
     new_events: dict[int, DropEvent] = {}
     notes: dict[int, tuple[int, str]] = {}
     delta = folded.delta
+    earlier = Earlier()
     for run in runs:
         first, last = plan[run.user][0], plan[run.end][0]
-        text, tokens = _turns_note(messages, run, count, cache, made)
+        text, tokens = _turns_note(messages, run, count, cache, made, earlier)
         olds: dict[int, Sequence[DropEvent]] = {
             i: by_index.get(i, []) for i in range(first, last)}
         heads = {i: original(i) for i in range(first, last)}
@@ -443,6 +526,7 @@ def fold_turns(folded: Folded, runs: Sequence[Run], original: Original,
                 text=str(msg.get("content") or "") if msg is not None else "", step=step)
         delta += tokens - now
         notes[run.user] = (run.end, text)
+        earlier.take(text)
     if not notes:
         return folded
     out_messages: list[Mapping[str, Any]] = []

@@ -101,10 +101,9 @@ def test_a_long_queue_goes_out_with_old_exchanges_folded(
     note = "\n".join(notes)
     folded = [int(n) for n in re.findall(r"\nget_reservation\(RES(\d{3})X", note)]
     assert len(folded) >= 20, wire
-    for k in folded:  # the folded lookups' values stay, and the replies that named them
+    for k in folded:  # the folded lookups' values stay; of the replies, their values
         assert f"\nget_reservation(RES{k:03d}X, cust_{k:03d}_4411) → " in note
-    said = note + "".join(str(m["content"]) for m in sent if m["role"] == "assistant")
-    assert all(f"Reservation RES{k:03d}X is confirmed." in said for k in folded)
+    assert "is confirmed." not in note
     assert sum(1 for m in sent if m["role"] == "tool") <= 36 - len(folded)
     for at in (i for i, m in enumerate(sent) if m["content"] in notes):
         assert sent[at + 1]["role"] == "assistant" and not sent[at + 1].get("tool_calls")
