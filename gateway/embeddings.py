@@ -34,6 +34,15 @@ VECTORS_CACHED = 100_000  # distinct texts whose vector is kept in memory
 # let 100,000 hold ~195 MB); a larger model's vectors count for what they are.
 VECTORS_BYTES = 64 << 20
 ARRAY_BYTES = 184  # a numpy array's own object and the memo's slot (measured: tracemalloc)
+# The model's batches: sentence-transformers sorts a call's texts by length and pads each
+# batch to its longest, so a batch of 32 with one 256-token text computes 32 x 256 tokens
+# where a rerank's texts are mostly short (median 36-127 tokens on the Toolathlon queues);
+# batches of 8 pad ~2x less. One torch thread: on the gateway's small machines the second
+# core serves the event loop and other processes, and two threads contending with them for
+# two cores stall at every barrier (bench/README.md, "Per-call time on long sessions, part
+# eighteen": 49 texts 2.1x faster under load).
+EMBED_BATCH = 8
+EMBED_THREADS = 1
 
 
 def vector_bytes(digest: str, vector: Vectors) -> int:
@@ -116,8 +125,12 @@ class Embedder:
 
     def _encode(self, texts: list[str]) -> Vectors:
         model = self._load()
+        import torch  # imported with the model already
+
+        if torch.get_num_threads() != EMBED_THREADS:
+            torch.set_num_threads(EMBED_THREADS)  # this (the embedding) thread's count
         vectors = model.encode(
-            texts, batch_size=32, normalize_embeddings=True, convert_to_numpy=True,
+            texts, batch_size=EMBED_BATCH, normalize_embeddings=True, convert_to_numpy=True,
             show_progress_bar=False,
         )
         return np.asarray(vectors, dtype=np.float32)

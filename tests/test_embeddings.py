@@ -76,3 +76,38 @@ async def test_a_batch_larger_than_the_memo_gets_every_vector(redis: aioredis.Re
         assert len(embedder._cache) == 10 and embedder._cache.currsize <= small
     finally:
         embedder.close()
+
+
+async def test_the_model_runs_short_batches_on_one_thread(embedder: Embedder) -> None:
+    """A rerank's new texts are mostly short with a few at the 256-token cut; the model's
+    batches hold at most EMBED_BATCH texts, so a short text is not padded to a long one's
+    length beyond its own batch, and torch runs on EMBED_THREADS threads (bench/README.md,
+    "Per-call time on long sessions, part eighteen"). The vectors are the model's own."""
+    import torch
+
+    from gateway.embeddings import EMBED_BATCH, EMBED_THREADS
+
+    model = embedder._load()
+    shapes: list[tuple[int, int]] = []
+    # the word embeddings see each batch's token ids, padded: (texts, tokens)
+    words = next(m for m in model.modules() if isinstance(m, torch.nn.Embedding))
+    hook = words.register_forward_hook(
+        lambda _m, args, _out: shapes.append(tuple(args[0].shape))
+    )
+    tag = uuid.uuid4().hex[:8]
+    texts = [f"a long text {tag} " + "word " * 400, *(f"short text {n} {tag}" for n in range(19))]
+    try:
+        vectors = await embedder.embed(texts)
+    finally:
+        hook.remove()
+    # torch's thread count is the calling thread's: the embedding thread runs on one
+    pool = (embedder._owner or embedder)._pool
+    assert pool.submit(torch.get_num_threads).result() == EMBED_THREADS
+    assert sum(n for n, _ in shapes) == len(texts)
+    assert all(n <= EMBED_BATCH for n, _ in shapes), shapes
+    assert max(length for _, length in shapes) == 256  # the long text is cut, not dropped
+    # the long text pads only its own batch: the 19 short ones cost far less than 19 x 256
+    slots = sum(n * length for n, length in shapes)
+    assert slots <= EMBED_BATCH * 256 + (len(texts) - EMBED_BATCH) * 32, shapes
+    assert vectors.shape == (20, DIM)
+    assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
