@@ -439,9 +439,8 @@ async def test_a_young_session_with_a_large_prompt_does_not_resend_itself_for_sm
     """Records behind a system prompt of ~10k tokens (a long policy, or large tool outputs:
     every call passes `early_max_tokens`), a customer agent (class `agent`). While the
     session is young (`repay_young_calls`) its large calls are weighed too, and a step
-    whose digests take a few tokens is left out (the shipped config: 30 calls); weighed on
-    small calls only (`repay_young_calls: 0`), the session re-sends everything after the
-    prompt."""
+    whose digests take a few tokens is left out; weighed on small calls only (the shipped
+    config: `repay_young_calls` is off), the session re-sends everything after the prompt."""
     outputs = [json.dumps({"order_id": f"#W{k}{k:05d}", "item": f"item_{k}_{k}", "price": 100 + k})
                + "\n" + json.dumps([{"id": f"#P{k}{k:04d}{j}", "sku": f"S{k}{k}{j:03d}"}
                                     for j in range(6)]) for k in range(8)]
@@ -455,6 +454,6 @@ async def test_a_young_session_with_a_large_prompt_does_not_resend_itself_for_sm
             call["function"]["name"] = "get_order"
     tools = [{"type": "function",
               "function": {"name": "get_order", "parameters": {"type": "object"}}}]
-    changes, _ = await _replay(settings, embedder, messages, tools)  # shipped: 30
-    before, _ = await _replay(_repay_young(settings, 0), embedder, messages, tools)
+    changes, _ = await _replay(_repay_young(settings, 30), embedder, messages, tools)
+    before, _ = await _replay(settings, embedder, messages, tools)  # shipped: off
     assert (changes, before) == (0, 1)
