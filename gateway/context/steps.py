@@ -301,7 +301,17 @@ def horizon_after(
         return state.horizon
     if not due:
         return state.horizon
-    reach = n_messages if affordable else max(turns[-1] if turns else 0, state.horizon)
+    latest = max(turns[-1] if turns else 0, state.horizon)
+    # A young session's large call, its step weighed by the repay rule (`unrepaid`), leaves
+    # the latest answer verbatim, as a forced step off the share does: rewriting it is
+    # free of re-send (it came with this call, `new_from`), so the rule never weighs it,
+    # and the next calls quote it. Digested, a step the rule's left-out rewrites no longer
+    # hastened (`lagging_tokens`) came a call later, onto the answer the agent then
+    # quoted (tau2 retail-mini runs: tune recall 99.54 -> 99.43% with
+    # `repay_young_calls: 80`, 99.54% with this; bench/README.md, "A young session's
+    # large calls weighed, part two").
+    weighed = not forced and young(state.calls + 1, c) and call_tokens > c.early_max_tokens
+    reach = n_messages if affordable and not weighed else latest
     for start in [*turns, n_messages]:
         if start <= state.horizon:
             continue

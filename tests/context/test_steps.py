@@ -162,6 +162,31 @@ def test_a_young_sessions_left_out_output_does_not_hasten_the_next_step() -> Non
     assert horizon_after(turns, {6: 8}, 8, state, cls, stale=lag) == 6
     assert horizon_after(turns, {6: 8}, 8, state, cls, stale=both) == 8
 
+def test_a_young_sessions_weighed_step_leaves_the_latest_answer_verbatim() -> None:
+    """A step on a young session's large call (weighed by the repay rule) stops before the
+    latest assistant turn: rewriting the answer that came with this call costs no re-send,
+    so the rule never weighs it, and the next calls quote it (tau2 retail-mini runs lost
+    recall where a delayed step digested it). A small call, a session past its young
+    calls, the rule off, or a call over the budget reach as far as before."""
+    young = SHARE_5.model_copy(update={"repay_calls": 20, "repay_young_calls": 40,
+                                       "early_max_tokens": 8000})
+    cls = TaskClass(name="y", compaction=young)
+    turns = [2, 4]  # the latest answer (4) and the user's turn after it (5)
+    tokens_from = {2: 300, 3: 400, 4: 300, 5: 400}
+    state = SessionState(horizon=0, calls=5, steps=0)  # the share allows a step
+    assert horizon_after(turns, tokens_from, 6, state, cls, call_tokens=9000) == 4
+    assert horizon_after(turns, tokens_from, 6, state, cls, call_tokens=3000) == 6
+    old = SessionState(horizon=0, calls=45, steps=8)
+    assert horizon_after(turns, tokens_from, 6, old, cls, call_tokens=9000) == 6
+    off = TaskClass(name="o", compaction=young.model_copy(update={"repay_young_calls": 0}))
+    assert horizon_after(turns, tokens_from, 6, state, off, call_tokens=9000) == 6
+    assert horizon_after(turns, tokens_from, 6, state, cls, call_tokens=9000,
+                         forced=True) == 6
+    # nothing before the latest answer left to age: no step
+    assert horizon_after(turns, tokens_from, 6, SessionState(horizon=4, calls=5, steps=0),
+                         cls, call_tokens=9000) == 4
+
+
 CREDIT = SHARE_5.model_copy(
     update={"early_calls": 12, "early_max_tokens": 8000, "early_share": 0.6}
 )
@@ -429,6 +454,6 @@ async def test_a_young_session_with_a_large_prompt_does_not_resend_itself_for_sm
             call["function"]["name"] = "get_order"
     tools = [{"type": "function",
               "function": {"name": "get_order", "parameters": {"type": "object"}}}]
-    changes, _ = await _replay(_repay_young(settings, 80), embedder, messages, tools)
+    changes, _ = await _replay(_repay_young(settings, 30), embedder, messages, tools)
     before, _ = await _replay(settings, embedder, messages, tools)  # shipped: off
     assert (changes, before) == (0, 1)
