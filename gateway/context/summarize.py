@@ -106,6 +106,27 @@ def _defined(text: str) -> set[str]:
     return out
 
 
+# An absolute path longer than a value's 80 characters is listed whole, with its leading `/`:
+# the file an agent opens, moves or attaches next (a printed dict's
+# `'path': '/workspace/…/expense_claim_EXP2024001_invoice_02.pdf'`), which the list used to
+# drop. Only values the cap dropped change (not a URL's path, nor a shorter path), so a
+# digest without such a path is as before.
+_PATH_SEGMENT = re.compile(r"[\w.+-]{1,60}")
+PATH_MAX_CHARS = 240
+
+
+def _long_path(value: str, source: str) -> str:
+    """`value` as listed: itself, or `/value` when it is a long absolute path the cap drops."""
+    if len(value) <= 80 or len(value) >= PATH_MAX_CHARS or "/" not in value:
+        return value
+    parts = value.split("/")
+    if len(parts) < 3 or any(not _PATH_SEGMENT.fullmatch(p) or _HASH.search(p) for p in parts):
+        return value
+    if not re.search(r"(?<![\w./:~-])/" + re.escape(value), source):
+        return value  # not an absolute path (a URL's host and path, a relative name)
+    return f"/{value}"
+
+
 def _mentions(
     original: str,
     compact: str,
@@ -116,13 +137,13 @@ def _mentions(
 ) -> str:
     """The values of the omitted text that appear nowhere else the model will see."""
     seen = set(values(compact)) | known
+    source = _LINE_NO.sub(" ", original)
     lost = [
         v
-        for v in values(_LINE_NO.sub(" ", original))
-        if v not in seen
+        for v in (_long_path(v, source) for v in values(source))
+        if v.lstrip("/") not in seen
         and (not notable_only or _NOTABLE.search(v))
-        and len(v) <= 80
-        and not _HASH.search(v)
+        and (v.startswith("/") or (len(v) <= 80 and not _HASH.search(v)))
     ]
     if not lost:
         return compact

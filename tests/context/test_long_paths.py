@@ -1,0 +1,83 @@
+"""A digest's value list names a long absolute path whole, leading `/` included
+(`summarize._long_path`): a printed Python dict's `'path': '/workspace/…/claim_02.pdf'` is the
+file the agent opens next, and the list used to drop any value over 80 characters (and the
+leading `/` of every path)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.context.engine import CallContext, ContextEngine
+from gateway.context.summarize import summarize
+
+ROOT = "/workspace/dumps/workspace/extracted"
+
+
+def claims(n: int = 12) -> str:
+    """A script's output: a header, then one printed dict per file, each with a long path."""
+    rows = [
+        f"  {{'claim_id': 'EXP2024{k:03d}', 'type': 'invoice', 'invoice_num': '{k:02d}', "
+        f"'path': '{ROOT}/EXP2024{k:03d}/expense_claim_EXP2024{k:03d}_invoice_{k:02d}.pdf'}}"
+        for k in range(1, n + 1)]
+    head = "=== STDOUT ===\nTotal PDFs to read: 192\n"
+    return head + "\n".join(rows) + "\nTimeout limit: 30 seconds"
+
+
+PATHS = [f"{ROOT}/EXP2024{k:03d}/expense_claim_EXP2024{k:03d}_invoice_{k:02d}.pdf"
+         for k in range(1, 13)]
+
+
+def test_a_digest_lists_long_absolute_paths_whole() -> None:
+    assert all(len(p) > 80 for p in PATHS)
+    text = claims()
+    out = summarize(text, "tool_result", 3)
+    assert len(out) < len(text)
+    assert "[omitted text mentions:" in out
+    assert f" {PATHS[-1]} " in out  # whole, with its leading `/`
+
+
+def test_short_paths_and_non_paths_are_listed_as_before() -> None:
+    # a path of 80 characters or fewer keeps its old spelling (no leading `/`); a long value
+    # that is not a path of names (a 70-character segment) or a URL's path is still left out
+    short = [f"  wrote /srv/data/run_{k:03d}/out_{k:03d}.csv" for k in range(40)]
+    blob = "  token /" + "A" * 70 + "/data/x.bin"
+    url = "  see https://www.example.org/" + "/".join(f"section{k:02d}" for k in range(10))
+    out = summarize("\n".join([*short[:20], blob, url, *short[20:]]), "tool_result", 3)
+    listed = out.splitlines()[-1]
+    assert listed.startswith("[omitted text mentions:")
+    assert " srv/data/run_038/out_038.csv" in listed
+    assert "/srv/" not in listed
+    assert "A" * 70 not in listed
+    assert "section09" not in listed
+
+
+async def test_an_agent_reads_a_file_whose_path_it_saw_long_before(
+    engine: ContextEngine,
+) -> None:
+    tools = [{"type": "function", "function": {"name": "run",
+                                                "parameters": {"type": "object"}}}]
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a helpful assistant with tools."},
+        {"role": "user", "content": "Check every expense claim against its invoices."},
+    ]
+    for k in range(14):
+        call = f"call_{k:03d}"
+        messages.append({"role": "assistant", "content": "Next.", "tool_calls": [
+            {"id": call, "type": "function",
+             "function": {"name": "run", "arguments": f'{{"code": "step {k}"}}'}}]})
+        messages.append({"role": "tool", "tool_call_id": call,
+                         "content": claims() if k == 0 else claims().replace("EXP", f"R{k}X")})
+    messages.append({"role": "assistant", "content": "Reading it."})
+    fits = []
+    for end in range(3, len(messages)):
+        if messages[end]["role"] == "assistant":
+            fits.append(await engine.fit(
+                {"model": "gpt-4o", "messages": messages[:end], "tools": tools},
+                CallContext("t-paths", f"tr-paths-{end}", {"x-ctxgate-session-id": "paths"})))
+    last = fits[-1].body["messages"]
+    out = str(next(m["content"] for m in last if m.get("tool_call_id") == "call_000"))
+    assert len(out) < len(claims())  # digested
+    assert any(p in out for p in PATHS)  # paths named whole
+    for fit in fits:  # the drop log still adds up
+        assert sum(d.tokens_before - d.tokens_after for d in fit.drops) == (
+            fit.tokens_before - fit.tokens_after)
