@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 
-from gateway.context.engine import CallContext, ContextEngine, FittedCall
+from gateway.context.engine import ContextEngine, FittedCall
 from gateway.context.fold import (
     FOLD_HEAD,
     FOLD_REASON,
@@ -27,6 +27,7 @@ from gateway.context.items import PINNED
 from gateway.observability.explain import account_of, explain
 from gateway.observability.reconstruct import reconstruct
 from gateway.settings import Settings
+from tests.context.sessions import fit_each_call
 
 TURNS_MARK = " turns folded]"  # a turns run's note header: [ctxgate: k turns folded]
 TOOLS = [{"type": "function", "function": {"name": "get_reservation",
@@ -80,12 +81,7 @@ def check_structure(messages: list[dict[str, Any]]) -> None:
 
 async def replay(engine: ContextEngine, messages: list[dict[str, Any]], session: str
                  ) -> list[FittedCall]:
-    fits = []
-    for end in range(3, len(messages)):
-        if messages[end]["role"] == "assistant":
-            fits.append(await engine.fit(
-                {"model": "gpt-4o", "messages": messages[:end], "tools": TOOLS},
-                CallContext("t-fold", f"tr-{session}-{end}", {"x-ctxgate-session-id": session})))
+    fits = await fit_each_call(engine, messages, TOOLS, "t-fold", session)
     return fits
 
 

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.context.engine import CallContext, ContextEngine
+from gateway.context.engine import ContextEngine
 from gateway.context.summarize import summarize
+from tests.context.sessions import fit_each_call
 
 SNIPPET = "A study of how models learn from code and text, with benchmarks and ablations. "
 
@@ -60,12 +61,7 @@ async def test_an_agent_opens_a_link_from_a_search_read_long_before(
         messages.append({"role": "tool", "tool_call_id": call,
                          "content": hits("Code Llama" if k == 0 else f"Topic {k}")})
     messages.append({"role": "assistant", "content": "Opening it."})
-    fits = []
-    for end in range(3, len(messages)):
-        if messages[end]["role"] == "assistant":
-            fits.append(await engine.fit(
-                {"model": "gpt-4o", "messages": messages[:end], "tools": tools},
-                CallContext("t-links", f"tr-links-{end}", {"x-ctxgate-session-id": "links"})))
+    fits = await fit_each_call(engine, messages, tools, "t-links", "links")
     last = fits[-1].body["messages"]
     out = str(next(m["content"] for m in last if m.get("tool_call_id") == "call_000"))
     assert len(out) < len(hits("Code Llama")) / 2  # digested

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.context.engine import CallContext, ContextEngine
+from gateway.context.engine import ContextEngine
 from gateway.context.summarize import summarize
+from tests.context.sessions import fit_each_call
 
 ROOT = "/workspace/dumps/workspace/extracted"
 
@@ -68,12 +69,7 @@ async def test_an_agent_reads_a_file_whose_path_it_saw_long_before(
         messages.append({"role": "tool", "tool_call_id": call,
                          "content": claims() if k == 0 else claims().replace("EXP", f"R{k}X")})
     messages.append({"role": "assistant", "content": "Reading it."})
-    fits = []
-    for end in range(3, len(messages)):
-        if messages[end]["role"] == "assistant":
-            fits.append(await engine.fit(
-                {"model": "gpt-4o", "messages": messages[:end], "tools": tools},
-                CallContext("t-paths", f"tr-paths-{end}", {"x-ctxgate-session-id": "paths"})))
+    fits = await fit_each_call(engine, messages, tools, "t-paths", "paths")
     last = fits[-1].body["messages"]
     out = str(next(m["content"] for m in last if m.get("tool_call_id") == "call_000"))
     assert len(out) < len(claims())  # digested

@@ -10,11 +10,12 @@ from typing import Any
 import orjson
 
 from gateway.context.apply import first_line, kept_cells, placeholder
-from gateway.context.engine import CallContext, ContextEngine
+from gateway.context.engine import ContextEngine
 from gateway.context.focus import task_focus
 from gateway.context.fold import sent_as
 from gateway.context.items import Item
 from gateway.context.summarize import kept_fields
+from tests.context.sessions import fit_each_call
 
 TASK = "Copy the delivery survey questions into the customer feedback form."
 TOOLS = [{"type": "function", "function": {"name": "read_page",
@@ -88,12 +89,7 @@ async def test_an_aged_block_masked_by_the_engine_keeps_its_task_cells(
              "function": {"name": "read_page", "arguments": f'{{"page": {k}}}'}}]})
         messages.append({"role": "tool", "tool_call_id": call, "content": page(k)})
     messages.append({"role": "assistant", "content": "Done reading."})
-    fits = []
-    for end in range(3, len(messages)):
-        if messages[end]["role"] == "assistant":
-            fits.append(await engine.fit(
-                {"model": "gpt-4o", "messages": messages[:end], "tools": TOOLS},
-                CallContext("t-mask", f"tr-mask-{end}", {"x-ctxgate-session-id": "mask-blocks"})))
+    fits = await fit_each_call(engine, messages, TOOLS, "t-mask", "mask-blocks")
     last = fits[-1]
     sent = last.body["messages"]
     first = next(m["content"] for m in sent if m.get("tool_call_id") == "call_000")

@@ -9,8 +9,9 @@ from typing import Any
 
 import orjson
 
-from gateway.context.engine import CallContext, ContextEngine
+from gateway.context.engine import ContextEngine
 from gateway.context.summarize import cut_payload, summarize
+from tests.context.sessions import fit_each_call
 
 CUSTOMERS = [
     {"id": 100 + n, "status": "completed", "currency": "USD", "total": f"{n}.50",
@@ -106,12 +107,7 @@ async def test_an_agent_mails_customers_from_a_listing_read_long_before(
         messages.append({"role": "tool", "tool_call_id": call,
                          "content": listing if k == 0 else page(k)})
     messages.append({"role": "assistant", "content": "Sending."})
-    fits = []
-    for end in range(3, len(messages)):
-        if messages[end]["role"] == "assistant":
-            fits.append(await engine.fit(
-                {"model": "gpt-4o", "messages": messages[:end], "tools": TOOLS},
-                CallContext("t-rec", f"tr-rec-{end}", {"x-ctxgate-session-id": "records"})))
+    fits = await fit_each_call(engine, messages, TOOLS, "t-rec", "records")
     last = fits[-1].body["messages"]
     out = str(next(m["content"] for m in last if m.get("tool_call_id") == "call_000"))
     assert len(out) < len(listing) / 2  # digested
