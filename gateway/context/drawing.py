@@ -22,7 +22,7 @@ history (per-call time grows with new content only).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from gateway.context.focus import _argument_leaves
@@ -66,12 +66,15 @@ def recent_values(
 def drawn_from(
     sources: Sequence[Item], messages: Sequence[Mapping[str, Any]], turns: int,
     known: frozenset[str] = frozenset(),
+    eager: Collection[str] = frozenset(),
 ) -> set[str]:
     """Ids of the tool results in `sources` that `MIN_TURNS` of the last `turns`
     tool-calling turns drew a value from: each value of those turns' arguments (not one of
     `known`: the session's system prompt and task values) credits the latest source before
     its turn whose text holds it. `sources`: the candidate results in message order (the
-    caller passes only those still undecided, so this reads new content only)."""
+    caller passes only those still undecided, so this reads new content only). `eager`: ids
+    of results one such turn makes drawn from (a document the task names, `steps.source_block`:
+    the agent copying from it once is working through it, as the task said)."""
     if turns <= 0 or not sources:
         return set()
     results = [item for item in sources if item.kind == "tool_result"]
@@ -91,4 +94,4 @@ def drawn_from(
         for item_id in hit:
             credits[item_id] = credits.get(item_id, 0) + 1
     least = min(MIN_TURNS, turns)
-    return {item_id for item_id, n in credits.items() if n >= least}
+    return {item_id for item_id, n in credits.items() if n >= least or item_id in eager}

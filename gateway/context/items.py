@@ -26,6 +26,9 @@ from gateway.observability.droplog import Kind
 
 # A message a wire adapter marks with this key is pinned (an opaque item, a signed block).
 PINNED = "ctxgate_pinned"
+# A file name the task statement names (`report_2024.docx`, `form_template.json`): a
+# tool result answering a call whose arguments name it is a document the task works from.
+_FILE_NAME = re.compile(r"(?<![\w.-])[\w-]+(?:\.[\w-]+)*\.[A-Za-z][A-Za-z0-9]{1,4}(?![\w-])")
 
 _ROLE_KIND: dict[str, Kind] = {
     "system": "system",
@@ -40,12 +43,15 @@ _ROLE_KIND: dict[str, Kind] = {
 class Clock:
     """The assistant turns among a session's messages walked so far (`Layout.extend` moves
     it): an item reads its age from its layout's clock, so the items of a history that only
-    grows age without being rebuilt (a step call takes its session's items as they are)."""
+    grows age without being rebuilt (a step call takes its session's items as they are).
+    `named`: the indexes of the tool results answering a call whose arguments name a file
+    the task statement names (`Layout.extend`): the documents the task works from."""
 
-    __slots__ = ("turns",)
+    __slots__ = ("named", "turns")
 
     def __init__(self, turns: int = 0) -> None:
         self.turns = turns
+        self.named: set[int] = set()
 
 
 STILL = Clock()  # the clock of items made outside a layout (never moves): age = -turn
@@ -146,6 +152,8 @@ class Layout:
     call_unit: dict[Any, str] = field(default_factory=dict)
     pins: set[int] = field(default_factory=set)  # messages marked PINNED
     clock: Clock = field(default_factory=Clock)  # len(turns), read by the items' ages
+    task_files: set[str] = field(default_factory=set)  # file names the task statement names
+    naming_calls: set[Any] = field(default_factory=set)  # ids of calls naming one of them
 
     def extend(self, messages: Sequence[Mapping[str, Any]]) -> list[str]:
         """Walk messages[count:]; returns their units."""
@@ -158,6 +166,8 @@ class Layout:
                 self.pins.add(i)
             if role == "user":
                 self.latest_user = i
+                if self.first_answer is None:
+                    self.task_files.update(_FILE_NAME.findall(content_text(msg.get("content"))))
                 if (self.open_from is None and self.said
                         and text_tool_result(self.said, content_text(msg.get("content")))):
                     self.open_from = self.turns[-1]  # the calls it wrote in prose are open
@@ -170,8 +180,12 @@ class Layout:
                 for call in msg.get("tool_calls") or ():
                     if isinstance(call, Mapping) and "id" in call:
                         self.call_unit[call["id"]] = unit
+                        if self.task_files and _names_file(call, self.task_files):
+                            self.naming_calls.add(call["id"])
             elif role == "tool":
                 unit = self.call_unit.get(msg.get("tool_call_id"), unit)
+                if msg.get("tool_call_id") in self.naming_calls:
+                    self.clock.named.add(i)
             units.append(unit)
         self.count = len(messages)
         self.clock.turns = len(self.turns)
@@ -200,6 +214,15 @@ class Layout:
         an unpinned item of this layout's stays so (only pins lapse as messages are added:
         the latest user message and the open exchange move on to new messages)."""
         return not item.pinned and item.clock is self.clock
+
+
+def _names_file(call: Mapping[str, Any], files: set[str]) -> bool:
+    """Whether a tool call's arguments name one of `files` (whole, not inside a longer name)."""
+    fn = call.get("function")
+    raw = fn.get("arguments") if isinstance(fn, Mapping) else None
+    if not isinstance(raw, str) or "." not in raw:
+        return False
+    return any(name in files for name in _FILE_NAME.findall(raw))
 
 
 def _fixed_tokens(msg: Mapping[str, Any], counter: TokenCounter, encoding: str) -> int:

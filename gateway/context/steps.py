@@ -54,10 +54,33 @@ def whole_block(item: Item, opts: CompressOptions) -> bool:
     page, an e-mail; `whole_block_tokens`), in a session of fewer than `whole_block_turns`
     turns: never digested, masked with the digests' batches (`compress._expired_digests`).
     A JSON payload (records, acknowledgements) is left to its digest: kept whole too, it
-    bought the Toolathlon runs 0.0-0.5 point more recall for 0.2-1.6 more cost @0.1."""
-    if not (item.kind == "tool_result" and 0 < item.tokens <= opts.whole_block_tokens
+    bought the Toolathlon runs 0.0-0.5 point more recall for 0.2-1.6 more cost @0.1.
+    A longer one that is a document the task names (`source_block`) is kept so while it is
+    younger than `drawn_turns` turns: after that, only while the agent copies from it."""
+    if not (item.kind == "tool_result" and item.tokens > 0
             and item.clock.turns < opts.whole_block_turns):
         return False
+    if item.tokens > opts.whole_block_tokens and not (
+            item.age < opts.drawn_turns and source_block(item, opts)):
+        return False
+    return _text_block(item)
+
+
+def source_block(item: Item, opts: CompressOptions) -> bool:
+    """A tool result that is an MCP content block of text longer than `whole_block_tokens`
+    and at most `source_block_tokens`, answering a call whose arguments name a file the task
+    statement names (`Clock.named`): the document the task works from (a biography to
+    transcribe into a page, a template to fill), copied from piece by piece over the calls
+    after the step that would digest it. It is kept whole for its first `drawn_turns` turns
+    (`whole_block`), and after that while one of the last `drawn_turns` tool-calling turns
+    drew from it (`drawing.drawn_from`'s `eager`), where another output needs two."""
+    return (item.kind == "tool_result"
+            and opts.whole_block_tokens < item.tokens <= opts.source_block_tokens
+            and item.clock.turns < opts.whole_block_turns
+            and item.message_index in item.clock.named and _text_block(item))
+
+
+def _text_block(item: Item) -> bool:
     payload = envelope(item.text)
     return payload is not None and payload.lstrip()[:1] not in ("{", "[")
 
@@ -113,7 +136,9 @@ def lagging_tokens(
         behind = [item for item in behind if item.message_index >= opened]
     if not behind:
         return 0
-    kept = drawn_from(waiting, messages, opts.drawn_turns, known) if messages else set()
+    eager = {item.id for item in waiting if source_block(item, opts)}
+    kept = (drawn_from(waiting, messages, opts.drawn_turns, known, eager)
+            if messages else set())
     return sum(item.tokens for item in behind if item.id not in kept)
 
 

@@ -246,6 +246,12 @@ class CompressOptions(_Settings):
     # ... while the session has made fewer than this many assistant turns: on a long
     # session the short blocks kept whole add up on every call (a ticket queue's cost @0.1).
     whole_block_turns: Count = 0
+    # ... and at most this many tokens (when more than `whole_block_tokens`) for a block
+    # answering a call whose arguments name a file the task statement names (`Clock.named`):
+    # the document the task works from (a biography to transcribe into a page, a form's
+    # template to fill), copied from piece by piece over the calls after its first step,
+    # where its digest kept a few lines (0: no larger bound).
+    source_block_tokens: Count = 0
 
 
 class Stages(_Settings):

@@ -23,7 +23,7 @@ from gateway.context.lines import MINIFIED_JSON, MINIFIED_KEPT
 from gateway.context.session import Decision
 from gateway.context.stages.base import StageContext, StageResult, decide
 from gateway.context.stages.ladder import cut
-from gateway.context.steps import ages_out, undecided, whole_block
+from gateway.context.steps import ages_out, source_block, undecided, whole_block
 from gateway.context.taskclass import CompressOptions
 
 EXPIRED_MIN_TOKENS = 60  # a shorter digest is left as it is: a placeholder saves too little
@@ -136,7 +136,8 @@ def _drawn(items: list[Item], due: list[Item], ctx: StageContext,
     sources = [ctx.originals.get(item.id, item) for item in (*due, *(
         item for item in items if item.message_index >= ctx.horizon
         and item.kind == "tool_result" and undecided(item, ctx.decisions)))]
-    return drawn_from(sources, ctx.messages, opts.drawn_turns, ctx.known)
+    eager = {item.id for item in sources if source_block(item, opts)}
+    return drawn_from(sources, ctx.messages, opts.drawn_turns, ctx.known, eager)
 
 
 async def compress_items(items: list[Item], budget: Budget, ctx: StageContext) -> StageResult:
