@@ -57,14 +57,17 @@ def gist(item: Item, known: frozenset[str] = frozenset()) -> str:
     return f"{head[:-1]}; mentions: {' '.join(named)}]" if named else head
 
 
-def kept_cells(item: Item, focus: frozenset[str], seen: frozenset[str] = frozenset()) -> str | None:
+def kept_cells(item: Item, focus: frozenset[str], seen: frozenset[str] = frozenset(),
+               names: bool = False) -> str | None:
     """What an aged MCP content block is masked as (None: a plain placeholder): its
     placeholder and the short cells of its payload's records that carry the task's and the
     latest calls' terms (`summarize.kept_fields`), which the model does not read above
     (`seen`). Made once, when the mask is decided (the focus moves on); the decision keeps
     it. A form's question, a sheet's header, an e-mail address an agent fills in many steps
-    after it read them (bench/README.md, "What a masked content block keeps")."""
-    cells = kept_fields(item.text, focus, seen)
+    after it read them (bench/README.md, "What a masked content block keeps"). With `names`,
+    also the cells naming its records (ids, names, addresses, codes, links), whichever
+    terms they carry (`summarize.MASKED_RECORD_CHARS_PER_CHAR`)."""
+    cells = kept_fields(item.text, focus, seen, names=names)
     if not cells:
         return None
     return f"{placeholder(item)[:-1]}; mentions: {'; '.join(cells)}]"

@@ -680,6 +680,15 @@ def summarize(
 KEPT_CHARS = 160
 KEPT_CELL_CHARS = 60  # a cell this long at most is one an agent copies whole
 KEPT_MIN_CELL = 4  # shorter cells are not values an agent re-types
+# Characters a masked block gives, after those cells, to the cells naming its records (ids,
+# names, e-mails, codes, links; a text payload's links and addresses): one per this many
+# characters of its payload, at least KEPT_CHARS. What an agent picks from a listing many
+# steps after reading it, whether or not the task names it. Issue-7 yardstick, Toolathlon
+# (bench/README.md, "Toolathlon recall, part seven"): deepseek runs recall 98.5 / 97.7 -> 99.0
+# / 98.2 (tune / holdout) for 0.5 / 0.9 point of cost @0.1; one per 4: no more recall, more
+# cost. Only while the session has fewer than `whole_block_turns` turns (`stages/base`):
+# ungated, the deepseek queues' cost @0.1 fell under keep-1 masking's.
+MASKED_RECORD_CHARS_PER_CHAR = 8
 
 
 def _records(value: Any, out: list[list[str]]) -> None:
@@ -728,11 +737,14 @@ def records(payload: str) -> list[list[str]]:
 
 
 def kept_fields(text: str, focus: frozenset[str], seen: frozenset[str] = frozenset(),
-                bound: int = KEPT_CHARS) -> list[str]:
-    """What a masked MCP content block keeps of its payload: the short cells (field values,
-    names, ids) of the records that carry the most focus terms, within `bound` characters;
-    cells whose values the model reads anyway (`seen`) left out. Empty for any other text."""
-    payload = envelope(text) if focus else None
+                bound: int = KEPT_CHARS, names: bool = False) -> list[str]:
+    """What a masked MCP content block (or one cut short, `cut_payload`) keeps of its
+    payload: the short cells (field values, names, ids) of the records that carry the most
+    focus terms, within `bound` characters; then, with `names`, the cells naming its records,
+    within one character per MASKED_RECORD_CHARS_PER_CHAR of the payload (at least
+    KEPT_CHARS); cells whose values the model reads anyway (`seen`) left out. Empty for any
+    other text."""
+    payload = (envelope(text) or cut_payload(text)) if focus else None
     if payload is None:
         return []
     scored = [(focus_hits(" ".join(cells), focus), i, cells)
@@ -745,7 +757,22 @@ def kept_fields(text: str, focus: frozenset[str], seen: frozenset[str] = frozens
                     or _HASH.search(cell) or set(values(cell)) <= seen):
                 continue
             if used + len(cell) + 2 > bound:
-                return kept
+                break
             kept.append(cell)
             used += len(cell) + 2
+        else:
+            continue
+        break
+    if not names:
+        return kept
+    # then the cells naming its records (`_naming_cells`), whichever terms they carry
+    room = max(KEPT_CHARS, len(payload) // MASKED_RECORD_CHARS_PER_CHAR)
+    used = 0
+    for cell in _naming_cells(payload):
+        if cell in kept or set(values(cell)) <= seen:
+            continue
+        if used + len(cell) + 2 > room:
+            break
+        kept.append(cell)
+        used += len(cell) + 2
     return kept

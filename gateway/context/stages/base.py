@@ -136,7 +136,12 @@ def decide(items: list[Item], chosen: Mapping[str, Decision], ctx: StageContext)
             decisions[item.id] = decision
         elif _keeps_cells(item, decision, ctx):
             # An aged content block keeps the cells its task and latest calls name.
-            text = kept_cells(ctx.originals.get(item.id, item), ctx.focus, frozenset(seen))
+            opts = ctx.task_class.stages.compress
+            # the cells naming its records too, in a session of fewer than
+            # `whole_block_turns` turns: a long session's (a queue's) later masks stay short
+            names = opts is not None and item.clock.turns < opts.whole_block_turns
+            text = kept_cells(ctx.originals.get(item.id, item), ctx.focus, frozenset(seen),
+                              names)
             if text is not None:
                 decision = decisions[item.id] = replace(decision, text=text)
         ctx.decisions[item.id] = decision
