@@ -700,6 +700,7 @@ class ContextEngine:
             messages=messages,
             target=step_target(final, cls, budget.input, fixed, first_call) if over else None,
             first_call=first_call,
+            calls=state.calls + 1,
         )
         stepped = over or turns_step or cls.select_every_call
         before = final

@@ -135,3 +135,37 @@ async def test_digests_keep_the_latest_turns_commands_whole() -> None:
     assert "value_0_10" not in texts[1] and "value_1_10" not in texts[3]
     assert "value_2_10 = parse_10(line)" in texts[5] and "value_3_10" in texts[7]
     assert all("Rewrite" not in texts[i] for i in (1, 3, 5, 7))
+
+
+def test_the_young_windows_exit_batch_masks_what_it_would_have_on_time() -> None:
+    """At the young window's exit (`repay_young_calls`: the first call past it) the mask
+    batches its weighed steps left out come at once; the batch masks the digests at least
+    `oldest - mask_after_turns` old, as it would have when its oldest digest was twice
+    that old, not the digests that became due meanwhile (Toolathlon claude runs: a digest
+    naming the paths the agent opened calls later, masked at the exit, bench/README.md "A
+    young session's large calls weighed, part three"). Any other call: every digest due."""
+    from gateway.context.session import Decision
+    from gateway.context.stages.compress import _expired_digests
+
+    msgs = _turns(30, "output {t}: " + " ".join(f"value_{k}" for k in range(80)))
+    items = _items(msgs)
+    old = next(i for i in items if i.age == 25 and i.kind == "user")
+    due = next(i for i in items if i.age == 12 and i.kind == "user")  # >= 10, < 25 - 10
+    spec = {"compaction": {"verbatim_turns_high": 3, "repay_calls": 20,
+                           "repay_young_calls": 30},
+            "stages": {"compress": {"mask_after_turns": 10}}}
+    cls = task_class("t", spec)
+    opts = cls.stages.compress
+    assert opts is not None
+    ctx = _ctx(cls, items, horizon=len(msgs))
+    for item in (old, due):
+        ctx.decisions[item.id] = Decision("compress", "compress", "aged", "summary")
+
+    def masked(calls: int, c: TaskClass = cls) -> set[str]:
+        ctx.calls, ctx.task_class = calls, c
+        return set(_expired_digests(items, ctx, opts))
+
+    assert masked(31) == {old.id}  # the exit call: what the batch had on time
+    assert masked(30) == masked(32) == {old.id, due.id}
+    off = task_class("t", {**spec, "compaction": {**spec["compaction"], "repay_young_calls": 0}})
+    assert masked(31, off) == {old.id, due.id}

@@ -47,6 +47,7 @@ class StageContext:
     caches: ContextCaches = field(default_factory=ContextCaches)  # the engine's memos
     # the client's messages (the budget ladder reads old exchanges' tool-call arguments)
     messages: Sequence[Mapping[str, Any]] = ()
+    calls: int = 0  # the session's calls so far, this one included (0: not counted)
 
     def total(self, items: list[Item]) -> int:
         return self.fixed_tokens + sum(item.tokens for item in items)

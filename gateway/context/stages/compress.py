@@ -77,7 +77,18 @@ def _expired_digests(
             expired[item.id] = Decision("compress", "mask", "aged", "mask", 1)
         elif _old_turn(item, ctx, opts, digest):  # joins a batch, never starts one
             expired[item.id] = Decision("compress", "mask", "aged", "mask", 1, arg=GIST)
-    return expired if oldest >= 2 * after else {}
+    if oldest < 2 * after:
+        return {}
+    c = ctx.task_class.compaction
+    if c.repay_young_calls and c.repay_young_calls < ctx.calls <= c.repay_young_calls + 1:
+        # The young window's exit (`steps.young`): the batches its weighed steps left out
+        # (`steps.unrepaid`) come at once. Such a late batch masks what it would have on
+        # time, when its oldest digest was twice `after` old: the digests at least
+        # `oldest - after` old; younger ones wait for the next batch, as they would have.
+        least = oldest - after
+        age = {item.id: item.age for item in items}
+        expired = {k: d for k, d in expired.items() if age[k] >= least}
+    return expired
 
 
 def _old_turn(item: Item, ctx: StageContext, opts: CompressOptions, digest: bool) -> bool:
