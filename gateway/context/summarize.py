@@ -684,7 +684,7 @@ KEPT_MIN_CELL = 4  # shorter cells are not values an agent re-types
 # names, e-mails, codes, links; a text payload's links and addresses): one per this many
 # characters of its payload, at least KEPT_CHARS. What an agent picks from a listing many
 # steps after reading it, whether or not the task names it. Issue-7 yardstick, Toolathlon
-# (bench/README.md, "Toolathlon recall, part seven"): deepseek runs recall 98.5 / 97.7 -> 99.0
+# (bench/README.md, "Toolathlon recall, part eight"): deepseek runs recall 98.5 / 97.7 -> 99.0
 # / 98.2 (tune / holdout) for 0.5 / 0.9 point of cost @0.1; one per 4: no more recall, more
 # cost. Only while the session has fewer than `whole_block_turns` turns (`stages/base`):
 # ungated, the deepseek queues' cost @0.1 fell under keep-1 masking's.
