@@ -56,8 +56,9 @@ def _expired_digests(
         return {}
     expired = {}
     oldest = 0
+    task = _young_task(items, opts)
     for item in items:
-        if item.age < after or item.pinned:
+        if item.age < after or item.pinned or (task is not None and item.message_index > task):
             continue
         made = ctx.decisions.get(item.id)
         digest = made is not None and (
@@ -78,6 +79,17 @@ def _expired_digests(
         elif _old_turn(item, ctx, opts, digest):  # joins a batch, never starts one
             expired[item.id] = Decision("compress", "mask", "aged", "mask", 1, arg=GIST)
     return expired if oldest >= 2 * after else {}
+
+
+def _young_task(items: list[Item], opts: CompressOptions) -> int | None:
+    """The index of the latest user message when the task it starts has lasted fewer than
+    `mask_task_from_turns` turns: the items after it stay out of the digests' batches, as
+    they would in a run of that task alone (None: no item is held back)."""
+    least = opts.mask_task_from_turns
+    if least is None:
+        return None
+    latest = next((item for item in reversed(items) if item.kind == "user"), None)
+    return None if latest is None or latest.age >= least else latest.message_index
 
 
 def _old_turn(item: Item, ctx: StageContext, opts: CompressOptions, digest: bool) -> bool:
