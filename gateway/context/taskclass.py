@@ -226,6 +226,11 @@ class CompressOptions(_Settings):
     # 11-call runs: cost @0.1 0.1-0.2 point worse ungated; bench/README.md, "Short
     # tool-call ids, and old customer turns as gists on long sessions").
     mask_turns_from_turns: Count = 0
+    # The current task's items (after the latest user message) join a batch only once that
+    # task has lasted this many assistant turns (None: no gate). A ticket queue's task
+    # otherwise meets a batch started by earlier tasks' digests at any point of it, where a
+    # run of that task alone reaches its first batch only `2 * mask_after_turns` turns in.
+    mask_task_from_turns: Count | None = None
     # Finished tool exchanges whose turn closed behind the horizon leave the request, noted
     # in one line per call in the user message before them, and runs of 2+ old closed
     # turns go as one note of what they named (fold.py), once the horizon has passed this

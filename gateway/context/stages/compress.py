@@ -56,8 +56,9 @@ def _expired_digests(
         return {}
     expired = {}
     oldest = 0
+    task = _young_task(items, opts)
     for item in items:
-        if item.age < after or item.pinned:
+        if item.age < after or item.pinned or (task is not None and item.message_index > task):
             continue
         made = ctx.decisions.get(item.id)
         digest = made is not None and (
@@ -89,6 +90,17 @@ def _expired_digests(
         age = {item.id: item.age for item in items}
         expired = {k: d for k, d in expired.items() if age[k] >= least}
     return expired
+
+
+def _young_task(items: list[Item], opts: CompressOptions) -> int | None:
+    """The index of the latest user message when the task it starts has lasted fewer than
+    `mask_task_from_turns` turns: the items after it stay out of the digests' batches, as
+    they would in a run of that task alone (None: no item is held back)."""
+    least = opts.mask_task_from_turns
+    if least is None:
+        return None
+    latest = next((item for item in reversed(items) if item.kind == "user"), None)
+    return None if latest is None or latest.age >= least else latest.message_index
 
 
 def _old_turn(item: Item, ctx: StageContext, opts: CompressOptions, digest: bool) -> bool:
