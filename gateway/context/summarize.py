@@ -543,11 +543,12 @@ def cut_payload(text: str) -> str | None:
     return None
 
 
-def _naming_cells(payload: str) -> list[str]:
+def _naming_cells(payload: str, lines: bool = False) -> list[str]:
     """The values naming a payload's records, in order: a JSON (or JSON-like, cut) payload's
     string members of at least 4 characters and numbers of at least 3 digits under keys that
     name a record (`id`, `name`, `email`, `url`, `code`, `value`, …), read at a second level
-    where JSON is serialised inside its strings; then every link and e-mail address."""
+    where JSON is serialised inside its strings; with `lines`, a text's records listed one a
+    line (`_TEXT_CELL`); then every link and e-mail address."""
     out: list[str] = []
     levels = [payload]
     if payload.count('\\"') >= 4:
@@ -572,11 +573,26 @@ def _naming_cells(payload: str) -> list[str]:
                 out.extend(v for v in (" ".join(_unescape(i).split())
                                        for i in _STRING.findall(items))
                            if 4 <= len(v) <= RECORD_CELL_CHARS)
-    for m in ([] if out else _LINK.finditer(payload)):  # JSON: its url/href members only
+    json_cells = bool(out)
+    if not out and lines:  # a text listing records one a line: their names and paths
+        for m in _TEXT_CELL.finditer(payload):
+            value = (m.group(1) or m.group(2)).rstrip(".,;:!?")
+            if 4 <= len(value) <= RECORD_CELL_CHARS * 2 and not _HASH.fullmatch(value):
+                out.append(value)
+    for m in ([] if json_cells else _LINK.finditer(payload)):  # JSON: its url/href members
         value = m.group().rstrip(".,;:!?")
         if len(value) <= RECORD_CELL_CHARS * 2:
             out.append(value)
     return list(dict.fromkeys(out))
+
+
+# What names a record in a text that lists them one a line: a list item that is one name
+# (`- academic_warning_sink`, `2. report.docx`), and a `Key: value` line whose value is one
+# path, address or link (`Destination: logging.googleapis.com/projects/p/buckets/b`) — what
+# an agent copies into its next call's arguments many steps after it listed them.
+_TEXT_CELL = re.compile(
+    r"^[ \t]*(?:[-*•]|\d{1,3}[.)])[ \t]+([\w.@/:-]+)[ \t]*$"
+    r"|^[ \t]*[\w .()-]{1,40}:[ \t]+([\w.+-]+(?:@|/)[\w.+@/:*-]+)[ \t]*$", re.MULTILINE)
 
 
 def _with_records(payload: str, compact: str, known: frozenset[str],
@@ -740,10 +756,11 @@ def kept_fields(text: str, focus: frozenset[str], seen: frozenset[str] = frozens
                 bound: int = KEPT_CHARS, names: bool = False) -> list[str]:
     """What a masked MCP content block (or one cut short, `cut_payload`) keeps of its
     payload: the short cells (field values, names, ids) of the records that carry the most
-    focus terms, within `bound` characters; then, with `names`, the cells naming its records,
-    within one character per MASKED_RECORD_CHARS_PER_CHAR of the payload (at least
-    KEPT_CHARS); cells whose values the model reads anyway (`seen`) left out. Empty for any
-    other text."""
+    focus terms, within `bound` characters; then, with `names`, the cells naming its records
+    (of a text payload: the names and paths it lists one a line, `_TEXT_CELL`, then its
+    links and addresses), within one character per MASKED_RECORD_CHARS_PER_CHAR of the
+    payload (at least KEPT_CHARS); cells whose values the model reads anyway (`seen`) left
+    out. Empty for any other text."""
     payload = (envelope(text) or cut_payload(text)) if focus else None
     if payload is None:
         return []
@@ -768,7 +785,7 @@ def kept_fields(text: str, focus: frozenset[str], seen: frozenset[str] = frozens
     # then the cells naming its records (`_naming_cells`), whichever terms they carry
     room = max(KEPT_CHARS, len(payload) // MASKED_RECORD_CHARS_PER_CHAR)
     used = 0
-    for cell in _naming_cells(payload):
+    for cell in _naming_cells(payload, lines=True):
         if cell in kept or set(values(cell)) <= seen:
             continue
         if used + len(cell) + 2 > room:

@@ -1,0 +1,76 @@
+"""What a masked MCP text block keeps beside the cells naming the task: the records it lists
+one a line — a list item that is one name, a `Key: value` line whose value is one path,
+address or link — within one character per 8 of its payload (a cloud tool's list of log
+sinks and their destination buckets), the real engine on the embedded Redis, the shipped
+configuration."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from gateway.context.engine import ContextEngine
+from gateway.context.focus import task_focus
+from gateway.context.summarize import KEPT_CHARS, kept_fields
+from tests.context.sessions import fit_each_call
+
+TASK = "Write a warning log entry for each student whose score dropped to the right bucket."
+TOOLS = [{"type": "function", "function": {"name": "list_log_sinks",
+                                           "parameters": {"type": "object"}}}]
+
+
+def sinks(n: int) -> str:
+    lines = [f"Found {n} log sinks:"]
+    for i in range(n):
+        lines += [f"- sink_{i:02d}_alerts",
+                  f"  Destination: logging.example.com/projects/p1/buckets/bucket-{i:02d}",
+                  f'  Filter: severity="CRITICAL" AND resource.type="global" AND n={i}']
+    return "\n".join(lines)
+
+
+def block(text: str) -> str:
+    return orjson.dumps({"type": "text", "text": text, "annotations": None}).decode()
+
+
+def test_a_masked_text_block_names_the_records_it_lists() -> None:
+    focus = task_focus([{"role": "user", "content": TASK}])
+    text = block(sinks(30))
+    got = kept_fields(text, focus, names=True)
+    task_cells = kept_fields(text, focus)  # without `names` (a long session): the task's only
+    assert got[:len(task_cells)] == task_cells
+    named = got[len(task_cells):]
+    assert named[:3] == ["sink_00_alerts", "logging.example.com/projects/p1/buckets/bucket-00",
+                         "sink_01_alerts"]
+    assert sum(len(c) + 2 for c in named) <= max(KEPT_CHARS, len(sinks(30)) // 8)
+    assert "sink_29_alerts" not in named  # the bound cuts the rest
+    assert not any("severity" in c or "Found" in c for c in named)  # not a naming line
+
+
+async def test_an_aged_text_listing_masked_by_the_engine_names_its_buckets(
+    engine: ContextEngine,
+) -> None:
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a helpful assistant with tools."},
+        {"role": "user", "content": TASK},
+    ]
+    for k in range(36):
+        call = f"call_{k:03d}"
+        result = block(sinks(30)) if k == 0 else block(
+            "\n".join(f"Student {k}-{j} scored within the usual range this term."
+                      for j in range(20)))
+        messages.append({"role": "assistant", "content": f"Reading page {k}.", "tool_calls": [
+            {"id": call, "type": "function",
+             "function": {"name": "list_log_sinks", "arguments": f'{{"page": {k}}}'}}]})
+        messages.append({"role": "tool", "tool_call_id": call, "content": result})
+    messages.append({"role": "assistant", "content": "Done reading."})
+    fits = await fit_each_call(engine, messages, TOOLS, "t-mtext", "masked-text-records")
+    sent = fits[-1].body["messages"]
+    first = next(m["content"] for m in sent if m.get("tool_call_id") == "call_000")
+    assert first.startswith("[ctxgate: omitted ")  # masked whole
+    assert "logging.example.com/projects/p1/buckets/bucket-00" in first
+    assert "sink_01_alerts" in first
+    assert len(first) < len(messages[3]["content"]) // 2
+    for fit in fits:  # the drop log still adds up
+        assert sum(d.tokens_before - d.tokens_after for d in fit.drops) == (
+            fit.tokens_before - fit.tokens_after)
