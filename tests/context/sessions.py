@@ -23,3 +23,21 @@ async def fit_each_call(
                 {"model": "gpt-4o", "messages": messages[:end], "tools": tools},
                 CallContext(tenant, f"tr-{session}-{end}", {"x-ctxgate-session-id": session})))
     return fits
+
+
+def reading_session(task: str, results: list[str], tool: str) -> list[dict[str, Any]]:
+    """A session where the agent reads one page a call: the system prompt, the task, then for
+    each of `results` an assistant call of `tool` (`{"page": k}`, id `call_{k:03d}`) and its
+    result, and a closing answer."""
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a helpful assistant with tools."},
+        {"role": "user", "content": task},
+    ]
+    for k, result in enumerate(results):
+        call = f"call_{k:03d}"
+        messages.append({"role": "assistant", "content": f"Reading page {k}.", "tool_calls": [
+            {"id": call, "type": "function",
+             "function": {"name": tool, "arguments": f'{{"page": {k}}}'}}]})
+        messages.append({"role": "tool", "tool_call_id": call, "content": result})
+    messages.append({"role": "assistant", "content": "Done reading."})
+    return messages

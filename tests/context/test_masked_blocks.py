@@ -15,7 +15,7 @@ from gateway.context.focus import task_focus
 from gateway.context.fold import sent_as
 from gateway.context.items import Item
 from gateway.context.summarize import kept_fields
-from tests.context.sessions import fit_each_call
+from tests.context.sessions import fit_each_call, reading_session
 
 TASK = "Copy the delivery survey questions into the customer feedback form."
 TOOLS = [{"type": "function", "function": {"name": "read_page",
@@ -78,17 +78,7 @@ def test_a_blocks_placeholder_names_its_payload_and_keeps_its_cells() -> None:
 async def test_an_aged_block_masked_by_the_engine_keeps_its_task_cells(
     engine: ContextEngine,
 ) -> None:
-    messages: list[dict[str, Any]] = [
-        {"role": "system", "content": "You are a helpful assistant with tools."},
-        {"role": "user", "content": TASK},
-    ]
-    for k in range(36):
-        call = f"call_{k:03d}"
-        messages.append({"role": "assistant", "content": f"Reading page {k}.", "tool_calls": [
-            {"id": call, "type": "function",
-             "function": {"name": "read_page", "arguments": f'{{"page": {k}}}'}}]})
-        messages.append({"role": "tool", "tool_call_id": call, "content": page(k)})
-    messages.append({"role": "assistant", "content": "Done reading."})
+    messages = reading_session(TASK, [page(k) for k in range(36)], "read_page")
     fits = await fit_each_call(engine, messages, TOOLS, "t-mask", "mask-blocks")
     last = fits[-1]
     sent = last.body["messages"]

@@ -12,7 +12,7 @@ import orjson
 from gateway.context.engine import ContextEngine
 from gateway.context.focus import task_focus
 from gateway.context.summarize import KEPT_CHARS, kept_fields
-from tests.context.sessions import fit_each_call
+from tests.context.sessions import fit_each_call, reading_session
 
 TASK = "Send each customer of the spring promotion a delivery survey by e-mail."
 TOOLS = [{"type": "function", "function": {"name": "list_customers",
@@ -59,20 +59,9 @@ def test_a_block_cut_short_is_read_for_its_records_too() -> None:
 async def test_an_aged_listing_masked_by_the_engine_names_its_customers(
     engine: ContextEngine,
 ) -> None:
-    messages: list[dict[str, Any]] = [
-        {"role": "system", "content": "You are a helpful assistant with tools."},
-        {"role": "user", "content": TASK},
-    ]
-    for k in range(36):
-        call = f"call_{k:03d}"
-        result = block(customers(12)) if k == 0 else block(
-            [{"page": k, "text": f"Garden tools catalogue page {k}, section {j}."}
-             for j in range(20)])
-        messages.append({"role": "assistant", "content": f"Reading page {k}.", "tool_calls": [
-            {"id": call, "type": "function",
-             "function": {"name": "list_customers", "arguments": f'{{"page": {k}}}'}}]})
-        messages.append({"role": "tool", "tool_call_id": call, "content": result})
-    messages.append({"role": "assistant", "content": "Done reading."})
+    messages = reading_session(TASK, [block(customers(12))] + [block(
+        [{"page": k, "text": f"Garden tools catalogue page {k}, section {j}."}
+         for j in range(20)]) for k in range(1, 36)], "list_customers")
     fits = await fit_each_call(engine, messages, TOOLS, "t-mrec", "masked-records")
     sent = fits[-1].body["messages"]
     first = next(m["content"] for m in sent if m.get("tool_call_id") == "call_000")

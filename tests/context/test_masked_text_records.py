@@ -6,14 +6,12 @@ configuration."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import orjson
 
 from gateway.context.engine import ContextEngine
 from gateway.context.focus import task_focus
 from gateway.context.summarize import KEPT_CHARS, kept_fields
-from tests.context.sessions import fit_each_call
+from tests.context.sessions import fit_each_call, reading_session
 
 TASK = "Write a warning log entry for each student whose score dropped to the right bucket."
 TOOLS = [{"type": "function", "function": {"name": "list_log_sinks",
@@ -50,20 +48,9 @@ def test_a_masked_text_block_names_the_records_it_lists() -> None:
 async def test_an_aged_text_listing_masked_by_the_engine_names_its_buckets(
     engine: ContextEngine,
 ) -> None:
-    messages: list[dict[str, Any]] = [
-        {"role": "system", "content": "You are a helpful assistant with tools."},
-        {"role": "user", "content": TASK},
-    ]
-    for k in range(36):
-        call = f"call_{k:03d}"
-        result = block(sinks(30)) if k == 0 else block(
-            "\n".join(f"Student {k}-{j} scored within the usual range this term."
-                      for j in range(20)))
-        messages.append({"role": "assistant", "content": f"Reading page {k}.", "tool_calls": [
-            {"id": call, "type": "function",
-             "function": {"name": "list_log_sinks", "arguments": f'{{"page": {k}}}'}}]})
-        messages.append({"role": "tool", "tool_call_id": call, "content": result})
-    messages.append({"role": "assistant", "content": "Done reading."})
+    messages = reading_session(TASK, [block(sinks(30))] + [block(
+        "\n".join(f"Student {k}-{j} scored within the usual range this term."
+                  for j in range(20))) for k in range(1, 36)], "list_log_sinks")
     fits = await fit_each_call(engine, messages, TOOLS, "t-mtext", "masked-text-records")
     sent = fits[-1].body["messages"]
     first = next(m["content"] for m in sent if m.get("tool_call_id") == "call_000")
