@@ -147,6 +147,7 @@ def _mentions(
     ]
     if not lost:
         return compact
+    whole = _whole_links(source)
     first = _defined(original) if level >= 3 else set()
     if level >= 3:  # nearest the end first: a turn's closing words state its plan, an
         lost.reverse()  # output's last lines its result (a traceback's innermost frame)
@@ -156,7 +157,24 @@ def _mentions(
     cap = MENTION_CAP.get(level, 30)
     if level >= 3:
         cap = max(cap, len(original) // MENTION_CHARS_PER_VALUE)
+    if whole:
+        lost = [whole.get(v, v) for v in lost[:cap]] + lost[cap:]
     return f"{compact}\n{mentions_line(lost, cap)}"
+
+
+def _whole_links(source: str) -> dict[str, str]:
+    """The links and e-mail addresses of `source`, by the value the list would name them
+    with (a link's host and path, an address's local part): listed whole, as written, they
+    are what an agent opens or writes to next (`https://…/lineups/`, `laura.hall@mcp.com`);
+    the value list splits them at `:` and `@` and drops a trailing `/`."""
+    out: dict[str, str] = {}
+    for m in _LINK.finditer(source):
+        link = m.group().rstrip(".,;:!?")
+        parts = values(link)
+        lead = parts[1] if "://" in link[:12] and len(parts) > 1 else parts[0] if parts else ""
+        if lead and len(link) <= RECORD_CELL_CHARS * 2:
+            out.setdefault(lead, link)
+    return out
 
 
 def mentions_line(lost: list[str], cap: int) -> str:
