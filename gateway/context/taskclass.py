@@ -231,6 +231,11 @@ class CompressOptions(_Settings):
     # otherwise meets a batch started by earlier tasks' digests at any point of it, where a
     # run of that task alone reaches its first batch only `2 * mask_after_turns` turns in.
     mask_task_from_turns: Count | None = None
+    # Once a user message closes a task that lasted at least this many assistant turns, the
+    # items before it go to their last form (a placeholder) at the next step, whatever
+    # their age, and that step may start a batch (None: no such rule). Masked later, one by
+    # one as they age, each change re-sends the new task's turns after it.
+    done_task_turns: Count | None = None
     # Finished tool exchanges whose turn closed behind the horizon leave the request, noted
     # in one line per call in the user message before them, and runs of 2+ old closed
     # turns go as one note of what they named (fold.py), once the horizon has passed this

@@ -52,6 +52,9 @@ def queue() -> list[dict[str, Any]]:
 def _ungated(settings: Settings) -> Settings:
     classes = copy.deepcopy(settings.task_classes)
     classes["agent"]["stages"]["compress"]["mask_task_from_turns"] = None
+    # and the done-task rule (`done_task_turns`), which masks the first ticket's outputs at
+    # the second's first step, so no later batch of theirs can start in the second ticket
+    classes["agent"]["stages"]["compress"]["done_task_turns"] = None
     return settings.model_copy(update={"task_classes": classes})
 
 

@@ -40,7 +40,8 @@ TURN_MASK_MARGIN = 16  # characters a turn's placeholder must save at least
 
 
 def _expired_digests(
-    items: list[Item], ctx: StageContext, opts: CompressOptions
+    items: list[Item], ctx: StageContext, opts: CompressOptions,
+    due: frozenset[str] = frozenset(),
 ) -> dict[str, Decision]:
     """Aged summaries old enough to be masked (the decision replaces the summary). In
     batches, as hysteresis: once a digest is twice `mask_after_turns` old, every digest at
@@ -57,8 +58,15 @@ def _expired_digests(
     expired = {}
     oldest = 0
     task = _young_task(items, opts)
+    done = _done_task(items, opts)
     for item in items:
-        if item.age < after or item.pinned or (task is not None and item.message_index > task):
+        before = done is not None and item.message_index < done
+        if ((item.age < after and not before) or item.pinned
+                or (task is not None and item.message_index > task)):
+            continue
+        if before and item.id in due and item.tokens >= EXPIRED_MIN_TOKENS:
+            expired[item.id] = Decision("compress", "mask", "aged", "mask", 1)
+            oldest = max(oldest, 2 * after)
             continue
         made = ctx.decisions.get(item.id)
         digest = made is not None and (
@@ -69,7 +77,7 @@ def _expired_digests(
                 and made.reason == MINIFIED_KEPT else item.tokens)
         if digest and size >= EXPIRED_MIN_TOKENS:
             expired[item.id] = Decision("compress", "mask", "aged", "mask", 1)
-            oldest = max(oldest, item.age)
+            oldest = max(oldest, 2 * after if before else item.age)
         elif (item.tokens >= EXPIRED_MIN_TOKENS and item.message_index < ctx.horizon
               and undecided(item, ctx.decisions) and item.rewritable
               and whole_block(item, opts)):
@@ -101,6 +109,19 @@ def _young_task(items: list[Item], opts: CompressOptions) -> int | None:
         return None
     latest = next((item for item in reversed(items) if item.kind == "user"), None)
     return None if latest is None or latest.age >= least else latest.message_index
+
+
+def _done_task(items: list[Item], opts: CompressOptions) -> int | None:
+    """The index of the latest user message when the task before it (from the user
+    message before) lasted at least `done_task_turns` turns: the items before it are done
+    with and go to their last form together (None: no such message)."""
+    least = opts.done_task_turns
+    if least is None:
+        return None
+    users = [item for item in items if item.kind == "user" and item.segment == 0]
+    if len(users) < 2 or users[-2].age - users[-1].age < least:
+        return None
+    return users[-1].message_index
 
 
 def _old_turn(item: Item, ctx: StageContext, opts: CompressOptions, digest: bool) -> bool:
@@ -179,7 +200,7 @@ async def compress_items(items: list[Item], budget: Budget, ctx: StageContext) -
     }
     minified = {i: was for i in aged if (was := ctx.decisions.get(i)) is not None
                 and was.reason == MINIFIED_JSON}
-    aged.update(_expired_digests(items, ctx, opts))
+    aged.update(_expired_digests(items, ctx, opts, frozenset(aged)))
     result = decide(items, aged, ctx)
     items, decisions = result.items, dict(result.decisions)
     if minified:
