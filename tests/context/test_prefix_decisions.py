@@ -33,6 +33,31 @@ def _session(turns: int) -> list[dict[str, Any]]:
     return messages
 
 
+HARNESS = ("Based on the issue, you can use the search APIs below to get more context.\n"
+           + "".join(f"    search_api_{k}(name: str): search for a name, form {k}.\n"
+                     for k in range(12)))
+
+
+def _text_tool_session(turns: int) -> list[dict[str, Any]]:
+    """An agent whose tools are text: the harness's prompt listing its search calls comes
+    back every fourth turn, word for word; the other user turns are the calls' results."""
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a software developer fixing an issue."},
+        {"role": "user", "content": "Issue: plotting a 3D surface fails in get_facecolors."},
+        {"role": "user", "content": HARNESS},
+    ]
+    for k in range(turns):
+        messages.append({"role": "assistant",
+                         "content": f'I will call search_class("Poly{k}") next.'})
+        if k % 4 == 3:
+            messages.append({"role": "user", "content": HARNESS})
+        else:
+            messages.append({"role": "user", "content": f'Result of search_class("Poly{k}"):\n'
+                             + f"class Poly{k}(Collection): def get_facecolors(self): ...\n" * 9})
+    messages.append({"role": "assistant", "content": "Done."})
+    return messages
+
+
 async def test_a_full_path_call_that_changes_nothing_leaves_the_sessions_decisions(
     settings: Settings, embedder: Any
 ) -> None:
@@ -54,3 +79,43 @@ async def test_a_full_path_call_that_changes_nothing_leaves_the_sessions_decisio
                 assert prefix.decisions is state.decisions, end
                 checked += 1
     assert checked > 20
+
+
+async def test_a_decided_item_whose_pin_lapsed_is_applied_on_the_prefix(
+    settings: Settings, embedder: Any
+) -> None:
+    """`Prefix.applied` takes an item whose pin lapsed since it was decided (a text-tool
+    agent's latest user turn, a harness prompt repeated and pointed to its earlier copy
+    while pinned, once the next user turn comes) as `apply_decisions` over every item
+    would give it: it no longer declines, which sent the call to re-apply every remembered
+    decision."""
+    from gateway.context import prefix as prefix_module
+    from gateway.context.apply import apply_decisions
+
+    engine = ContextEngine(settings, None, Metrics(), DropLog("/dev/null", "none", None),
+                           embedder, sessions=MemorySessionStore(), prefix_cache_size=1024)
+    original = prefix_module.Prefix.applied
+    lapsed: list[int] = []
+
+    def applied(self: Any, items: Any, decisions: Any, known: Any, counter: Any,
+                caches: Any) -> Any:
+        out = original(self, items, decisions, known, counter, caches)
+        if decisions is self.decisions and known == self.known:
+            restate = self.layout.restate
+            lapsed.append(sum(1 for sent in self.final if sent.pinned and sent.id in decisions
+                              and not restate(sent).pinned))
+            assert out == apply_decisions(items, decisions, counter, self.encoding, known)
+        return out
+
+    prefix_module.Prefix.applied = applied  # type: ignore[method-assign]
+    try:
+        session = uuid.uuid4().hex
+        messages = _text_tool_session(40)
+        for end in range(3, len(messages)):
+            if messages[end]["role"] == "assistant":
+                body = {"model": "gpt-4o", "messages": messages[:end]}
+                await engine.fit(body, CallContext("t1", f"c{end}",
+                                                   {"x-ctxgate-session-id": session}))
+    finally:
+        prefix_module.Prefix.applied = original  # type: ignore[method-assign]
+    assert any(lapsed), lapsed  # main declined on that call (None)
