@@ -18,7 +18,7 @@ the last 20 (`bench/timing.py`): the engine alone, with `--gateway` also a real 
 with `--against DIR` another checkout's code in the same run, rounds interleaved.
 
     .venv/bin/python bench/replay.py --timing [--against DIR] [--gateway] [--rounds N]
-        [--turns N] [--seeds N] [--web N] [--json OUT]
+        [--turns N] [--seeds N] [--web N] [--queue DIR/NAME ...] [--longest N] [--json OUT]
 
 `--format` sends each corpus call in that wire format (converted by `bench/wire_convert.py`,
 fitted through the format's adapter as its route does, the forwarded request read back as
@@ -350,6 +350,9 @@ def main() -> int:
     timing.add_argument("--turns", type=int, default=300, help="turns of each session")
     timing.add_argument("--seeds", type=int, default=1, help="sessions (one per seed)")
     timing.add_argument("--web", type=int, default=0, help="longest web sessions timed too")
+    timing.add_argument("--queue", type=Path, action="append", default=[],
+                        help="a corpus folder (JSONL) whose longest sessions are timed too")
+    timing.add_argument("--longest", type=int, default=2, help="sessions timed per --queue")
     args = parser.parse_args()
     if args.timing:
         trees = [("this", Path(__file__).resolve().parents[1])]
@@ -357,7 +360,7 @@ def main() -> int:
             trees.append((f"against {args.against.name}", args.against.resolve()))
         kinds = ["engine", "gateway"] if args.gateway else ["engine"]
         report = run_timing(trees, kinds, args.rounds, args.turns, args.seeds, args.web,
-                            args.corpora)
+                            args.corpora, args.queue, args.longest)
         print_timing(report)
         if args.json:
             args.json.write_text(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode())

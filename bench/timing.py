@@ -3,19 +3,23 @@ time grows with the new content only), for this checkout and optionally another 
 code before a change) in the same run, rounds interleaved so that both see the same load.
 
 Run through `bench/replay.py --timing [--against DIR] [--rounds N] [--turns N]
-[--seeds N] [--web N] [--gateway]`. Each measurement runs in a child process started from the
-checkout it measures (`--tree`), so this file imports nothing of the project at module
-level and uses only what every checkout has: `tests.sessions` (the synthetic 300-call
-sessions), `gateway.context.replay` (the engine as `ctxgate replay` builds it: in-memory
-sessions, the drop log to /dev/null), and `tests.harness` (a real gateway with embedded
-Redis and the scripted upstream). Per call the child records the engine's `fit` time (wall
-clock, and the process's CPU time, which other processes on a loaded machine disturb far
-less), or the gateway's `x-ctxgate-overhead-ms` and the client's round trip, and whether the call's
-forwarded messages extend the previous call's (a call between compaction steps) or not (a
-step call).
+[--seeds N] [--web N] [--queue DIR/NAME ...] [--longest N] [--gateway]`; `--queue` adds the
+`--longest` sessions (most calls) of a corpus folder in the JSONL format (e.g. the converted
+queues in /tmp), each call sent as the replay sends it (`bench.corpus_run.request`).
+Each measurement runs in a child process started from the checkout it measures (`--tree`),
+so this file imports nothing of the project at module level and uses only what every
+checkout has: `tests.sessions` (the synthetic 300-call sessions), `bench.corpora` and
+`bench.corpus_run` (the corpus sessions and their calls), `gateway.context.replay` (the
+engine as `ctxgate replay` builds it: in-memory sessions, the drop log to /dev/null), and
+`tests.harness` (a real gateway with embedded Redis and the scripted upstream). Per call the
+child records the engine's `fit` time (wall clock, and the process's CPU time, which other
+processes on a loaded machine disturb far less), or the gateway's `x-ctxgate-overhead-ms`
+and the client's round trip, and whether the call's forwarded messages extend the previous
+call's (a call between compaction steps) or not (a step call). Figures are means and
+medians; the medians are the ones to read on a loaded machine.
 
     python bench/timing.py --child engine|gateway --tree DIR [--turns N] [--seeds N] [--web N]
-        [--corpora DIR]
+        [--corpora DIR] [--queue DIR/NAME ...] [--longest N]
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,10 +46,12 @@ WARM_TURNS = 40  # a first session, not measured: classifier, embedder, caches w
 MODEL = "gpt-4o-mini"  # a model the gateway requires, with an exact tokenizer
 
 
-def _sessions(turns: int, seeds: int, web: int, corpora: Path | None
+def _sessions(turns: int, seeds: int, web: int, corpora: Path | None,
+              queues: Sequence[Path] = (), longest: int = 2
               ) -> list[tuple[str, list[dict[str, Any]]]]:
-    """The warm-up session, then `seeds` synthetic sessions of `turns` turns and the `web`
-    longest web-browsing sessions of the shared corpora (`../shared/corpora/`)."""
+    """The warm-up session, then `seeds` synthetic sessions of `turns` turns, the `web`
+    longest web-browsing sessions of the shared corpora (`../shared/corpora/`) and the
+    `longest` sessions of each corpus folder in `queues`."""
     from gateway.context.replay import calls_from_messages
     from tests.sessions import synthetic_session
 
@@ -62,6 +68,17 @@ def _sessions(turns: int, seeds: int, web: int, corpora: Path | None
             if session.tools:
                 calls = [{**body, "tools": session.tools} for body in calls]
             out.append((session.id, calls))
+    if queues:
+        from bench.corpora import jsonl
+        from bench.corpus_run import request
+        from bench.yardstick import call_ends
+
+        for folder in queues:
+            loaded = jsonl(folder.name, folder.parent)
+            ranked = sorted(loaded, key=lambda s: -len(call_ends(s.messages)))[:longest]
+            for session in ranked:
+                ends = call_ends(session.messages)
+                out.append((session.id, [request(session, end) for end in ends]))
     return out
 
 
@@ -69,8 +86,8 @@ def _extends(previous: list[Any] | None, forwarded: list[Any]) -> bool | None:
     return None if previous is None else forwarded[: len(previous)] == previous
 
 
-async def _engine_child(turns: int, seeds: int, web: int, corpora: Path | None
-                        ) -> dict[str, Any]:
+async def _engine_child(turns: int, seeds: int, web: int, corpora: Path | None,
+                        queues: Sequence[Path] = (), longest: int = 2) -> dict[str, Any]:
     from gateway.context.engine import CallContext
     from gateway.context.replay import build_engine
     from gateway.settings import Settings
@@ -83,7 +100,7 @@ async def _engine_child(turns: int, seeds: int, web: int, corpora: Path | None
     gc.collect()
     gc.freeze()
     out: dict[str, Any] = {}
-    for name, calls in _sessions(turns, seeds, web, corpora):
+    for name, calls in _sessions(turns, seeds, web, corpora, queues, longest):
         ms, cpu, between, previous = [], [], [], None
         for n, body in enumerate(calls):
             call = CallContext("bench", f"{name}-{n}", {"x-ctxgate-session-id": name})
@@ -120,13 +137,14 @@ def gateway_stack(tmp: Path, timeout_s: float = 600.0) -> Iterator[Any]:
         yield gateway
 
 
-def _gateway_child(turns: int, seeds: int, web: int, corpora: Path | None) -> dict[str, Any]:
+def _gateway_child(turns: int, seeds: int, web: int, corpora: Path | None,
+                   queues: Sequence[Path] = (), longest: int = 2) -> dict[str, Any]:
     import httpx
 
     out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp, gateway_stack(Path(tmp)) as gateway, \
             httpx.Client(timeout=60) as client:
-        for name, calls in _sessions(turns, seeds, web, corpora):
+        for name, calls in _sessions(turns, seeds, web, corpora, queues, longest):
             out[name] = _post_session(client, gateway.base_url, name, calls)
     out.pop("warm")
     return out
@@ -159,20 +177,26 @@ def child_main(argv: list[str]) -> None:
     parser.add_argument("--seeds", type=int, default=1)
     parser.add_argument("--web", type=int, default=0)
     parser.add_argument("--corpora", type=Path)
+    parser.add_argument("--queue", type=Path, action="append", default=[])
+    parser.add_argument("--longest", type=int, default=2)
     args = parser.parse_args(argv)
     sys.path.insert(0, str(args.tree.resolve()))
     if args.child == "engine":
-        result = asyncio.run(_engine_child(args.turns, args.seeds, args.web, args.corpora))
+        result = asyncio.run(_engine_child(args.turns, args.seeds, args.web, args.corpora,
+                                           args.queue, args.longest))
     else:
-        result = _gateway_child(args.turns, args.seeds, args.web, args.corpora)
+        result = _gateway_child(args.turns, args.seeds, args.web, args.corpora, args.queue,
+                                args.longest)
     sys.stdout.buffer.write(orjson.dumps(result))
 
 
-def _run_child(kind: str, tree: Path, turns: int, seeds: int, web: int, corpora: Path
-               ) -> dict[str, Any]:
+def _run_child(kind: str, tree: Path, turns: int, seeds: int, web: int, corpora: Path,
+               queues: Sequence[Path] = (), longest: int = 2) -> dict[str, Any]:
+    extra = [a for q in queues for a in ("--queue", str(q.resolve()))]
     done = subprocess.run(
         [sys.executable, str(HERE), "--child", kind, "--tree", str(tree), "--turns", str(turns),
-         "--seeds", str(seeds), "--web", str(web), "--corpora", str(corpora.resolve())],
+         "--seeds", str(seeds), "--web", str(web), "--corpora", str(corpora.resolve()),
+         "--longest", str(longest), *extra],
         cwd=tree, capture_output=True, check=False, env={**os.environ, "PYTHONPATH": ""})
     if done.returncode != 0:
         raise RuntimeError(f"timing child in {tree} failed:\n{done.stderr.decode()[-3000:]}")
@@ -184,9 +208,14 @@ def _mean(values: list[float]) -> float:
     return statistics.mean(values) if values else float("nan")
 
 
+def _median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
 def summarise(session: dict[str, Any], key: str = "ms") -> dict[str, float]:
     """First and last 20 calls' mean ms, and the same for calls between steps and for step
-    calls apart (the session's first call, which has no previous one, left out of both)."""
+    calls apart (the session's first call, which has no previous one, left out of both);
+    the `_med` figures are medians of the same calls."""
     ms, between = session[key], session["between"]
     calm = [t for t, b in zip(ms, between, strict=True) if b]
     steps = [t for t, b in zip(ms, between, strict=True) if b is False]
@@ -194,11 +223,16 @@ def summarise(session: dict[str, Any], key: str = "ms") -> dict[str, float]:
     return {"first": first, "last": last, "ratio": last / first,
             "calm_first": _mean(calm[:EDGE]), "calm_last": _mean(calm[-EDGE:]),
             "step_first": _mean(steps[:5]), "step_last": _mean(steps[-5:]),
-            "steps": float(len(steps))}
+            "steps": float(len(steps)),
+            "first_med": _median(ms[:EDGE]), "last_med": _median(ms[-EDGE:]),
+            "calm_first_med": _median(calm[:EDGE]), "calm_last_med": _median(calm[-EDGE:]),
+            "step_first_med": _median(steps[:EDGE]), "step_last_med": _median(steps[-EDGE:]),
+            "calls": float(len(ms))}
 
 
 def run_timing(trees: list[tuple[str, Path]], kinds: list[str], rounds: int, turns: int,
-               seeds: int, web: int, corpora: Path) -> dict[str, Any]:
+               seeds: int, web: int, corpora: Path, queues: Sequence[Path] = (),
+               longest: int = 2) -> dict[str, Any]:
     """Every (kind, tree) measured once per round, in turn; per session, each figure's
     median over rounds."""
     load = [os.getloadavg()]
@@ -206,7 +240,7 @@ def run_timing(trees: list[tuple[str, Path]], kinds: list[str], rounds: int, tur
     for _ in range(rounds):
         for kind in kinds:
             for label, tree in trees:
-                result = _run_child(kind, tree, turns, seeds, web, corpora)
+                result = _run_child(kind, tree, turns, seeds, web, corpora, queues, longest)
                 runs.setdefault((kind, label), []).append(result)
     load.append(os.getloadavg())
     table: dict[str, Any] = {}
@@ -225,7 +259,9 @@ def print_timing(report: dict[str, Any]) -> None:
     print(f"\n### Time per call, first {EDGE} calls vs last {EDGE} (median of "
           f"{report['rounds']} interleaved rounds; load average {load})")
     head = ("measured", "session", "code", f"first {EDGE} ms", f"last {EDGE} ms", "last/first",
-            "between steps: first / last ms", "step calls: first 5 / last 5 ms", "steps")
+            "between steps: first / last ms", "step calls: first 5 / last 5 ms", "steps",
+            "median first / last ms", "between steps, median first / last ms (ratio)",
+            f"step calls, median first / last {EDGE} ms")
     print("| " + " | ".join(head) + " |\n|" + "---|" * len(head))
     for key, r in report["rows"].items():
         kind, what, session, label = key.split("|")
@@ -235,6 +271,11 @@ def print_timing(report: dict[str, Any]) -> None:
         cells = [measured, session, label, f"{r['first']:.2f}", f"{r['last']:.2f}",
                  f"{r['ratio']:.2f}x", f"{r['calm_first']:.2f} / {r['calm_last']:.2f}",
                  f"{r['step_first']:.2f} / {r['step_last']:.2f}", f"{r['steps']:.0f}"]
+        if "calm_first_med" in r:  # a report written before the medians were kept has none
+            cells += [f"{r['first_med']:.2f} / {r['last_med']:.2f}",
+                      f"{r['calm_first_med']:.2f} / {r['calm_last_med']:.2f} "
+                      f"({r['calm_last_med'] / r['calm_first_med']:.2f}x)",
+                      f"{r['step_first_med']:.2f} / {r['step_last_med']:.2f}"]
         print("| " + " | ".join(cells) + " |")
 
 

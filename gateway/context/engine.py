@@ -727,6 +727,8 @@ class ContextEngine:
         if changed:
             state.decisions = ctx.decisions
             state.dirty.add("decisions")
+        else:  # the session's own dict, equal: its prefix is then reused by identity
+            ctx.decisions = state.decisions
         return final, ctx, stepped, applied._replace(changed=changed)
 
     async def _run_stages(

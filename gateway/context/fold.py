@@ -110,6 +110,9 @@ class Folded:
     plan: Plan
     events: list[DropEvent]
     delta: int  # tokens_after change: the note's tokens less the folded messages'
+    # whether a folded run had no events of its own: its events took the latest step of
+    # the call's events, so folding the same messages again numbers them by that step
+    floating: bool = False
 
 
 def _calls(msg: Mapping[str, Any]) -> list[Mapping[str, Any]] | None:
@@ -282,10 +285,13 @@ def fold_runs(
     new_events: dict[int, DropEvent] = {}
     made: RunCache = {}
     delta = 0
+    floating = False
     for run in runs:
         parts = _run_parts(messages, entries, run, original, count, cache or {}, made)
         olds = [by_index.get(entries[k][0], ()) for k in range(run.start, run.end)]
-        step = max((e.step for old in olds for e in old), default=latest)
+        step = max((e.step for old in olds for e in old), default=-1)
+        if step < 0:
+            step, floating = latest, True
         for k, (item_id, before, text, after), old in zip(
                 range(run.start, run.end), parts, olds, strict=True):
             i = entries[k][0]
@@ -314,7 +320,7 @@ def fold_runs(
     out_events = [e for e in events if e.message_index not in new_events]
     out_events += new_events.values()
     out_events.sort(key=lambda e: -1 if e.message_index is None else e.message_index)
-    return Folded(out_messages, plan, out_events, delta), made
+    return Folded(out_messages, plan, out_events, delta, floating), made
 
 
 def _turn(messages: Sequence[Mapping[str, Any]], indexes: Sequence[int], k: int,
@@ -502,6 +508,7 @@ def fold_turns(folded: Folded, runs: Sequence[Run], original: Original,
     new_events: dict[int, DropEvent] = {}
     notes: dict[int, tuple[int, str]] = {}
     delta = folded.delta
+    floating = folded.floating
     earlier = Earlier()
     for run in runs:
         first, last = plan[run.user][0], plan[run.end][0]
@@ -513,7 +520,9 @@ def fold_turns(folded: Folded, runs: Sequence[Run], original: Original,
         now = sum(heads[i][1] - sum(e.tokens_saved for e in olds[i]) for i in olds)
         if tokens >= now:
             continue
-        step = max((e.step for old in olds.values() for e in old), default=latest)
+        step = max((e.step for old in olds.values() for e in old), default=-1)
+        if step < 0:
+            step, floating = latest, True
         for i in range(first, last):
             item_id, before = heads[i]
             msg = sent.get(i)  # None: an exchange an earlier fold took (it has events)
@@ -544,7 +553,7 @@ def fold_turns(folded: Folded, runs: Sequence[Run], original: Original,
     out_events = [e for e in folded.events if e.message_index not in new_events]
     out_events += new_events.values()
     out_events.sort(key=lambda e: -1 if e.message_index is None else e.message_index)
-    return Folded(out_messages, out_plan, out_events, delta)
+    return Folded(out_messages, out_plan, out_events, delta, floating)
 
 
 @dataclass
@@ -559,6 +568,9 @@ class FoldMemo:
     source: list[Mapping[str, Any]] = field(default_factory=list)
     events: Sequence[DropEvent] | None = None
     folded: Folded | None = None  # None: nothing to fold, while the rest holds
+    # the latest step among the events `folded` was made from, when its events took it
+    # (`Folded.floating`); None: they did not, whatever the latest step
+    latest: int | None = None
     runs: RunCache = field(default_factory=dict)
     notes: NoteCache = field(default_factory=dict)  # the last fold's turns notes
     # per client message index: the message, the encoding, its `Original` (a step's fold
@@ -591,14 +603,23 @@ def _head(events: Sequence[DropEvent], horizon: int) -> int:
 
 
 def _same_head(old: Sequence[DropEvent] | None, events: Sequence[DropEvent],
-               horizon: int) -> bool:
-    """Whether `events` have the very `old` events for the messages before `horizon`."""
+               horizon: int, latest: int | None) -> bool:
+    """Whether `events` have the very `old` events for the messages before `horizon`, or
+    equal ones (a call that rendered those messages' events anew, as a full path's call
+    between steps does from its prefix's last mark) while their latest step is still
+    `latest` (the one the memo's fold numbered events by; None: none): folding them again
+    would fold the same."""
     if old is events:
         return True
     if old is None:
         return False
     p = _head(old, horizon)
-    return _head(events, horizon) == p and all(map(is_, old[:p], events[:p]))
+    if _head(events, horizon) != p:
+        return False
+    if all(map(is_, old[:p], events[:p])):
+        return True
+    return old[:p] == events[:p] and (
+        latest is None or max((e.step for e in events), default=0) == latest)
 
 
 def _same_start(source: list[Mapping[str, Any]], messages: list[Mapping[str, Any]]) -> bool:
@@ -626,7 +647,8 @@ def fold(
     horizon or the messages before it changed) says no. `memo` is read and updated."""
     n, last = len(memo.source), memo.folded
     if (memo.horizon == horizon and 0 < n <= len(messages)
-            and _same_start(memo.source, messages) and _same_head(memo.events, events, horizon)):
+            and _same_start(memo.source, messages)
+            and _same_head(memo.events, events, horizon, memo.latest)):
         if last is not None and (len(messages) > n or memo.events is not events):
             last.plan.extend(_entries(plan, n, len(messages)))
             kept = last.events[:_head(last.events, horizon)]
@@ -636,6 +658,7 @@ def fold(
         memo.source, memo.folded, memo.events = list(messages), last, events
         return last
     memo.horizon, memo.events, memo.source, memo.folded = horizon, events, list(messages), None
+    memo.latest = None
     if not gate():
         return None
     entries = _entries(plan, 0, len(messages))
@@ -652,6 +675,8 @@ def fold(
     if folded.messages is messages:
         return None
     memo.folded = folded
+    if folded.floating:
+        memo.latest = max((e.step for e in events), default=0)
     return folded
 
 

@@ -481,14 +481,19 @@ class Prefix:
         if decisions is not self.decisions or known != self.known:
             return None
         restate, current = self.layout.restate, self.layout.current
-        out = []
+        out: list[Item] = []
         for sent in self.final:
             if current(sent):
                 out.append(sent)
                 continue
             now = restate(sent)
-            if now.pinned != sent.pinned and sent.id in decisions:
-                return None  # rare: the full path's work
+            if (now.pinned != sent.pinned and sent.id in decisions
+                    and decisions[sent.id].method != "dedup"):
+                # its pin lapsed (pins only lapse as messages are added): it was sent as is,
+                # and its decision applies from now on (a dedup one applied to it pinned)
+                out += apply_decisions((now,), decisions, counter, self.encoding, known,
+                                       caches.rewritten)
+                continue
             out.append(now)
         tail = items[bisect_left(items, self.start, key=lambda item: item.message_index):]
         return out + apply_decisions(tail, decisions, counter, self.encoding, known,

@@ -356,6 +356,59 @@ def test_a_steps_fold_from_the_last_ones_notes_and_heads_is_the_fold_afresh() ->
     assert total >= 20 and made * 3 < total, (made, total)  # the older blocks' notes kept
 
 
+
+def test_a_fold_between_steps_is_taken_from_the_memo_on_equal_drop_events() -> None:
+    """A call between steps whose drop events before the horizon are equal to the last
+    call's but new objects (a full path's call renders them anew from its prefix's last
+    mark) takes the last fold from the memo, folding nothing again; once a new decision
+    brings a later step, runs with no events of their own are numbered by it, so the fold
+    is made again. Either way it equals the fold with a new memo, steps included."""
+    import random
+    from dataclasses import replace
+
+    from gateway.observability.droplog import DropEvent
+
+    messages = _queue_session(random.Random(3), 90)
+    horizon = len(messages) - 6
+
+    def event(i: int, step: int) -> DropEvent:
+        return DropEvent(stage="compress", action="compress", reason="digest", item_id=f"id{i}",
+                         kind="tool_result", message_index=i, tokens_before=80,
+                         tokens_after=20, step=step)
+
+    head = [event(i, 1) for i in range(3, horizon, 11)]
+    tail = [event(len(messages) - 2, 1)]
+
+    def folded(sent: list[dict[str, Any]], events: list[DropEvent], memo: FoldMemo,
+               counted: list[str]) -> Any:
+        def count(text: str) -> int:
+            counted.append(text)
+            return len(text)
+
+        out = fold(sent, None, events, horizon, memo.original(
+            sent, "enc", lambda i: (f"id{i}", 30 + len(str(sent[i].get("content"))))),
+            count, memo)
+        assert out is not None
+        return out.messages, out.plan, out.events, out.delta
+
+    memo = FoldMemo()
+    folded(messages, head + tail, memo, [])
+    assert memo.folded is not None and memo.folded.floating
+    longer = [*messages, {"role": "user", "content": "and W0001?"},
+              {"role": "assistant", "content": "Shipped."}]
+    again = [replace(e) for e in head]  # equal, not the same objects
+    notes, runs = memo.notes, memo.runs  # a fold made again keeps new ones
+    kept = folded(longer, again + tail, memo, [])
+    assert memo.notes is notes and memo.runs is runs  # taken from the memo
+    assert kept == folded(longer, again + tail, FoldMemo(), [])
+    newer = [*longer, {"role": "user", "content": "thanks"}]
+    stepped = [*[replace(e) for e in head], *tail, event(len(longer) - 1, 2)]
+    remade = folded(newer, stepped, memo, [])
+    assert memo.notes is not notes  # a later step: the runs with no events take it
+    assert remade == folded(newer, stepped, FoldMemo(), [])
+    assert 2 in {e.step for e in remade[2] if e.reason in (FOLD_REASON, TURNS_REASON)}
+
+
 def _ticket(k: int, user: str, name: str, arguments: dict[str, Any], result: str,
             reply: str) -> list[dict[str, Any]]:
     """One old ticket turn: the customer's message, one call and its result (as an aged
