@@ -85,16 +85,18 @@ def values(text: str) -> list[str]:
     return list(dict.fromkeys(v for v in _VALUE.findall(text) if len(v) >= 2))
 
 
-# A name joined by hyphens (`wenshuo-dev`, a branch, a slug, a kebab-case key): as much an
-# identifier an agent re-types whole as a snake_case one.
+# A name joined by hyphens (`wenshuo-dev`, a branch, a slug, a kebab-case key): an identifier
+# an agent re-types whole, listed before plain words (with long digit runs, not with
+# snake_case: there, English hyphenated words pushed needed values out of agentdojo's lists,
+# tune recall 99.5 -> 99.2; bench/README.md, "Toolathlon recall, part ten").
 _KEBAB = re.compile(r"[A-Za-z0-9]-[A-Za-z0-9]")
 
 
 def _priority(value: str) -> int:
-    if any(c.isalpha() for c in value) and (_NOTABLE.search(value) or _KEBAB.search(value)):
-        return 0  # snake_case, kebab-case, camelCase, dotted and path names, names with digits
-    if value.isdigit() and len(value) >= 6:
-        return 1  # a long run of digits is an identifier (an order, item or phone number)
+    if any(c.isalpha() for c in value) and _NOTABLE.search(value):
+        return 0  # snake_case, camelCase, dotted and path names, names with digits
+    if (value.isdigit() and len(value) >= 6) or _KEBAB.search(value):
+        return 1  # a long run of digits (an order, item or phone number), a kebab-case name
     if value.isalpha():
         return 2 if value.islower() else 3
     return 4
