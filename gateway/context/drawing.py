@@ -33,6 +33,12 @@ MAX_VALUE = 300  # longer values (a composed body, a script) are the agent's, no
 # Turns (of the last `turns`) that must draw from a result: one copy of one value is a
 # look-up, two are the agent working through it.
 MIN_TURNS = 2
+# The agent's own turns it works from: a plan or a list of records it compiled in its prose
+# (`1. Angela Moore - Email: …`) and then re-types one record a call. Credited besides the
+# result the value was read in (that result's credit is unchanged), when the turn is newer
+# than it. Its prose at least this long: a short remark restating one value is not a list.
+OWN_KINDS = frozenset({"assistant", "tool_call"})
+OWN_MIN_CHARS = 200
 
 
 def recent_values(
@@ -78,16 +84,28 @@ def drawn_from(
     if turns <= 0 or not sources:
         return set()
     results = [item for item in sources if item.kind == "tool_result"]
-    if not results:
+    own = [item for item in sources if item.kind in OWN_KINDS
+           and len(item.text) >= OWN_MIN_CHARS]
+    if not results and not own:
         return set()
     credits: dict[str, int] = {}  # id -> turns that drew from it
     for index, found in recent_values(messages, turns):
         before = [item for item in results if item.message_index < index]
+        mine = [item for item in own if item.message_index < index]
         hit: set[str] = set()
         for value in found:
             if value in known:
                 continue
+            read = -1
             for item in reversed(before):
+                if value in item.text:
+                    hit.add(item.id)
+                    read = item.message_index
+                    break
+            for item in reversed(mine):
+                # the agent's own list, written after the result it read the value in
+                if item.message_index < read:
+                    break
                 if value in item.text:
                     hit.add(item.id)
                     break

@@ -85,11 +85,18 @@ def values(text: str) -> list[str]:
     return list(dict.fromkeys(v for v in _VALUE.findall(text) if len(v) >= 2))
 
 
+# A name joined by hyphens (`wenshuo-dev`, a branch, a slug, a kebab-case key): an identifier
+# an agent re-types whole, listed before plain words (with long digit runs, not with
+# snake_case: there, English hyphenated words pushed needed values out of agentdojo's lists,
+# tune recall 99.5 -> 99.2; bench/README.md, "Toolathlon recall, part ten").
+_KEBAB = re.compile(r"[A-Za-z0-9]-[A-Za-z0-9]")
+
+
 def _priority(value: str) -> int:
     if any(c.isalpha() for c in value) and _NOTABLE.search(value):
         return 0  # snake_case, camelCase, dotted and path names, names with digits
-    if value.isdigit() and len(value) >= 6:
-        return 1  # a long run of digits is an identifier (an order, item or phone number)
+    if (value.isdigit() and len(value) >= 6) or _KEBAB.search(value):
+        return 1  # a long run of digits (an order, item or phone number), a kebab-case name
     if value.isalpha():
         return 2 if value.islower() else 3
     return 4
@@ -593,6 +600,7 @@ def _naming_cells(payload: str, lines: bool = False) -> list[str]:
                            if 4 <= len(v) <= RECORD_CELL_CHARS)
     json_cells = bool(out)
     if not out and lines:  # a text listing records one a line: their names and paths
+        out.extend(_csv_cells(payload))
         for m in _TEXT_CELL.finditer(payload):
             value = (m.group(1) or m.group(2)).rstrip(".,;:!?")
             if 4 <= len(value) <= RECORD_CELL_CHARS * 2 and not _HASH.fullmatch(value):
@@ -602,6 +610,31 @@ def _naming_cells(payload: str, lines: bool = False) -> list[str]:
         if len(value) <= RECORD_CELL_CHARS * 2:
             out.append(value)
     return list(dict.fromkeys(out))
+
+
+CSV_MIN_ROWS = 2  # data rows under the header line
+
+
+def _csv_cells(payload: str) -> list[str]:
+    """A comma-separated table's cells that tell its rows apart (`179`, `Frank Phillips`;
+    not a value repeated on another row, `active`), row by row: a file of records (a roster,
+    an export) the agent reads once and works through one row a call. Empty unless every
+    line after the header has as many commas as it, with at least 2 columns and
+    CSV_MIN_ROWS rows; quoted cells with commas make a line not count."""
+    rows = [line.strip() for line in payload.strip().splitlines() if line.strip()]
+    if len(rows) < CSV_MIN_ROWS + 1:
+        return []
+    width = rows[0].count(",")
+    if width < 1 or '"' in payload or any(row.count(",") != width for row in rows):
+        return []
+    cells = [[c.strip() for c in row.split(",")] for row in rows[1:]]
+    count: dict[str, int] = {}
+    for row in cells:
+        for c in set(row):
+            count[c] = count.get(c, 0) + 1
+    return [c for row in cells for c in row
+            if count[c] == 1 and (len(c) >= 4 or (len(c) == 3 and c.isdigit()))
+            and len(c) <= RECORD_CELL_CHARS]
 
 
 # What names a record in a text that lists them one a line: a list item that is one name

@@ -59,6 +59,7 @@ def _expired_digests(
     oldest = 0
     task = _young_task(items, opts)
     done = _done_task(items, opts)
+    drawn = _drawn_blocks(items, ctx, opts)
     for item in items:
         before = done is not None and item.message_index < done
         if ((item.age < after and not before) or item.pinned
@@ -80,7 +81,7 @@ def _expired_digests(
             oldest = max(oldest, 2 * after if before else item.age)
         elif (item.tokens >= EXPIRED_MIN_TOKENS and item.message_index < ctx.horizon
               and undecided(item, ctx.decisions) and item.rewritable
-              and whole_block(item, opts)):
+              and whole_block(item, opts) and item.id not in drawn):
             # a short content block sent whole (`whole_block_tokens`) joins a batch as a
             # digest would, never starts one: the prefix changes no more often than without
             expired[item.id] = Decision("compress", "mask", "aged", "mask", 1)
@@ -98,6 +99,27 @@ def _expired_digests(
         age = {item.id: item.age for item in items}
         expired = {k: d for k, d in expired.items() if age[k] >= least}
     return expired
+
+
+def _drawn_blocks(items: list[Item], ctx: StageContext, opts: CompressOptions) -> set[str]:
+    """The short content blocks sent whole (`whole_block`) behind the horizon that the agent
+    is drawing from (`drawing.py`): they stay out of the digests' mask batch until it stops,
+    as a due output stays out of a step (a file of records the agent works through one row
+    a call: the names it searches for next are in the rows it has not reached)."""
+    if not opts.drawn_turns:
+        return set()
+    blocks = [item for item in items
+              if item.kind == "tool_result" and item.message_index < ctx.horizon
+              and item.age >= (opts.mask_after_turns or 0) and not item.pinned
+              and undecided(item, ctx.decisions) and whole_block(item, opts)]
+    if not blocks:
+        return set()
+    # every result since the first of them, read as sent: a value is credited to the latest
+    first = blocks[0].message_index
+    sources = [ctx.originals.get(item.id, item) for item in items
+               if item.kind == "tool_result" and item.message_index >= first]
+    return drawn_from(sources, ctx.messages, opts.drawn_turns, ctx.known) & {
+        item.id for item in blocks}
 
 
 def _young_task(items: list[Item], opts: CompressOptions) -> int | None:
