@@ -67,6 +67,33 @@ def test_a_list_the_agent_compiled_itself_is_drawn_from() -> None:
     assert drawn_from(late, messages, 3) == {"m2"}
 
 
+
+def test_a_list_the_user_restated_is_not_the_agents_source() -> None:
+    """A customer-service agent summarises the orders for the user in a long turn; the user
+    answers with the orders and items to change; the calls that follow copy them from the
+    user's message, newer than the agent's summary: the summary is not credited."""
+    orders = [f"#W{4000000 + 1111 * k}" for k in range(6)]
+    records = "\n".join(f"order {o}: status delivered, card credit_card_{k}" for k, o in
+                        enumerate(orders))
+    summary = "Your orders:\n" + "\n".join(
+        f"{k + 1}. {o} - delivered, paid with credit_card_{k}" for k, o in enumerate(orders))
+    reply = f"Please exchange the items of {orders[0]}, {orders[1]} and {orders[2]}."
+    messages: list[dict[str, Any]] = [
+        {"role": "user", "content": "Help me with my orders."},
+        _call(0, "get_orders", {}), {"role": "tool", "content": records},
+        {"role": "assistant", "content": summary},
+        {"role": "user", "content": reply},
+        _call(1, "exchange", {"order_id": orders[0]}), {"role": "tool", "content": "ok"},
+        _call(2, "exchange", {"order_id": orders[1]}), {"role": "tool", "content": "ok"},
+        _call(3, "exchange", {"order_id": orders[2]}), {"role": "tool", "content": "ok"},
+    ]
+    sources = [_item(2, "tool_result", records), _item(3, "assistant", summary)]
+    assert drawn_from(sources, messages, 3) == {"m2"}
+    # the same turns without the user's message in between: the agent's list is its source
+    del messages[4]
+    sources = [_item(2, "tool_result", records), _item(3, "assistant", summary)]
+    assert drawn_from(sources, messages, 3) == {"m2", "m3"}
+
 def _roster() -> str:
     return "user_id,name,email,state\r\n" + "".join(
         f"{170 + k},{p},{p.split()[0].lower()}@example.com,active\r\n"
