@@ -26,7 +26,7 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from gateway.context.focus import _argument_leaves
-from gateway.context.items import Item
+from gateway.context.items import Item, content_text
 
 MIN_VALUE = 4  # characters of an argument value that counts (the yardstick's needed values)
 MAX_VALUE = 300  # longer values (a composed body, a script) are the agent's, not copied
@@ -107,9 +107,22 @@ def drawn_from(
                 if item.message_index < read:
                     break
                 if value in item.text:
-                    hit.add(item.id)
+                    if not _user_restated(messages, value, item.message_index, index):
+                        hit.add(item.id)
                     break
         for item_id in hit:
             credits[item_id] = credits.get(item_id, 0) + 1
     least = min(MIN_TURNS, turns)
     return {item_id for item_id, n in credits.items() if n >= least or item_id in eager}
+
+
+def _user_restated(
+    messages: Sequence[Mapping[str, Any]], value: str, start: int, end: int
+) -> bool:
+    """Whether a user message between `start` and `end` holds `value`: the agent took it from
+    the user's newer message (a customer confirming the order and items the agent's summary
+    listed), not from its own turn."""
+    return any(messages[i].get("role") == "user"
+               and value in content_text(messages[i].get("content"))
+               for i in range(start + 1, min(end, len(messages))))
+
