@@ -491,14 +491,16 @@ def fields(text: str) -> list[str]:
 
 
 def _with_fields(payload: str, compact: str, known: frozenset[str],
-                 focus: frozenset[str]) -> str:
+                 focus: frozenset[str], bound: int | None = None) -> str:
     """`compact` and a line of the payload's field values it left out, within a size bound
-    (FIELD_CHARS_PER_CHAR): those naming the focus terms first, then in order."""
+    (FIELD_CHARS_PER_CHAR, or `bound` characters): those naming the focus terms first, then
+    in order."""
     lost = [f for f in fields(payload) if f not in compact and f not in known]
     if not lost:
         return compact
     lost.sort(key=lambda f: not focus_hits(f, focus))
-    bound = max(FIELD_MIN, len(payload) // FIELD_CHARS_PER_CHAR)
+    if bound is None:
+        bound = max(FIELD_MIN, len(payload) // FIELD_CHARS_PER_CHAR)
     return _with_line(compact, "omitted fields", lost, bound)
 
 
@@ -721,8 +723,12 @@ def summarize(
         compact = _with_fields(source, compact, known, focus)
         compact = _with_records(payload, compact, known, focus)
     elif not prose and (cut := cut_payload(text)) is not None:
-        # a content block cut short: its digest is the raw text's as before, and the cells
-        # naming its records, read leniently from what is left of its JSON
+        # a content block cut short: its digest is the raw text's as before, and, as a whole
+        # block's, its short multi-word field values (a record's `Long Beach, US`, read
+        # from the quoted cells left of its JSON) and the cells naming its records.
+        # Issue-7 yardstick (bench/README.md, "part eleven"): Toolathlon claude queues tune
+        # recall 97.6 -> 97.7; no other corpus has a cut block.
+        compact = _with_fields(cut, compact, known, focus, FIELD_MIN)
         compact = _with_records(cut, compact, known, focus)
     elif kind == "tool_result":
         # a plain text listing records by their links (search hits): the links, whole
