@@ -41,3 +41,28 @@ def reading_session(task: str, results: list[str], tool: str) -> list[dict[str, 
         messages.append({"role": "tool", "tool_call_id": call, "content": result})
     messages.append({"role": "assistant", "content": "Done reading."})
     return messages
+
+
+def order_page(k: int) -> str:
+    """Page `k` of an order listing: 40 lines, each with its own order number and values."""
+    return "\n".join(f"Order {1000 * k + i}: shipped to warehouse {k}-{i} on day {i}, "
+                     f"carrier batch {k * 7 + i}, weight {i + 3} kg" for i in range(40))
+
+
+def ticket_queue(first_turns: int, second_turns: int) -> list[dict[str, Any]]:
+    """Two tickets (`T-100`, `T-200`) worked one after the other in one session, each a run
+    of `read_page` calls returning `order_page`s, each closed by an answer."""
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You work the ticket queue with the tools."}]
+    k = 0
+    for ticket, turns in (("T-100", first_turns), ("T-200", second_turns)):
+        messages.append({"role": "user", "content": f"Ticket {ticket}: audit the orders."})
+        for _ in range(turns):
+            k += 1
+            call = f"call_{k:03d}"
+            messages.append({"role": "assistant", "content": f"Reading page {k}.",
+                             "tool_calls": [{"id": call, "type": "function", "function": {
+                                 "name": "read_page", "arguments": f'{{"page": {k}}}'}}]})
+            messages.append({"role": "tool", "tool_call_id": call, "content": order_page(k)})
+        messages.append({"role": "assistant", "content": f"Ticket {ticket} is audited."})
+    return messages

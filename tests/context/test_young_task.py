@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Any
 
 import redis.asyncio as aioredis
 
@@ -16,7 +15,7 @@ from gateway.embeddings import Embedder
 from gateway.observability.droplog import DropLog
 from gateway.observability.metrics import Metrics
 from gateway.settings import Settings
-from tests.context.sessions import fit_each_call
+from tests.context.sessions import fit_each_call, ticket_queue
 
 TOOLS = [{"type": "function", "function": {"name": "read_page",
                                            "parameters": {"type": "object"}}}]
@@ -24,29 +23,6 @@ TOOLS = [{"type": "function", "function": {"name": "read_page",
 # task's 15th turn (ungated, it masks the second task's digests 10+ turns old)
 FIRST_TURNS = 20
 SECOND_TURNS = 19  # the current task's turns: it never reaches 20
-
-
-def page(k: int) -> str:
-    return "\n".join(f"Order {1000 * k + i}: shipped to warehouse {k}-{i} on day {i}, "
-                     f"carrier batch {k * 7 + i}, weight {i + 3} kg" for i in range(40))
-
-
-def queue() -> list[dict[str, Any]]:
-    """Two tickets worked one after the other in one session, each a run of page reads."""
-    messages: list[dict[str, Any]] = [
-        {"role": "system", "content": "You work the ticket queue with the tools."}]
-    k = 0
-    for ticket, turns in (("T-100", FIRST_TURNS), ("T-200", SECOND_TURNS)):
-        messages.append({"role": "user", "content": f"Ticket {ticket}: audit the orders."})
-        for _ in range(turns):
-            k += 1
-            call = f"call_{k:03d}"
-            messages.append({"role": "assistant", "content": f"Reading page {k}.",
-                             "tool_calls": [{"id": call, "type": "function", "function": {
-                                 "name": "read_page", "arguments": f'{{"page": {k}}}'}}]})
-            messages.append({"role": "tool", "tool_call_id": call, "content": page(k)})
-        messages.append({"role": "assistant", "content": f"Ticket {ticket} is audited."})
-    return messages
 
 
 def _ungated(settings: Settings) -> Settings:
@@ -61,7 +37,7 @@ def _ungated(settings: Settings) -> Settings:
 async def _second_task(engine: ContextEngine, session: str) -> tuple[int, int]:
     """Over the second ticket's calls: how many sent one of its own outputs as a
     placeholder, and how many sent one of the first ticket's as one."""
-    messages = queue()
+    messages = ticket_queue(FIRST_TURNS, SECOND_TURNS)
     start = next(i for i, m in enumerate(messages) if m.get("content") == (
         "Ticket T-200: audit the orders."))
     own = {m["tool_call_id"] for m in messages[start:] if m["role"] == "tool"}
