@@ -80,3 +80,26 @@ def task_focus(messages: Sequence[Mapping[str, Any]]) -> frozenset[str]:
 def focus_hits(line: str, focus: frozenset[str]) -> int:
     """How many distinct focus terms a line carries."""
     return len({t.lower() for t in _TERM.findall(line)} & focus) if focus else 0
+
+
+# A name's parts: a path's segments (`mcptester0606/Annoy-PyEdu-Rs-Raw` ->
+# `annoy-pyedu-rs-raw`), and the words a snake-, kebab- or dotted name joins
+# (`critical_academic_warnings` -> `academic`; `_pages/publications.html` -> `publications`).
+_SEGMENT = re.compile(r"[/:@]")
+_PART = re.compile(r"[/:@._\-]")
+
+
+def focus_parts(value: str, focus: frozenset[str]) -> int:
+    """How many distinct focus terms `value`'s names carry as parts (a path's segments, the
+    words of a joined name), whole terms included: a value that names what the task names
+    inside a longer identifier (`…/Annoy-PyEdu-Rs-Raw`, `critical_academic_warnings`), which
+    `focus_hits` reads as one term that no task states."""
+    if not focus:
+        return 0
+    parts: set[str] = set()
+    for term in _TERM.findall(value):
+        term = term.lower()
+        parts.add(term)
+        parts.update(_SEGMENT.split(term))
+        parts.update(_PART.split(term))
+    return len({p for p in parts if len(p) >= 3} & focus)

@@ -23,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from gateway.context.focus import focus_hits
+from gateway.context.focus import focus_hits, focus_parts
 
 _ERROR = re.compile(
     r"(?i)\b(error|exception|traceback|failed|failure|fatal|panic|denied|not found|"
@@ -660,8 +660,10 @@ def _with_records(payload: str, compact: str, known: frozenset[str],
     lost = [c for c in _naming_cells(payload) if c not in compact and c not in known]
     if not lost:
         return compact
-    # links last: a record's link repeats its id, and is several cells long
-    lost.sort(key=lambda c: (not focus_hits(c, focus), c.startswith(("http://", "https://"))))
+    # links last: a record's link repeats its id, and is several cells long; a cell that
+    # names the task inside a longer name (`_pages/publications.html`) before the others
+    lost.sort(key=lambda c: (not focus_hits(c, focus), c.startswith(("http://", "https://")),
+                             0 if focus_hits(c, focus) else -focus_parts(c, focus)))
     return _with_line(compact, "records", lost, len(payload) // RECORD_CHARS_PER_CHAR)
 
 
@@ -842,7 +844,11 @@ def kept_fields(text: str, focus: frozenset[str], seen: frozenset[str] = frozens
     # then the cells naming its records (`_naming_cells`), whichever terms they carry
     room = max(KEPT_CHARS, len(payload) // MASKED_RECORD_CHARS_PER_CHAR)
     used = 0
-    for cell in _naming_cells(payload, lines=True):
+    cells = _naming_cells(payload, lines=True)
+    # stable: a name carrying the task's terms as parts first (a link's path names every
+    # record's folder: left in its place)
+    cells.sort(key=lambda c: 0 if _LINK.fullmatch(c) else -focus_parts(c, focus))
+    for cell in cells:
         if cell in kept or set(values(cell)) <= seen:
             continue
         if used + len(cell) + 2 > room:
