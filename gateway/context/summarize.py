@@ -451,6 +451,12 @@ FIELD_CHARS_PER_CHAR = 8
 FIELD_MIN = 240
 _FIELD_SPLIT = re.compile(r"\s*(?:\||\t|\n|\s{2,}|\"\s*[:,]?\s*\"?|^\"|\"$)\s*")
 _KEY = re.compile(r"^[\w .()/-]{1,40}:\s+(?=\S)")
+# a framework's (or our own) mark where it cut a text short, `[... 76373 characters cut ...]`:
+# no value of the payload, never listed as one (a cut block's fields line listed it;
+# bench/README.md, "Toolathlon queues' recall, part twelve")
+_CUT_MARK = re.compile(
+    r"(?i)\[[^\]\n]{0,24}?\b\d[\d,]*\s+(?:characters?|chars?|bytes|lines|tokens)\s+"
+    r"(?:cut|truncated|omitted|elided|removed)\b[^\]\n]{0,24}\]?")
 
 
 def _leaves(value: Any, out: list[str]) -> None:
@@ -487,6 +493,7 @@ def fields(text: str) -> list[str]:
     return list(dict.fromkeys(
         f for f in out
         if " " in f and len(f) <= FIELD_CHARS and any(c.isalpha() for c in f)
+        and not _CUT_MARK.search(f)
     ))
 
 

@@ -78,3 +78,11 @@ async def test_an_agent_looks_up_the_locations_of_a_cut_listing(engine: ContextE
     for fit in fits:  # the drop log still adds up
         assert sum(d.tokens_before - d.tokens_after for d in fit.drops) == (
             fit.tokens_before - fit.tokens_after)
+
+
+def test_the_cut_marker_is_no_field_value() -> None:
+    text = cut(block(PAYLOAD), 5000, 2500)
+    out = summarize(text, "tool_result", 3)
+    fields_line = next(line for line in out.splitlines() if line.startswith("[omitted fields:"))
+    assert "characters cut" not in fields_line  # the framework's marker, not a value
+    assert "Long Beach, US" in fields_line
