@@ -231,6 +231,11 @@ class CompressOptions(_Settings):
     # otherwise meets a batch started by earlier tasks' digests at any point of it, where a
     # run of that task alone reaches its first batch only `2 * mask_after_turns` turns in.
     mask_task_from_turns: Count | None = None
+    # In a session of 2+ user messages, the current task's items (after the latest one) join
+    # a batch only once they are this many turns old, and start one at this many plus
+    # `mask_after_turns` (None: as any item). A queue's current task is what the agent is
+    # still working with; earlier tasks' items are done with (`done_task_turns`).
+    mask_current_turns: Count | None = None
     # Once a user message closes a task that lasted at least this many assistant turns, the
     # items before it go to their last form (a placeholder) at the next step, whatever
     # their age, and that step may start a batch (None: no such rule). Masked later, one by

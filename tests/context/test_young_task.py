@@ -31,6 +31,9 @@ def _ungated(settings: Settings) -> Settings:
     # and the done-task rule (`done_task_turns`), which masks the first ticket's outputs at
     # the second's first step, so no later batch of theirs can start in the second ticket
     classes["agent"]["stages"]["compress"]["done_task_turns"] = None
+    # and the current task's own later join (`mask_current_turns`), which keeps the second
+    # ticket's outputs out of the batches past its 20th turn too
+    classes["agent"]["stages"]["compress"]["mask_current_turns"] = None
     return settings.model_copy(update={"task_classes": classes})
 
 

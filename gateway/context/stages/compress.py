@@ -51,7 +51,9 @@ def _expired_digests(
     short exchanges (a support agent working a queue) they were most of what went verbatim.
     A gist joins a batch, never starts one: the prefix changes no more often than without
     (bench/README.md, "Short tool-call ids, and old customer turns as gists on long
-    sessions": a gist starting batches took tau-bench's queue holdout recall to 98.98%)."""
+    sessions": a gist starting batches took tau-bench's queue holdout recall to 98.98%).
+    In a session of 2+ user messages the current task's items join `mask_current_turns`
+    old and start a batch `mask_after_turns` later (they age that much slower)."""
     after = opts.mask_after_turns
     if after is None or not ctx.task_class.compaction.ages:
         return {}
@@ -59,10 +61,14 @@ def _expired_digests(
     oldest = 0
     task = _young_task(items, opts)
     done = _done_task(items, opts)
+    current = _current_task(items, opts)
     drawn = _drawn_blocks(items, ctx, opts)
     for item in items:
         before = done is not None and item.message_index < done
-        if ((item.age < after and not before) or item.pinned
+        # the current task's items age slower: they join at `mask_current_turns`
+        aged = (item.age - (opts.mask_current_turns or 0) + after
+                if current is not None and item.message_index > current else item.age)
+        if ((aged < after and not before) or item.pinned
                 or (task is not None and item.message_index > task)):
             continue
         if before and item.id in due and item.tokens >= EXPIRED_MIN_TOKENS:
@@ -78,7 +84,7 @@ def _expired_digests(
                 and made.reason == MINIFIED_KEPT else item.tokens)
         if digest and size >= EXPIRED_MIN_TOKENS:
             expired[item.id] = Decision("compress", "mask", "aged", "mask", 1)
-            oldest = max(oldest, 2 * after if before else item.age)
+            oldest = max(oldest, 2 * after if before else aged)
         elif (item.tokens >= EXPIRED_MIN_TOKENS and item.message_index < ctx.horizon
               and undecided(item, ctx.decisions) and item.rewritable
               and whole_block(item, opts) and item.id not in drawn):
@@ -131,6 +137,16 @@ def _young_task(items: list[Item], opts: CompressOptions) -> int | None:
         return None
     latest = next((item for item in reversed(items) if item.kind == "user"), None)
     return None if latest is None or latest.age >= least else latest.message_index
+
+
+def _current_task(items: list[Item], opts: CompressOptions) -> int | None:
+    """The index of the latest user message of a session of 2+ (the current task's start)
+    when `mask_current_turns` is set: the items after it join the digests' batches only
+    once that many turns old (None: no such message, or no such rule)."""
+    if opts.mask_current_turns is None:
+        return None
+    users = [item for item in items if item.kind == "user" and item.segment == 0]
+    return users[-1].message_index if len(users) >= 2 else None
 
 
 def _done_task(items: list[Item], opts: CompressOptions) -> int | None:
