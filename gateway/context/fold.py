@@ -66,7 +66,7 @@ import re
 from bisect import bisect_left
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from operator import is_
+from operator import attrgetter, is_
 from typing import Any
 
 import orjson
@@ -110,9 +110,10 @@ class Folded:
     plan: Plan
     events: list[DropEvent]
     delta: int  # tokens_after change: the note's tokens less the folded messages'
-    # whether a folded run had no events of its own: its events took the latest step of
-    # the call's events, so folding the same messages again numbers them by that step
-    floating: bool = False
+    # the client message indexes whose events took the latest step among the call's events
+    # (a run with no events of its own, or a turns run over one): folding the same messages
+    # with a later step numbers them by that one (`renumbered`)
+    floating: frozenset[int] = frozenset()
 
 
 def _calls(msg: Mapping[str, Any]) -> list[Mapping[str, Any]] | None:
@@ -285,13 +286,14 @@ def fold_runs(
     new_events: dict[int, DropEvent] = {}
     made: RunCache = {}
     delta = 0
-    floating = False
+    floating: set[int] = set()
     for run in runs:
         parts = _run_parts(messages, entries, run, original, count, cache or {}, made)
         olds = [by_index.get(entries[k][0], ()) for k in range(run.start, run.end)]
         step = max((e.step for old in olds for e in old), default=-1)
         if step < 0:
-            step, floating = latest, True
+            step = latest
+            floating.update(entries[k][0] for k in range(run.start, run.end))
         for k, (item_id, before, text, after), old in zip(
                 range(run.start, run.end), parts, olds, strict=True):
             i = entries[k][0]
@@ -320,7 +322,7 @@ def fold_runs(
     out_events = [e for e in events if e.message_index not in new_events]
     out_events += new_events.values()
     out_events.sort(key=lambda e: -1 if e.message_index is None else e.message_index)
-    return Folded(out_messages, plan, out_events, delta, floating), made
+    return Folded(out_messages, plan, out_events, delta, frozenset(floating)), made
 
 
 def _turn(messages: Sequence[Mapping[str, Any]], indexes: Sequence[int], k: int,
@@ -508,7 +510,7 @@ def fold_turns(folded: Folded, runs: Sequence[Run], original: Original,
     new_events: dict[int, DropEvent] = {}
     notes: dict[int, tuple[int, str]] = {}
     delta = folded.delta
-    floating = folded.floating
+    floating = set(folded.floating)
     earlier = Earlier()
     for run in runs:
         first, last = plan[run.user][0], plan[run.end][0]
@@ -521,8 +523,9 @@ def fold_turns(folded: Folded, runs: Sequence[Run], original: Original,
         if tokens >= now:
             continue
         step = max((e.step for old in olds.values() for e in old), default=-1)
-        if step < 0:
-            step, floating = latest, True
+        if step < 0 or not floating.isdisjoint(olds):  # the latest step, or one taken from it
+            step = latest
+            floating.update(olds)
         for i in range(first, last):
             item_id, before = heads[i]
             msg = sent.get(i)  # None: an exchange an earlier fold took (it has events)
@@ -553,7 +556,7 @@ def fold_turns(folded: Folded, runs: Sequence[Run], original: Original,
     out_events = [e for e in folded.events if e.message_index not in new_events]
     out_events += new_events.values()
     out_events.sort(key=lambda e: -1 if e.message_index is None else e.message_index)
-    return Folded(out_messages, out_plan, out_events, delta, floating)
+    return Folded(out_messages, out_plan, out_events, delta, frozenset(floating))
 
 
 @dataclass
@@ -568,9 +571,10 @@ class FoldMemo:
     source: list[Mapping[str, Any]] = field(default_factory=list)
     events: Sequence[DropEvent] | None = None
     folded: Folded | None = None  # None: nothing to fold, while the rest holds
-    # the latest step among the events `folded` was made from, when its events took it
-    # (`Folded.floating`); None: they did not, whatever the latest step
+    # the latest step among the call's events that `folded`'s floating events carry
+    # (`Folded.floating`); None: it has none, whatever the latest step
     latest: int | None = None
+    head_step: int = 0  # the latest step among the events before the horizon (`events`')
     runs: RunCache = field(default_factory=dict)
     notes: NoteCache = field(default_factory=dict)  # the last fold's turns notes
     # per client message index: the message, the encoding, its `Original` (a step's fold
@@ -603,12 +607,11 @@ def _head(events: Sequence[DropEvent], horizon: int) -> int:
 
 
 def _same_head(old: Sequence[DropEvent] | None, events: Sequence[DropEvent],
-               horizon: int, latest: int | None) -> bool:
+               horizon: int) -> bool:
     """Whether `events` have the very `old` events for the messages before `horizon`, or
     equal ones (a call that rendered those messages' events anew, as a full path's call
-    between steps does from its prefix's last mark) while their latest step is still
-    `latest` (the one the memo's fold numbered events by; None: none): folding them again
-    would fold the same."""
+    between steps does from its prefix's last mark): folding them again would fold the
+    same, but for the step its floating events take (`renumbered`)."""
     if old is events:
         return True
     if old is None:
@@ -618,8 +621,19 @@ def _same_head(old: Sequence[DropEvent] | None, events: Sequence[DropEvent],
         return False
     if all(map(is_, old[:p], events[:p])):
         return True
-    return old[:p] == events[:p] and (
-        latest is None or max((e.step for e in events), default=0) == latest)
+    return old[:p] == events[:p]
+
+
+_step = attrgetter("step")
+
+
+def renumbered(folded: Folded, events: Sequence[DropEvent], latest: int) -> list[DropEvent]:
+    """`events` (`folded`'s, of the messages before its horizon) with its floating events
+    numbered by `latest`, as folding them again with that latest step numbers them: a
+    call's fold is numbered by the call's own events, whichever path rendered them."""
+    floating = folded.floating
+    return [replace(e, step=latest) if e.message_index in floating and e.step != latest
+            else e for e in events]
 
 
 def _same_start(source: list[Mapping[str, Any]], messages: list[Mapping[str, Any]]) -> bool:
@@ -648,13 +662,19 @@ def fold(
     n, last = len(memo.source), memo.folded
     if (memo.horizon == horizon and 0 < n <= len(messages)
             and _same_start(memo.source, messages)
-            and _same_head(memo.events, events, horizon, memo.latest)):
+            and _same_head(memo.events, events, horizon)):
         if last is not None and (len(messages) > n or memo.events is not events):
             last.plan.extend(_entries(plan, n, len(messages)))
             kept = last.events[:_head(last.events, horizon)]
+            p = _head(events, horizon)
+            if memo.latest is not None and memo.events is not events:
+                # numbered by this call's latest step, as a fold made anew numbers them (the
+                # events before the horizon are the memo's: only the later ones are read)
+                latest = max(memo.head_step, max(map(_step, events[p:]), default=0))
+                if latest != memo.latest:
+                    kept, memo.latest = renumbered(last, kept, latest), latest
             last = replace(last, messages=last.messages + messages[n:],
-                           events=last.events if memo.events is events
-                           else kept + events[_head(events, horizon):])
+                           events=last.events if memo.events is events else kept + events[p:])
         memo.source, memo.folded, memo.events = list(messages), last, events
         return last
     memo.horizon, memo.events, memo.source, memo.folded = horizon, events, list(messages), None
@@ -676,7 +696,8 @@ def fold(
         return None
     memo.folded = folded
     if folded.floating:
-        memo.latest = max((e.step for e in events), default=0)
+        memo.latest = max(map(_step, events), default=0)
+        memo.head_step = max(map(_step, events[:_head(events, horizon)]), default=0)
     return folded
 
 

@@ -361,52 +361,77 @@ def test_a_fold_between_steps_is_taken_from_the_memo_on_equal_drop_events() -> N
     """A call between steps whose drop events before the horizon are equal to the last
     call's but new objects (a full path's call renders them anew from its prefix's last
     mark) takes the last fold from the memo, folding nothing again; once a new decision
-    brings a later step, runs with no events of their own are numbered by it, so the fold
-    is made again. Either way it equals the fold with a new memo, steps included."""
+    brings a later step, the runs with no events of their own are numbered by it, from the
+    memo too. Either way it equals the fold with a new memo, steps included."""
     import random
     from dataclasses import replace
 
-    from gateway.observability.droplog import DropEvent
-
     messages = _queue_session(random.Random(3), 90)
     horizon = len(messages) - 6
-
-    def event(i: int, step: int) -> DropEvent:
-        return DropEvent(stage="compress", action="compress", reason="digest", item_id=f"id{i}",
-                         kind="tool_result", message_index=i, tokens_before=80,
-                         tokens_after=20, step=step)
-
-    head = [event(i, 1) for i in range(3, horizon, 11)]
-    tail = [event(len(messages) - 2, 1)]
-
-    def folded(sent: list[dict[str, Any]], events: list[DropEvent], memo: FoldMemo,
-               counted: list[str]) -> Any:
-        def count(text: str) -> int:
-            counted.append(text)
-            return len(text)
-
-        out = fold(sent, None, events, horizon, memo.original(
-            sent, "enc", lambda i: (f"id{i}", 30 + len(str(sent[i].get("content"))))),
-            count, memo)
-        assert out is not None
-        return out.messages, out.plan, out.events, out.delta
-
+    head = [_event(i, 1) for i in range(3, horizon, 11)]
+    tail = [_event(len(messages) - 2, 1)]
     memo = FoldMemo()
-    folded(messages, head + tail, memo, [])
+    _fold_of(messages, head + tail, horizon, memo)
     assert memo.folded is not None and memo.folded.floating
     longer = [*messages, {"role": "user", "content": "and W0001?"},
               {"role": "assistant", "content": "Shipped."}]
     again = [replace(e) for e in head]  # equal, not the same objects
     notes, runs = memo.notes, memo.runs  # a fold made again keeps new ones
-    kept = folded(longer, again + tail, memo, [])
+    kept = _fold_of(longer, again + tail, horizon, memo)
     assert memo.notes is notes and memo.runs is runs  # taken from the memo
-    assert kept == folded(longer, again + tail, FoldMemo(), [])
+    assert kept == _fold_of(longer, again + tail, horizon, FoldMemo())
     newer = [*longer, {"role": "user", "content": "thanks"}]
-    stepped = [*[replace(e) for e in head], *tail, event(len(longer) - 1, 2)]
-    remade = folded(newer, stepped, memo, [])
-    assert memo.notes is not notes  # a later step: the runs with no events take it
-    assert remade == folded(newer, stepped, FoldMemo(), [])
+    stepped = [*[replace(e) for e in head], *tail, _event(len(longer) - 1, 2)]
+    remade = _fold_of(newer, stepped, horizon, memo)
+    assert memo.notes is notes  # a later step: the memo's fold, renumbered
+    assert remade == _fold_of(newer, stepped, horizon, FoldMemo())
     assert 2 in {e.step for e in remade[2] if e.reason in (FOLD_REASON, TURNS_REASON)}
+
+
+def _event(i: int, step: int) -> Any:
+    from gateway.observability.droplog import DropEvent
+
+    return DropEvent(stage="compress", action="compress", reason="digest", item_id=f"id{i}",
+                     kind="tool_result", message_index=i, tokens_before=80,
+                     tokens_after=20, step=step)
+
+
+def _fold_of(sent: list[dict[str, Any]], events: list[Any], horizon: int,
+             memo: FoldMemo) -> Any:
+    out = fold(sent, None, events, horizon, memo.original(
+        sent, "enc", lambda i: (f"id{i}", 30 + len(str(sent[i].get("content"))))),
+        len, memo)
+    assert out is not None
+    return out.messages, out.plan, out.events, out.delta
+
+
+def test_a_fold_numbers_its_eventless_runs_by_the_calls_latest_step_whichever_path() -> None:
+    """The drop events before the horizon the very objects of the last call's (a call on
+    its session's prefix), and a new decision after the horizon with a later step (a repeat
+    on arrival decided on the prefix): the runs with no events of their own take that step,
+    as a fold with a new memo (the full path's, or no prefix cache) numbers them; the
+    runs with events of their own keep theirs, and a step back numbers them back."""
+    import random
+
+    messages = _queue_session(random.Random(5), 90)
+    horizon = len(messages) - 6
+    head = [_event(i, 1) for i in range(3, horizon, 17)]
+    memo = FoldMemo()
+    first = _fold_of(messages, head, horizon, memo)
+    assert memo.folded is not None and memo.folded.floating
+    steps = {e.message_index: e.step for e in first[2]}
+    assert {steps[i] for i in memo.folded.floating} == {1}
+    notes = memo.notes
+    for step in (3, 4, 2):
+        longer = [*messages, {"role": "user", "content": f"and W000{step}?"},
+                  {"role": "assistant", "content": "Shipped."}]
+        events = [*head, _event(len(longer) - 1, step)]  # the same head objects
+        kept = _fold_of(longer, events, horizon, memo)
+        assert memo.notes is notes  # taken from the memo
+        assert kept == _fold_of(longer, events, horizon, FoldMemo()), step
+        floating = memo.folded.floating
+        assert {e.step for e in kept[2] if e.message_index in floating} == {max(step, 1)}
+        messages = longer
 
 
 def _ticket(k: int, user: str, name: str, arguments: dict[str, Any], result: str,

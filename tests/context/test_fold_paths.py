@@ -1,0 +1,86 @@
+"""A call's drop log does not depend on whether its engine keeps a prefix cache. Once old
+turns are folded, a call between steps whose new output is decided on arrival on the
+session's prefix (a JSON record laid out with spaces, sent minified) is one step past the
+session's latest; the folded runs with no drop events of their own (an exchange sent as it
+came) carry the call's latest step, so on that call they carry the new one whether the fold
+is taken from the prefix's memo (renumbered) or made anew (no cache)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+from gateway.context.engine import CallContext, ContextEngine
+from gateway.context.fold import FOLD_REASONS
+from gateway.context.session import MemorySessionStore
+from gateway.observability.droplog import DropLog
+from gateway.observability.metrics import Metrics
+from gateway.settings import Settings
+
+TOOLS = [{"type": "function", "function": {"name": "get_reservation",
+                                           "parameters": {"type": "object"}}}]
+
+
+def _result(k: int) -> str:
+    """One in three lookups returns a JSON record laid out with spaces (minified on arrival),
+    one in three a short line no stage touches, the others a list of segments."""
+    if k % 3 == 2:
+        return json.dumps({"reservation_id": f"RES{k:03d}X", "user_id": f"cust_{k:03d}_4411",
+                           "flights": [{"flight": f"HAT{k:03d}{i}", "date": f"2024-05-{10 + i}",
+                                        "seat": f"{i}A"} for i in range(6)],
+                           "status": "confirmed"}, indent=2)
+    if k % 3 == 0:
+        return f"RES{k:03d}X: no segments"
+    return "\n".join(f"segment {i}: flight HAT{k:03d}{i} on 2024-05-{10 + i} seat {i}A"
+                     for i in range(12))
+
+
+def _queue(tickets: int) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You help customers with their reservations."},
+        {"role": "user", "content": "Hello, I need help with my booking."},
+        {"role": "assistant", "content": "Sure, what is your reservation?"},
+    ]
+    for k in range(tickets):
+        messages.append({"role": "user", "content": (
+            f"Hi, I am customer cust_{k:03d}_4411 and I would like to know the current status "
+            f"of my reservation RES{k:03d}X before I travel, thanks.")})
+        call = f"call_{k:03d}_abcdefghijklmnopqrstuvwx"
+        messages.append({"role": "assistant", "content": None, "tool_calls": [
+            {"id": call, "type": "function", "function": {
+                "name": "get_reservation",
+                "arguments": f'{{"id": "RES{k:03d}X", "customer": "cust_{k:03d}_4411"}}'}}]})
+        messages.append({"role": "tool", "tool_call_id": call, "content": _result(k)})
+        messages.append({"role": "assistant", "content": f"Reservation RES{k:03d}X is confirmed."})
+    return messages
+
+
+def _engine(settings: Settings, embedder: Any, cache: bool) -> ContextEngine:
+    return ContextEngine(settings, None, Metrics(), DropLog("/dev/null", "none", None), embedder,
+                         sessions=MemorySessionStore(), prefix_cache_size=1024 if cache else 0)
+
+
+async def test_a_cached_and_an_uncached_engine_log_the_same_fold_steps(
+    settings: Settings, embedder: Any
+) -> None:
+    cached, plain = _engine(settings, embedder, True), _engine(settings, embedder, False)
+    session = uuid.uuid4().hex
+    messages = _queue(50)
+    moved = 0
+    for end in range(3, len(messages)):
+        if messages[end]["role"] != "assistant":
+            continue
+        body = {"model": "gpt-4o", "messages": messages[:end], "tools": TOOLS}
+        call = CallContext("t1", uuid.uuid4().hex, {"x-ctxgate-session-id": session})
+        reused = cached.prefixes.reused
+        fitted = await cached.fit(body, call)
+        again = await plain.fit(body, call)
+        assert (fitted.body, fitted.tokens_after) == (again.body, again.tokens_after), end
+        assert fitted.drops == again.drops, end
+        folds = {d.step for d in fitted.drops if d.reason in FOLD_REASONS}
+        latest = max((d.step for d in fitted.drops), default=0)
+        if cached.prefixes.reused > reused and latest in folds:
+            moved += 1
+    # calls on the prefix whose fold events carry the step this call brought
+    assert moved >= 3, moved
