@@ -33,8 +33,18 @@ _COMMON = frozenset(
 )
 
 
+# A link's scaffolding: its scheme, `www`, the common top-level domains. A task statement
+# holding a URL names none of them, yet as focus terms they would make every link in an
+# output "name the task" (the scheme is a token of its own: `:` ends a term).
+_SCAFFOLD = frozenset(["ftp", "http", "https", "www", "com", "org", "net", "edu", "gov"])
+
+
 def _terms(text: str) -> set[str]:
-    return {t.lower() for t in _TERM.findall(text) if len(t) >= 3 and t.lower() not in _COMMON}
+    return {
+        t.lower()
+        for t in _TERM.findall(text)
+        if len(t) >= 3 and t.lower() not in _COMMON and t.lower() not in _SCAFFOLD
+    }
 
 
 def _argument_leaves(raw: str) -> list[str]:

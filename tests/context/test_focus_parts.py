@@ -96,3 +96,24 @@ def test_a_records_line_names_the_file_the_task_names_first() -> None:
     plain = next(line for line in summarize(text, "tool_result", focus=focus_of("Fix it."))
                  .splitlines() if line.startswith("[records: "))
     assert "_pages/publications.html" not in plain
+
+
+def test_a_url_in_the_task_makes_no_link_name_the_task() -> None:
+    """A task statement holding a URL: its scheme, `www` and top-level domain are not task
+    terms, so the listing's links (every one of them `https://…`) do not all rank as naming
+    the task and fill the records line before the path that carries the task's words."""
+    task = ("Add the new paper to the publications page of my site "
+            "https://www.example.com/site (repo https://github.com/u/site).")
+    focus = focus_of(task)
+    assert not {"https", "http", "www", "com"} & focus
+    assert {"publications", "www.example.com/site", "github.com/u/site"} <= focus
+    assert focus_hits("see https://github.com/u/other/blob/main/a.html", focus) == 0
+    files = [{"type": "file", "name": f"{page}.html", "path": f"_pages/{page}.html",
+              "size": 900 + i, "sha": f"{i:040x}",
+              "html_url": f"https://github.com/u/site/blob/main/_pages/{page}.html"}
+             for i, page in enumerate(
+                 "publications" if i == 30 else f"topic-{i:02d}" for i in range(40))]
+    text = block(orjson.dumps(files).decode())
+    records = next(line for line in summarize(text, "tool_result", focus=focus)
+                   .splitlines() if line.startswith("[records: "))
+    assert "_pages/publications.html" in records
