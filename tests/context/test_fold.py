@@ -4,6 +4,7 @@ engine on the embedded Redis, the shipped configuration, a support agent's ticke
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -34,9 +35,16 @@ TOOLS = [{"type": "function", "function": {"name": "get_reservation",
                                            "parameters": {"type": "object"}}}]
 
 
-def support_queue(tickets: int) -> list[dict[str, Any]]:
+def _segments(k: int) -> str:
+    return "\n".join(f"segment {i}: flight HAT{k:03d}{i} on 2024-05-{10 + i} seat {i}A"
+                     for i in range(12))
+
+
+def support_queue(tickets: int,
+                  result: Callable[[int], str] = _segments) -> list[dict[str, Any]]:
     """One agent working tickets one after another: a customer turn naming its ids, a
-    lookup (with its reservation id and the customer's), its result, the agent's answer."""
+    lookup (with its reservation id and the customer's), its result (`result(k)`: a list
+    of segments by default), the agent's answer."""
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": "You help customers with their reservations."},
         {"role": "user", "content": "Hello, I need help with my booking."},
@@ -51,9 +59,7 @@ def support_queue(tickets: int) -> list[dict[str, Any]]:
                 "name": "get_reservation",
                 "arguments": f'{{"id": "RES{k:03d}X", "customer": "cust_{k:03d}_4411"}}'}}]})
         messages.append({"role": "tool", "tool_call_id": f"call_{k:03d}_abcdefghijklmnopqrstuvwx",
-                         "content": "\n".join(
-                             f"segment {i}: flight HAT{k:03d}{i} on 2024-05-{10 + i} seat {i}A"
-                             for i in range(12))})
+                         "content": result(k)})
         messages.append({"role": "assistant", "content": f"Reservation RES{k:03d}X is confirmed."})
     return messages
 

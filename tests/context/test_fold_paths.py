@@ -17,6 +17,7 @@ from gateway.context.session import MemorySessionStore
 from gateway.observability.droplog import DropLog
 from gateway.observability.metrics import Metrics
 from gateway.settings import Settings
+from tests.context.test_fold import support_queue
 
 TOOLS = [{"type": "function", "function": {"name": "get_reservation",
                                            "parameters": {"type": "object"}}}]
@@ -36,26 +37,6 @@ def _result(k: int) -> str:
                      for i in range(12))
 
 
-def _queue(tickets: int) -> list[dict[str, Any]]:
-    messages: list[dict[str, Any]] = [
-        {"role": "system", "content": "You help customers with their reservations."},
-        {"role": "user", "content": "Hello, I need help with my booking."},
-        {"role": "assistant", "content": "Sure, what is your reservation?"},
-    ]
-    for k in range(tickets):
-        messages.append({"role": "user", "content": (
-            f"Hi, I am customer cust_{k:03d}_4411 and I would like to know the current status "
-            f"of my reservation RES{k:03d}X before I travel, thanks.")})
-        call = f"call_{k:03d}_abcdefghijklmnopqrstuvwx"
-        messages.append({"role": "assistant", "content": None, "tool_calls": [
-            {"id": call, "type": "function", "function": {
-                "name": "get_reservation",
-                "arguments": f'{{"id": "RES{k:03d}X", "customer": "cust_{k:03d}_4411"}}'}}]})
-        messages.append({"role": "tool", "tool_call_id": call, "content": _result(k)})
-        messages.append({"role": "assistant", "content": f"Reservation RES{k:03d}X is confirmed."})
-    return messages
-
-
 def _engine(settings: Settings, embedder: Any, cache: bool) -> ContextEngine:
     return ContextEngine(settings, None, Metrics(), DropLog("/dev/null", "none", None), embedder,
                          sessions=MemorySessionStore(), prefix_cache_size=1024 if cache else 0)
@@ -66,7 +47,7 @@ async def test_a_cached_and_an_uncached_engine_log_the_same_fold_steps(
 ) -> None:
     cached, plain = _engine(settings, embedder, True), _engine(settings, embedder, False)
     session = uuid.uuid4().hex
-    messages = _queue(50)
+    messages = support_queue(50, _result)
     moved = 0
     for end in range(3, len(messages)):
         if messages[end]["role"] != "assistant":
