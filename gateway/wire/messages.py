@@ -24,7 +24,15 @@ import orjson
 
 from gateway.context.call_ids import short_id
 from gateway.errors import InvalidRequest
-from gateway.wire.view import PINNED, ChatView, Plan, RenderMemo, message_fates
+from gateway.wire.view import (
+    PINNED,
+    ChatView,
+    Plan,
+    RenderMemo,
+    Translated,
+    Translation,
+    message_fates,
+)
 
 if TYPE_CHECKING:
     from gateway.context.engine import FittedCall
@@ -520,37 +528,14 @@ class StreamWatch:
         return summary(message)
 
 
-class Messages:
+class Messages(Translated):
     """Anthropic's Messages API wire format."""
 
     name = "/v1/messages"
     upstream_path = "v1/messages"
     items = "messages"  # the member a session's later bodies extend (`gateway/api/bodies.py`)
     last_events: tuple[bytes, ...] = (b"event: message_stop",)
-
-    def validate(self, body: Mapping[str, Any]) -> None:
-        validate(body)
-
-    def validate_from(self, body: Mapping[str, Any], start: int, state: Any) -> Any:
-        validate(body, start)  # no state: each message is checked on its own
-
-    def view(self, body: dict[str, Any]) -> ChatView:
-        return build_view(body)
-
-    def extend_view(self, body: dict[str, Any], state: Any) -> tuple[ChatView, Any, int]:
-        return extend_view(body, state)
-
-    def render(self, body: dict[str, Any], view: ChatView,
-               fitted: FittedCall) -> dict[str, Any]:
-        if view.memo is not None and isinstance(body.get("messages"), list) and (
-                fitted.plan is not None or fitted.arguments or fitted.short_ids):
-            return render_memo(body, view, fitted, view.memo)
-        out = render(body, view, fitted.plan, fitted.block.text if fitted.block else None)
-        out = with_arguments(out, fitted.arguments) if fitted.arguments else out
-        return with_short_ids(out) if fitted.short_ids else out
-
-    def summary(self, answer: Mapping[str, Any]) -> dict[str, Any]:
-        return summary(answer)
-
-    def stream_summary(self) -> StreamWatch:
-        return StreamWatch()
+    translation = Translation(
+        validate=validate, view=build_view, extend_view=extend_view, render=render,
+        render_memo=render_memo, with_arguments=with_arguments, with_short_ids=with_short_ids,
+        summary=summary, stream_summary=StreamWatch)

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import compress, count
 from operator import is_not
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from gateway.context.items import PINNED
 from gateway.context.prefix import Lineage
@@ -23,8 +23,8 @@ from gateway.context.render import Plan
 if TYPE_CHECKING:
     from gateway.context.engine import FittedCall
 
-__all__ = ["PINNED", "ChatView", "Plan", "RenderMemo", "StreamSummary", "UnmarkedMessages", "Views",
-           "WireFormat", "message_fates", "unmarked"]
+__all__ = ["PINNED", "ChatView", "Plan", "RenderMemo", "StreamSummary", "Translated", "Translation",
+           "UnmarkedMessages", "Views", "WireFormat", "message_fates", "unmarked"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,3 +205,56 @@ class WireFormat(Protocol):
         usage as `prompt_tokens` / `completion_tokens`."""
 
     def stream_summary(self) -> StreamSummary: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Translation:
+    """The functions of a module that takes one API's body to chat form and back
+    (`gateway/wire/messages.py`, `gateway/wire/responses.py`)."""
+
+    validate: Callable[[Mapping[str, Any], int], None]  # (body, start)
+    view: Callable[[Mapping[str, Any]], ChatView]
+    extend_view: Callable[[Mapping[str, Any], Any], tuple[ChatView, Any, int]]
+    render: Callable[[dict[str, Any], ChatView, Plan | None, str | None], dict[str, Any]]
+    render_memo: Callable[[dict[str, Any], ChatView, FittedCall, RenderMemo], dict[str, Any]]
+    with_arguments: Callable[[dict[str, Any], Mapping[str, str]], dict[str, Any]]
+    with_short_ids: Callable[[dict[str, Any]], dict[str, Any]]
+    summary: Callable[[Mapping[str, Any]], dict[str, Any]]
+    stream_summary: Callable[[], StreamSummary]
+
+
+class Translated:
+    """A `WireFormat` whose body is not chat form, by its module's `Translation`: the view
+    is built from the body, and a fitted call is rendered back into the body's own items
+    (the list `items` names)."""
+
+    items: str
+    translation: ClassVar[Translation]
+
+    def validate(self, body: Mapping[str, Any]) -> None:
+        self.translation.validate(body, 0)
+
+    def validate_from(self, body: Mapping[str, Any], start: int, state: Any) -> Any:
+        self.translation.validate(body, start)  # no state: each item is checked on its own
+
+    def view(self, body: dict[str, Any]) -> ChatView:
+        return self.translation.view(body)
+
+    def extend_view(self, body: dict[str, Any], state: Any) -> tuple[ChatView, Any, int]:
+        return self.translation.extend_view(body, state)
+
+    def render(self, body: dict[str, Any], view: ChatView,
+               fitted: FittedCall) -> dict[str, Any]:
+        t = self.translation
+        if view.memo is not None and isinstance(body.get(self.items), list) and (
+                fitted.plan is not None or fitted.arguments or fitted.short_ids):
+            return t.render_memo(body, view, fitted, view.memo)
+        out = t.render(body, view, fitted.plan, fitted.block.text if fitted.block else None)
+        out = t.with_arguments(out, fitted.arguments) if fitted.arguments else out
+        return t.with_short_ids(out) if fitted.short_ids else out
+
+    def summary(self, answer: Mapping[str, Any]) -> dict[str, Any]:
+        return self.translation.summary(answer)
+
+    def stream_summary(self) -> StreamSummary:
+        return self.translation.stream_summary()
