@@ -8,12 +8,14 @@ that still need them (bench/README.md, "Toolathlon recall": 59% of the values mi
 are plain words and phrases copied from results 3-20+ calls back).
 
 The signal is the session's own history: the values of the agent's latest tool calls'
-arguments (string leaves of `MIN_VALUE`+ characters with a letter: a bare number, an
-element id, names no source) found in an older tool result, as the client sent it. Each
-value is credited to the latest result before its call that holds it (where the agent read
-it); a result credited by `MIN_TURNS` of the last `turns` calls that made tool calls is
-*drawn from*, and a step leaves it as it is, so it keeps its unused values until the agent stops
-drawing from it; the next step after that ages it as usual.
+arguments (string leaves of `MIN_VALUE`+ characters with a letter, or of `MIN_DIGITS`+
+digits: a short bare number — a page size, a count, an element id — names no source, but a
+course code, an order or phone number copied from a listing does) found in an older tool
+result, as the client sent it. Each value is credited to the latest result before its
+call that holds it (where the agent read it); a result credited by `MIN_TURNS` of the last
+`turns` calls that made tool calls is *drawn from*, and a step leaves it as it is, so it
+keeps its unused values until the agent stops drawing from it; the next step after that ages
+it as usual.
 
 Only results still undecided (never aged) are read, with the ones since the horizon: a step
 reads the outputs of the turns since the last step and those it kept, never the whole
@@ -30,6 +32,9 @@ from gateway.context.items import Item, content_text
 
 MIN_VALUE = 4  # characters of an argument value that counts (the yardstick's needed values)
 MAX_VALUE = 300  # longer values (a composed body, a script) are the agent's, not copied
+# A value without a letter counts when it holds this many digits: an identifier (`61410004`,
+# a course code the agent searches for one a call), not a size or a count (`5000`, `10`).
+MIN_DIGITS = 6
 # Turns (of the last `turns`) that must draw from a result: one copy of one value is a
 # look-up, two are the agent working through it.
 MIN_TURNS = 2
@@ -62,11 +67,17 @@ def recent_values(
             for leaf in _argument_leaves(str(fn.get("arguments") or "")):
                 leaf = leaf.strip()
                 if (MIN_VALUE <= len(leaf) <= MAX_VALUE and leaf not in found
-                        and any(ch.isalpha() for ch in leaf)):
+                        and _names_a_source(leaf)):
                     found.append(leaf)
         if calls:
             out.append((index, found))
     return out
+
+
+def _names_a_source(value: str) -> bool:
+    """A letter, or `MIN_DIGITS` digits: a value that points to where it was read."""
+    return (any(ch.isalpha() for ch in value)
+            or sum(ch.isdigit() for ch in value) >= MIN_DIGITS)
 
 
 def drawn_from(

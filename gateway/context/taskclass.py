@@ -267,6 +267,10 @@ class CompressOptions(_Settings):
     # template to fill), copied from piece by piece over the calls after its first step,
     # where its digest kept a few lines (0: no larger bound).
     source_block_tokens: Count = 0
+    # An aged tool result whose digest keeps at least this share of its characters is sent
+    # as it is (None: every digest is used); the decision still counts as a digest, so it
+    # is masked in the digests' batches as one would be (stages/base.py, `_saves_little`).
+    whole_digest_share: Share | None = None
 
 
 class Stages(_Settings):

@@ -98,9 +98,9 @@ def test_values_are_credited_to_the_latest_result_that_holds_them() -> None:
                 _assistant(1, "fill", {"v": "Digital Optics Seminar"}),
                 {"role": "tool", "content": "x"},
                 _assistant(2, "fill", {"v": "Modern Poetry Seminar", "n": 7, "s": "ab",
-                                        "bid": "1005", "price": 22548.21}),
+                                        "bid": "1005", "price": 548.21}),
                 {"role": "tool", "content": "x"}]
-    # short values and bare numbers (an element id, a price) name no source
+    # short values and short bare numbers (an element id, a price) name no source
     assert recent_values(messages, 1) == [(5, ["Modern Poetry Seminar"])]
     table = item(2, TABLE)
     assert drawn_from([table], messages, 3) == {"m2"}  # two turns drew from it

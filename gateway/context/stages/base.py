@@ -134,6 +134,10 @@ def decide(items: list[Item], chosen: Mapping[str, Decision], ctx: StageContext)
                     step=step if item.message_index == latest_talk else frozenset(),
                 ),
             )
+            if _saves_little(item, decision, ctx):
+                # the output goes as it is sent; the decision still counts as a digest
+                # for the mask batches (`compress._expired_digests`), so no step moves
+                decision = replace(decision, text=item.text)
             decisions[item.id] = decision
         elif _keeps_cells(item, decision, ctx):
             # An aged content block keeps the cells its task and latest calls name.
@@ -154,6 +158,16 @@ def decide(items: list[Item], chosen: Mapping[str, Decision], ctx: StageContext)
             if pos < until:
                 seen |= item_values(new.text, ctx)
     return StageResult(kept, decisions)
+
+
+def _saves_little(item: Item, decision: Decision, ctx: StageContext) -> bool:
+    """Whether an aged tool result's digest keeps at least `whole_digest_share` of its
+    characters as sent: a failed command's error whose digest cuts the command the agent
+    re-types later, for a few dozen tokens. It is sent as it is instead."""
+    opts = ctx.task_class.stages.compress
+    share = opts.whole_digest_share if opts is not None else None
+    return (share is not None and item.kind == "tool_result" and decision.reason == "aged"
+            and decision.text is not None and len(decision.text) >= share * len(item.text))
 
 
 def _needs_summary(item: Item, decision: Decision | None, ctx: StageContext) -> bool:
