@@ -658,20 +658,29 @@ _TEXT_CELL = re.compile(
 def _with_records(payload: str, compact: str, known: frozenset[str],
                   focus: frozenset[str]) -> str:
     """`compact` and a line of the cells naming a large payload's records that it left out
-    (ids, names, e-mails, codes; a text payload's links and addresses), within
-    RECORD_CHARS_PER_CHAR: those naming the focus terms first, then in order, links last.
+    (ids, names, e-mails, codes; a text payload's records listed one a line, as a masked
+    block names them, and its links and addresses), within RECORD_CHARS_PER_CHAR: those
+    naming the focus terms first, then in order, links last. A payload under
+    RECORD_MIN_PAYLOAD lists only its links and e-mail addresses, within FIELD_MIN.
     Issue-7 yardstick, Toolathlon (bench/README.md, "Toolathlon recall, part four"): recall
-    +0.0 to +2.1 points on every split for 0.2 to 1.2 points of cost @0.1."""
-    if len(payload) < RECORD_MIN_PAYLOAD:
-        return compact
-    lost = [c for c in _naming_cells(payload) if c not in compact and c not in known]
+    +0.0 to +2.1 points on every split for 0.2 to 1.2 points of cost @0.1; the text lines and
+    the short payloads' addresses ("Toolathlon queues' recall, part fourteen"): a sink
+    listing's `Destination: logging.googleapis.com/…/exam_log-…` (longer than the value
+    list's 80 characters) and an e-mail's `… at myersj@mcp.com` (its local part ranked as a
+    plain word), each copied whole into a later call, were in no digest."""
+    short = len(payload) < RECORD_MIN_PAYLOAD
+    cells = (list(dict.fromkeys(m.group().rstrip(".,;:!?") for m in _LINK.finditer(payload)))
+             if short else _naming_cells(payload, lines=True))
+    lost = [c for c in cells if c not in compact and c not in known
+            and len(c) <= RECORD_CELL_CHARS * 2]
     if not lost:
         return compact
     # links last: a record's link repeats its id, and is several cells long; a cell that
     # names the task inside a longer name (`_pages/publications.html`) before the others
     lost.sort(key=lambda c: (not focus_hits(c, focus), c.startswith(("http://", "https://")),
                              0 if focus_hits(c, focus) else -focus_parts(c, focus)))
-    return _with_line(compact, "records", lost, len(payload) // RECORD_CHARS_PER_CHAR)
+    return _with_line(compact, "records", lost,
+                      FIELD_MIN if short else len(payload) // RECORD_CHARS_PER_CHAR)
 
 
 # A line whose value is a link (`Link: https://…`, `URL: http://…`); a text with at least
