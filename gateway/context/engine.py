@@ -802,6 +802,7 @@ class ContextEngine:
             cls.stages.compress if cls.compaction.ages else None,
             lines_min=_lines_min(cls),
             json_min=_json_min(cls),
+            arrival_min=_arrival_min(cls),
         )
 
     def _known_values(
@@ -1018,6 +1019,12 @@ def _json_min(cls: TaskClass) -> int | None:
     """With `cluster.arrival_json`, the least new output sent minified (lines.minified)."""
     opts = cls.stages.cluster
     return opts.arrival_min_chars if opts and opts.on_arrival and opts.arrival_json else None
+
+
+def _arrival_min(cls: TaskClass) -> int | None:
+    """With `cluster.on_arrival`, the least item a repeat on arrival points to."""
+    opts = cls.stages.cluster
+    return opts.arrival_min_chars if opts and opts.on_arrival else None
 
 
 def _lines_min(cls: TaskClass) -> int | None:
