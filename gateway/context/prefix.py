@@ -452,7 +452,8 @@ class Prefix:
             state.dirty.add("decisions")
         if pending and self.verbatim is not None:
             # a new output sent minified is named, from the next call on, as it is sent
-            sent = {i.id: i for i in final if i.id in pending}
+            ids = {item.id for item in pending.values()}
+            sent = {i.id: i for i in final if i.id in ids}
             for text, item in pending.items():
                 if self.verbatim.get(text) is item and item.id in sent:
                     self.verbatim[text] = sent[item.id]
