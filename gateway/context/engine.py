@@ -626,6 +626,7 @@ class ContextEngine:
         least = opts.arrival_call_min_chars
         min_chars = opts.arrival_min_chars if least is None else least
         prefix = fitted.prefix
+        scan: RepeatScan | None = None
         if prefix is not None:
             # the previous call's scan read messages of this call (its prefix's byte check)
             scan = r.prefix.calls if r.prefix is not None else None
@@ -642,6 +643,7 @@ class ContextEngine:
         pointed = point_repeats(
             fitted.messages, indexes, fitted.events,
             lambda text: self.counter.count(text, r.encoding), min_chars, repeats,
+            scan.events if scan is not None else None,
         )
         if pointed is None:
             return fitted
