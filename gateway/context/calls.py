@@ -195,6 +195,10 @@ class RepeatScan:
     found: dict[tuple[int, int], str] = field(default_factory=dict)
     indexes: array[int] = field(default_factory=lambda: array("l"))  # client message of each
     visited: int = 0  # messages the latest `scan` read (what a call's work grows with)
+    # The drop events `point_repeats` made on the latest call, to hand the next the same
+    # objects where they are equal (`PointedEvents`: the drop log reads a call's leading
+    # events that are the previous call's very objects as logged, without a walk).
+    events: PointedEvents = field(default_factory=lambda: PointedEvents())
 
     def scan(
         self, messages: Sequence[Mapping[str, Any]],
@@ -284,6 +288,18 @@ def repeated_calls(
     return _repeats(messages, 0, seen.keys() - twice, {}, min_chars)
 
 
+@dataclass
+class PointedEvents:
+    """The events one call's `point_repeats` made, each by what made it: an event with a
+    repeat's saving added, by the event it came from (kept, as identity is checked) and the
+    saving; a repeat's own `dedup` event, by its fields. A call takes the events it makes
+    again from the previous call's, equal by construction; it keeps only those it used."""
+
+    merged: dict[tuple[int, int, int, str], tuple[DropEvent, DropEvent]] = field(
+        default_factory=dict)
+    dedups: dict[tuple[int, int, int, str, str], DropEvent] = field(default_factory=dict)
+
+
 @dataclass(frozen=True)
 class Pointed:
     """A fitted call with its repeated calls' arguments as pointers."""
@@ -301,12 +317,14 @@ def point_repeats(
     count: Callable[[str], int],
     min_chars: int = REPEAT_MIN_CHARS,
     repeats: Mapping[tuple[int, int], str] | None = None,
+    memo: PointedEvents | None = None,
 ) -> Pointed | None:
     """`forwarded` (message k is the client's message `indexes[k]`) with repeated calls'
     arguments as pointers, and `events` with each such message's saving: added to its
     event when it has one (its text was rewritten too), else a `dedup` event of its own
     (tokens: of the arguments). None when no call repeats. `repeats`: those of `forwarded`
-    when already found (`RepeatScan`)."""
+    when already found (`RepeatScan`). `memo`: the previous call's events (`RepeatScan.events`),
+    taken where equal and replaced by this call's."""
     if repeats is None:
         repeats = repeated_calls(forwarded, min_chars)
     if not repeats:
@@ -324,27 +342,52 @@ def point_repeats(
         before, after, text = saving.get(k, (0, 0, ""))
         saving[k] = (before + count(raw), after + count(pointer), text or raw)
     by_index = {indexes[k]: v for k, v in saving.items()}
-    out = _merged(events, by_index)
+    made = PointedEvents()
+    out, decided = _merged(events, by_index, memo.merged if memo is not None else {}, made.merged)
     for k, (before, after, text) in saving.items():
-        if indexes[k] not in {e.message_index for e in events}:
+        if indexes[k] not in decided:
             msg = forwarded[k]
-            out.append(DropEvent(
-                stage="cluster", action="dedup", reason="repeated_call",
-                item_id=message_id(indexes[k], "assistant", content_text(msg.get("content")),
-                                   msg),
-                kind="tool_call", message_index=indexes[k], tokens_before=before,
-                tokens_after=after, text=text))
+            item_id = message_id(indexes[k], "assistant", content_text(msg.get("content")), msg)
+            key = (indexes[k], before, after, text, item_id)
+            event = memo.dedups.get(key) if memo is not None else None
+            if event is None:
+                event = DropEvent(
+                    stage="cluster", action="dedup", reason="repeated_call", item_id=item_id,
+                    kind="tool_call", message_index=indexes[k], tokens_before=before,
+                    tokens_after=after, text=text)
+            made.dedups[key] = event
+            out.append(event)
+    if memo is not None:
+        memo.merged, memo.dedups = made.merged, made.dedups
     out.sort(key=lambda e: -1 if e.message_index is None else e.message_index)
     return Pointed(messages, arguments, out,
                    sum(before - after for before, after, _ in saving.values()))
 
 
-def _merged(events: list[DropEvent], by_index: Mapping[int, tuple[int, int, str]]
-            ) -> list[DropEvent]:
-    out = []
-    for event in events:
-        extra = by_index.get(event.message_index) if event.message_index is not None else None
-        if extra is not None:
-            event = replace(event, tokens_after=max(event.tokens_after - extra[0] + extra[1], 0))
-        out.append(event)
-    return out
+def _merged(
+    events: list[DropEvent], by_index: Mapping[int, tuple[int, int, str]],
+    old: Mapping[tuple[int, int, int, str], tuple[DropEvent, DropEvent]],
+    made: dict[tuple[int, int, int, str], tuple[DropEvent, DropEvent]],
+) -> tuple[list[DropEvent], set[int]]:
+    """`events` with the savings of `by_index` added to the events of those messages (an
+    event `old` made from the very same event with the same saving is taken from it; the
+    ones made are added to `made`), and the message indexes that have an event."""
+    out = list(events)
+    decided = set()
+    for pos, event in enumerate(events):
+        index = event.message_index
+        if index is None:
+            continue
+        decided.add(index)
+        extra = by_index.get(index)
+        if extra is None:
+            continue
+        key = (id(event), *extra)
+        hit = old.get(key)
+        if hit is not None and hit[0] is event:
+            new = hit[1]
+        else:
+            new = replace(event, tokens_after=max(event.tokens_after - extra[0] + extra[1], 0))
+        made[key] = (event, new)
+        out[pos] = new
+    return out, decided

@@ -626,6 +626,7 @@ class ContextEngine:
         least = opts.arrival_call_min_chars
         min_chars = opts.arrival_min_chars if least is None else least
         prefix = fitted.prefix
+        scan: RepeatScan | None = None
         if prefix is not None:
             # the previous call's scan read messages of this call (its prefix's byte check)
             scan = r.prefix.calls if r.prefix is not None else None
@@ -642,6 +643,7 @@ class ContextEngine:
         pointed = point_repeats(
             fitted.messages, indexes, fitted.events,
             lambda text: self.counter.count(text, r.encoding), min_chars, repeats,
+            scan.events if scan is not None else None,
         )
         if pointed is None:
             return fitted
@@ -802,6 +804,7 @@ class ContextEngine:
             cls.stages.compress if cls.compaction.ages else None,
             lines_min=_lines_min(cls),
             json_min=_json_min(cls),
+            arrival_min=_arrival_min(cls),
         )
 
     def _known_values(
@@ -1018,6 +1021,12 @@ def _json_min(cls: TaskClass) -> int | None:
     """With `cluster.arrival_json`, the least new output sent minified (lines.minified)."""
     opts = cls.stages.cluster
     return opts.arrival_min_chars if opts and opts.on_arrival and opts.arrival_json else None
+
+
+def _arrival_min(cls: TaskClass) -> int | None:
+    """With `cluster.on_arrival`, the least item a repeat on arrival points to."""
+    opts = cls.stages.cluster
+    return opts.arrival_min_chars if opts and opts.on_arrival else None
 
 
 def _lines_min(cls: TaskClass) -> int | None:

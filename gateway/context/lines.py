@@ -63,6 +63,26 @@ def verbatim_index(
     return index
 
 
+def verbatim_items(
+    items: list[Item], final: list[Item], decisions: Mapping[str, Decision], min_chars: int,
+    marked: Collection[int],
+) -> dict[str, Item]:
+    """The items (`final`: as sent; `items`: as parsed) that a repeat on arrival is pointed
+    to, by their original text, as `cluster.arrival_duplicates` finds them: the first sent
+    as the client sent it, or minified."""
+    found: dict[str, Item] = {}
+    originals = {i.id: i for i in items}
+    for item in final:
+        made = decisions.get(item.id)
+        if made is not None and made.reason != MINIFIED_JSON:
+            continue
+        original = originals.get(item.id, item)
+        if arrival_item(original, min_chars, marked) and (
+                made is not None or item.text == original.text):
+            found.setdefault(original.text, item)
+    return found
+
+
 def index_lines(index: LineIndex, item: Item) -> None:
     """Add `item`'s lines to `index` (earlier items keep the lines they had first)."""
     for line in item.text.splitlines():

@@ -27,7 +27,7 @@ import orjson
 import xxhash
 from cachetools import LRUCache
 
-from gateway.context.apply import CutCalls, apply_decisions, drop_events
+from gateway.context.apply import CutCalls, apply_decisions, drop_events, pointer
 from gateway.context.caches import ContextCaches
 from gateway.context.call_ids import ShortIds
 from gateway.context.calls import RepeatScan
@@ -35,13 +35,14 @@ from gateway.context.fidelity import Haystack
 from gateway.context.fold import FoldMemo
 from gateway.context.items import Item, Layout, ParsedRequest, Part, message_items
 from gateway.context.lines import (
-    ARRIVAL_KINDS,
+    MINIFIED_JSON,
     LineIndex,
     arrival_item,
     index_lines,
     lines_decision,
     minified_decision,
     verbatim_index,
+    verbatim_items,
 )
 from gateway.context.render import Mark, Picks, Plan, Rendered, render_plan
 from gateway.context.session import Decision, SessionState
@@ -119,7 +120,6 @@ class _Derived:
     watched: dict[int, list[Item]]
     goal_items: list[Item]
     compactable: list[int]
-    texts: set[int]
 
 
 def _derived(items: Sequence[Item], count: int, start: int = 0) -> _Derived:
@@ -133,7 +133,6 @@ def _derived(items: Sequence[Item], count: int, start: int = 0) -> _Derived:
         watched={i: group for i, group in enumerate(by_message, start) if _watched(group)},
         goal_items=[i for i in items if i.goal],
         compactable=[_compactable(group) for group in by_message],
-        texts={hash(i.text) for i in items},
     )
 
 
@@ -147,9 +146,6 @@ def _derived_from(extended: Prefix, items: Sequence[Item], count: int) -> _Deriv
     start = extended.start
     cut = bisect_left(items, start, key=lambda item: item.message_index)
     tail = items[cut:]
-    # the texts of the items added since it was built (calls reusing it kept only those
-    # a repeat on arrival could match: `_repeats`)
-    since = bisect_left(items, extended.built, key=lambda item: item.message_index)
     compactable = extended.compactable[:start]
     watched: dict[int, list[Item]] = {}
     for i in sorted(extended.watched):
@@ -167,7 +163,6 @@ def _derived_from(extended: Prefix, items: Sequence[Item], count: int) -> _Deriv
         watched=watched,
         goal_items=extended.goal_items + new.goal_items,
         compactable=compactable,
-        texts=extended.texts | {hash(i.text) for i in items[since:]},
     )
 
 
@@ -211,13 +206,17 @@ class Prefix:
     # The drops in force: handed to every call that reuses this prefix as the same list,
     # never changed in place (the drop log summarises a list it has seen by a lookup).
     events: list[DropEvent]
-    texts: set[int]  # hashes of the items' texts: a new item repeating one takes the full path
     # The lines of the outputs sent verbatim (cluster.arrival_lines), and the least length
     # of a run of them a new output sends as a marker (lines.py); None: off.
     lines: LineIndex | None = None
     lines_min: int = 0
     # With cluster.arrival_json, the least new output sent minified (lines.minified); None: off.
     json_min: int | None = None
+    # With cluster.on_arrival, the items a new repeat is pointed to, as the full path's
+    # `arrival_duplicates` finds them: by original text, the first sent as the client sent it
+    # (or minified; `verbatim_items`), and its `arrival_min_chars`. None: off.
+    verbatim: dict[str, Item] | None = None
+    arrival_min: int = 0
     tail: list[Item] | None = None  # the new messages' items, between `extend` and `reuse`
     # The items that can lag behind the horizon undecided (`steps.lagging_tokens`): those
     # aging would take but no decision has, and those whose pin lapsed since (the exchange
@@ -253,7 +252,7 @@ class Prefix:
     # The names of the tools the calls defined (`known` holds them, engine.tool_names): a
     # call defining others does not extend this prefix.
     tools: frozenset[str] = frozenset()
-    built: int = 0  # the messages it was built with (`texts` holds all of their items')
+    built: int = 0  # the messages it was built with
     # XXH3 after every segment (`digest` is its digest): a proven call hashes on from a
     # copy of it, its new messages only.
     hasher: Any = None
@@ -280,11 +279,13 @@ class Prefix:
         ages: CompressOptions | None = None,
         lines_min: int | None = None,
         json_min: int | None = None,
+        arrival_min: int | None = None,
     ) -> Prefix | None:
         """`extended`: the session's previous prefix extended by these messages, whose
         fingerprint it already holds (else it is taken here). `ages`: the class's aging
         (None: it does not age). `lines_min`: with `cluster.arrival_lines`, its
-        `arrival_min_chars` (the outputs' lines are kept)."""
+        `arrival_min_chars` (the outputs' lines are kept). `arrival_min`: with
+        `cluster.on_arrival`, its `arrival_min_chars` (the items a repeat points to are kept)."""
         if extended is not None and extended.bounds[-1] == len(messages):
             hasher, digest = extended.hasher, extended.digest
             bounds = list(extended.bounds)
@@ -317,7 +318,6 @@ class Prefix:
             digests=list(rendered.digests),
             rolling=rendered.rolling,
             events=events,
-            texts=derived.texts,
             lagging=[] if ages is None else [
                 i for i in items if undecided(i, decisions) and ages_out(i, ages)
             ],
@@ -325,6 +325,9 @@ class Prefix:
             else verbatim_index(final, decisions, lines_min, layout.pins),
             lines_min=lines_min or 0,
             json_min=json_min,
+            verbatim=None if arrival_min is None
+            else verbatim_items(items, final, decisions, arrival_min, layout.pins),
+            arrival_min=arrival_min or 0,
             items=list(items),
             final=list(final),
             built=len(messages),
@@ -417,9 +420,10 @@ class Prefix:
             return None  # the session's constant context changed
         if not self._restate_pins(decisions):
             return None  # a remembered decision applies to an item whose pin lapsed
-        if self._repeats(tail, cls):
+        arrival = self._arrival_cuts(messages, tail, decisions, cls)
+        if arrival is None:
             return None  # cluster.on_arrival decides on the full path
-        cuts = self._line_cuts(messages, tail, decisions)
+        cuts, repeats, pending = arrival
         if cuts:
             decisions = {**decisions, **cuts}
         self._add_tail(messages, tail)
@@ -427,6 +431,13 @@ class Prefix:
         pinned += sum(_pinned_tokens(group) for group in self.watched.values())
         if pinned > budget_input:
             return None
+        limit = min(cls.compaction.high_water * budget_input, budget_input)
+        if repeats:  # the full path weighs a step before its arrival decisions
+            plain = apply_decisions(
+                tail, self.decisions, counter, self.encoding, self.known, caches.rewritten
+            )
+            if fixed + self.final_tokens + sum(i.tokens for i in plain) > limit:
+                return None
         final = apply_decisions(
             tail, decisions, counter, self.encoding, self.known, caches.rewritten
         )
@@ -439,6 +450,13 @@ class Prefix:
         if cuts:  # remembered like any decision; the next call reuses this prefix with them
             state.decisions = self.decisions = decisions
             state.dirty.add("decisions")
+        if pending and self.verbatim is not None:
+            # a new output sent minified is named, from the next call on, as it is sent
+            ids = {item.id for item in pending.values()}
+            sent = {i.id: i for i in final if i.id in ids}
+            for text, item in pending.items():
+                if self.verbatim.get(text) is item and item.id in sent:
+                    self.verbatim[text] = sent[item.id]
         return self._render(messages, tail, final, decisions, total)
 
     def resume(
@@ -521,51 +539,64 @@ class Prefix:
                 del self.watched[i]
         return True
 
-    def _repeats(self, tail: list[Item], cls: TaskClass) -> bool:
-        """Whether a new item repeats an earlier one (or another new one) that
-        `cluster.on_arrival` could point it to."""
-        opts = cls.stages.cluster
-        if opts is None or not opts.on_arrival:
-            return False
-        for item in tail:
-            if item.kind not in ARRIVAL_KINDS or len(item.text) < opts.arrival_min_chars:
-                continue
-            h = hash(item.text)
-            if h in self.texts:
-                return True
-            self.texts.add(h)
-        return False
-
-    def _line_cuts(
+    def _arrival_cuts(
         self, messages: Sequence[Mapping[str, Any]], tail: list[Item],
-        decisions: Mapping[str, Decision],
-    ) -> dict[str, Decision]:
-        """The new outputs' runs of repeated lines and minified JSON, decided as the full
-        path's `arrival_duplicates` decides them (`lines.py`); the others' lines join the
-        index."""
+        decisions: Mapping[str, Decision], cls: TaskClass,
+    ) -> tuple[dict[str, Decision], int, dict[str, Item]] | None:
+        """The new items' decisions on arrival, as the full path's `arrival_duplicates`
+        decides them (`cluster.on_arrival`): a new output repeating one sent verbatim above
+        it pointed to that one, its runs of repeated lines as markers and its JSON minified
+        (`lines.py`); the others join the indexes. With the number of repeats pointed, and
+        the outputs sent minified by their text (`verbatim` names them as sent from the next
+        call on). None: undecided here (the full path decides)."""
+        opts = cls.stages.cluster
+        verbatim = self.verbatim
+        if opts is None or not opts.on_arrival:
+            verbatim = None
+        elif verbatim is None or self.arrival_min != opts.arrival_min_chars:
+            return None
         index, json_min = self.lines, self.json_min
-        if index is None and json_min is None:
-            return {}
-        least = self.lines_min if index is not None else json_min or 0
+        if verbatim is None and index is None and json_min is None:
+            return {}, 0, {}
+        least = (self.arrival_min if verbatim is not None
+                 else self.lines_min if index is not None else json_min or 0)
         start = next((i for i in range(len(messages) - 1, -1, -1)
                       if messages[i].get("role") == "assistant"), len(messages) - 1)
         cuts: dict[str, Decision] = {}
+        pending: dict[str, Item] = {}
+        repeats = 0
         step = 0
         for item in tail:
-            if item.id in decisions or not arrival_item(item, least, self.layout.pins):
+            made = decisions.get(item.id)
+            if made is not None and (verbatim is None or made.reason != MINIFIED_JSON):
+                continue
+            if not arrival_item(item, least, self.layout.pins):
+                continue
+            if made is not None:  # sent minified: a repeat of it points to it
+                verbatim.setdefault(item.text, item)  # type: ignore[union-attr]
                 continue
             new = item.message_index >= start and item.rewritable
-            cut = lines_decision(item.text, index, least) if new and index else None
-            if cut is None and new and json_min is not None:
-                cut = minified_decision(item.text)
+            rep = verbatim.get(item.text) if verbatim is not None else None
+            if new and rep is not None:
+                cut: Decision | None = Decision("cluster", "dedup", "duplicate", "dedup",
+                                                arg=rep.id, text=pointer(rep))
+                repeats += 1
+            else:
+                cut = lines_decision(item.text, index, least) if new and index else None
+                if cut is None and new and json_min is not None:
+                    cut = minified_decision(item.text)
+                    if cut is not None and verbatim is not None:
+                        pending.setdefault(item.text, verbatim.setdefault(item.text, item))
             if cut is None:
+                if verbatim is not None:
+                    verbatim.setdefault(item.text, item)
                 if index is not None:
                     index_lines(index, item)
                 continue
             if not step:  # numbered as the full path's _stamp_step numbers a call's decisions
                 step = 1 + max((d.step for d in decisions.values()), default=0)
             cuts[item.id] = replace(cut, step=step)
-        return cuts
+        return cuts, repeats, pending
 
     def _add_tail(self, messages: Sequence[Mapping[str, Any]], tail: list[Item]) -> None:
         by_message: dict[int, list[Item]] = {}

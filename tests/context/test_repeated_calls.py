@@ -167,3 +167,28 @@ async def test_a_short_repeated_call_is_a_pointer_past_arrival_call_min_chars(
     assert sent[0] == {"command": short}  # the first copy stays
     assert sent[2] == {"command": POINTER}
     assert [d.reason for d in fitted.drops] == ["repeated_call"]
+
+
+async def test_a_call_between_steps_hands_on_the_last_calls_pointed_events(
+    engine: ContextEngine,
+) -> None:
+    """A call that only appends to its session's last call makes the repeats' drop events
+    of that call again, equal: it hands on the very objects (`RepeatScan.events`), so the
+    drop log reads them as logged instead of walking every event after the first repeat."""
+    session = uuid.uuid4().hex
+    commands = [QUERY, "SHOW TABLES", QUERY] + [f"SELECT {k} FROM city" for k in range(8)]
+    messages = _session(commands)
+    previous: list[Any] = []
+    handed = 0
+    for end in range(4, len(messages) + 1, 2):
+        fitted = await engine.fit({"messages": messages[:end], "tools": TOOLS}, _call(session))
+        assert sum(d.tokens_before - d.tokens_after for d in fitted.drops) == (
+            fitted.tokens_before - fitted.tokens_after)
+        repeats = [d for d in fitted.drops if d.reason == "repeated_call"]
+        if previous:
+            assert [(d.message_index, d.tokens_after) for d in repeats] == [
+                (d.message_index, d.tokens_after) for d in previous]
+            assert all(a is b for a, b in zip(repeats, previous, strict=True)), end
+            handed += 1
+        previous = repeats
+    assert handed >= 7
