@@ -172,7 +172,10 @@ def restore_orphans(items: list[Item], ctx: StageContext) -> list[Item]:
     and stay so: a marker must not name what the model cannot read. Run once at the step
     that ages the copy, so every later call sends them the same way (their decision is
     undone in `ctx.decisions`; the item may age later like any other). What counts is what
-    the items send, not the decisions: an item sent as the client sent it."""
+    the items send, not the decisions: an item sent as the client sent it. User turns only
+    (a `[Context reset]` quoting the task): a tool result's restored lines cost Toolathlon
+    runs 0.2-0.7 point of cost @0.1 for no recall (bench/README.md, "Markers that outlive
+    their copy, part two")."""
     decisions = ctx.decisions
     texts: set[str] = set()  # the texts sent as the client sent them
     lines: set[str] = set()  # their lines
@@ -184,7 +187,8 @@ def restore_orphans(items: list[Item], ctx: StageContext) -> list[Item]:
     for pos, item in enumerate(items):
         made = decisions.get(item.id)
         if made is None or made.stage != "cluster" or made.method != "dedup" or not (
-                made.reason in POINTERS or made.reason == REPEATED_LINES):
+                made.reason in POINTERS or made.reason == REPEATED_LINES) or (
+                item.kind != "user"):
             continue
         original = ctx.originals.get(item.id, item)
         if original.text == item.text:
