@@ -146,3 +146,70 @@ def test_a_pointer_quotes_a_short_start_of_its_copy_and_a_marker_a_longer_one() 
     assert cut is not None
     assert "[ctxgate: 30 lines as in an earlier tool result: Tab 0 (current): Orders placed i…]" \
         in cut[0]
+
+
+def _exchanges(task: int, n: int) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for k in range(n):
+        cid = f"t{task}c{k}"
+        out.append({"role": "assistant", "content": f"Task {task}, step {k}.",
+                    "tool_calls": [{"id": cid, "type": "function", "function": {
+                        "name": "browse", "arguments": f'{{"page": {100 * task + k}}}'}}]})
+        rows = [f"task {task} record {k}.{i}: ledger entry {7000 + 37 * k + i} balance "
+                f"{(k * 13 + i * 7) % 500}.{i:02d} EUR" for i in range(12)]
+        out.append({"role": "tool", "tool_call_id": cid, "content": "\n".join(rows)})
+    return out
+
+
+TASK_LINES = [
+    "Help me automatically update the status of every outstanding invoice in the ledger.",
+    "When you are done, e-mail the finance team with the subject line below.",
+    "Subject: Process Outstanding Invoices",
+    "Attach the list of invoice numbers you updated, one per line, in ascending order.",
+]
+
+
+async def test_a_marker_whose_copy_is_masked_goes_back_to_its_lines(
+    settings: Settings, embedder: Any
+) -> None:
+    """A `[Context reset]` message quoting an earlier task's statement is sent with a marker
+    naming that message; once the finished task's items are masked (`done_task_turns`), the
+    marker would name nothing the call still carries: its lines go back in, at that step,
+    and stay (later calls extend it), the drop log adding up (bench/README.md, "Markers
+    that outlive their copy")."""
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You work through a queue of bookkeeping tasks."},
+        {"role": "user", "content": "Count the open tickets in the ledger tool."},
+        *_exchanges(0, 22),
+        {"role": "user", "content": "\n".join(TASK_LINES)},
+        *_exchanges(1, 36),
+        {"role": "user", "content": "[Context reset] The context was cleared. The original "
+                                    "task was:\n" + "\n".join(TASK_LINES)
+                                    + "\nContinue from where you stopped."},
+        *_exchanges(2, 12),
+    ]
+    reset = next(i for i, m in enumerate(messages) if str(m["content"]).startswith("[Context"))
+    engine = _engine(settings, embedder, True)
+    session = uuid.uuid4().hex
+    ends = [i for i, m in enumerate(messages) if m["role"] == "assistant"] + [len(messages)]
+    marked = restored = False
+    for end in ends[1:]:
+        fitted = await engine.fit({"messages": messages[:end], "tools": TOOLS}, CallContext(
+            "t-lines", uuid.uuid4().hex, {"x-ctxgate-session-id": session}))
+        forwarded = fitted.body["messages"]
+        assert sum(d.tokens_before - d.tokens_after for d in fitted.drops) == (
+            fitted.tokens_before - fitted.tokens_after)
+        if end <= reset:
+            continue
+        sent = next(str(m["content"]) for m in forwarded
+                    if str(m["content"]).startswith("[Context reset]"))
+        text = "\n".join(str(m["content"]) for m in forwarded)
+        if "lines as in an earlier user" in sent:
+            marked = True
+            assert not restored  # restored once, not back and forth
+        else:
+            restored = marked
+        for line in TASK_LINES:  # in the reset message, or in the message its marker names
+            assert line in text
+    assert marked, "the reset message never went out with a marker"
+    assert restored, "the task message was never masked"
