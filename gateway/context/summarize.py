@@ -444,6 +444,46 @@ def envelope(text: str) -> str | None:
     return "\n".join(parts) if parts else None
 
 
+# --- a JSON record whose bulk is one text field ------------------------------------------------
+
+# A record's string field this long at least, holding this share of the record's characters,
+# is its text: a file API's `{"name": …, "path": …, "content": "<a README>"}`, a template's
+# body. Digested as a JSON record, the text was one string cut at its head, the names in it
+# (datasets, links, commands) cut with it; digested as the text it is, its lines carrying the
+# task's terms stay and its values are listed (bench/README.md, "A JSON record's text field
+# digested as text").
+RECORD_TEXT_CHARS = 1000
+RECORD_TEXT_SHARE = 0.7
+RECORD_SHORT_CHARS = 120  # a record's other scalar fields this long at most go in its header
+
+
+def record_text(text: str) -> tuple[str, str] | None:
+    """(header, body) of a JSON object whose one string field is its text (RECORD_TEXT_CHARS
+    long at least, a line break and a space in it, RECORD_TEXT_SHARE of the record's
+    characters): the body is that field's value, the header the record's compact JSON with
+    its other short scalar fields and the text field's key naming the body's length. None for
+    any other text."""
+    stripped = text.strip()
+    if len(stripped) < RECORD_TEXT_CHARS or not stripped.startswith("{"):
+        return None
+    try:
+        value = orjson.loads(stripped)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(value, dict):
+        return None
+    key, body = max(((k, v) for k, v in value.items() if isinstance(v, str)),
+                    key=lambda kv: len(kv[1]), default=("", ""))
+    if (len(body) < RECORD_TEXT_CHARS
+            or len(orjson.dumps(body)) < RECORD_TEXT_SHARE * len(stripped)
+            or "\n" not in body or " " not in body):
+        return None
+    head = {k: (f"({len(body)} chars below)" if k == key else v) for k, v in value.items()
+            if k == key or ((isinstance(v, str | int | float | bool) or v is None)
+            and len(str(v)) <= RECORD_SHORT_CHARS)}
+    return orjson.dumps(head).decode(), body
+
+
 FIELD_CHARS = 60  # a field value this long at most is one an agent copies whole
 # Characters of an unwrapped payload's digest given to its field values: one per this many
 # characters of the payload, at least FIELD_MIN.
@@ -728,6 +768,13 @@ def summarize(
     payload = None if prose else envelope(text)
     if payload is not None:  # an MCP content block: digested as the text it carries
         text = payload
+    record = None if prose else record_text(text)
+    head = ""
+    if record is not None:
+        # a JSON record whose bulk is one text field: its short fields, then the digest of
+        # the text as a content block's (its lines, its fields, the links naming records)
+        head, text = record
+        payload = text
     source = text if prose else _PROMPT.sub("", text)
     # A turn's prose lists only the notable values it omits (names with digits, `_`, `.`, `/`,
     # camelCase), at the digest level too: an aged turn is re-sent at full price once, at
@@ -761,7 +808,7 @@ def summarize(
         # "Aged turns that made tool calls"): agentdojo holdout late 24.5% -> 26.8%.
         calls_only = _mentions(source, "", known, level, notable_only, focus).lstrip("\n")
         return min(out, calls_only, key=len)
-    return out
+    return f"{head}\n{out}" if head else out
 
 
 # --- what a masked MCP content block keeps ----------------------------------------------------
