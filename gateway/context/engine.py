@@ -72,7 +72,7 @@ from gateway.context.render import (
 )
 from gateway.context.session import Decision, RedisSessionStore, SessionState, SessionStore
 from gateway.context.stages import STAGES, StageContext
-from gateway.context.stages.cluster import arrival_duplicates, restore_orphans
+from gateway.context.stages.cluster import arrival_duplicates
 from gateway.context.stages.ladder import give_back, step_target
 from gateway.context.stale import stale_rule, stale_text
 from gateway.context.steps import lagging_tokens, stale_tokens, step_horizon, unrepaid
@@ -712,7 +712,6 @@ class ContextEngine:
             if turns_step and not over and state.calls:
                 final, horizon = _leave_unrepaid(messages, before, final, ctx, state.decisions,
                                                  state, cls.compaction, horizon)
-            final = restore_orphans(final, ctx)
         marked = parsed.layout.pins if parsed.layout else ()
         final = arrival_duplicates(final, ctx, _arrival_start(messages, first_call), marked,
                                    over).items

@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Collection, MutableMapping
-from dataclasses import replace
 from typing import Any
 
 from datasketch import LeanMinHash, MinHash, MinHashLSH
@@ -29,7 +28,6 @@ from gateway.context.forecast import Budget
 from gateway.context.items import Item
 from gateway.context.lines import (
     MINIFIED_JSON,
-    REPEATED_LINES,
     LineIndex,
     arrival_item,
     index_lines,
@@ -160,52 +158,3 @@ def arrival_duplicates(
             if lines is not None:
                 index_lines(lines, item)
     return decide(items, chosen, ctx)
-
-
-POINTERS = frozenset({"duplicate", "near_duplicate"})
-
-
-def restore_orphans(items: list[Item], ctx: StageContext) -> list[Item]:
-    """Items sent as a pointer or with repeated-lines markers (`arrival_duplicates`,
-    `cluster_items`) whose copy the call no longer sends as it is (a step masked,
-    digested or dropped it, and no other item sends that text) go back to their own text,
-    and stay so: a marker must not name what the model cannot read. Run once at the step
-    that ages the copy, so every later call sends them the same way (their decision is
-    undone in `ctx.decisions`; the item may age later like any other). What counts is what
-    the items send, not the decisions: an item sent as the client sent it. User turns only
-    (a `[Context reset]` quoting the task): a tool result's restored lines cost Toolathlon
-    runs 0.2-0.7 point of cost @0.1 for no recall (bench/README.md, "Markers that outlive
-    their copy, part two")."""
-    decisions = ctx.decisions
-    texts: set[str] = set()  # the texts sent as the client sent them
-    lines: set[str] = set()  # their lines
-    for item in items:
-        if item.text == ctx.originals.get(item.id, item).text:
-            texts.add(item.text)
-            lines.update(line for line in item.text.splitlines() if line.strip())
-    out: list[Item] | None = None  # a copy, once an item goes back
-    for pos, item in enumerate(items):
-        made = decisions.get(item.id)
-        if made is None or made.stage != "cluster" or made.method != "dedup" or not (
-                made.reason in POINTERS or made.reason == REPEATED_LINES) or (
-                item.kind != "user"):
-            continue
-        original = ctx.originals.get(item.id, item)
-        if original.text == item.text:
-            continue
-        if made.reason in POINTERS:
-            rep = ctx.originals.get(made.arg or "")
-            held = decisions.get(made.arg or "")
-            lost = rep is None or not (rep.text in texts or (
-                held is not None and held.reason == MINIFIED_JSON))
-        else:
-            kept = set(item.text.splitlines())
-            lost = any(line.strip() and line not in kept and line not in lines
-                       for line in original.text.splitlines())
-        if not lost:
-            continue
-        del decisions[item.id]
-        out = list(items) if out is None else out
-        out[pos] = original if original.score == item.score else replace(
-            original, score=item.score)
-    return items if out is None else out
