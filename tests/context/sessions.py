@@ -5,6 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.context.engine import CallContext, ContextEngine, FittedCall
+from gateway.context.session import MemorySessionStore
+from gateway.observability.droplog import DropLog
+from gateway.observability.metrics import Metrics
+from gateway.settings import Settings
 
 
 async def fit_each_call(
@@ -25,21 +29,23 @@ async def fit_each_call(
     return fits
 
 
-def reading_session(task: str, results: list[str], tool: str) -> list[dict[str, Any]]:
+def reading_session(task: str, results: list[str], tool: str, *, say: str | None = None,
+                    key: str = "page", closing: str = "Done reading.") -> list[dict[str, Any]]:
     """A session where the agent reads one page a call: the system prompt, the task, then for
-    each of `results` an assistant call of `tool` (`{"page": k}`, id `call_{k:03d}`) and its
-    result, and a closing answer."""
+    each of `results` an assistant turn `say` (default "Reading page k.") calling `tool`
+    (`{key: k}`, id `call_{k:03d}`) and its result, and a `closing` answer."""
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": "You are a helpful assistant with tools."},
         {"role": "user", "content": task},
     ]
     for k, result in enumerate(results):
         call = f"call_{k:03d}"
-        messages.append({"role": "assistant", "content": f"Reading page {k}.", "tool_calls": [
+        text = f"Reading page {k}." if say is None else say
+        messages.append({"role": "assistant", "content": text, "tool_calls": [
             {"id": call, "type": "function",
-             "function": {"name": tool, "arguments": f'{{"page": {k}}}'}}]})
+             "function": {"name": tool, "arguments": f'{{"{key}": {k}}}'}}]})
         messages.append({"role": "tool", "tool_call_id": call, "content": result})
-    messages.append({"role": "assistant", "content": "Done reading."})
+    messages.append({"role": "assistant", "content": closing})
     return messages
 
 
@@ -66,3 +72,9 @@ def ticket_queue(first_turns: int, second_turns: int) -> list[dict[str, Any]]:
             messages.append({"role": "tool", "tool_call_id": call, "content": order_page(k)})
         messages.append({"role": "assistant", "content": f"Ticket {ticket} is audited."})
     return messages
+
+
+def memory_engine(settings: Settings, embedder: Any, cache: bool) -> ContextEngine:
+    """An engine on an in-memory session store, with its prefix cache or without it."""
+    return ContextEngine(settings, None, Metrics(), DropLog("/dev/null", "none", None), embedder,
+                         sessions=MemorySessionStore(), prefix_cache_size=1024 if cache else 0)

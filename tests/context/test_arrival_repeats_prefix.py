@@ -11,11 +11,9 @@ import json
 import uuid
 from typing import Any
 
-from gateway.context.engine import CallContext, ContextEngine
-from gateway.context.session import MemorySessionStore
-from gateway.observability.droplog import DropLog
-from gateway.observability.metrics import Metrics
+from gateway.context.engine import CallContext
 from gateway.settings import Settings
+from tests.context.sessions import memory_engine
 
 TOOLS = [{"type": "function", "function": {"name": name, "parameters": {"type": "object"}}}
          for name in ("sh", "get_order")]
@@ -64,15 +62,11 @@ def _session(turns: int) -> list[dict[str, Any]]:
     return messages
 
 
-def _engine(settings: Settings, embedder: Any, cache: bool) -> ContextEngine:
-    return ContextEngine(settings, None, Metrics(), DropLog("/dev/null", "none", None), embedder,
-                         sessions=MemorySessionStore(), prefix_cache_size=1024 if cache else 0)
-
-
 async def test_a_repeat_on_arrival_is_decided_on_the_prefix_as_on_the_full_path(
     settings: Settings, embedder: Any
 ) -> None:
-    cached, plain = _engine(settings, embedder, True), _engine(settings, embedder, False)
+    cached = memory_engine(settings, embedder, True)
+    plain = memory_engine(settings, embedder, False)
     session = uuid.uuid4().hex
     messages = _session(48)
     pointed_on_prefix = 0

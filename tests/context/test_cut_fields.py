@@ -6,13 +6,11 @@ values the agent copied whole into its next calls."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import orjson
 
 from gateway.context.engine import ContextEngine
 from gateway.context.summarize import cut_payload, summarize
-from tests.context.sessions import fit_each_call
+from tests.context.sessions import fit_each_call, reading_session
 
 CITIES = ["Long Beach, US", "San Diego, US", "Santa Monica, US", "Palo Alto, US",
           "New Haven, US", "Ann Arbor, US"]
@@ -57,19 +55,10 @@ def test_a_cut_text_that_is_no_content_block_is_digested_as_before() -> None:
 async def test_an_agent_looks_up_the_locations_of_a_cut_listing(engine: ContextEngine) -> None:
     listing = cut(block(PAYLOAD), 5000, 2500)
     shown = [c for c in CITIES if c in listing.replace("\\", "")]
-    messages: list[dict[str, Any]] = [
-        {"role": "system", "content": "You are a helpful assistant with tools."},
-        {"role": "user", "content": "Find the distance to each company still being checked."},
-    ]
-    for k in range(16):
-        call = f"call_{k:03d}"
-        messages.append({"role": "assistant", "content": "Next.", "tool_calls": [
-            {"id": call, "type": "function",
-             "function": {"name": "call_tool", "arguments": f'{{"step": {k}}}'}}]})
-        messages.append({"role": "tool", "tool_call_id": call, "content": listing if k == 0
-                         else block("\n".join(f"Log {k}-{i}: shelf {k * 7 + i} moved"
-                                              for i in range(60)))})
-    messages.append({"role": "assistant", "content": "Measuring."})
+    messages = reading_session(
+        "Find the distance to each company still being checked.", [listing] + [block("\n".join(
+            f"Log {k}-{i}: shelf {k * 7 + i} moved" for i in range(60))) for k in range(1, 16)],
+        "call_tool", say="Next.", key="step", closing="Measuring.")
     fits = await fit_each_call(engine, messages, TOOLS, "t-cutf", "cutfields")
     last = fits[-1].body["messages"]
     out = str(next(m["content"] for m in last if m.get("tool_call_id") == "call_000"))

@@ -11,12 +11,10 @@ import json
 import uuid
 from typing import Any
 
-from gateway.context.engine import CallContext, ContextEngine
+from gateway.context.engine import CallContext
 from gateway.context.fold import FOLD_REASONS
-from gateway.context.session import MemorySessionStore
-from gateway.observability.droplog import DropLog
-from gateway.observability.metrics import Metrics
 from gateway.settings import Settings
+from tests.context.sessions import memory_engine
 from tests.context.test_fold import support_queue
 
 TOOLS = [{"type": "function", "function": {"name": "get_reservation",
@@ -37,15 +35,11 @@ def _result(k: int) -> str:
                      for i in range(12))
 
 
-def _engine(settings: Settings, embedder: Any, cache: bool) -> ContextEngine:
-    return ContextEngine(settings, None, Metrics(), DropLog("/dev/null", "none", None), embedder,
-                         sessions=MemorySessionStore(), prefix_cache_size=1024 if cache else 0)
-
-
 async def test_a_cached_and_an_uncached_engine_log_the_same_fold_steps(
     settings: Settings, embedder: Any
 ) -> None:
-    cached, plain = _engine(settings, embedder, True), _engine(settings, embedder, False)
+    cached = memory_engine(settings, embedder, True)
+    plain = memory_engine(settings, embedder, False)
     session = uuid.uuid4().hex
     messages = support_queue(50, _result)
     moved = 0

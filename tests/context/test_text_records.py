@@ -8,13 +8,11 @@ value list ranks as the plain word `myersj` and cuts."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import orjson
 
 from gateway.context.engine import ContextEngine
 from gateway.context.summarize import RECORD_MIN_PAYLOAD, envelope, summarize
-from tests.context.sessions import fit_each_call
+from tests.context.sessions import fit_each_call, reading_session
 
 BUCKETS = ["exam_log-b711e7743e03", "abtesting_logging-953504bb2550", "trading_log-cc616b9e7c85"]
 SINKS = [
@@ -74,19 +72,10 @@ def test_a_text_that_is_no_content_block_is_digested_as_before() -> None:
 
 async def test_an_agent_creates_a_sink_to_a_destination_it_listed(engine: ContextEngine) -> None:
     listing = block(LISTING)
-    messages: list[dict[str, Any]] = [
-        {"role": "system", "content": "You are a helpful assistant with tools."},
-        {"role": "user", "content": "Route the critical academic warnings to the exam log."},
-    ]
-    for k in range(16):
-        call = f"call_{k:03d}"
-        messages.append({"role": "assistant", "content": "Next.", "tool_calls": [
-            {"id": call, "type": "function",
-             "function": {"name": "call_tool", "arguments": f'{{"step": {k}}}'}}]})
-        messages.append({"role": "tool", "tool_call_id": call, "content": listing if k == 0
-                         else block("\n".join(f"Row {k}-{i}: score {k * 7 + i} recorded"
-                                              for i in range(60)))})
-    messages.append({"role": "assistant", "content": "Creating the sink."})
+    messages = reading_session(
+        "Route the critical academic warnings to the exam log.", [listing] + [block("\n".join(
+            f"Row {k}-{i}: score {k * 7 + i} recorded" for i in range(60))) for k in range(1, 16)],
+        "call_tool", say="Next.", key="step", closing="Creating the sink.")
     fits = await fit_each_call(engine, messages, TOOLS, "t-txtrec", "textrecords")
     last = fits[-1].body["messages"]
     out = str(next(m["content"] for m in last if m.get("tool_call_id") == "call_000"))
