@@ -28,6 +28,7 @@ from gateway.context.tokens import TokenCounter
 from gateway.observability.droplog import DropLog
 from gateway.observability.metrics import Metrics
 from gateway.settings import Settings
+from tests.context.test_whole_digest import with_share
 from tests.sessions import sql_session
 
 from .conftest import without_credit, without_repay
@@ -419,6 +420,9 @@ async def test_a_short_session_does_not_resend_itself_for_small_digests(
                + "\n" + json.dumps([{"id": f"#P{k}{k:04d}{j}", "sku": f"S{k}{k}{j:03d}"}
                                     for j in range(6)]) for k in range(8)]
     messages = _sql_session(outputs)
+    # these digests keep most of each record: the shipped `whole_digest_share` sends them as
+    # they are (no step at all), so it is off here, where the repay rule is what is tested
+    settings = with_share(settings, None)
     changes, _ = await _replay(settings, embedder, messages)
     assert changes == 0
     before, _ = await _replay(without_repay(settings), embedder, messages)
@@ -454,6 +458,7 @@ async def test_a_young_session_with_a_large_prompt_does_not_resend_itself_for_sm
             call["function"]["name"] = "get_order"
     tools = [{"type": "function",
               "function": {"name": "get_order", "parameters": {"type": "object"}}}]
+    settings = with_share(settings, None)  # as in the test above: the repay rule alone
     changes, _ = await _replay(_repay_young(settings, 30), embedder, messages, tools)
     before, _ = await _replay(settings, embedder, messages, tools)  # shipped: off
     assert (changes, before) == (0, 1)
