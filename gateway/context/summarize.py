@@ -704,7 +704,7 @@ def _with_records(payload: str, compact: str, known: frozenset[str],
     RECORD_MIN_PAYLOAD lists only its links and e-mail addresses, within FIELD_MIN.
     Issue-7 yardstick, Toolathlon (bench/README.md, "Toolathlon recall, part four"): recall
     +0.0 to +2.1 points on every split for 0.2 to 1.2 points of cost @0.1; the text lines and
-    the short payloads' addresses ("Toolathlon queues' recall, part fourteen"): a sink
+    the short payloads' addresses ("Toolathlon queues' recall, part fifteen"): a sink
     listing's `Destination: logging.googleapis.com/…/exam_log-…` (longer than the value
     list's 80 characters) and an e-mail's `… at myersj@mcp.com` (its local part ranked as a
     plain word), each copied whole into a later call, were in no digest."""

@@ -78,7 +78,7 @@ def test_a_large_text_blocks_digest_keeps_its_links_and_addresses_whole() -> Non
     assert all(f"https://hf.co/papers/2103.{n:05d}" in out for n in range(12))
     assert all(f"author{n}@uni.edu" in out for n in range(12))
     # under ~600 tokens: a records line of its links and addresses only, within FIELD_MIN
-    # (bench/README.md, "Toolathlon queues' recall, part fourteen")
+    # (bench/README.md, "Toolathlon queues' recall, part fifteen")
     short = summarize(block("\n".join(lines[:4])), "tool_result", 3)
     records = next(line for line in short.splitlines() if line.startswith("[records:"))
     assert len(records) <= FIELD_MIN + len("[records: ]")
