@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 from gateway.context.engine import CallContext, ContextEngine, FittedCall
@@ -72,6 +73,23 @@ def ticket_queue(first_turns: int, second_turns: int) -> list[dict[str, Any]]:
             messages.append({"role": "tool", "tool_call_id": call, "content": order_page(k)})
         messages.append({"role": "assistant", "content": f"Ticket {ticket} is audited."})
     return messages
+
+
+async def fit_both(
+    cached: ContextEngine, plain: ContextEngine, messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]], session: str,
+) -> AsyncIterator[tuple[int, FittedCall, FittedCall, bool]]:
+    """Every call of the session fitted by an engine with a prefix cache and by one without
+    (same tenant `t1`, same session): yields the call's end, both fits and whether the
+    cached engine took this call on its prefix."""
+    for end in range(3, len(messages)):
+        if messages[end]["role"] != "assistant":
+            continue
+        body = {"model": "gpt-4o", "messages": messages[:end], "tools": tools}
+        call = CallContext("t1", f"tr-{session}-{end}", {"x-ctxgate-session-id": session})
+        reused = cached.prefixes.reused
+        fitted = await cached.fit(body, call)
+        yield end, fitted, await plain.fit(body, call), cached.prefixes.reused > reused
 
 
 def memory_engine(settings: Settings, embedder: Any, cache: bool) -> ContextEngine:

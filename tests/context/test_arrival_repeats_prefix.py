@@ -11,9 +11,8 @@ import json
 import uuid
 from typing import Any
 
-from gateway.context.engine import CallContext
 from gateway.settings import Settings
-from tests.context.sessions import memory_engine
+from tests.context.sessions import fit_both, memory_engine
 
 TOOLS = [{"type": "function", "function": {"name": name, "parameters": {"type": "object"}}}
          for name in ("sh", "get_order")]
@@ -70,14 +69,7 @@ async def test_a_repeat_on_arrival_is_decided_on_the_prefix_as_on_the_full_path(
     session = uuid.uuid4().hex
     messages = _session(48)
     pointed_on_prefix = 0
-    for end in range(3, len(messages)):
-        if messages[end]["role"] != "assistant":
-            continue
-        body = {"model": "gpt-4o", "messages": messages[:end], "tools": TOOLS}
-        call = CallContext("t1", uuid.uuid4().hex, {"x-ctxgate-session-id": session})
-        reused = cached.prefixes.reused
-        fitted = await cached.fit(body, call)
-        again = await plain.fit(body, call)
+    async for end, fitted, again, on_prefix in fit_both(cached, plain, messages, TOOLS, session):
         assert (fitted.body, fitted.drops, fitted.tokens_after) == (
             again.body, again.drops, again.tokens_after), end
         mine = await cached.sessions.load("t1", session)
@@ -85,7 +77,7 @@ async def test_a_repeat_on_arrival_is_decided_on_the_prefix_as_on_the_full_path(
         assert mine.decisions == theirs.decisions, end
         assert (mine.horizon, mine.calls) == (theirs.horizon, theirs.calls), end
         latest = fitted.body["messages"][-2:]
-        if cached.prefixes.reused > reused and any(
+        if on_prefix and any(
                 "repeats an earlier" in str(m.get("content")) for m in latest):
             pointed_on_prefix += 1
     # main took the full path on every one of these calls

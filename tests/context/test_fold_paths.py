@@ -11,10 +11,9 @@ import json
 import uuid
 from typing import Any
 
-from gateway.context.engine import CallContext
 from gateway.context.fold import FOLD_REASONS
 from gateway.settings import Settings
-from tests.context.sessions import memory_engine
+from tests.context.sessions import fit_both, memory_engine
 from tests.context.test_fold import support_queue
 
 TOOLS = [{"type": "function", "function": {"name": "get_reservation",
@@ -43,19 +42,12 @@ async def test_a_cached_and_an_uncached_engine_log_the_same_fold_steps(
     session = uuid.uuid4().hex
     messages = support_queue(50, _result)
     moved = 0
-    for end in range(3, len(messages)):
-        if messages[end]["role"] != "assistant":
-            continue
-        body = {"model": "gpt-4o", "messages": messages[:end], "tools": TOOLS}
-        call = CallContext("t1", uuid.uuid4().hex, {"x-ctxgate-session-id": session})
-        reused = cached.prefixes.reused
-        fitted = await cached.fit(body, call)
-        again = await plain.fit(body, call)
+    async for end, fitted, again, on_prefix in fit_both(cached, plain, messages, TOOLS, session):
         assert (fitted.body, fitted.tokens_after) == (again.body, again.tokens_after), end
         assert fitted.drops == again.drops, end
         folds = {d.step for d in fitted.drops if d.reason in FOLD_REASONS}
         latest = max((d.step for d in fitted.drops), default=0)
-        if cached.prefixes.reused > reused and latest in folds:
+        if on_prefix and latest in folds:
             moved += 1
     # calls on the prefix whose fold events carry the step this call brought
     assert moved >= 3, moved
