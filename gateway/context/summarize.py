@@ -515,7 +515,9 @@ def fields(text: str) -> list[str]:
     cells, the value of a `Key: value` line, a Markdown `- **Key:** value` read as one), in
     order of first appearance: column headers, titles, names and questions an agent re-types
     whole, which the value list (one word at a time) cannot carry. Then the names inside a
-    JSON document's text leaves (`_text_names`), which its digest cuts at their head."""
+    JSON document's text leaves (`_text_names`), which its digest cuts at their head.
+    Issue-7 yardstick (bench/README.md, "Toolathlon queues' recall, part seventeen"):
+    claude queues recall 98.68 -> 98.82 tune, 98.67 -> 98.75 holdout, cost equal."""
     stripped = text.strip()
     raw: list[str] = []
     if stripped[:1] in ("[", "{"):
