@@ -38,6 +38,11 @@ MIN_DIGITS = 6
 # Turns (of the last `turns`) that must draw from a result: one copy of one value is a
 # look-up, two are the agent working through it.
 MIN_TURNS = 2
+# An older result holding this many of one turn's values is drawn from too, besides the
+# latest holder each value is credited to: a list the agent works through whose entry it
+# re-read from a newer print of that entry (a script's 4 pending updates, the first one
+# shown again in a payload check) is still the list it copies the next entries from.
+MIN_SHARED = 2
 # The agent's own turns it works from: a plan or a list of records it compiled in its prose
 # (`1. Angela Moore - Email: …`) and then re-types one record a call. Credited besides the
 # result the value was read in (that result's credit is unchanged), when the turn is newer
@@ -104,15 +109,19 @@ def drawn_from(
         before = [item for item in results if item.message_index < index]
         mine = [item for item in own if item.message_index < index]
         hit: set[str] = set()
+        shared: dict[str, int] = {}  # id -> values of this turn an older holder also has
         for value in found:
             if value in known:
                 continue
             read = -1
             for item in reversed(before):
-                if value in item.text:
+                if value not in item.text:
+                    continue
+                if read < 0:
                     hit.add(item.id)
                     read = item.message_index
-                    break
+                else:
+                    shared[item.id] = shared.get(item.id, 0) + 1
             for item in reversed(mine):
                 # the agent's own list, written after the result it read the value in
                 if item.message_index < read:
@@ -121,6 +130,7 @@ def drawn_from(
                     if not _user_restated(messages, value, item.message_index, index):
                         hit.add(item.id)
                     break
+        hit.update(item_id for item_id, n in shared.items() if n >= MIN_SHARED)
         for item_id in hit:
             credits[item_id] = credits.get(item_id, 0) + 1
     least = min(MIN_TURNS, turns)
