@@ -42,7 +42,11 @@ MIN_TURNS = 2
 # latest holder each value is credited to: a list the agent works through whose entry it
 # re-read from a newer print of that entry (a script's 4 pending updates, the first one
 # shown again in a payload check) is still the list it copies the next entries from.
+# Only a short one (a few records): a long listing holding a turn's values is kept by
+# the turns that read them there, as before (kept on any size, the Toolathlon claude
+# queues' cost @0.1 fell 0.3 tune and 0.2 holdout points).
 MIN_SHARED = 2
+SHARED_MAX_CHARS = 1000
 # The agent's own turns it works from: a plan or a list of records it compiled in its prose
 # (`1. Angela Moore - Email: …`) and then re-types one record a call. Credited besides the
 # result the value was read in (that result's credit is unchanged), when the turn is newer
@@ -120,7 +124,7 @@ def drawn_from(
                 if read < 0:
                     hit.add(item.id)
                     read = item.message_index
-                else:
+                elif len(item.text) <= SHARED_MAX_CHARS:
                     shared[item.id] = shared.get(item.id, 0) + 1
             for item in reversed(mine):
                 # the agent's own list, written after the result it read the value in
