@@ -42,9 +42,11 @@ MIN_TURNS = 2
 # latest holder each value is credited to: a list the agent works through whose entry it
 # re-read from a newer print of that entry (a script's 4 pending updates, the first one
 # shown again in a payload check) is still the list it copies the next entries from.
-# Only a short one (a few records): a long listing holding a turn's values is kept by
+# Only a short one (a few records), and only beside a turn that read a value there as its
+# latest holder: a long listing, or an output whose values newer ones repeat, is kept by
 # the turns that read them there, as before (kept on any size, the Toolathlon claude
-# queues' cost @0.1 fell 0.3 tune and 0.2 holdout points).
+# queues' cost @0.1 fell 0.3 tune and 0.2 holdout points; without the direct read, the
+# deepseek runs' holdout 0.2).
 MIN_SHARED = 2
 SHARED_MAX_CHARS = 1000
 # The agent's own turns it works from: a plan or a list of records it compiled in its prose
@@ -109,6 +111,7 @@ def drawn_from(
     if not results and not own:
         return set()
     credits: dict[str, int] = {}  # id -> turns that drew from it
+    direct: set[str] = set()  # ids a turn read a value in (its latest holder)
     for index, found in recent_values(messages, turns):
         before = [item for item in results if item.message_index < index]
         mine = [item for item in own if item.message_index < index]
@@ -134,11 +137,16 @@ def drawn_from(
                     if not _user_restated(messages, value, item.message_index, index):
                         hit.add(item.id)
                     break
-        hit.update(item_id for item_id, n in shared.items() if n >= MIN_SHARED)
         for item_id in hit:
             credits[item_id] = credits.get(item_id, 0) + 1
+            direct.add(item_id)
+        for item_id, n in shared.items():
+            if n >= MIN_SHARED and item_id not in hit:
+                credits[item_id] = credits.get(item_id, 0) + 1
     least = min(MIN_TURNS, turns)
-    return {item_id for item_id, n in credits.items() if n >= least or item_id in eager}
+    # an older holder's credit counts only beside a turn that read the output itself
+    return {item_id for item_id, n in credits.items()
+            if (n >= least and item_id in direct) or item_id in eager}
 
 
 def _user_restated(
