@@ -100,6 +100,11 @@ def test_an_older_short_list_is_credited_by_a_turn_drawing_two_of_its_values() -
     sources = [_item(3, UPDATES), _item(5, messages[5]["content"]),
                _item(7, messages[7]["content"])]
     assert drawn_from(sources, messages[:10], 3) == {"m3"}
+    # the first update written twice (from the print, then from its write's reply): the
+    # list holds both turns' values but no turn read it, so it is not drawn from; the
+    # print, read by the first, is
+    again = [*messages[:8], messages[6]]
+    assert drawn_from(sources, again, 3) == {"m5"}
     # a long listing holding the same values is credited only where they were read
     long = UPDATES + "\n" + "x" * SHARED_MAX_CHARS
     assert drawn_from([_item(3, long), *sources[1:]], messages[:10], 3) == set()
