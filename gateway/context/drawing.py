@@ -12,7 +12,9 @@ arguments (string leaves of `MIN_VALUE`+ characters with a letter, or of `MIN_DI
 digits: a short bare number — a page size, a count, an element id — names no source, but a
 course code, an order or phone number copied from a listing does) found in an older tool
 result, as the client sent it. Each value is credited to the latest result before its
-call that holds it (where the agent read it); a result credited by `MIN_TURNS` of the last
+call that holds it (where the agent read it), and a turn also credits an older short result
+holding `MIN_SHARED` of its values (a list whose entry it re-read in a newer print; counted
+only beside a turn that read that result itself); a result credited by `MIN_TURNS` of the last
 `turns` calls that made tool calls is *drawn from*, and a step leaves it as it is, so it
 keeps its unused values until the agent stops drawing from it; the next step after that ages
 it as usual.
