@@ -12,7 +12,9 @@ arguments (string leaves of `MIN_VALUE`+ characters with a letter, or of `MIN_DI
 digits: a short bare number — a page size, a count, an element id — names no source, but a
 course code, an order or phone number copied from a listing does) found in an older tool
 result, as the client sent it. Each value is credited to the latest result before its
-call that holds it (where the agent read it); a result credited by `MIN_TURNS` of the last
+call that holds it (where the agent read it), and a turn also credits an older short result
+holding `MIN_SHARED` of its values (a list whose entry it re-read in a newer print; counted
+only beside a turn that read that result itself); a result credited by `MIN_TURNS` of the last
 `turns` calls that made tool calls is *drawn from*, and a step leaves it as it is, so it
 keeps its unused values until the agent stops drawing from it; the next step after that ages
 it as usual.
@@ -38,6 +40,17 @@ MIN_DIGITS = 6
 # Turns (of the last `turns`) that must draw from a result: one copy of one value is a
 # look-up, two are the agent working through it.
 MIN_TURNS = 2
+# An older result holding this many of one turn's values is drawn from too, besides the
+# latest holder each value is credited to: a list the agent works through whose entry it
+# re-read from a newer print of that entry (a script's 4 pending updates, the first one
+# shown again in a payload check) is still the list it copies the next entries from.
+# Only a short one (a few records), and only beside a turn that read a value there as its
+# latest holder: a long listing, or an output whose values newer ones repeat, is kept by
+# the turns that read them there, as before (kept on any size, the Toolathlon claude
+# queues' cost @0.1 fell 0.3 tune and 0.2 holdout points; without the direct read, the
+# deepseek runs' holdout 0.2).
+MIN_SHARED = 2
+SHARED_MAX_CHARS = 1000
 # The agent's own turns it works from: a plan or a list of records it compiled in its prose
 # (`1. Angela Moore - Email: …`) and then re-types one record a call. Credited besides the
 # result the value was read in (that result's credit is unchanged), when the turn is newer
@@ -100,19 +113,24 @@ def drawn_from(
     if not results and not own:
         return set()
     credits: dict[str, int] = {}  # id -> turns that drew from it
+    direct: set[str] = set()  # ids a turn read a value in (its latest holder)
     for index, found in recent_values(messages, turns):
         before = [item for item in results if item.message_index < index]
         mine = [item for item in own if item.message_index < index]
         hit: set[str] = set()
+        shared: dict[str, int] = {}  # id -> values of this turn an older holder also has
         for value in found:
             if value in known:
                 continue
             read = -1
             for item in reversed(before):
-                if value in item.text:
+                if value not in item.text:
+                    continue
+                if read < 0:
                     hit.add(item.id)
                     read = item.message_index
-                    break
+                elif len(item.text) <= SHARED_MAX_CHARS:
+                    shared[item.id] = shared.get(item.id, 0) + 1
             for item in reversed(mine):
                 # the agent's own list, written after the result it read the value in
                 if item.message_index < read:
@@ -123,8 +141,14 @@ def drawn_from(
                     break
         for item_id in hit:
             credits[item_id] = credits.get(item_id, 0) + 1
+            direct.add(item_id)
+        for item_id, n in shared.items():
+            if n >= MIN_SHARED and item_id not in hit:
+                credits[item_id] = credits.get(item_id, 0) + 1
     least = min(MIN_TURNS, turns)
-    return {item_id for item_id, n in credits.items() if n >= least or item_id in eager}
+    # an older holder's credit counts only beside a turn that read the output itself
+    return {item_id for item_id, n in credits.items()
+            if (n >= least and item_id in direct) or item_id in eager}
 
 
 def _user_restated(
