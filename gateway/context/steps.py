@@ -57,7 +57,7 @@ def whole_block(item: Item, opts: CompressOptions) -> bool:
     bought the Toolathlon runs 0.0-0.5 point more recall for 0.2-1.6 more cost @0.1.
     A longer one that is a document the task names (`source_block`) is kept so while it is
     younger than `drawn_turns` turns: after that, only while the agent copies from it; so is
-    one of any length a queue's later task names, past the session's `whole_block_turns`."""
+    one up to `source_block_tokens` a queue's later task names past `whole_block_turns`."""
     if not (item.kind == "tool_result" and item.tokens > 0):
         return False
     if (item.tokens > opts.whole_block_tokens or item.clock.turns >= opts.whole_block_turns
