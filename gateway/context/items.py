@@ -45,13 +45,18 @@ class Clock:
     it): an item reads its age from its layout's clock, so the items of a history that only
     grows age without being rebuilt (a step call takes its session's items as they are).
     `named`: the indexes of the tool results answering a call whose arguments name a file
-    the task statement names (`Layout.extend`): the documents the task works from."""
+    the task statement names (`Layout.extend`): the documents the task works from.
+    `task_start`, `task_turns`: the index of the user message that started the current
+    task, in a session whose agent had answered before it (a queue's later task; -1: none),
+    and the turns walked when it came: what the task has lasted is `turns - task_turns`."""
 
-    __slots__ = ("named", "turns")
+    __slots__ = ("named", "task_start", "task_turns", "turns")
 
     def __init__(self, turns: int = 0) -> None:
         self.turns = turns
         self.named: set[int] = set()
+        self.task_start = -1
+        self.task_turns = 0
 
 
 STILL = Clock()  # the clock of items made outside a layout (never moves): age = -turn
@@ -153,6 +158,9 @@ class Layout:
     pins: set[int] = field(default_factory=set)  # messages marked PINNED
     clock: Clock = field(default_factory=Clock)  # len(turns), read by the items' ages
     task_files: set[str] = field(default_factory=set)  # file names the task statement names
+    # file names the user messages of the current task name, when the agent had answered
+    # before it (a queue's later task: `task_files` holds the first task's only)
+    current_files: set[str] = field(default_factory=set)
     naming_calls: set[Any] = field(default_factory=set)  # ids of calls naming one of them
 
     def extend(self, messages: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -166,11 +174,18 @@ class Layout:
                 self.pins.add(i)
             if role == "user":
                 self.latest_user = i
+                text = content_text(msg.get("content"))
                 if self.first_answer is None:
-                    self.task_files.update(_FILE_NAME.findall(content_text(msg.get("content"))))
+                    self.task_files.update(_FILE_NAME.findall(text))
                 if (self.open_from is None and self.said
-                        and text_tool_result(self.said, content_text(msg.get("content")))):
+                        and text_tool_result(self.said, text)):
                     self.open_from = self.turns[-1]  # the calls it wrote in prose are open
+                elif self.first_answer is not None:
+                    if messages[i - 1].get("role") != "user":  # a new task starts
+                        self.current_files = set()
+                        self.clock.task_start = i
+                        self.clock.task_turns = len(self.turns)
+                    self.current_files.update(_FILE_NAME.findall(text))
             elif role == "assistant":
                 self.turns.append(i)
                 self.open_from = i if msg.get("tool_calls") else None
@@ -180,7 +195,9 @@ class Layout:
                 for call in msg.get("tool_calls") or ():
                     if isinstance(call, Mapping) and "id" in call:
                         self.call_unit[call["id"]] = unit
-                        if self.task_files and _names_file(call, self.task_files):
+                        if ((self.task_files and _names_file(call, self.task_files))
+                                or (self.current_files
+                                    and _names_file(call, self.current_files))):
                             self.naming_calls.add(call["id"])
             elif role == "tool":
                 unit = self.call_unit.get(msg.get("tool_call_id"), unit)

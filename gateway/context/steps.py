@@ -56,12 +56,12 @@ def whole_block(item: Item, opts: CompressOptions) -> bool:
     A JSON payload (records, acknowledgements) is left to its digest: kept whole too, it
     bought the Toolathlon runs 0.0-0.5 point more recall for 0.2-1.6 more cost @0.1.
     A longer one that is a document the task names (`source_block`) is kept so while it is
-    younger than `drawn_turns` turns: after that, only while the agent copies from it."""
-    if not (item.kind == "tool_result" and item.tokens > 0
-            and item.clock.turns < opts.whole_block_turns):
+    younger than `drawn_turns` turns: after that, only while the agent copies from it; so is
+    one up to `source_block_tokens` a queue's later task names past `whole_block_turns`."""
+    if not (item.kind == "tool_result" and item.tokens > 0):
         return False
-    if item.tokens > opts.whole_block_tokens and not (
-            item.age < opts.drawn_turns and source_block(item, opts)):
+    if (item.tokens > opts.whole_block_tokens or item.clock.turns >= opts.whole_block_turns
+        ) and not (item.age < opts.drawn_turns and source_block(item, opts)):
         return False
     return _text_block(item)
 
@@ -74,10 +74,16 @@ def source_block(item: Item, opts: CompressOptions) -> bool:
     after the step that would digest it. It is kept whole for its first `drawn_turns` turns
     (`whole_block`), and after that while one of the last `drawn_turns` tool-calling turns
     drew from it (`drawing.drawn_from`'s `eager`), where another output needs two."""
-    return (item.kind == "tool_result"
-            and opts.whole_block_tokens < item.tokens <= opts.source_block_tokens
-            and item.clock.turns < opts.whole_block_turns
-            and item.message_index in item.clock.named and _text_block(item))
+    clock = item.clock
+    if not (item.kind == "tool_result" and item.message_index in clock.named
+            and item.tokens <= opts.source_block_tokens):
+        return False
+    if clock.turns < opts.whole_block_turns:
+        young = item.tokens > opts.whole_block_tokens  # a shorter one is a `whole_block`
+    else:  # a queue's later task: a document it names, while that task is young
+        young = (item.tokens > 0 and item.message_index > clock.task_start >= 0
+                 and clock.turns - clock.task_turns < opts.whole_block_turns)
+    return young and _text_block(item)
 
 
 def _text_block(item: Item) -> bool:
