@@ -335,6 +335,18 @@ def _searchable(
     return found
 
 
+def _json(lost: Mapping[int, str | None]) -> bytes:
+    """`lost`'s JSON as the session stores it (the keys in their order)."""
+    return orjson.dumps({str(i): text for i, text in lost.items()})
+
+
+def _appended(raw: bytes | None, lost: Mapping[int, str | None]) -> bytes | None:
+    """The JSON of a non-empty `lost` map whose JSON is `raw` with `lost`'s entries added
+    after its own (None: `raw` unknown). orjson writes an object as `{` + its entries
+    joined by `,` + `}`, so the two objects' entries join as one."""
+    return None if raw is None else raw[:-1] + b"," + _json(lost)[1:]
+
+
 class Haystack:
     """The searchable texts of a session's messages[:count], kept from call to call so a
     call reads only the messages added since (the engine keeps it with the session's prefix,
@@ -380,10 +392,11 @@ class Haystack:
         self.runs_stale = 0
 
     def lost_after(self, count: int, plan: Plan | None) -> tuple[dict[int, str | None], bool]:
-        """`lost_messages(count, plan)`, and whether it is the one found last (then
-        `found_raw` is its JSON). A plan that extends the one read before (the same object,
-        grown: the session's prefix keeps it so between steps) is read from where the last
-        call stopped."""
+        """`lost_messages(count, plan)`, and whether `found_raw` is its JSON (it is the one
+        found last). A plan that extends the one read before (the same object, grown: the
+        session's prefix keeps it so between steps) is read from where the last call
+        stopped, and the JSON of what it adds is appended to the last one's (its messages
+        come after all those found before)."""
         if (plan is None or plan is not self.plan or len(plan) < self.planned
                 or count < self.count):
             spliced = self._spliced(count, plan)
@@ -406,9 +419,10 @@ class Haystack:
                 lost[i] = text
         if lost:
             self.runs_stale = min(self.runs_stale, self.count)
-            self.found, self.found_raw = {**self.found, **lost}, None
+            raw = _appended(self.found_raw, lost) if self.found else _json(lost)
+            self.found, self.found_raw = {**self.found, **lost}, raw
         self.planned, self.count = len(plan), count
-        return self.found, not lost
+        return self.found, not lost or self.found_raw is not None
 
     def _spliced(
         self, count: int, plan: Plan | None
