@@ -727,8 +727,7 @@ class ContextEngine:
         changed = changed_decisions(ctx.decisions, state.decisions)
         _stamp_step(ctx.decisions, state.decisions, changed)
         if changed:
-            state.decisions = ctx.decisions
-            state.dirty.add("decisions")
+            state.decide(ctx.decisions, changed)
         else:  # the session's own dict, equal: its prefix is then reused by identity
             ctx.decisions = state.decisions
         return final, ctx, stepped, applied._replace(changed=changed)

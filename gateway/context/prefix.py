@@ -448,8 +448,8 @@ class Prefix:
         if cls.compaction.ages and self._step_due(messages, state, cls, caches):
             return None
         if cuts:  # remembered like any decision; the next call reuses this prefix with them
-            state.decisions = self.decisions = decisions
-            state.dirty.add("decisions")
+            state.decide(decisions, cuts.keys())
+            self.decisions = decisions
         if pending and self.verbatim is not None:
             # a new output sent minified is named, from the next call on, as it is sent
             ids = {item.id for item in pending.values()}

@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import TYPE_CHECKING, Any, Protocol, cast
@@ -122,6 +122,18 @@ class SessionState:
     # `run_hashes`), when the fidelity signals made them from what they kept of the last
     # call's (`fidelity.Haystack.found_runs`): a save need not decode `lost` again.
     lost_split: tuple[bytes, dict[int, bytes], dict[int, bytes]] | None = None
+    # What the last `decide` said: `decisions` (the dict, by identity) differs from `stored`
+    # (likewise) at most at these ids; `changes` then compares those alone.
+    delta: tuple[Mapping[str, Decision], Mapping[str, Decision], Collection[str]] | None = None
+
+    def decide(self, decisions: dict[str, Decision], ids: Collection[str]) -> None:
+        """`decisions` in force from now on, differing from the current ones at most at
+        `ids` (`apply.changed_decisions`, or the ids a call added). The dict is not changed
+        in place afterwards (`DecodedDecisions`)."""
+        exact = self.decisions is self.stored and not self.legacy
+        self.delta = (self.stored, decisions, ids) if exact else None
+        self.decisions = decisions
+        self.dirty.add("decisions")
 
     def encode(self, name: str) -> bytes:
         if name == "class":
@@ -158,11 +170,15 @@ class SessionState:
         deleted: list[bytes] = []
         if "decisions" in self.dirty:
             stored = {} if self.legacy else self.stored
-            for item_id, decision in self.decisions.items():
+            ids = self._changed_ids()
+            walked = self.decisions if ids is None else {i: self.decisions[i] for i in ids}
+            for item_id, decision in walked.items():
                 old = stored.get(item_id)
                 if old is not decision and old != decision:
                     mapping[DECISION_PREFIX + item_id.encode()] = orjson.dumps(decision.dump())
-            deleted = [DECISION_PREFIX + k.encode() for k in stored if k not in self.decisions]
+            if ids is None:
+                deleted = [DECISION_PREFIX + k.encode() for k in stored
+                           if k not in self.decisions]
             if self.legacy:
                 deleted.append(LEGACY_FIELD)
             self.version = os.urandom(8).hex().encode()
@@ -176,7 +192,39 @@ class SessionState:
         """What `changes` described is stored now."""
         if "decisions" in self.dirty:
             self.stored, self.legacy = self.decisions, False
+        self.delta = None
         self.dirty.clear()
+
+    def _changed_ids(self) -> list[str] | None:
+        """The ids whose decision may differ from the stored one, in `decisions`' order
+        (`changes` writes them in it, as a walk of every decision does), when the last
+        `decide` said which and none of them was undone and they sit among the last ones
+        (a call adds its decisions at the end): the walk back from the end stops once it
+        found them. None: walk every decision."""
+        delta, decisions = self.delta, self.decisions
+        if (delta is None or self.legacy or delta[0] is not self.stored
+                or delta[1] is not decisions):
+            return None
+        want = set()
+        for item_id in delta[2]:
+            if item_id in decisions:
+                want.add(item_id)
+            elif item_id in self.stored:
+                return None  # undone: the deleted fields come in the stored order
+        found: list[str] = []
+        limit = 2 * len(want) + 8
+        for n, item_id in enumerate(reversed(decisions)):
+            if not want:
+                break
+            if n >= limit:
+                return None
+            if item_id in want:
+                want.discard(item_id)
+                found.append(item_id)
+        if want:
+            return None
+        found.reverse()
+        return found
 
 
 def decode_decisions(raw: bytes) -> dict[str, Decision]:
