@@ -526,15 +526,19 @@ def fields(text: str) -> list[str]:
         except orjson.JSONDecodeError:
             raw = []
     names = _text_names(raw)
+    heads: list[str] = []
     if not raw:
         for line in stripped.splitlines():
+            # a section title (`### 4. Customer Service`, `Promotion Details:`) names no value
+            # an agent copies: listed after the other fields, which a capped line keeps first
+            into = heads if _MARKDOWN_HEAD.match(line) or _BARE_HEAD.match(line) else raw
             line = _MARKDOWN_KEY.sub(r"\1:", _MARKDOWN_HEAD.sub("", line))
             for cell in _FIELD_SPLIT.split(line):
                 key = _KEY.match(cell)
                 # `Key: two words`: the value alone (the cell repeated it); `Date: 2025-10-17`,
                 # whose value is one word, the cell
-                raw.append(cell[key.end():] if key and " " in cell[key.end():].strip() else cell)
-    out = (" ".join(f.split()) for f in raw)
+                into.append(cell[key.end():] if key and " " in cell[key.end():].strip() else cell)
+    out = (" ".join(f.split()) for f in raw + heads)
     return list(dict.fromkeys(
         [f for f in out
          if " " in f and len(f) <= FIELD_CHARS and any(c.isalpha() for c in f)
@@ -550,6 +554,9 @@ _MARKDOWN_KEY = re.compile(r"^[ \t]*(?:[-*+•][ \t]+|\d{1,3}[.)][ \t]+)?(?:\*\*
 # bullet stays: `- academic_warning_sink` is a field, and stripped to one word it was listed
 # in the records line instead, crowding out the destinations there; part fifteen's test.)
 _MARKDOWN_HEAD = re.compile(r"^[ \t]*#{1,6}[ \t]+(?:\d{1,3}[.)][ \t]+)?")
+# A plain-text section title: a line of words ending in a colon, nothing after it
+# (`📅 Promotion Details:`; not `- Date: 2025-10-17`, not a bulleted `- Options:`).
+_BARE_HEAD = re.compile(r"^[ \t]*[^\s\-*+•|][^:|\t]{0,58}:[ \t]*$")
 # A name inside running text: two or more capitalised words (`English Entrance Qualification
 # Examination`, `Language Lab L101`), joined by at most one short lower-case word between.
 _NAME_RUN = re.compile(
