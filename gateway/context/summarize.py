@@ -514,8 +514,11 @@ def fields(text: str) -> list[str]:
     """Short multi-word values of a payload (a JSON document's string leaves, a table's
     cells, the value of a `Key: value` line, a Markdown `- **Key:** value` read as one), in
     order of first appearance: column headers, titles, names and questions an agent re-types
-    whole, which the value list (one word at a time) cannot carry. Then the names inside a
-    JSON document's text leaves (`_text_names`), which its digest cuts at their head.
+    whole, which the value list (one word at a time) cannot carry; a text's section titles
+    (a Markdown heading, a line ending in a colon) after its other fields, so that a capped
+    line keeps the values ("part nineteen": claude queue 98.96 -> 98.97 tune, 98.75 -> 98.77
+    holdout). Then the names inside a JSON document's text leaves (`_text_names`), which its
+    digest cuts at their head.
     Issue-7 yardstick (bench/README.md, "Toolathlon queues' recall, part seventeen"):
     claude queues recall 98.68 -> 98.82 tune, 98.67 -> 98.75 holdout, cost equal."""
     stripped = text.strip()
