@@ -514,8 +514,11 @@ def fields(text: str) -> list[str]:
     """Short multi-word values of a payload (a JSON document's string leaves, a table's
     cells, the value of a `Key: value` line, a Markdown `- **Key:** value` read as one), in
     order of first appearance: column headers, titles, names and questions an agent re-types
-    whole, which the value list (one word at a time) cannot carry. Then the names inside a
-    JSON document's text leaves (`_text_names`), which its digest cuts at their head.
+    whole, which the value list (one word at a time) cannot carry; a text's section titles
+    (a Markdown heading, a line ending in a colon) after its other fields, so that a capped
+    line keeps the values ("part nineteen": claude queue 98.96 -> 98.97 tune, 98.75 -> 98.77
+    holdout). Then the names inside a JSON document's text leaves (`_text_names`), which its
+    digest cuts at their head.
     Issue-7 yardstick (bench/README.md, "Toolathlon queues' recall, part seventeen"):
     claude queues recall 98.68 -> 98.82 tune, 98.67 -> 98.75 holdout, cost equal."""
     stripped = text.strip()
@@ -526,15 +529,19 @@ def fields(text: str) -> list[str]:
         except orjson.JSONDecodeError:
             raw = []
     names = _text_names(raw)
+    heads: list[str] = []
     if not raw:
         for line in stripped.splitlines():
+            # a section title (`### 4. Customer Service`, `Promotion Details:`) names no value
+            # an agent copies: listed after the other fields, which a capped line keeps first
+            into = heads if _MARKDOWN_HEAD.match(line) or _BARE_HEAD.match(line) else raw
             line = _MARKDOWN_KEY.sub(r"\1:", _MARKDOWN_HEAD.sub("", line))
             for cell in _FIELD_SPLIT.split(line):
                 key = _KEY.match(cell)
                 # `Key: two words`: the value alone (the cell repeated it); `Date: 2025-10-17`,
                 # whose value is one word, the cell
-                raw.append(cell[key.end():] if key and " " in cell[key.end():].strip() else cell)
-    out = (" ".join(f.split()) for f in raw)
+                into.append(cell[key.end():] if key and " " in cell[key.end():].strip() else cell)
+    out = (" ".join(f.split()) for f in raw + heads)
     return list(dict.fromkeys(
         [f for f in out
          if " " in f and len(f) <= FIELD_CHARS and any(c.isalpha() for c in f)
@@ -550,6 +557,9 @@ _MARKDOWN_KEY = re.compile(r"^[ \t]*(?:[-*+•][ \t]+|\d{1,3}[.)][ \t]+)?(?:\*\*
 # bullet stays: `- academic_warning_sink` is a field, and stripped to one word it was listed
 # in the records line instead, crowding out the destinations there; part fifteen's test.)
 _MARKDOWN_HEAD = re.compile(r"^[ \t]*#{1,6}[ \t]+(?:\d{1,3}[.)][ \t]+)?")
+# A plain-text section title: a line of words ending in a colon, nothing after it
+# (`📅 Promotion Details:`; not `- Date: 2025-10-17`, not a bulleted `- Options:`).
+_BARE_HEAD = re.compile(r"^[ \t]*[^\s\-*+•|][^:|\t]{0,58}:[ \t]*$")
 # A name inside running text: two or more capitalised words (`English Entrance Qualification
 # Examination`, `Language Lab L101`), joined by at most one short lower-case word between.
 _NAME_RUN = re.compile(
