@@ -96,3 +96,9 @@ def memory_engine(settings: Settings, embedder: Any, cache: bool) -> ContextEngi
     """An engine on an in-memory session store, with its prefix cache or without it."""
     return ContextEngine(settings, None, Metrics(), DropLog("/dev/null", "none", None), embedder,
                          sessions=MemorySessionStore(), prefix_cache_size=1024 if cache else 0)
+
+
+def drops_add_up(fit: FittedCall) -> bool:
+    """Whether the call's drop log accounts for every token the call saved."""
+    return sum(d.tokens_before - d.tokens_after for d in fit.drops) == (
+        fit.tokens_before - fit.tokens_after)

@@ -12,6 +12,7 @@ from gateway.context.session import MemorySessionStore
 from gateway.observability.droplog import DropLog
 from gateway.observability.metrics import Metrics
 from gateway.settings import Settings
+from tests.context.sessions import drops_add_up
 from tests.sessions import sql_session
 
 from .conftest import without_credit
@@ -44,9 +45,7 @@ async def test_a_repeated_output_is_a_pointer_from_its_first_call(
         forwarded = fitted.body["messages"]
         if previous is not None:
             assert forwarded[: len(previous)] == previous  # the sent prefix never changes
-        assert sum(d.tokens_before - d.tokens_after for d in fitted.drops) == (
-            fitted.tokens_before - fitted.tokens_after
-        )
+        assert drops_add_up(fitted)
         previous = list(forwarded)
     contents = [m["content"] for m in previous or [] if m["role"] == "tool"]
     assert contents[1] == ROWS  # the first copy stays as sent
@@ -96,9 +95,7 @@ async def test_the_same_young_session_steps_once_on_credit(engine: ContextEngine
         forwarded = fitted.body["messages"]
         if previous is not None:
             changed.append(forwarded[: len(previous)] != previous)
-        assert sum(d.tokens_before - d.tokens_after for d in fitted.drops) == (
-            fitted.tokens_before - fitted.tokens_after
-        )
+        assert drops_add_up(fitted)
         previous = list(forwarded)
     assert changed == [False, False, True]
     contents = [m["content"] for m in previous or [] if m["role"] == "tool"]

@@ -16,6 +16,7 @@ from gateway.context.session import MemorySessionStore
 from gateway.observability.droplog import DropLog
 from gateway.observability.metrics import Metrics
 from gateway.settings import Settings
+from tests.context.sessions import drops_add_up
 
 from .conftest import without_credit, without_repay
 
@@ -74,8 +75,7 @@ async def _replay(settings: Settings, embedder: Any, messages: list[dict[str, An
         again = await plain.fit(body, call)
         assert (again.body, again.drops, again.tokens_after) == (
             fitted.body, fitted.drops, fitted.tokens_after)
-        assert sum(d.tokens_before - d.tokens_after for d in fitted.drops) == (
-            fitted.tokens_before - fitted.tokens_after)
+        assert drops_add_up(fitted)
         forwarded = fitted.body["messages"]
         if previous is not None and fitted.task_class == "agent":
             assert forwarded[: len(previous)] == previous or any(

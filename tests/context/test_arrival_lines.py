@@ -16,6 +16,7 @@ from gateway.context.session import MemorySessionStore
 from gateway.observability.droplog import DropLog
 from gateway.observability.metrics import Metrics
 from gateway.settings import Settings
+from tests.context.sessions import drops_add_up
 
 from .conftest import without_credit
 
@@ -102,8 +103,7 @@ async def test_a_page_repeating_the_menu_is_cut_on_arrival_and_kept_so(
         forwarded = fitted.body["messages"]
         if previous is not None:
             assert forwarded[: len(previous)] == previous
-        assert sum(d.tokens_before - d.tokens_after for d in fitted.drops) == (
-            fitted.tokens_before - fitted.tokens_after)
+        assert drops_add_up(fitted)
         previous = list(forwarded)
     tools = [m["content"] for m in previous or [] if m["role"] == "tool"]
     assert tools[0] == pages[0]

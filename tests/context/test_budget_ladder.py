@@ -22,6 +22,7 @@ from gateway.context.summarize import summarize, values
 from gateway.context.taskclass import task_class
 from gateway.context.tokens import TokenCounter
 from gateway.errors import ContextBudgetExceeded
+from tests.context.sessions import drops_add_up
 from tests.context.test_properties import _check_valid
 
 BAND = 0.10  # points of the call's own size under the budget
@@ -128,8 +129,7 @@ async def test_first_call_lands_in_band_or_is_refused_only_without_room(
     if pinned <= budget - BAND * tokens and BAND * tokens >= 2 * ladder.EXCERPT_MIN:
         assert fitted.tokens_after >= budget - BAND * tokens
     _check_valid(fitted.body["messages"])  # tool calls and their results stay paired
-    saved = sum(d.tokens_before - d.tokens_after for d in fitted.drops)
-    assert saved == fitted.tokens_before - fitted.tokens_after
+    assert drops_add_up(fitted)
 
 
 def _agent_call(turns: int, system_chars: int = 6000) -> list[dict[str, Any]]:
@@ -311,8 +311,7 @@ async def test_a_dropped_exchange_comes_back_with_an_excerpt_to_fill_the_band(
     output = next(m for m in sent if m.get("tool_call_id") == "c1")
     assert msgs[4] in sent and "tokens omitted" in str(output["content"])
     _check_valid(sent)
-    saved = sum(d.tokens_before - d.tokens_after for d in fitted.drops)
-    assert saved == fitted.tokens_before - fitted.tokens_after
+    assert drops_add_up(fitted)
 
 
 def _query_call(old: int = 2) -> list[dict[str, Any]]:
@@ -360,8 +359,7 @@ async def test_old_exchanges_arguments_cut_before_the_exchange_is_dropped(
         events = [d for d in fitted.drops if d.kind == "tool_call" and d.tokens_after]
         assert len(events) == len(cut)
         assert all(d.reason == "over_budget" for d in fitted.drops)
-        saved = sum(d.tokens_before - d.tokens_after for d in fitted.drops)
-        assert saved == fitted.tokens_before - fitted.tokens_after
+        assert drops_add_up(fitted)
         # the engine's count of what it sends is the count of the messages sent
         assert _pinned(engine, {"messages": sent})[0] == fitted.tokens_after
 
@@ -386,8 +384,7 @@ async def test_cut_arguments_are_remembered_by_the_sessions_next_call(
         sent = {c["id"]: c["function"]["arguments"] for m in fitted.body["messages"]
                 for c in m.get("tool_calls") or ()}
         assert {k: sent[k] for k in cut} == cut
-        saved = sum(d.tokens_before - d.tokens_after for d in fitted.drops)
-        assert saved == fitted.tokens_before - fitted.tokens_after
+        assert drops_add_up(fitted)
         assert _pinned(engine, {"messages": fitted.body["messages"]})[0] == fitted.tokens_after
 
 
@@ -495,8 +492,7 @@ async def test_a_value_a_turn_repeats_stays_when_its_source_is_masked(
         sent = fitted.body["messages"]
         assert "feedback.xlsx" in json.dumps(sent)
         _check_valid(sent)
-        saved = sum(d.tokens_before - d.tokens_after for d in fitted.drops)
-        assert saved == fitted.tokens_before - fitted.tokens_after
+        assert drops_add_up(fitted)
 
 
 def _email_ladder() -> tuple[ladder.Ladder, int, int]:
@@ -608,8 +604,7 @@ async def test_the_task_statements_identifiers_stay_when_it_is_cut(
         assert sent[1]["content"] != msgs[1]["content"]  # the task statement was cut
         assert "4242" in sent[1]["content"] and "crypto.chal.example.io" in sent[1]["content"]
         _check_valid(sent)
-        saved = sum(d.tokens_before - d.tokens_after for d in fitted.drops)
-        assert saved == fitted.tokens_before - fitted.tokens_after
+        assert drops_add_up(fitted)
 
 
 def _ctf_ladder() -> tuple[ladder.Ladder, int]:
@@ -681,8 +676,7 @@ async def test_a_short_sentence_is_cut_before_an_exchange_drop_lands_under_the_b
     sent = fitted.body["messages"]
     assert sum(1 for m in sent if m.get("tool_calls")) == 2  # one old exchange kept, cut
     _check_valid(sent)
-    saved = sum(d.tokens_before - d.tokens_after for d in fitted.drops)
-    assert saved == fitted.tokens_before - fitted.tokens_after
+    assert drops_add_up(fitted)
 
 
 @pytest.mark.parametrize("share", [0.7, 0.6])
@@ -711,8 +705,7 @@ async def test_a_long_task_statement_cut_with_its_identifiers_lands_in_the_band(
     fitted = await engine.fit(body, _call(uuid.uuid4().hex, budget, "coding_agent"))
     assert budget - BAND * tokens <= fitted.tokens_after <= budget
     assert "[omitted text mentions:" in fitted.body["messages"][1]["content"]
-    saved = sum(d.tokens_before - d.tokens_after for d in fitted.drops)
-    assert saved == fitted.tokens_before - fitted.tokens_after
+    assert drops_add_up(fitted)
 
 
 @pytest.mark.parametrize(("hosts", "share"), [(6, 0.8), (6, 0.6), (10, 0.7), (14, 0.5)])
@@ -752,8 +745,7 @@ async def test_a_task_statement_of_identifiers_is_cut_not_dropped(
     assert len(sent) == len(msgs) and sent[0]["content"].startswith("Roll release 4.12.7")
     assert "[ctxgate: " in sent[0]["content"]  # an excerpt
     _check_valid(sent)
-    saved = sum(d.tokens_before - d.tokens_after for d in fitted.drops)
-    assert saved == fitted.tokens_before - fitted.tokens_after
+    assert drops_add_up(fitted)
 
 
 async def test_cut_arguments_follow_the_sessions_decisions_call_after_call(

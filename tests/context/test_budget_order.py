@@ -19,6 +19,7 @@ from gateway.context.stages import base as stage_base
 from gateway.context.stages import ladder
 from gateway.context.taskclass import task_class
 from gateway.context.tokens import TokenCounter
+from tests.context.sessions import drops_add_up
 
 VALUE = "English Entrance Qualification"
 
@@ -129,8 +130,7 @@ async def test_a_first_call_under_a_budget_keeps_the_newer_outputs_value(
         assert budget - 0.1 * parsed.tokens <= fitted.tokens_after <= budget
         sent = json.dumps(fitted.body["messages"])
         assert VALUE in sent
-        saved = sum(d.tokens_before - d.tokens_after for d in fitted.drops)
-        assert saved == fitted.tokens_before - fitted.tokens_after
+        assert drops_add_up(fitted)
 
 
 ITEM = "6817146515"

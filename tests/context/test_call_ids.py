@@ -16,6 +16,7 @@ from gateway.context.call_ids import SHORT_ID_CHARS, short_id
 from gateway.context.engine import CallContext, ContextEngine
 from gateway.context.replay import WIRE_FORMATS, fit_as
 from gateway.wire.messages import Messages
+from tests.context.sessions import drops_add_up
 
 TOOLS = [{"type": "function", "function": {"name": name, "parameters": {"type": "object"}}}
          for name in ("get_reservation_details", "search_direct_flight", "calculate")]
@@ -121,8 +122,7 @@ async def test_every_wire_format_sends_short_ids_that_still_pair(
             fitted, out = await fit_as(engine, WIRE_FORMATS[fmt], wire_body, _call(session))
             has_calls = any(m.get("tool_calls") for m in body["messages"])
             assert fitted.short_ids is has_calls
-            assert sum(d.tokens_before - d.tokens_after for d in fitted.drops) == (
-                fitted.tokens_before - fitted.tokens_after)
+            assert drops_add_up(fitted)
             calls, answers = PAIRS[fmt](out)  # every result answers a call sent before it
             assert all(len(c) <= SHORT_ID_CHARS for c in calls)
             assert len(set(calls)) == len(calls)

@@ -13,6 +13,7 @@ from gateway.context.replay import load_calls
 from gateway.errors import ContextBudgetExceeded, InvalidRequest
 from gateway.observability.droplog import DropLog
 from gateway.observability.metrics import Metrics
+from tests.context.sessions import drops_add_up
 
 from .conftest import CORPUS
 
@@ -76,8 +77,8 @@ async def test_drop_log_sum_and_budget(engine: ContextEngine, drop_log_path: Pat
     )
     assert fitted.changed and fitted.budget == 3000
     assert fitted.tokens_after <= 3000 < fitted.tokens_before
-    saved = sum(d.tokens_before - d.tokens_after for d in fitted.drops)
-    assert saved == fitted.tokens_before - fitted.tokens_after
+    assert drops_add_up(fitted)
+    saved = fitted.tokens_before - fitted.tokens_after
     lines = [json.loads(line) for line in drop_log_path.read_text().splitlines()]
     *decisions, call = lines  # a first call: every drop is a new decision, then the call line
     assert len(decisions) == len(fitted.drops) and call["event"] == "context.call"

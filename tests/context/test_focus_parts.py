@@ -12,7 +12,7 @@ import orjson
 from gateway.context.engine import ContextEngine
 from gateway.context.focus import focus_hits, focus_parts, task_focus
 from gateway.context.summarize import kept_fields, summarize
-from tests.context.sessions import fit_each_call, reading_session
+from tests.context.sessions import drops_add_up, fit_each_call, reading_session
 
 TASK = ("Write an academic warning entry for each student whose score dropped, into the log "
         "bucket the department uses.")
@@ -77,9 +77,7 @@ async def test_an_aged_listing_masked_by_the_engine_keeps_the_sink_the_task_name
     assert first.startswith("[ctxgate: omitted ")  # masked whole
     assert "sink_27_academic_warnings" in first
     assert len(first) < len(messages[3]["content"]) // 2
-    for fit in fits:  # the drop log still adds up
-        assert sum(d.tokens_before - d.tokens_after for d in fit.drops) == (
-            fit.tokens_before - fit.tokens_after)
+    assert all(drops_add_up(fit) for fit in fits)  # the drop log still adds up
 
 
 def test_a_records_line_names_the_file_the_task_names_first() -> None:

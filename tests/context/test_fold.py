@@ -28,7 +28,7 @@ from gateway.context.items import PINNED
 from gateway.observability.explain import account_of, explain
 from gateway.observability.reconstruct import reconstruct
 from gateway.settings import Settings
-from tests.context.sessions import fit_each_call
+from tests.context.sessions import drops_add_up, fit_each_call
 
 TURNS_MARK = " turns folded]"  # a turns run's note header: [ctxgate: k turns folded]
 TOOLS = [{"type": "function", "function": {"name": "get_reservation",
@@ -118,9 +118,7 @@ async def test_a_long_queue_folds_old_exchanges_keeping_values_and_pairs(
     calls_left = {c["function"]["arguments"] for m in sent for c in m.get("tool_calls") or ()}
     assert not any(f'"RES{k:03d}X"' in a for k in folded for a in calls_left)
     # the drop log adds up on every call, each folded message accounted for once
-    for fit in fits:
-        assert sum(d.tokens_before - d.tokens_after for d in fit.drops) == (
-            fit.tokens_before - fit.tokens_after)
+    assert all(drops_add_up(fit) for fit in fits)
     turn_events = [d for d in last.drops if d.reason == TURNS_REASON]
     carriers = [d for d in turn_events if d.action == "compress"]
     assert len(carriers) == len(notes) and all(d.kind == "user" for d in carriers)

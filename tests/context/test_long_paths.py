@@ -5,11 +5,9 @@ leading `/` of every path)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from gateway.context.engine import ContextEngine
 from gateway.context.summarize import summarize
-from tests.context.sessions import fit_each_call
+from tests.context.sessions import drops_add_up, fit_each_call, reading_session
 
 ROOT = "/workspace/dumps/workspace/extracted"
 
@@ -57,23 +55,12 @@ async def test_an_agent_reads_a_file_whose_path_it_saw_long_before(
 ) -> None:
     tools = [{"type": "function", "function": {"name": "run",
                                                 "parameters": {"type": "object"}}}]
-    messages: list[dict[str, Any]] = [
-        {"role": "system", "content": "You are a helpful assistant with tools."},
-        {"role": "user", "content": "Check every expense claim against its invoices."},
-    ]
-    for k in range(14):
-        call = f"call_{k:03d}"
-        messages.append({"role": "assistant", "content": "Next.", "tool_calls": [
-            {"id": call, "type": "function",
-             "function": {"name": "run", "arguments": f'{{"code": "step {k}"}}'}}]})
-        messages.append({"role": "tool", "tool_call_id": call,
-                         "content": claims() if k == 0 else claims().replace("EXP", f"R{k}X")})
-    messages.append({"role": "assistant", "content": "Reading it."})
+    results = [claims()] + [claims().replace("EXP", f"R{k}X") for k in range(1, 14)]
+    messages = reading_session("Check every expense claim against its invoices.", results,
+                               "run", say="Next.", closing="Reading it.")
     fits = await fit_each_call(engine, messages, tools, "t-paths", "paths")
     last = fits[-1].body["messages"]
     out = str(next(m["content"] for m in last if m.get("tool_call_id") == "call_000"))
     assert len(out) < len(claims())  # digested
     assert any(p in out for p in PATHS)  # paths named whole
-    for fit in fits:  # the drop log still adds up
-        assert sum(d.tokens_before - d.tokens_after for d in fit.drops) == (
-            fit.tokens_before - fit.tokens_after)
+    assert all(drops_add_up(fit) for fit in fits)  # the drop log still adds up

@@ -15,7 +15,7 @@ from gateway.context.focus import task_focus
 from gateway.context.fold import sent_as
 from gateway.context.items import Item
 from gateway.context.summarize import kept_fields
-from tests.context.sessions import fit_each_call, reading_session
+from tests.context.sessions import drops_add_up, fit_each_call, reading_session
 
 TASK = "Copy the delivery survey questions into the customer feedback form."
 TOOLS = [{"type": "function", "function": {"name": "read_page",
@@ -86,6 +86,4 @@ async def test_an_aged_block_masked_by_the_engine_keeps_its_task_cells(
     assert first.startswith('[ctxgate: omitted "id": 5000,; mentions: ')  # masked whole
     assert QUESTION in first and "survey.lead@mcp.com" in first
     assert "packaging" not in first
-    for fit in fits:  # the drop log still adds up
-        assert sum(d.tokens_before - d.tokens_after for d in fit.drops) == (
-            fit.tokens_before - fit.tokens_after)
+    assert all(drops_add_up(fit) for fit in fits)  # the drop log still adds up

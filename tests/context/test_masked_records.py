@@ -12,7 +12,7 @@ import orjson
 from gateway.context.engine import ContextEngine
 from gateway.context.focus import task_focus
 from gateway.context.summarize import KEPT_CHARS, kept_fields
-from tests.context.sessions import fit_each_call, reading_session
+from tests.context.sessions import drops_add_up, fit_each_call, reading_session
 
 TASK = "Send each customer of the spring promotion a delivery survey by e-mail."
 TOOLS = [{"type": "function", "function": {"name": "list_customers",
@@ -68,6 +68,4 @@ async def test_an_aged_listing_masked_by_the_engine_names_its_customers(
     assert first.startswith("[ctxgate: omitted ")  # masked whole
     assert "cust00_x@mcp.com" in first and "cust05_x@mcp.com" in first
     assert len(first) < len(messages[3]["content"]) // 4
-    for fit in fits:  # the drop log still adds up
-        assert sum(d.tokens_before - d.tokens_after for d in fit.drops) == (
-            fit.tokens_before - fit.tokens_after)
+    assert all(drops_add_up(fit) for fit in fits)  # the drop log still adds up

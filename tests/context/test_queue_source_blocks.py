@@ -15,7 +15,7 @@ import orjson
 from gateway.context.engine import ContextEngine
 from gateway.context.items import parse_request
 from gateway.context.tokens import TokenCounter
-from tests.context.sessions import fit_each_call, order_page
+from tests.context.sessions import drops_add_up, fit_each_call, order_page
 
 TOOLS = [{"type": "function", "function": {"name": name, "parameters": {"type": "object"}}}
          for name in ("get_page_blocks", "get_document_text", "append_blocks")]
@@ -85,8 +85,7 @@ async def titles_missing(engine: ContextEngine, second: str, name: str) -> list[
         if title not in sent:
             missing.append(title)
         # the drop log still adds up
-        assert sum(d.tokens_before - d.tokens_after for d in fit.drops) == (
-            fit.tokens_before - fit.tokens_after)
+        assert drops_add_up(fit)
     return missing
 
 

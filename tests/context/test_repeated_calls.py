@@ -13,6 +13,7 @@ from typing import Any
 from bench.wire_convert import CONVERTERS
 from gateway.context.engine import CallContext, ContextEngine
 from gateway.context.replay import WIRE_FORMATS, fit_as
+from tests.context.sessions import drops_add_up
 
 TOOLS = [{"type": "function",
           "function": {"name": "execute_sql", "parameters": {"type": "object"}}}]
@@ -54,9 +55,7 @@ async def test_a_repeated_call_is_a_pointer_and_the_first_copy_stays(
         forwarded = fitted.body["messages"]
         if previous is not None:
             assert forwarded[: len(previous)] == previous  # the sent prefix never changes
-        assert sum(d.tokens_before - d.tokens_after for d in fitted.drops) == (
-            fitted.tokens_before - fitted.tokens_after
-        )
+        assert drops_add_up(fitted)
         previous = list(forwarded)
     assert _arguments(previous or []) == [
         {"command": QUERY}, {"command": "SHOW TABLES"}, {"command": POINTER},
@@ -182,8 +181,7 @@ async def test_a_call_between_steps_hands_on_the_last_calls_pointed_events(
     handed = 0
     for end in range(4, len(messages) + 1, 2):
         fitted = await engine.fit({"messages": messages[:end], "tools": TOOLS}, _call(session))
-        assert sum(d.tokens_before - d.tokens_after for d in fitted.drops) == (
-            fitted.tokens_before - fitted.tokens_after)
+        assert drops_add_up(fitted)
         repeats = [d for d in fitted.drops if d.reason == "repeated_call"]
         if previous:
             assert [(d.message_index, d.tokens_after) for d in repeats] == [

@@ -28,6 +28,7 @@ from gateway.context.tokens import TokenCounter
 from gateway.observability.droplog import DropLog
 from gateway.observability.metrics import Metrics
 from gateway.settings import Settings
+from tests.context.sessions import drops_add_up
 from tests.context.test_whole_digest import with_share
 from tests.sessions import sql_session
 
@@ -318,9 +319,7 @@ async def test_a_large_output_arriving_on_a_step_call_is_digested_a_call_later(
         if previous is not None and forwarded[: len(previous)] != previous:
             changes += 1
         previous = list(forwarded)
-        assert sum(d.tokens_before - d.tokens_after for d in fitted.drops) == (
-            fitted.tokens_before - fitted.tokens_after
-        )
+        assert drops_add_up(fitted)
     assert changes == 1  # one step, as without the wait
     sent = {m.get("tool_call_id"): m["content"] for m in previous or [] if m["role"] == "tool"}
     assert len(sent["c5"]) < len(large) / 4  # the large result digested
@@ -403,9 +402,7 @@ async def _replay(settings: Settings, embedder: Any, messages: list[dict[str, An
             changes += 1
         previous = list(forwarded)
         sent.append(previous)
-        assert sum(d.tokens_before - d.tokens_after for d in fitted.drops) == (
-            fitted.tokens_before - fitted.tokens_after
-        )
+        assert drops_add_up(fitted)
     return changes, sent
 
 

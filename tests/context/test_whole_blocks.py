@@ -13,6 +13,7 @@ from gateway.context.engine import CallContext, ContextEngine
 from gateway.context.items import Clock, Item
 from gateway.context.steps import ages_out, whole_block
 from gateway.context.taskclass import CompressOptions
+from tests.context.sessions import drops_add_up
 
 TASK = "Build the feedback form the requirements file describes, then mail every customer."
 TOOLS = [{"type": "function", "function": {"name": "read_page",
@@ -95,6 +96,4 @@ async def test_a_short_text_block_goes_whole_until_the_digests_are_masked(
     # once the digests are masked, it is masked with them
     assert result(33, "call_000").startswith("[ctxgate: omitted")
     assert result(33, "call_001").startswith("[ctxgate: omitted")
-    for fit in fits:  # the drop log still adds up
-        assert sum(d.tokens_before - d.tokens_after for d in fit.drops) == (
-            fit.tokens_before - fit.tokens_after)
+    assert all(drops_add_up(fit) for fit in fits)  # the drop log still adds up

@@ -5,11 +5,9 @@ splits an address at `@`, so `https://…/lineups/` and `laura.hall@mcp.com` wer
 
 from __future__ import annotations
 
-from typing import Any
-
 from gateway.context.engine import ContextEngine
 from gateway.context.summarize import summarize
-from tests.context.sessions import fit_each_call
+from tests.context.sessions import drops_add_up, fit_each_call, reading_session
 
 BASE = "https://www.example-league.org/match/2037765--city-vs-inter"
 
@@ -55,23 +53,12 @@ def test_values_that_are_not_links_are_listed_as_before() -> None:
 async def test_an_agent_opens_a_link_it_saw_long_before(engine: ContextEngine) -> None:
     tools = [{"type": "function", "function": {"name": "search",
                                                 "parameters": {"type": "object"}}}]
-    messages: list[dict[str, Any]] = [
-        {"role": "system", "content": "You are a helpful assistant with tools."},
-        {"role": "user", "content": "Find the line-ups of the final and report them."},
-    ]
-    for k in range(14):
-        call = f"call_{k:03d}"
-        messages.append({"role": "assistant", "content": "Next.", "tool_calls": [
-            {"id": call, "type": "function",
-             "function": {"name": "search", "arguments": f'{{"query": "final {k}"}}'}}]})
-        messages.append({"role": "tool", "tool_call_id": call,
-                         "content": hits() if k == 0 else hits().replace("2037765", f"{k}77")})
-    messages.append({"role": "assistant", "content": "Opening it."})
+    results = [hits()] + [hits().replace("2037765", f"{k}77") for k in range(1, 14)]
+    messages = reading_session("Find the line-ups of the final and report them.", results,
+                               "search", say="Next.", closing="Opening it.")
     fits = await fit_each_call(engine, messages, tools, "t-links", "links")
     last = fits[-1].body["messages"]
     out = str(next(m["content"] for m in last if m.get("tool_call_id") == "call_000"))
     assert len(out) < len(hits())  # digested
     assert f"{BASE}/lineups8/" in out  # the link named whole, as the agent would copy it
-    for fit in fits:  # the drop log still adds up
-        assert sum(d.tokens_before - d.tokens_after for d in fit.drops) == (
-            fit.tokens_before - fit.tokens_after)
+    assert all(drops_add_up(fit) for fit in fits)  # the drop log still adds up

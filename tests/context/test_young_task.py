@@ -15,7 +15,7 @@ from gateway.embeddings import Embedder
 from gateway.observability.droplog import DropLog
 from gateway.observability.metrics import Metrics
 from gateway.settings import Settings
-from tests.context.sessions import fit_each_call, ticket_queue
+from tests.context.sessions import drops_add_up, fit_each_call, ticket_queue
 
 TOOLS = [{"type": "function", "function": {"name": "read_page",
                                            "parameters": {"type": "object"}}}]
@@ -45,8 +45,7 @@ async def _second_task(engine: ContextEngine, session: str) -> tuple[int, int]:
         "Ticket T-200: audit the orders."))
     own = {m["tool_call_id"] for m in messages[start:] if m["role"] == "tool"}
     fits = await fit_each_call(engine, messages, TOOLS, "t-young", session)
-    assert all(sum(d.tokens_before - d.tokens_after for d in fit.drops) == (
-        fit.tokens_before - fit.tokens_after) for fit in fits)
+    assert all(drops_add_up(fit) for fit in fits)
     mine = earlier = 0
     for fit in fits:
         sent = fit.body["messages"]
