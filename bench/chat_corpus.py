@@ -74,6 +74,22 @@ class CallIds:
         return recorded
 
 
+def assistant_message(content: Any, calls: Iterable[tuple[str, str, str]], ids: CallIds,
+                      renamed: dict[str, str]) -> Message:
+    """An assistant message in the corpora's shape: its content and its `(recorded id, name,
+    arguments)` calls as `{id, type, function}`, each id made unique by `ids` and the new id
+    remembered in `renamed` under the recorded one (for the results that answer it)."""
+    msg: Message = {"role": "assistant", "content": content}
+    out = []
+    for recorded, name, arguments in calls:
+        new = renamed[recorded] = ids.new(recorded)
+        out.append({"id": new, "type": "function",
+                    "function": {"name": name, "arguments": arguments}})
+    if out:
+        msg["tool_calls"] = out
+    return msg
+
+
 def n_calls(messages: Sequence[Mapping[str, Any]]) -> int:
     """Calls of a conversation: the prefixes that end right before an assistant message."""
     return sum(1 for i, m in enumerate(messages) if m["role"] == "assistant" and i > 0)

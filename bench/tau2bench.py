@@ -43,6 +43,7 @@ from bench.chat_corpus import (
     CallIds,
     Message,
     RepoReader,
+    assistant_message,
     corpus_stats,
     join_queues,
     run_conversion,
@@ -165,15 +166,9 @@ def agent_messages(recorded: Sequence[Mapping[str, Any]], ids: CallIds) -> list[
     for m in recorded:
         role = m["role"]
         if role == "assistant":
-            msg: Message = {"role": "assistant", "content": m.get("content")}
-            calls = []
-            for call in m.get("tool_calls") or ():
-                new = renamed[call["id"]] = ids.new(call.get("id"))
-                calls.append({"id": new, "type": "function", "function": {
-                    "name": call["name"], "arguments": _arguments(call, m)}})
-            if calls:
-                msg["tool_calls"] = calls
-            out.append(msg)
+            out.append(assistant_message(m.get("content"), (
+                (call["id"], call["name"], _arguments(call, m))
+                for call in m.get("tool_calls") or ()), ids, renamed))
         elif role == "user":
             if not m.get("tool_calls"):
                 out.append({"role": "user", "content": m.get("content")})

@@ -39,6 +39,7 @@ from bench.chat_corpus import (
     CallIds,
     Message,
     RepoReader,
+    assistant_message,
     corpus_stats,
     join_queues,
     run_conversion,
@@ -119,16 +120,9 @@ def agent_messages(recorded: Sequence[Mapping[str, Any]], ids: CallIds
     for m in recorded:
         role = m["role"]
         if role == "assistant":
-            msg: Message = {"role": "assistant", "content": m.get("content")}
-            calls = []
-            for call in m.get("tool_calls") or ():
-                new = renamed[call["id"]] = ids.new(call.get("id"))
-                calls.append({"id": new, "type": "function", "function": {
-                    "name": call["function"]["name"],
-                    "arguments": call["function"].get("arguments") or "{}"}})
-            if calls:
-                msg["tool_calls"] = calls
-            out.append(msg)
+            out.append(assistant_message(m.get("content"), (
+                (call["id"], call["function"]["name"], call["function"].get("arguments") or "{}")
+                for call in m.get("tool_calls") or ()), ids, renamed))
         elif role == "tool":
             content = str(m.get("content") or "")
             cuts += len(content) > TOOL_CHARS
