@@ -26,6 +26,7 @@ that costs the prefix cache more than it saves); the budget ladder uses it, thro
 from __future__ import annotations
 
 from array import array
+from bisect import insort_right
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
@@ -293,11 +294,19 @@ class PointedEvents:
     """The events one call's `point_repeats` made, each by what made it: an event with a
     repeat's saving added, by the event it came from (kept, as identity is checked) and the
     saving; a repeat's own `dedup` event, by its fields. A call takes the events it makes
-    again from the previous call's, equal by construction; it keeps only those it used."""
+    again from the previous call's, equal by construction; it keeps only those it used.
+
+    Also the call's events as given (`given`), those with the savings added in message order
+    (`ordered`), their message indexes (`decided`) and the savings (`savings`): a call whose
+    events extend `given` (equal values) merges only the new ones (`_extension`)."""
 
     merged: dict[tuple[int, int, int, str], tuple[DropEvent, DropEvent]] = field(
         default_factory=dict)
     dedups: dict[tuple[int, int, int, str, str], DropEvent] = field(default_factory=dict)
+    given: list[DropEvent] = field(default_factory=list)
+    ordered: list[DropEvent] = field(default_factory=list)
+    decided: set[int] = field(default_factory=set)
+    savings: dict[int, tuple[int, int, str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -343,9 +352,18 @@ def point_repeats(
         saving[k] = (before + count(raw), after + count(pointer), text or raw)
     by_index = {indexes[k]: v for k, v in saving.items()}
     made = PointedEvents()
-    out, decided = _merged(events, by_index, memo.merged if memo is not None else {}, made.merged)
+    grown = _extension(events, by_index, memo) if memo is not None else None
+    if grown is None:
+        merged, decided = _merged(
+            events, by_index, memo.merged if memo is not None else {}, made.merged)
+        ordered, earlier = sorted(merged, key=_at), decided
+        decided = set()
+    else:  # `decided`: the new events' indexes; `earlier`: the last call's, kept
+        ordered, decided, made.merged = grown
+        earlier = memo.decided if memo is not None else set()
+    dedups: list[DropEvent] = []
     for k, (before, after, text) in saving.items():
-        if indexes[k] not in decided:
+        if indexes[k] not in decided and indexes[k] not in earlier:
             msg = forwarded[k]
             item_id = message_id(indexes[k], "assistant", content_text(msg.get("content")), msg)
             key = (indexes[k], before, after, text, item_id)
@@ -356,12 +374,48 @@ def point_repeats(
                     kind="tool_call", message_index=indexes[k], tokens_before=before,
                     tokens_after=after, text=text)
             made.dedups[key] = event
-            out.append(event)
+            dedups.append(event)
     if memo is not None:
-        memo.merged, memo.dedups = made.merged, made.dedups
-    out.sort(key=lambda e: -1 if e.message_index is None else e.message_index)
+        earlier |= decided  # every event's message index
+        memo.merged, memo.dedups, memo.given = made.merged, made.dedups, list(events)
+        memo.ordered, memo.decided, memo.savings = ordered, earlier, by_index
+    # in message order, a repeat's own event after the events of its message (a stable
+    # sort of the merged events followed by the dedup events)
+    out = list(ordered)
+    for event in dedups:
+        insort_right(out, event, key=_at)
     return Pointed(messages, arguments, out,
                    sum(before - after for before, after, _ in saving.values()))
+
+
+def _at(event: DropEvent) -> int:
+    return -1 if event.message_index is None else event.message_index
+
+
+def _extension(
+    events: list[DropEvent], by_index: Mapping[int, tuple[int, int, str]], memo: PointedEvents,
+) -> tuple[list[DropEvent], set[int], dict[tuple[int, int, int, str],
+                                          tuple[DropEvent, DropEvent]]] | None:
+    """When `events` are the last call's (`memo.given`, equal values) with events added, the
+    messages of those events have the same savings, and the added ones come at or after the
+    last one in message order: the merged events in message order (the last call's followed
+    by the added ones'), the message indexes of the added events, and the merged-event memo
+    (the last call's with the added ones'). Else None: the caller merges them all."""
+    given = memo.given
+    n = len(given)
+    if len(events) < n or events[:n] != given:
+        return None
+    old = memo.savings
+    for index in by_index.keys() | old.keys():
+        if index in memo.decided and by_index.get(index) != old.get(index):
+            return None
+    made: dict[tuple[int, int, int, str], tuple[DropEvent, DropEvent]] = {}
+    added, decided = _merged(events[n:], by_index, memo.merged, made)
+    added.sort(key=_at)
+    ordered = memo.ordered
+    if added and ordered and _at(added[0]) < _at(ordered[-1]):
+        return None
+    return ordered + added, decided, {**memo.merged, **made} if made else memo.merged
 
 
 def _merged(
