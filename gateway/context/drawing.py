@@ -119,9 +119,8 @@ def drawn_from(
         mine = [item for item in own if item.message_index < index]
         hit: set[str] = set()
         shared: dict[str, int] = {}  # id -> values of this turn an older holder also has
-        for value in found:
-            if value in known:
-                continue
+        counted = [value for value in found if value not in known]
+        for value in counted:
             read = -1
             for item in reversed(before):
                 if value not in item.text:
@@ -143,7 +142,9 @@ def drawn_from(
             credits[item_id] = credits.get(item_id, 0) + 1
             direct.add(item_id)
         for item_id, n in shared.items():
-            if n >= MIN_SHARED and item_id not in hit:
+            # an older record holding every value of the turn is a look-up the newer
+            # holder explains (a customer id and the line id read in that line's record)
+            if MIN_SHARED <= n < len(counted) and item_id not in hit:
                 credits[item_id] = credits.get(item_id, 0) + 1
     least = min(MIN_TURNS, turns)
     # an older holder's credit counts only beside a turn that read the output itself
