@@ -49,7 +49,7 @@ MIN_TURNS = 2
 # the turns that read them there, as before (kept on any size, the Toolathlon claude
 # queues' cost @0.1 fell 0.3 tune and 0.2 holdout points; without the direct read, the
 # deepseek runs' holdout 0.2).
-MIN_SHARED = 2
+MIN_SHARED = 3
 SHARED_MAX_CHARS = 1000
 # The agent's own turns it works from: a plan or a list of records it compiled in its prose
 # (`1. Angela Moore - Email: …`) and then re-types one record a call. Credited besides the
@@ -119,8 +119,9 @@ def drawn_from(
         mine = [item for item in own if item.message_index < index]
         hit: set[str] = set()
         shared: dict[str, int] = {}  # id -> values of this turn an older holder also has
-        counted = [value for value in found if value not in known]
-        for value in counted:
+        for value in found:
+            if value in known:
+                continue
             read = -1
             for item in reversed(before):
                 if value not in item.text:
@@ -142,9 +143,7 @@ def drawn_from(
             credits[item_id] = credits.get(item_id, 0) + 1
             direct.add(item_id)
         for item_id, n in shared.items():
-            # an older record holding every value of the turn is a look-up the newer
-            # holder explains (a customer id and the line id read in that line's record)
-            if MIN_SHARED <= n < len(counted) and item_id not in hit:
+            if n >= MIN_SHARED and item_id not in hit:
                 credits[item_id] = credits.get(item_id, 0) + 1
     least = min(MIN_TURNS, turns)
     # an older holder's credit counts only beside a turn that read the output itself
