@@ -58,10 +58,12 @@ def tear_down_once(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """redis-py's own race, on cue: the next send finds its connection torn down (its
     writer gone) by another task, as seen in a cluster failover (redis/redis-py#4287)."""
     original = AbstractConnection._send_packed_command
-    armed: list[int] = []  # append to arm: the next send is torn down
+    armed: list[int] = []  # append ports to arm: the next send to one of them is torn down
 
     async def send(self: AbstractConnection, command: Any) -> None:
-        if armed:
+        # only a connection to an armed port: another client of this process (a session
+        # fixture's) sending in between must not take the cue
+        if getattr(self, "port", None) in armed:
             armed.clear()
             self._writer = None
         await original(self, command)
@@ -78,12 +80,12 @@ async def test_a_connection_torn_down_under_a_cluster_command_is_the_store_down(
     redis = connect(load_settings(redis_url=redis_cluster.url, redis_cluster=True))
     try:
         await redis.set("torn-{a}", "1")  # connected before the race
-        tear_down_once.append(1)
+        tear_down_once.extend(node.port for node in redis_cluster.nodes)
         with pytest.raises(RedisConnectionError) as raised:
             await redis.get("torn-{a}")
         assert isinstance(raised.value.__cause__, AttributeError)
         assert await redis.get("torn-{a}") == b"1"
-        tear_down_once.append(1)
+        tear_down_once.extend(node.port for node in redis_cluster.nodes)
         with pytest.raises(STORE_DOWN):
             async with redis.pipeline(transaction=False) as pipe:
                 pipe.get("torn-{a}")
