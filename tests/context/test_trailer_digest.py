@@ -17,8 +17,9 @@ PRINT = "\n".join(["=== STDOUT ===", "Positions:", *RESULTS, "=== EXECUTION INFO
 
 def test_trailer_values_are_listed_last() -> None:
     listed = summarize(PRINT, "tool_result", level=3).splitlines()[-1]
-    assert "0.045" not in listed and "Return" not in listed
-    assert "Stock7" in listed
+    shown = listed.split(" (+")[0].split()
+    assert not {"time", "code", "Return", "0.045", "Timeout", "limit"} & set(shown)
+    assert {"Stock7", "shares", "Positions"} <= set(shown)
 
 
 def test_an_output_without_a_trailer_keeps_its_last_line() -> None:
