@@ -1,7 +1,7 @@
 """A script runner's print ends in a banner-headed trailer of `Label: value` lines that
 every run repeats (Toolathlon's python tool: `=== EXECUTION INFO ===`, `Return code: 0`,
 `Execution time: …`, `Timeout limit: 30 seconds`). A digest (level 3) lists the values only
-the trailer names after the result's (bench/README.md, "part twenty-one", variant R); its
+the trailer names after the result's (bench/README.md, "part twenty-two", variant R); its
 lines are as before (the trailer's last line stays: keeping the result line above it instead
 cost the Toolathlon claude queues 0.3 points)."""
 
