@@ -636,10 +636,22 @@ def _with_fields(payload: str, compact: str, known: frozenset[str],
 # when each of its words is read above, and the value list carries the words one at a time.
 # Listed only when the digest kept none of the output's lines (`_ELIDED_ONLY`): listed under
 # every plain-text digest, the added lines moved fold decisions and lost more than they
-# gained (claude queue tune recall 98.97 -> 98.85; bench/README.md, "part twenty").
+# gained (claude queue tune recall 98.97 -> 98.85; bench/README.md, "part twenty-one").
+# And only when such lines are a tenth of its lines at least (KEYED_SHARE): a printed record,
+# not a page whose header names it (a browser observation's `Title:` / `URL:` tab lines over
+# hundreds of accessibility-tree lines, its title also the tree's root): listed there, the
+# line cost webchorearena holdout 0.11 of cost @0.1 and no value (bench/README.md, "part
+# twenty-one's fields line for printed records only").
 _KEYED_LINE = re.compile(r"^[ \t]*[A-Za-z][A-Za-z _()/-]{0,39}:[ \t]+([A-Za-z].*?)[ \t]*$",
                          re.MULTILINE)
 _ELIDED_ONLY = re.compile(r"(?:\[…\d+ lines\]\n?)+")
+KEYED_SHARE = 10  # `Key: value` lines are at least 1 in KEYED_SHARE of a record's lines
+
+
+def _keyed_record(text: str) -> bool:
+    """Whether `text`'s `Key: value` lines are at least 1 in KEYED_SHARE of its lines."""
+    lines = sum(1 for line in text.splitlines() if line.strip())
+    return len(_KEYED_LINE.findall(text)) * KEYED_SHARE >= lines
 
 
 def _lost_keyed(text: str, compact: str, known: frozenset[str],
@@ -901,8 +913,8 @@ def summarize(
     elif kind == "tool_result":
         # a plain text listing records by their links (search hits): the links, whole
         compact = _with_links(source, compact, known, focus)
-        # a short output whose digest kept none of its lines: its `Key: value` values
-        if level >= 3 and _ELIDED_ONLY.fullmatch(compact):
+        # a printed record whose digest kept none of its lines: its `Key: value` values
+        if level >= 3 and _ELIDED_ONLY.fullmatch(compact)  and _keyed_record(source):
             compact = _with_line(compact, "omitted fields",
                                  _lost_keyed(source, compact, known, focus), FIELD_MIN)
     out = _mentions(source, compact, known, level, notable_only, focus)

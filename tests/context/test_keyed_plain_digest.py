@@ -1,9 +1,11 @@
 """A plain-text tool output (a script's stdout, not an MCP content block) whose digest keeps
 none of its lines lists the multi-word values of its `Key: value` lines (`summarize`;
-bench/README.md, "Toolathlon queues' recall, part twenty"): a line all of whose words the
+bench/README.md, "Toolathlon queues' recall, part twenty-one"): a line all of whose words the
 model has read above is left out of the digest, and the value list carries the words one at
 a time, so a composed title (`Welcome to English Literature-7`) the agent re-typed next was
-sent nowhere."""
+sent nowhere. Only a printed record's, whose `Key: value` lines are a tenth of its lines at
+least: a browser page's tab header over its accessibility tree lists nothing ("part
+twenty-one's fields line for printed records only")."""
 
 from __future__ import annotations
 
@@ -53,4 +55,25 @@ def test_a_digest_that_kept_a_line_is_as_before() -> None:
 
 def test_levels_below_the_digest_are_untouched() -> None:
     out = summarize(STDOUT, "tool_result", 2, frozenset(values(STDOUT)))
+    assert "[omitted fields:" not in out
+
+
+ROWS = "\n".join(f"\t\t[{200 + i}] link 'Catalog item {i}'" for i in range(40))
+PAGE = f"""# Currently open tabs
+Tab 0 (active tab)
+  Title: Products / Inventory / Catalog / Magento Admin
+  URL: http://10.0.0.1:7780/admin/catalog/product/
+
+# Current page Accessibility Tree
+
+RootWebArea 'Products / Inventory / Catalog / Magento Admin', focused
+\t[174] link 'Magento Admin Panel'
+\t[176] navigation ''
+{ROWS}"""
+
+
+def test_a_page_under_its_tab_header_lists_no_fields() -> None:
+    # two `Key: value` lines over 40-odd tree lines: a page, not a printed record
+    out = summarize(PAGE, "tool_result", 3, frozenset(values(PAGE)))
+    assert out.startswith("[…")
     assert "[omitted fields:" not in out
