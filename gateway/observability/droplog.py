@@ -102,6 +102,9 @@ class _Tally:
     # (stage, reason) -> items, tokens saved, tokens as the metric counts them, first position
     labels: dict[tuple[str, str], list[int]] = field(default_factory=dict)
     unique: bool = True  # no two events of one item: each event's line is its signature
+    # The events' items (`present`): kept while the events are unique, so that a call whose
+    # events extend the previous call's adds only its new ones.
+    present: set[str] | None = None
 
     def add(self, events: Sequence[DropEvent], start: int) -> None:
         for pos in range(start, len(events)):
@@ -131,17 +134,49 @@ class _Tally:
         for key in [key for key, label in self.labels.items() if label[3] >= start]:
             del self.labels[key]
 
-    def summary(self, present: set[str], by_step: dict[int, set[str]]) -> _CallSummary:
-        """The call's summary, `present`: its events' items, `by_step`: the items logged."""
+    def summary(self, present: set[str], by_step: dict[int, set[str]],
+                extended: _Extended | None = None) -> _CallSummary:
+        """The call's summary, `present`: its events' items, `by_step`: the items logged.
+        `extended`: the previous call's summary and the items added, when this call's events
+        are that call's with events added (`_excluded_after`)."""
         steps = sorted(self.steps)
-        excluded = sorted(chain.from_iterable(by_step.get(step, set()) - present
-                                              for step in steps))
+        if extended is None:
+            excluded = sorted(chain.from_iterable(by_step.get(step, set()) - present
+                                                  for step in steps))
+        else:
+            excluded = _excluded_after(extended, steps, present, by_step)
         ordered = sorted(self.labels.items(), key=lambda kv: kv[1][3])  # as first seen
         counts = {f"{stage}.{reason}": {"items": label[0], "tokens": label[1]}
                   for (stage, reason), label in ordered}
         by_label = {key: (label[0], label[2]) for key, label in ordered}
         return _CallSummary(steps, excluded, counts, sum(label[1] for _, label in ordered),
                             by_label)
+
+
+@dataclass(frozen=True, slots=True)
+class _Extended:
+    """A call whose events are the previous call's (the same objects, all of them) followed
+    by new ones: that call's summary, and the new events' items."""
+
+    previous: _CallSummary
+    added: set[str]
+
+
+def _excluded_after(extended: _Extended, steps: list[int], present: set[str],
+                    by_step: dict[int, set[str]]) -> list[str]:
+    """`excluded` (per step in force, its logged items not present, sorted) from the
+    previous call's, for events that only extend that call's. Its items were those of the
+    previous steps logged then and not present then; now the added items are present (so
+    left out) and the steps first in force add theirs. An item logged at an old step since
+    is one of the added events': present, so not excluded."""
+    previous = extended.previous
+    excluded = previous.excluded
+    if not extended.added.isdisjoint(excluded):
+        excluded = [item for item in excluded if item not in extended.added]
+    old = set(previous.steps)
+    gained = [item for step in steps if step not in old
+              for item in by_step.get(step, set()) - present]
+    return sorted(excluded + gained) if gained else list(excluded)
 
 
 @dataclass
@@ -280,6 +315,7 @@ class DropLog:
             self._sessions.move_to_end(key)
         if events is logged.events and logged.summary is not None:
             return [], logged.summary  # the previous call's events: all logged, same summary
+        old, previous = logged.events, logged.summary
         start, tally = _resume(logged, events)
         new = []  # the events before `start` were the previous call's: logged as they are
         for pos in range(start, len(events)):
@@ -290,9 +326,18 @@ class DropLog:
                 logged.lines[line] = signature
                 logged.by_step.setdefault(event.step, set()).add(event.item_id)
                 new.append(event)
-        present = {event.item_id for event in events}
+        extended = None
+        present = tally.present
+        if (present is not None and previous is not None and old is not None
+                and start == len(old)):  # the previous call's events, then new ones
+            extended = _Extended(previous, {events[pos].item_id
+                                            for pos in range(start, len(events))})
+            present |= extended.added
+        else:
+            present = {event.item_id for event in events}
         tally.unique = len(present) == len(events)
-        summary = tally.summary(present, logged.by_step)
+        tally.present = present if tally.unique else None
+        summary = tally.summary(present, logged.by_step, extended)
         self._remember(key, logged, events, summary, tally)
         return new, summary
 
@@ -313,17 +358,20 @@ class DropLog:
 
 
 def _resume(logged: _Logged, events: Sequence[DropEvent]) -> tuple[int, _Tally]:
-    """How many of `events` lead as the session's previous call's did (the same objects),
-    and the tally of `events`: the previous one with its other events taken off and the new
-    ones added. None lead when the previous call's are not kept or had an item twice."""
+    """How many of `events` lead as the session's previous call's did (the same objects;
+    or all of them, equal: an equal event has the same line and counts the same), and the
+    tally of `events`: the previous one with its other events taken off and the new ones
+    added. None lead when the previous call's are not kept or had an item twice."""
     old, tally = logged.events, logged.tally
     if old is None or tally is None or not tally.unique:
         tally = _Tally()
         tally.add(events, 0)
         return 0, tally
-    k, n = 0, min(len(old), len(events))
-    while k < n and old[k] is events[k]:
-        k += 1
+    k = len(old)
+    if events[:k] != old:  # at C speed (identity first): mostly a call extends the last one's
+        k, n = 0, min(k, len(events))
+        while k < n and old[k] is events[k]:
+            k += 1
     tally.remove(old, k)
     tally.add(events, k)
     return k, tally
