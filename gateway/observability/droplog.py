@@ -155,8 +155,8 @@ class _Tally:
 
 @dataclass(frozen=True, slots=True)
 class _Extended:
-    """A call whose events are the previous call's (the same objects, all of them) followed
-    by new ones: that call's summary, and the new events' items."""
+    """A call whose events are all the previous call's (the same objects, or equal ones)
+    followed by new ones: that call's summary, and the new events' items."""
 
     previous: _CallSummary
     added: set[str]
