@@ -261,6 +261,9 @@ class Prefix:
     # proved to repeat that one's needs no byte check.
     body: int | None = None
     proven: int = 0  # calls extended without the byte check (read by tests and benches)
+    # The latest step among `decisions` (arrival cuts are numbered after it), with the
+    # decisions it is of (replaced, never changed in place: the same object, the same step).
+    latest: tuple[Mapping[str, Decision], int] | None = None
 
     @classmethod
     def build(
@@ -450,6 +453,8 @@ class Prefix:
         if cuts:  # remembered like any decision; the next call reuses this prefix with them
             state.decide(decisions, cuts.keys())
             self.decisions = decisions
+            # the cuts, of items without a decision, took the step after the latest
+            self.latest = (decisions, max(cut.step for cut in cuts.values()))
         if pending and self.verbatim is not None:
             # a new output sent minified is named, from the next call on, as it is sent
             ids = {item.id for item in pending.values()}
@@ -594,9 +599,15 @@ class Prefix:
                     index_lines(index, item)
                 continue
             if not step:  # numbered as the full path's _stamp_step numbers a call's decisions
-                step = 1 + max((d.step for d in decisions.values()), default=0)
+                step = 1 + self._latest_step(decisions)
             cuts[item.id] = replace(cut, step=step)
         return cuts, repeats, pending
+
+    def _latest_step(self, decisions: Mapping[str, Decision]) -> int:
+        """The latest step among `decisions` (0: none), kept for the next call."""
+        if self.latest is None or self.latest[0] is not decisions:
+            self.latest = (decisions, max((d.step for d in decisions.values()), default=0))
+        return self.latest[1]
 
     def _add_tail(self, messages: Sequence[Mapping[str, Any]], tail: list[Item]) -> None:
         by_message: dict[int, list[Item]] = {}
