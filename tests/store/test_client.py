@@ -82,11 +82,19 @@ async def test_a_connection_torn_down_under_a_cluster_command_is_the_store_down(
     redis = connect(load_settings(redis_url=redis_cluster.url, redis_cluster=True))
     try:
         await redis.set("torn-{a}", "1")  # connected before the race
-        tear_down.append(b"torn-")
-        with pytest.raises(RedisConnectionError) as raised:
-            await redis.get("torn-{a}")
-        tear_down.clear()
-        assert isinstance(raised.value.__cause__, AttributeError)
+        # On a loaded CI machine the command has failed on another ConnectionError first (no
+        # torn-down cause, the whole suite only, twice): a store down all the same, but not
+        # the case under test, so it is tried again, and every error is told on failure.
+        seen: list[str] = []
+        for _ in range(3):
+            tear_down.append(b"torn-")
+            with pytest.raises(RedisConnectionError) as raised:
+                await redis.get("torn-{a}")
+            tear_down.clear()
+            if isinstance(raised.value.__cause__, AttributeError):
+                break
+            seen.append(f"{raised.value!s} (cause {raised.value.__cause__!r})")
+        assert isinstance(raised.value.__cause__, AttributeError), seen
         assert await redis.get("torn-{a}") == b"1"
         tear_down.append(b"torn-")
         with pytest.raises(STORE_DOWN):
