@@ -82,19 +82,14 @@ async def test_a_connection_torn_down_under_a_cluster_command_is_the_store_down(
     redis = connect(load_settings(redis_url=redis_cluster.url, redis_cluster=True))
     try:
         await redis.set("torn-{a}", "1")  # connected before the race
-        # On a loaded CI machine the command has failed on another ConnectionError first (no
-        # torn-down cause, the whole suite only, twice): a store down all the same, but not
-        # the case under test, so it is tried again, and every error is told on failure.
-        seen: list[str] = []
-        for _ in range(3):
-            tear_down.append(b"torn-")
-            with pytest.raises(RedisConnectionError) as raised:
-                await redis.get("torn-{a}")
-            tear_down.clear()
-            if isinstance(raised.value.__cause__, AttributeError):
-                break
-            seen.append(f"{raised.value!s} (cause {raised.value.__cause__!r})")
-        assert isinstance(raised.value.__cause__, AttributeError), seen
+        tear_down.append(b"torn-")
+        with pytest.raises(RedisConnectionError) as raised:
+            await redis.get("torn-{a}")
+        tear_down.clear()
+        # Our translation of redis-py's AttributeError; redis-py 8.2 checks the writer itself
+        # and raises this ConnectionError (CI installs it: the test failed there, not on 8.1).
+        assert isinstance(raised.value.__cause__, AttributeError) or (
+            "closed by the server before write" in str(raised.value)), repr(raised.value)
         assert await redis.get("torn-{a}") == b"1"
         tear_down.append(b"torn-")
         with pytest.raises(STORE_DOWN):
