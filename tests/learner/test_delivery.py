@@ -241,8 +241,10 @@ async def test_a_trace_queued_twice_is_learned_from_once(
     await asyncio.gather(*(
         run_worker(services, stop=asyncio.Event(), burst=True, consumer=f"w{i}")
         for i in range(2)))
+    # An upload cut off by its client (another test's task, cancelled mid-send) is recorded
+    # with an empty body and asked no model: left out (it failed the whole suite once).
     asked = [orjson.loads(r["body"]).get("model") for r in upstream.requests()
-             if r["path"] == "/v1/chat/completions"]
+             if r["path"] == "/v1/chat/completions" and r["body"]]
     assert (asked.count(models[0]), asked.count(models[1])) == (1, 1)
     bullets = {b.content: b for b in await store.bullets(tenant, "code")}
     assert sorted(bullets) == ["Check imports first.", "Run pytest with -q."]
