@@ -96,11 +96,13 @@ def _expired_digests(
     if oldest < 2 * after:
         return {}
     c = ctx.task_class.compaction
-    if c.repay_young_calls and c.repay_young_calls < ctx.calls <= c.repay_young_calls + 1:
-        # The young window's exit (`steps.young`): the batches its weighed steps left out
-        # (`steps.unrepaid`) come at once. Such a late batch masks what it would have on
-        # time, when its oldest digest was twice `after` old: the digests at least
-        # `oldest - after` old; younger ones wait for the next batch, as they would have.
+    if c.repay_young_calls and ctx.calls <= c.repay_young_calls + 1:
+        # A step weighed by the repay rule (`steps.unrepaid`, a large call in the young
+        # window, `steps.young`) may have left out the batch; when a later step catches up
+        # (at the latest the window's exit), the batch comes with it. Such a late batch
+        # masks what it would have on time, when its oldest digest was twice `after` old:
+        # the digests at least `oldest - after` old; younger ones wait for the next batch,
+        # as they would have. (A batch on time masks the same: `oldest` is `2 * after`.)
         least = oldest - after
         age = {item.id: item.age for item in items}
         expired = {k: d for k, d in expired.items() if age[k] >= least}
