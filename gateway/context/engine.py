@@ -703,15 +703,18 @@ class ContextEngine:
             target=step_target(final, cls, budget.input, fixed, first_call) if over else None,
             first_call=first_call,
             calls=state.calls + 1,
+            late_batch=state.late_batch,
         )
         stepped = over or turns_step or cls.select_every_call
         before = final
+        left_batch = False  # this step's mask batch left out, in whole or in part
         if stepped:
             names = STAGE_ORDER if (over or turns_step) else ("select",)
             final = await self._run_stages(names, final, budget, ctx, over, seconds)
             if turns_step and not over and state.calls:
-                final, horizon = _leave_unrepaid(messages, before, final, ctx, state.decisions,
-                                                 state, cls.compaction, horizon)
+                final, horizon, left_batch = _leave_unrepaid(
+                    messages, before, final, ctx, state.decisions, state, cls.compaction,
+                    horizon)
         marked = parsed.layout.pins if parsed.layout else ()
         final = arrival_duplicates(final, ctx, _arrival_start(messages, first_call), marked,
                                    over).items
@@ -725,6 +728,13 @@ class ContextEngine:
             state.dirty.add("horizon")
         # ctx.decisions began as a copy: only the ids the stages touched differ
         changed = changed_decisions(ctx.decisions, state.decisions)
+        if cls.compaction.ages:
+            # a batch left out makes the next one late; a batch that came is on time again
+            late = left_batch or (state.late_batch and not any(
+                _batch_mask(ctx.decisions.get(item_id)) for item_id in changed))
+            if late != state.late_batch:
+                state.late_batch = late
+                state.dirty.add("horizon")
         _stamp_step(ctx.decisions, state.decisions, changed)
         if changed:
             state.decide(ctx.decisions, changed)
@@ -967,32 +977,43 @@ def _leave_unrepaid(
     state: SessionState,
     c: Compaction,
     horizon: int,
-) -> tuple[list[Item], int]:
+) -> tuple[list[Item], int, bool]:
     """An aging step without the rewrites that do not repay the re-send they cause
     (`steps.unrepaid`): those messages go out as the decisions before the step sent them,
     and keep those decisions. A step left with no rewrite is not taken (the horizon stays;
-    the session's step budget is not spent)."""
+    the session's step budget is not spent). Also whether a left-out message held one of
+    the step's digests' mask batch (`_batch_mask`): the session records that the next
+    batch is late (`SessionState.late_batch`)."""
     new_from = next((i for i in range(len(messages) - 1, -1, -1)
                      if messages[i].get("role") == "assistant"), len(messages))
     if len(before) != len(final) or {i.id for i in before} != {i.id for i in final}:
-        return final, horizon  # a step that dropped or added items: left as it is
+        return final, horizon, False  # a step that dropped or added items: left as it is
     left = unrepaid(before, final, new_from, state.calls + 1, c)
     if not left:
-        return final, horizon
+        return final, horizon, False
     was = {item.id: item for item in before}
     kept: list[Item] = []
+    batch = False
     for item in final:
         if item.message_index in left and item.id in was:
             item = was[item.id]
             made = remembered.get(item.id)
+            batch = batch or (made != ctx.decisions.get(item.id)
+                              and _batch_mask(ctx.decisions.get(item.id)))
             if made is None:
                 ctx.decisions.pop(item.id, None)
             else:
                 ctx.decisions[item.id] = made
         kept.append(item)
     if all(a.text == b.text for a, b in zip(before, kept, strict=True)):
-        return kept, state.horizon
-    return kept, horizon
+        return kept, state.horizon, batch
+    return kept, horizon, batch
+
+
+def _batch_mask(decision: Decision | None) -> bool:
+    """Whether `decision` is one of the digests' mask batch (`compress._expired_digests`)."""
+    return (decision is not None and decision.stage == "compress"
+            and decision.method == "mask" and decision.reason == "aged")
 
 
 def _stamp_step(decisions: dict[str, Decision], remembered: Mapping[str, Decision],

@@ -100,6 +100,9 @@ class SessionState:
     horizon: int = 0  # messages before this index went through an age-based step
     calls: int = 0  # calls seen, and aging steps taken (they change the prefix)
     steps: int = 0
+    # A step left out its digests' mask batch, in whole or in part (`steps.unrepaid`), and
+    # no batch has come since: the next one is late (`compress._expired_digests`).
+    late_batch: bool = False
     prefix: str = ""  # "<messages>:<rolling hash>" of the last rendered request
     # The playbook block pinned for this session (written by the playbook, read-only here):
     # loaded with the rest of the session, so an open session's block costs no round trip.
@@ -139,7 +142,8 @@ class SessionState:
         if name == "class":
             return (self.task_class or "").encode()
         if name == "horizon":
-            return f"{self.horizon}:{self.calls}:{self.steps}".encode()
+            late = ":1" if self.late_batch else ""
+            return f"{self.horizon}:{self.calls}:{self.steps}{late}".encode()
         if name in ("fidelity", "lost"):
             return getattr(self, name) or b""
         return self.prefix.encode()
@@ -154,8 +158,10 @@ class SessionState:
         horizon, _, counts = raw.get(b"horizon", b"0").decode().partition(":")
         state.horizon = int(horizon)
         if counts:
-            calls, _, steps = counts.partition(":")
+            calls, _, rest = counts.partition(":")
+            steps, _, late = rest.partition(":")
             state.calls, state.steps = int(calls), int(steps or 0)
+            state.late_batch = late == "1"
         state.prefix = raw.get(b"prefix", b"").decode()
         state.playbook_pin = raw.get(PLAYBOOK_PIN_FIELD)
         state.fidelity, state.lost = raw.get(b"fidelity"), raw.get(b"lost")

@@ -48,6 +48,7 @@ class StageContext:
     # the client's messages (the budget ladder reads old exchanges' tool-call arguments)
     messages: Sequence[Mapping[str, Any]] = ()
     calls: int = 0  # the session's calls so far, this one included (0: not counted)
+    late_batch: bool = False  # the session's last mask batch was left out (`SessionState`)
 
     def total(self, items: list[Item]) -> int:
         return self.fixed_tokens + sum(item.tokens for item in items)

@@ -96,13 +96,17 @@ def _expired_digests(
     if oldest < 2 * after:
         return {}
     c = ctx.task_class.compaction
-    if c.repay_young_calls and ctx.calls <= c.repay_young_calls + 1:
+    if ctx.late_batch and c.repay_young_calls and ctx.calls <= c.repay_young_calls + 1:
         # A step weighed by the repay rule (`steps.unrepaid`, a large call in the young
-        # window, `steps.young`) may have left out the batch; when a later step catches up
-        # (at the latest the window's exit), the batch comes with it. Such a late batch
-        # masks what it would have on time, when its oldest digest was twice `after` old:
-        # the digests at least `oldest - after` old; younger ones wait for the next batch,
-        # as they would have. (A batch on time masks the same: `oldest` is `2 * after`.)
+        # window, `steps.young`) left out the batch (the session records it,
+        # `SessionState.late_batch`); when a later step catches up (at the latest the
+        # window's exit), the batch comes with it. Such a late batch masks what it would
+        # have on time, when its oldest digest was twice `after` old: the digests at least
+        # `oldest - after` old; younger ones wait for the next batch, as they would have.
+        # A batch no step left out masks every digest due, however long since the last:
+        # on a long session's tail, where steps come every few calls, thinning those too
+        # cost the Toolathlon queues 0.5-0.6 points of cost @0.1 (bench/README.md, "Short
+        # runs' cost @0.1, part five").
         least = oldest - after
         age = {item.id: item.age for item in items}
         expired = {k: d for k, d in expired.items() if age[k] >= least}
