@@ -729,9 +729,7 @@ class ContextEngine:
         # ctx.decisions began as a copy: only the ids the stages touched differ
         changed = changed_decisions(ctx.decisions, state.decisions)
         if cls.compaction.ages:
-            # a batch left out makes the next one late; a batch that came is on time again
-            late = left_batch or (state.late_batch and not any(
-                _batch_mask(ctx.decisions.get(item_id)) for item_id in changed))
+            late = _late_batch(state.late_batch, left_batch, ctx.decisions, changed)
             if late != state.late_batch:
                 state.late_batch = late
                 state.dirty.add("horizon")
@@ -1008,6 +1006,14 @@ def _leave_unrepaid(
     if all(a.text == b.text for a, b in zip(before, kept, strict=True)):
         return kept, state.horizon, batch
     return kept, horizon, batch
+
+
+def _late_batch(late: bool, left: bool, decisions: Mapping[str, Decision],
+                changed: Collection[str]) -> bool:
+    """Whether the session's next mask batch is late after this call (`late`: it was
+    before): a step that left a batch out (`left`, `_leave_unrepaid`) makes it so; a call
+    whose decisions (`changed` among `decisions`) mask one of a batch ends it."""
+    return left or (late and not any(_batch_mask(decisions.get(i)) for i in changed))
 
 
 def _batch_mask(decision: Decision | None) -> bool:

@@ -137,15 +137,16 @@ async def test_digests_keep_the_latest_turns_commands_whole() -> None:
     assert all("Rewrite" not in texts[i] for i in (1, 3, 5, 7))
 
 
-def test_the_young_windows_exit_batch_masks_what_it_would_have_on_time() -> None:
-    """At the young window's exit (`repay_young_calls`: the first call past it) the mask
-    batches its weighed steps left out come at once; the batch masks the digests at least
-    `oldest - mask_after_turns` old, as it would have when its oldest digest was twice
-    that old, not the digests that became due meanwhile (Toolathlon claude runs: a digest
-    naming the paths the agent opened calls later, masked at the exit, bench/README.md "A
-    young session's large calls weighed, part three"). So does a batch inside the window,
-    whenever a weighed step catches up (bench/README.md, "Short runs' cost @0.1, part
-    five"). Past the exit: every digest due."""
+def test_a_batch_after_a_left_out_one_masks_what_it_would_have_on_time() -> None:
+    """A mask batch after one a weighed step left out (`SessionState.late_batch`), inside
+    the young window or at its exit (`repay_young_calls`: the first call past it), masks
+    the digests at least `oldest - mask_after_turns` old, as it would have when its oldest
+    digest was twice that old, not the digests that became due meanwhile (Toolathlon
+    claude runs: a digest naming the paths the agent opened calls later, masked at the
+    exit, bench/README.md "A young session's large calls weighed, part three"; part five of
+    "Short runs' cost @0.1"). A batch no step left out masks every digest due: a long
+    session's tail, steps every few calls, is not thinned (part six). Past the exit: every
+    digest due."""
     from gateway.context.session import Decision
     from gateway.context.stages.compress import _expired_digests
 
@@ -163,13 +164,14 @@ def test_the_young_windows_exit_batch_masks_what_it_would_have_on_time() -> None
     for item in (old, due):
         ctx.decisions[item.id] = Decision("compress", "compress", "aged", "summary")
 
-    def masked(calls: int, c: TaskClass = cls) -> set[str]:
-        ctx.calls, ctx.task_class = calls, c
+    def masked(calls: int, c: TaskClass = cls, late: bool = True) -> set[str]:
+        ctx.calls, ctx.task_class, ctx.late_batch = calls, c, late
         return set(_expired_digests(items, ctx, opts))
 
-    assert masked(31) == {old.id}  # the exit call: what the batch had on time
-    # inside the window a weighed step catching up brings the batch too: the same phase
-    assert masked(5) == masked(30) == {old.id}
+    # after a left-out batch, the catch-up (inside the window or at its exit): on time
+    assert masked(5) == masked(30) == masked(31) == {old.id}
+    # no batch left out: every digest due, the window's exit included
+    assert masked(5, late=False) == masked(31, late=False) == {old.id, due.id}
     assert masked(32) == {old.id, due.id}  # past the exit: no step is weighed any more
     off = task_class("t", {**spec, "compaction": {**spec["compaction"], "repay_young_calls": 0}})
-    assert masked(31, off) == {old.id, due.id}
+    assert masked(31, off) == masked(5, off) == {old.id, due.id}
