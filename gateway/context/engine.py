@@ -728,7 +728,9 @@ class ContextEngine:
             state.dirty.add("horizon")
         # ctx.decisions began as a copy: only the ids the stages touched differ
         changed = changed_decisions(ctx.decisions, state.decisions)
-        if cls.compaction.ages:
+        if cls.compaction.ages and cls.compaction.repay_young_calls:
+            # read only there (`compress._expired_digests`): a class without a young window
+            # stores its counts as before
             late = _late_batch(state.late_batch, left_batch, ctx.decisions, changed)
             if late != state.late_batch:
                 state.late_batch = late
