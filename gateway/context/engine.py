@@ -75,7 +75,14 @@ from gateway.context.stages import STAGES, StageContext
 from gateway.context.stages.cluster import arrival_duplicates
 from gateway.context.stages.ladder import give_back, step_target
 from gateway.context.stale import stale_rule, stale_text
-from gateway.context.steps import lagging_tokens, stale_tokens, step_horizon, unrepaid
+from gateway.context.steps import (
+    lagging_tokens,
+    on_first_task,
+    stale_tokens,
+    step_horizon,
+    unrepaid,
+    young,
+)
 from gateway.context.summarize import values as summarize_values
 from gateway.context.taskclass import (
     DEFAULT_CLASS,
@@ -1005,6 +1012,9 @@ def _leave_unrepaid(
             else:
                 ctx.decisions[item.id] = made
         kept.append(item)
+    # only a batch left out by a weighed step on the session's first task is late
+    # (`steps.young`); past it the next batch masks every digest due
+    batch = batch and young(state.calls + 1, c, on_first_task(before))
     if all(a.text == b.text for a, b in zip(before, kept, strict=True)):
         return kept, state.horizon, batch
     return kept, horizon, batch

@@ -48,15 +48,18 @@ class Clock:
     the task statement names (`Layout.extend`): the documents the task works from.
     `task_start`, `task_turns`: the index of the user message that started the current
     task, in a session whose agent had answered before it (a queue's later task; -1: none),
-    and the turns walked when it came: what the task has lasted is `turns - task_turns`."""
+    and the turns walked when it came: what the task has lasted is `turns - task_turns`.
+    `api_calls`: the agent made a tool call through the API (its outputs come as tool
+    messages, so a user message after its answer is the user's: `steps.on_first_task`)."""
 
-    __slots__ = ("named", "task_start", "task_turns", "turns")
+    __slots__ = ("api_calls", "named", "task_start", "task_turns", "turns")
 
     def __init__(self, turns: int = 0) -> None:
         self.turns = turns
         self.named: set[int] = set()
         self.task_start = -1
         self.task_turns = 0
+        self.api_calls = False
 
 
 STILL = Clock()  # the clock of items made outside a layout (never moves): age = -turn
@@ -192,6 +195,8 @@ class Layout:
                 self.said = "" if msg.get("tool_calls") else content_text(msg.get("content"))
                 if self.first_answer is None:
                     self.first_answer = i
+                if msg.get("tool_calls"):
+                    self.clock.api_calls = True
                 for call in msg.get("tool_calls") or ():
                     if isinstance(call, Mapping) and "id" in call:
                         self.call_unit[call["id"]] = unit

@@ -50,6 +50,7 @@ from gateway.context.steps import (
     ages_out,
     horizon_after,
     lagging_tokens,
+    on_first_task,
     open_tokens,
     stale_tokens,
     undecided,
@@ -635,7 +636,8 @@ class Prefix:
         }
         unanswered = sum(open_tokens(group) for group in self.watched.values())
         return horizon_after(turns, tokens_from, n_messages, state, cls, stale,
-                             call_tokens=self.item_tokens, unanswered=unanswered) != horizon
+                             call_tokens=self.item_tokens, unanswered=unanswered,
+                             first_task=on_first_task(clock=layout.clock)) != horizon
 
     def _render(
         self,

@@ -15,7 +15,7 @@ from operator import attrgetter
 from typing import Any
 
 from gateway.context.drawing import drawn_from
-from gateway.context.items import Item
+from gateway.context.items import Clock, Item
 from gateway.context.lines import STILL_AGES
 from gateway.context.session import Decision, SessionState
 from gateway.context.stale import stale_rule
@@ -125,8 +125,8 @@ def lagging_tokens(
                if undecided(item, state.decisions) and ages_out(item, opts)]
     behind = [item for item in waiting if item.message_index < state.horizon]
     c = cls.compaction
-    if (behind and messages and young(state.calls + 1, c)
-            and call_tokens > c.early_max_tokens):
+    if (behind and messages and call_tokens > c.early_max_tokens
+            and young(state.calls + 1, c, on_first_task(behind))):
         # While a large call's step is weighed too (`unrepaid`), what a step left out did
         # not repay over the calls estimated to come: it does not hasten the next step on
         # its own, only the exchange that was open at the last one does. Counted, a left-out
@@ -175,7 +175,7 @@ def step_horizon(
             tokens_from[item.message_index] = tokens_from.get(item.message_index, 0) + item.tokens
     return horizon_after(turns, tokens_from, len(messages), state, cls, stale, forced,
                          call_tokens=sum(item.tokens for item in items),
-                         unanswered=open_tokens(items))
+                         unanswered=open_tokens(items), first_task=on_first_task(items))
 
 
 def calls_until_affordable(steps: int, calls: int, share: float) -> int | None:
@@ -200,10 +200,24 @@ def stale_cut_repays(stale: int, resend: int, steps: int, calls: int, c: Compact
     return c.cached_price * stale * wait >= (1 - c.cached_price) * resend
 
 
-def young(calls: int, c: Compaction) -> bool:
+def young(calls: int, c: Compaction, first_task: bool = True) -> bool:
     """Whether a session of `calls` calls (this one included) has its large calls' steps
-    weighed by `unrepaid` too (`repay_young_calls`)."""
-    return bool(c.repay_calls and calls <= c.repay_young_calls)
+    weighed by `unrepaid` too (`repay_young_calls`), while on its first task (`first_task`,
+    `on_first_task`): a session the user gave a later task is a long one (a queue of
+    tasks), its calls to come not its calls so far (bench/README.md, "Short runs' cost
+    @0.1, part seven")."""
+    return bool(c.repay_calls and calls <= c.repay_young_calls and first_task)
+
+
+def on_first_task(items: Iterable[Item] = (), clock: Clock | None = None) -> bool:
+    """Whether the session of `items` (or of their layout's `clock`) is on its first task:
+    the layout found no later one (`Clock.task_start`: a user message after the agent
+    answered, the boundary the masking rules of a queue's tasks read), or the agent has
+    made no tool call through the API: a text-tool agent's outputs come as user messages,
+    which the layout tells from a new task only when they name the call its turn wrote
+    (`text_tool_result`)."""
+    clock = clock or next((item.clock for item in items), None)
+    return clock is None or clock.task_start < 0 or not clock.api_calls
 
 
 def unrepaid(
@@ -228,7 +242,7 @@ def unrepaid(
     over the calls left (Toolathlon runs, bench/README.md "Short runs' cost with large tool
     outputs").
     `new_from`: the first message index the last call did not send (billed in full anyway)."""
-    if not c.repay_calls or (not young(calls, c)
+    if not c.repay_calls or (not young(calls, c, on_first_task(before))
                              and sum(item.tokens for item in before) > c.early_max_tokens):
         return set()
     was = {item.id: item for item in before}
@@ -279,10 +293,12 @@ def horizon_after(
     forced: bool = False,
     call_tokens: int = 0,
     unanswered: int = 0,
+    first_task: bool = True,
 ) -> int:
     """`step_horizon` from the assistant turns and the compactable tokens per message; only
     those at or after `state.horizon` count, so a caller may pass just those. `unanswered`:
-    the tokens of the exchange the model has not answered yet (`open_tokens`)."""
+    the tokens of the exchange the model has not answered yet (`open_tokens`);
+    `first_task`: the session is on its first task (`on_first_task`)."""
     c = cls.compaction
     if not c.ages:
         return state.horizon
@@ -341,7 +357,8 @@ def horizon_after(
     # quoted (tau2 retail-mini runs: tune recall 99.54 -> 99.43% with
     # `repay_young_calls: 80`, 99.54% with this; bench/README.md, "A young session's
     # large calls weighed, part two").
-    weighed = not forced and young(state.calls + 1, c) and call_tokens > c.early_max_tokens
+    weighed = (not forced and call_tokens > c.early_max_tokens
+               and young(state.calls + 1, c, first_task))
     reach = n_messages if affordable and not weighed else latest
     for start in [*turns, n_messages]:
         if start <= state.horizon:

@@ -17,7 +17,7 @@ from gateway.context.tokens import TokenCounter
 
 COUNTER = TokenCounter()
 REPAY = Compaction(verbatim_tokens_high=1000, verbatim_tokens_low=0, max_step_share=0.2,
-                   repay_calls=20, early_max_tokens=8000)
+                   repay_calls=20, early_max_tokens=8000, repay_young_calls=30)
 MASK = Decision("compress", "mask", "aged", "mask", 1)
 DIGEST = Decision("compress", "compress", "aged", "summary")
 
