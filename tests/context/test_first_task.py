@@ -1,0 +1,109 @@
+"""A session's large calls are weighed by the repay rule (`steps.young`) only while it is
+on its first task, by the engine's own task boundary (`Clock.task_start`) in a session
+whose agent calls tools through the API (`steps.on_first_task`): a queue's later task is a
+long session; a text-tool agent's outputs, user messages, start no task (bench/README.md,
+"Short runs' cost @0.1, part seven")."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from gateway.context.engine import _leave_unrepaid
+from gateway.context.items import parse_request
+from gateway.context.session import Decision, SessionState
+from gateway.context.stages.base import StageContext
+from gateway.context.steps import horizon_after, on_first_task, young
+from gateway.context.taskclass import Compaction, TaskClass, task_class
+from gateway.context.tokens import TokenCounter
+
+YOUNG = Compaction(verbatim_tokens_high=1000, verbatim_tokens_low=0, max_step_share=0.2,
+                   repay_calls=20, early_max_tokens=8000, repay_young_calls=40)
+
+
+def _call(k: int) -> list[dict[str, Any]]:
+    call = {"id": f"c{k}", "type": "function",
+            "function": {"name": "read", "arguments": f'{{"path": "f{k}.txt"}}'}}
+    return [{"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": f"c{k}", "content": f"line {k} " * 40}]
+
+
+def _first(msgs: list[dict[str, Any]]) -> bool:
+    return on_first_task(parse_request({"messages": msgs}, TokenCounter(), "o200k_base").items)
+
+
+def test_a_queues_second_task_ends_the_first() -> None:
+    one = [{"role": "system", "content": "You are an agent."},
+           {"role": "user", "content": "task one: sum the files"}, *_call(0), *_call(1)]
+    assert _first(one)
+    answered = [*one, {"role": "assistant", "content": "The sum is 12."}]
+    assert _first(answered)
+    two = [*answered, {"role": "user", "content": "task two: count the lines"}, *_call(2)]
+    assert not _first(two)
+
+
+def test_several_user_messages_before_the_first_answer_are_one_task() -> None:
+    msgs = [{"role": "user", "content": "context: the repo"},
+            {"role": "user", "content": "task: sum the files"}, *_call(0), *_call(1)]
+    assert _first(msgs)
+
+
+def test_a_text_tool_agents_outputs_start_no_task() -> None:
+    """Outputs come as user messages after the turn that wrote the command; the layout
+    does not tell them from a task when they do not name a call (`text_tool_result`), but
+    the agent made no call through the API: still its first task."""
+    msgs = [{"role": "system", "content": "You are an agent."},
+            {"role": "user", "content": "goal: fix parser.py"}]
+    for k in range(4):
+        msgs += [{"role": "assistant", "content": f"```\nopen file{k}.py\n```"},
+                 {"role": "user", "content": f"{k}: value = compute({k})\n" * 30}]
+    assert _first(msgs)
+
+
+def test_a_large_call_on_a_later_task_is_not_weighed() -> None:
+    assert young(5, YOUNG) and young(5, YOUNG, first_task=True)
+    assert not young(5, YOUNG, first_task=False)
+    assert not young(41, YOUNG, first_task=True)
+    # a weighed step stops before the latest answer; on a later task it reaches the end
+    cls = TaskClass(name="y", compaction=YOUNG.model_copy(update={"max_step_share": 0.5}))
+    turns, tokens_from = [2, 4], {2: 300, 3: 400, 4: 300, 5: 400}
+    state = SessionState(horizon=0, calls=5, steps=0)
+    assert horizon_after(turns, tokens_from, 6, state, cls, call_tokens=9000) == 4
+    assert horizon_after(turns, tokens_from, 6, state, cls, call_tokens=9000,
+                         first_task=False) == 6
+
+
+def _left_out_batch(api: bool) -> bool:
+    """tests/context/test_late_batch.py's step on a session's second call, which leaves out
+    a mask of the digests' batch (message 3, a user message after the agent's first
+    answer); `api`: that answer also made a call through the API, so message 3 starts a
+    later task (a customer's next request, a queue's next task)."""
+    msgs: list[dict[str, Any]] = [{"role": "system", "content": "You help customers."},
+                                  {"role": "user", "content": "my order " * 50}]
+    for k in range(4):
+        msgs += [{"role": "assistant", "content": f"looking up {k} " * 5},
+                 {"role": "user" if k == 0 else "assistant", "content": f"reply {k} " * 100}]
+    if api:
+        msgs[2]["tool_calls"] = [{"id": "c0", "type": "function",
+                                  "function": {"name": "lookup", "arguments": "{}"}}]
+    counter = TokenCounter()
+    before = parse_request({"messages": msgs}, counter, "o200k_base").items
+    assert on_first_task(before) is not api
+    taken = {3: 10, 7: next(i.tokens for i in before if i.message_index == 7) // 2}
+    final = [replace(i, text=i.text[: len(i.text) // 2], tokens=i.tokens - taken[i.message_index])
+             if i.message_index in taken else i for i in before]
+    c = YOUNG.model_copy(update={"repay_young_calls": 30})
+    ctx = StageContext(task_class=task_class("t", {"compaction": c.model_dump()}),
+                       counter=counter, encoding="o200k_base", embedder=None, fixed_tokens=3,
+                       horizon=9, query="", originals={i.id: i for i in before},
+                       decisions={}, calls=2)
+    by_index = {i.message_index: i.id for i in before}
+    ctx.decisions[by_index[3]] = Decision("compress", "mask", "aged", "mask", 1)
+    ctx.decisions[by_index[7]] = Decision("compress", "compress", "aged", "summary")
+    _, _, batch = _leave_unrepaid(msgs, before, final, ctx, {}, SessionState(calls=1), c, 9)
+    return batch
+
+
+def test_only_a_first_tasks_left_out_batch_makes_the_next_one_late() -> None:
+    assert _left_out_batch(api=False)
+    assert not _left_out_batch(api=True)
