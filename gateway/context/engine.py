@@ -693,6 +693,11 @@ class ContextEngine:
         forced = over and not first_call
         horizon = step_horizon(messages, parsed.items, state, cls, stale, forced=forced)
         turns_step = horizon != state.horizon
+        c = cls.compaction
+        # a weighed step (`steps.horizon_after`) left the latest answer verbatim at the horizon
+        held = (state.horizon if c.ages and not forced and state.calls
+                and sum(item.tokens for item in parsed.items) > c.early_max_tokens
+                and young(state.calls + 1, c, on_first_task(parsed.items)) else -1)
         ctx = StageContext(
             task_class=cls,
             counter=self.counter,
@@ -711,6 +716,7 @@ class ContextEngine:
             first_call=first_call,
             calls=state.calls + 1,
             late_batch=state.late_batch,
+            held_turn=held,
         )
         stepped = over or turns_step or cls.select_every_call
         before = final

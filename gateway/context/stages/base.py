@@ -26,6 +26,10 @@ if TYPE_CHECKING:
 
 # A digested turn among the agent's latest this many keeps its commands whole: the code it
 # just wrote is what it edits next, and the digest is kept for good (swe7b, bench/README.md).
+# So does the turn a weighed step left verbatim as the latest answer (`StageContext.held_turn`,
+# `steps.horizon_after`): digested a few turns later by the next step, it lost the commands
+# it would have kept on time (acr-run-1-queue tune, q3 call 58: a patch's
+# `self.__dict__.copy`; bench/README.md, "Short runs' cost @0.1, part eight").
 RECENT_COMMAND_TURNS = 1
 
 
@@ -49,6 +53,9 @@ class StageContext:
     messages: Sequence[Mapping[str, Any]] = ()
     calls: int = 0  # the session's calls so far, this one included (0: not counted)
     late_batch: bool = False  # the session's last mask batch was left out (`SessionState`)
+    # the turn the last step left verbatim as the latest answer, when the session's large
+    # calls are weighed (`steps.young`): its digest keeps its commands whole (-1: none)
+    held_turn: int = -1
 
     def total(self, items: list[Item]) -> int:
         return self.fixed_tokens + sum(item.tokens for item in items)
@@ -131,7 +138,8 @@ def decide(items: list[Item], chosen: Mapping[str, Decision], ctx: StageContext)
                 decision,
                 text=summarize(
                     original.text, original.kind, decision.level, frozenset(seen), ctx.focus,
-                    whole_commands=item.age <= RECENT_COMMAND_TURNS,
+                    whole_commands=(item.age <= RECENT_COMMAND_TURNS
+                                    or item.message_index == ctx.held_turn),
                     step=step if item.message_index == latest_talk else frozenset(),
                 ),
             )
