@@ -693,11 +693,6 @@ class ContextEngine:
         forced = over and not first_call
         horizon = step_horizon(messages, parsed.items, state, cls, stale, forced=forced)
         turns_step = horizon != state.horizon
-        c = cls.compaction
-        # a weighed step (`steps.horizon_after`) left the latest answer verbatim at the horizon
-        held = (state.horizon if c.ages and not forced and state.calls
-                and sum(item.tokens for item in parsed.items) > c.early_max_tokens
-                and young(state.calls + 1, c, on_first_task(parsed.items)) else -1)
         ctx = StageContext(
             task_class=cls,
             counter=self.counter,
@@ -716,7 +711,7 @@ class ContextEngine:
             first_call=first_call,
             calls=state.calls + 1,
             late_batch=state.late_batch,
-            held_turn=held,
+            held_turn=_held_turn(parsed.items, state, cls.compaction, forced),
         )
         stepped = over or turns_step or cls.select_every_call
         before = final
@@ -1024,6 +1019,19 @@ def _leave_unrepaid(
     if all(a.text == b.text for a, b in zip(before, kept, strict=True)):
         return kept, state.horizon, batch
     return kept, horizon, batch
+
+
+def _held_turn(items: list[Item], state: SessionState, c: Compaction, forced: bool) -> int:
+    """The turn the last step left verbatim as the latest answer because the session's
+    large calls are weighed (`steps.horizon_after`: such a step reaches only the latest
+    turn), -1 when they are not: a weighed session now, on a large call not over the budget.
+    Its digest keeps its commands whole (`StageContext.held_turn`), as it would have had
+    the step digested it on time, one of the agent's latest turns."""
+    if (not c.ages or forced or not state.calls
+            or sum(item.tokens for item in items) <= c.early_max_tokens
+            or not young(state.calls + 1, c, on_first_task(items))):
+        return -1
+    return state.horizon
 
 
 def _late_batch(late: bool, left: bool, decisions: Mapping[str, Decision],
