@@ -170,20 +170,20 @@ def corpus_stats(sessions: Sequence[Mapping[str, Any]]) -> str:
 
 def join_queues(
     trials: Mapping[Any, Sequence[Run]], *, calls: Callable[[Run], int],
-    parts: Callable[[int], int], system: Callable[[Run], str],
+    parts: Callable[[int], int], system: Callable[[Run], str | None],
     messages: Callable[[Run, CallIds], list[Message]],
     name: Callable[[Any, int, Sequence[Run]], str],
 ) -> tuple[list[tuple[str, list[Message]]], int]:
     """Ticket queues: per trial (its runs in task order), the runs of each queue
     (`queue_slices`) joined into one conversation, the system prompt once (every run of it
-    must have the same; checked), then each run's messages after its system prompt, in
-    order, nothing added. Returns `(session id, messages)` pairs and how many call ids were
-    renamed."""
+    must have the same; checked; `None` for runs recorded without one: no system message),
+    then each run's messages after its system prompt, in order, nothing added. Returns
+    `(session id, messages)` pairs and how many call ids were renamed."""
     out, renamed = [], 0
     for trial, q, group in queue_slices(trials, calls, parts):
         ids = CallIds()
         prompt = system(group[0])
-        joined: list[Message] = [{"role": "system", "content": prompt}]
+        joined: list[Message] = [] if prompt is None else [{"role": "system", "content": prompt}]
         for run in group:
             if system(run) != prompt:
                 raise ValueError(f"{name(trial, q, group)}: another system prompt")
