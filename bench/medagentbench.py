@@ -97,6 +97,8 @@ def load(repo: Path, rev: str = REV) -> tuple[list[dict[str, Any]], str | None]:
                 raise ValueError(f"{path} task {row['index']}: no user turn first")
             tasks.append({"model": model, "index": int(row["index"]), "path": path,
                           "status": row["output"].get("status"), "history": history})
+    if not tasks:
+        raise ValueError(f"no {RUNS} under {BASE}/ at {rev} (the runs are at {REV[:7]})")
     tasks.sort(key=lambda t: (t["model"], t["index"]))
     return tasks, commit
 
