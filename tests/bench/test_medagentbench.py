@@ -118,7 +118,7 @@ def test_converts_runs_and_queues_that_the_replay_reads(source: tuple[Path, str]
 def test_the_commit_without_the_runs_is_refused(source: tuple[Path, str],
                                                 tmp_path: Path) -> None:
     repo, _ = source
-    with pytest.raises(ValueError, match="no medagentbench-std/runs.jsonl"):
+    with pytest.raises(ValueError, match=r"no medagentbench-std/runs\.jsonl"):
         medagentbench.convert(repo, tmp_path / "out", rev="HEAD")
 
 
