@@ -153,6 +153,24 @@ def write_corpus(folder: Path, sessions: Iterable[dict[str, Any]], readme: str) 
     return len(lines)
 
 
+def write_runs_and_queues(
+    out: Path, corpus: str, run_sessions: Sequence[dict[str, Any]],
+    queue_sessions: Sequence[dict[str, Any]], readme: str, joins: tuple[str, str],
+    **fields: Any,
+) -> dict[str, int]:
+    """The two folders of a converted source: `<corpus>` (one session per run) and
+    `<corpus>-queue` (task queues), each with its README: `readme` formatted with `shape`,
+    `stats` (`corpus_stats`), `join` (`joins`: the runs', the queues' line) and `fields`.
+    Returns the sessions written per folder."""
+    written = {}
+    for folder, sessions, shape, join in (
+            (corpus, run_sessions, "one session per task", joins[0]),
+            (f"{corpus}-queue", queue_sessions, "task-queue sessions", joins[1])):
+        text = readme.format(shape=shape, stats=corpus_stats(sessions), join=join, **fields)
+        written[folder] = write_corpus(out / folder, sessions, text)
+    return written
+
+
 def corpus_stats(sessions: Sequence[Mapping[str, Any]]) -> str:
     """One line for a README: sessions, calls per session, characters of full history."""
     calls = sorted(n_calls(s["messages"]) for s in sessions)

@@ -43,11 +43,10 @@ from bench.autocoderover import user_turn_kinds
 from bench.chat_corpus import (
     Message,
     RepoReader,
-    corpus_stats,
     join_queues,
     n_calls,
     run_conversion,
-    write_corpus,
+    write_runs_and_queues,
 )
 from bench.toolathlon import TOOL_CHARS, cut
 
@@ -177,14 +176,9 @@ def convert(repo: Path, out: Path, *, rev: str = REV, queue_calls: int = 100
               "models": ", ".join(f"`{m}` {len(g)}" for m, g in trials.items()),
               "statuses": ", ".join(f"`{s}` {n}" for s, n in sorted(statuses.items())),
               "kinds": user_turn_kinds(tasks)}
-    written = {}
-    for folder, sessions, shape, join in (
-            (CORPUS, per_run, "one session per task", JOIN_RUNS),
-            (f"{CORPUS}-queue", queues, "task-queue sessions",
-             JOIN_QUEUE.format(queue_calls=queue_calls))):
-        readme = README.format(shape=shape, stats=corpus_stats(sessions), join=join, **common)
-        written[folder] = write_corpus(out / folder, sessions, readme)
-    return written
+    return write_runs_and_queues(out, CORPUS, per_run, queues, README,
+                                 (JOIN_RUNS, JOIN_QUEUE.format(queue_calls=queue_calls)),
+                                 **common)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
