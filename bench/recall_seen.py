@@ -37,7 +37,7 @@ from typing import Any
 
 from bench import corpora
 from bench.corpora import Session
-from bench.recall_misses import calls, describe
+from bench.recall_misses import Call, calls, describe
 from bench.yardstick import haystack, text_content
 from gateway.context.replay import build_engine
 from gateway.settings import Settings
@@ -115,6 +115,19 @@ def figures(records: Sequence[CallSplit]) -> Figures:
     )
 
 
+def split_call(session: Session, starts: Sequence[int], call: Call
+                ) -> tuple[int, list[str], CallSplit]:
+    """The start of the run a call belongs to, the current-run values it lost, and its
+    record: a needed value is the current run's when it occurs in the run's messages before
+    the call (from the run's first message, its task statement)."""
+    start = starts[bisect.bisect_right(starts, call.end) - 1]
+    seen = haystack(session.messages[start:call.end])
+    current = {v for v in call.needed if v in seen}
+    lost_current = [v for v in call.lost if v in current]
+    return start, lost_current, CallSplit(session.split, len(call.needed), len(call.lost),
+                                          len(current), len(lost_current))
+
+
 async def replay(name: str, sessions: Sequence[Session], runs: Sequence[Session],
                  split: str, show: bool) -> list[CallSplit]:
     """Every call of `sessions` (those of `split`, or all) through one engine on the shipped
@@ -127,15 +140,11 @@ async def replay(name: str, sessions: Sequence[Session], runs: Sequence[Session]
                 continue
             starts = run_starts(session, runs)
             async for call in calls(engine, session, name):
-                start = starts[bisect.bisect_right(starts, call.end) - 1]
-                seen = haystack(session.messages[start:call.end])
-                current = {v for v in call.needed if v in seen}
-                lost_current = [v for v in call.lost if v in current]
-                out.append(CallSplit(session.split, len(call.needed), len(call.lost),
-                                     len(current), len(lost_current)))
+                start, lost_current, record = split_call(session, starts, call)
+                out.append(record)
                 if show and lost_current:
                     print(f"{session.id} call {call.k} (run from message {start}): "
-                          f"{len(lost_current)}/{len(current)} current-run values missing")
+                          f"{len(lost_current)}/{record.current} current-run values missing")
                     for value in lost_current:
                         print(f"  {value!r}")
                         for line in describe(value, call.sent, call.forwarded):
