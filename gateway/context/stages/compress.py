@@ -91,8 +91,15 @@ def _expired_digests(
             # a short content block sent whole (`whole_block_tokens`) joins a batch as a
             # digest would, never starts one: the prefix changes no more often than without
             expired[item.id] = Decision("compress", "mask", "aged", "mask", 1)
-        elif _old_turn(item, ctx, opts, digest):  # joins a batch, never starts one
+        elif _old_turn(item, ctx, opts, digest):  # joins a batch, never starts one...
             expired[item.id] = Decision("compress", "mask", "aged", "mask", 1, arg=GIST)
+            if "user" not in opts.kinds:
+                # ... but where user turns are never digested (a text-tool agent's results,
+                # `text_tools_aging`), a result's gist starts the batch its digest would
+                # have: an agent whose own turns are one-line calls (MedAgentBench's
+                # `GET http://…`) has no digest long enough to start one (bench/README.md,
+                # "MedAgentBench queues: old results go as gists")
+                oldest = max(oldest, aged)
     if oldest < 2 * after:
         return {}
     c = ctx.task_class.compaction
