@@ -63,6 +63,8 @@ def _expired_digests(
     done = _done_task(items, opts)
     current = _current_task(items, opts)
     drawn = _drawn_blocks(items, ctx, opts)
+    digests = any(_aged_digest(ctx.decisions.get(item.id)) and item.tokens >= EXPIRED_MIN_TOKENS
+                  for item in items)
     for item in items:
         before = done is not None and item.message_index < done
         # the current task's items age slower: they join at `mask_current_turns`
@@ -93,7 +95,8 @@ def _expired_digests(
             expired[item.id] = Decision("compress", "mask", "aged", "mask", 1)
         elif _old_turn(item, ctx, opts, digest):  # joins a batch, never starts one...
             expired[item.id] = Decision("compress", "mask", "aged", "mask", 1, arg=GIST)
-            if "user" not in opts.kinds:
+            if ("user" not in opts.kinds and not digests
+                    and item.message_index < item.clock.task_start):
                 # ... but where user turns are never digested (a text-tool agent's results,
                 # `text_tools_aging`), a result's gist starts the batch its digest would
                 # have: an agent whose own turns are one-line calls (MedAgentBench's
@@ -112,6 +115,10 @@ def _expired_digests(
         age = {item.id: item.age for item in items}
         expired = {k: d for k, d in expired.items() if age[k] >= least}
     return expired
+
+
+def _aged_digest(made: Decision | None) -> bool:
+    return made is not None and made.method == "summary" and made.reason == "aged"
 
 
 def _drawn_blocks(items: list[Item], ctx: StageContext, opts: CompressOptions) -> set[str]:
