@@ -51,7 +51,9 @@ def _expired_digests(
     short exchanges (a support agent working a queue) they were most of what went verbatim.
     A gist joins a batch, never starts one: the prefix changes no more often than without
     (bench/README.md, "Short tool-call ids, and old customer turns as gists on long
-    sessions": a gist starting batches took tau-bench's queue holdout recall to 98.98%).
+    sessions": a gist starting batches took tau-bench's queue holdout recall to 98.98%),
+    but where user turns are never digested and no digest of the request could start one
+    (a text-tool agent of one-line calls), an earlier task's result gist does.
     In a session of 2+ user messages the current task's items join `mask_current_turns`
     old and start a batch `mask_after_turns` later (they age that much slower)."""
     after = opts.mask_after_turns
@@ -101,7 +103,7 @@ def _expired_digests(
                 # `text_tools_aging`), a result's gist starts the batch its digest would
                 # have: an agent whose own turns are one-line calls (MedAgentBench's
                 # `GET http://…`) has no digest long enough to start one (bench/README.md,
-                # "MedAgentBench queues: old results go as gists")
+                # "MedAgentBench queues: where a late call's characters go")
                 oldest = max(oldest, aged)
     if oldest < 2 * after:
         return {}
@@ -118,6 +120,7 @@ def _expired_digests(
 
 
 def _aged_digest(made: Decision | None) -> bool:
+    """Whether `made` is an aged item's digest (one that can start a mask batch)."""
     return made is not None and made.method == "summary" and made.reason == "aged"
 
 
