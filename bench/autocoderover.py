@@ -50,11 +50,10 @@ import orjson
 from bench.chat_corpus import (
     Message,
     RepoReader,
-    corpus_stats,
     join_queues,
     n_calls,
     run_conversion,
-    write_corpus,
+    write_runs_and_queues,
 )
 from bench.toolathlon import TOOL_CHARS, cut
 
@@ -205,14 +204,9 @@ def convert(repo: Path, out: Path, run: str, *, queue_calls: int = 300) -> dict[
               "patch": sum("write_patch" in t["path"] for t in tasks),
               "rounds": sum("conversation_round" in t["path"] for t in tasks),
               "kinds": user_turn_kinds(tasks)}
-    written = {}
-    for folder, sessions, shape, join in (
-            (corpus, per_run, "one session per task", JOIN_RUNS),
-            (f"{corpus}-queue", queues, "task-queue sessions",
-             JOIN_QUEUE.format(queue_calls=queue_calls))):
-        readme = README.format(shape=shape, stats=corpus_stats(sessions), join=join, **common)
-        written[folder] = write_corpus(out / folder, sessions, readme)
-    return written
+    return write_runs_and_queues(out, corpus, per_run, queues, README,
+                                 (JOIN_RUNS, JOIN_QUEUE.format(queue_calls=queue_calls)),
+                                 **common)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -153,6 +153,24 @@ def write_corpus(folder: Path, sessions: Iterable[dict[str, Any]], readme: str) 
     return len(lines)
 
 
+def write_runs_and_queues(
+    out: Path, corpus: str, run_sessions: Sequence[dict[str, Any]],
+    queue_sessions: Sequence[dict[str, Any]], readme: str, joins: tuple[str, str],
+    **fields: Any,
+) -> dict[str, int]:
+    """The two folders of a converted source: `<corpus>` (one session per run) and
+    `<corpus>-queue` (task queues), each with its README: `readme` formatted with `shape`,
+    `stats` (`corpus_stats`), `join` (`joins`: the runs', the queues' line) and `fields`.
+    Returns the sessions written per folder."""
+    written = {}
+    for folder, sessions, shape, join in (
+            (corpus, run_sessions, "one session per task", joins[0]),
+            (f"{corpus}-queue", queue_sessions, "task-queue sessions", joins[1])):
+        text = readme.format(shape=shape, stats=corpus_stats(sessions), join=join, **fields)
+        written[folder] = write_corpus(out / folder, sessions, text)
+    return written
+
+
 def corpus_stats(sessions: Sequence[Mapping[str, Any]]) -> str:
     """One line for a README: sessions, calls per session, characters of full history."""
     calls = sorted(n_calls(s["messages"]) for s in sessions)
@@ -170,20 +188,20 @@ def corpus_stats(sessions: Sequence[Mapping[str, Any]]) -> str:
 
 def join_queues(
     trials: Mapping[Any, Sequence[Run]], *, calls: Callable[[Run], int],
-    parts: Callable[[int], int], system: Callable[[Run], str],
+    parts: Callable[[int], int], system: Callable[[Run], str | None],
     messages: Callable[[Run, CallIds], list[Message]],
     name: Callable[[Any, int, Sequence[Run]], str],
 ) -> tuple[list[tuple[str, list[Message]]], int]:
     """Ticket queues: per trial (its runs in task order), the runs of each queue
     (`queue_slices`) joined into one conversation, the system prompt once (every run of it
-    must have the same; checked), then each run's messages after its system prompt, in
-    order, nothing added. Returns `(session id, messages)` pairs and how many call ids were
-    renamed."""
+    must have the same; checked; `None` for runs recorded without one: no system message),
+    then each run's messages after its system prompt, in order, nothing added. Returns
+    `(session id, messages)` pairs and how many call ids were renamed."""
     out, renamed = [], 0
     for trial, q, group in queue_slices(trials, calls, parts):
         ids = CallIds()
         prompt = system(group[0])
-        joined: list[Message] = [{"role": "system", "content": prompt}]
+        joined: list[Message] = [] if prompt is None else [{"role": "system", "content": prompt}]
         for run in group:
             if system(run) != prompt:
                 raise ValueError(f"{name(trial, q, group)}: another system prompt")

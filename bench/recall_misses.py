@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -55,29 +56,48 @@ def describe(
     return lines
 
 
-async def misses(
-    engine: ContextEngine, session: Session, corpus: str, recalls: list[float]
-) -> list[str]:
-    """The report lines of one session's calls that miss a value; `recalls` gets every
-    call's recall (calls that need nothing are left out, as in the yardstick)."""
+@dataclass
+class Call:
+    """One replayed call: its index among the session's calls, the message it ends before,
+    the messages sent and forwarded, the needed values and those no forwarded message carries."""
+
+    k: int
+    end: int
+    sent: list[dict[str, Any]]
+    forwarded: list[dict[str, Any]]
+    needed: set[str]
+    lost: list[str]
+
+
+async def calls(engine: ContextEngine, session: Session, corpus: str) -> AsyncIterator[Call]:
+    """Every call of a session fitted by `engine`, in order (the yardstick's replay)."""
     headers = {"x-ctxgate-session-id": f"{corpus}:{session.id}"}
-    report = []
-    ends = call_ends(session.messages)
-    for k, end in enumerate(ends):
+    for k, end in enumerate(call_ends(session.messages)):
         body = request(session, end)
         fitted = await engine.fit(body, CallContext(tenant=TENANT, trace_id=f"m{k}",
                                                     headers=headers))
         forwarded = fitted.body["messages"]
         needed = needed_values(session.messages[end], body["messages"])
-        lost = missing(needed, forwarded)
+        yield Call(k, end, body["messages"], forwarded, needed, missing(needed, forwarded))
+
+
+async def misses(
+    engine: ContextEngine, session: Session, corpus: str, recalls: list[float]
+) -> list[str]:
+    """The report lines of one session's calls that miss a value; `recalls` gets every
+    call's recall (calls that need nothing are left out, as in the yardstick)."""
+    report = []
+    n = len(call_ends(session.messages))
+    async for call in calls(engine, session, corpus):
+        k, needed, lost = call.k, call.needed, call.lost
         if needed:
             recalls.append(1 - len(lost) / len(needed))
         if not lost:
             continue
-        report.append(f"{session.id} call {k}/{len(ends)}: {len(lost)}/{len(needed)} missing")
+        report.append(f"{session.id} call {k}/{n}: {len(lost)}/{len(needed)} missing")
         for value in lost:
             report.append(f"  {value!r}")
-            report += describe(value, body["messages"], forwarded)
+            report += describe(value, call.sent, call.forwarded)
     return report
 
 

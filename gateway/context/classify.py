@@ -57,15 +57,48 @@ def is_agent_request(body: Mapping[str, Any]) -> bool:
 def is_text_tool_request(body: Mapping[str, Any]) -> bool:
     """An agent whose tools are text (no API tools): some user turn after an assistant turn
     is the result of a call that assistant turn wrote (`text_tool_result`)."""
-    assistant = ""
-    for msg in body.get("messages") or ():
-        role = msg.get("role")
-        if role == "assistant":
-            assistant = content_text(msg.get("content"))
-        elif role == "user" and assistant and text_tool_result(
-                assistant, content_text(msg.get("content"))):
-            return True
-    return False
+    return RequestScan().text_tools(body.get("messages") or ())
+
+
+@dataclass(slots=True)
+class RequestScan:
+    """What `is_agent_request` and `is_text_tool_request` read of a session's messages,
+    kept with its prefix (`prefix.Prefix.scan`) from one call to the next, so that a call
+    whose older messages the prefix proved unchanged (its byte check, or the gateway's
+    `Lineage`) reads only its new ones. Each answer can only turn true as messages are
+    appended: once true it is not read again."""
+
+    count: int = 0  # messages `agent` read
+    agent: bool = False  # one of them is a tool result or carries tool calls
+    text_count: int = 0  # messages `text_tools` read
+    text: bool = False  # one of them is a text tool's result (`is_text_tool_request`)
+    assistant: str = ""  # the text of the last assistant message read by `text_tools`
+
+    def agent_history(self, messages: Sequence[Mapping[str, Any]]) -> bool:
+        """Whether `messages` (those read before, then new ones) carry tool history."""
+        if not self.agent:
+            self.agent = any(
+                m.get("role") in ("tool", "function") or m.get("tool_calls")
+                for m in messages[self.count:]
+            )
+        self.count = len(messages)
+        return self.agent
+
+    def text_tools(self, messages: Sequence[Mapping[str, Any]]) -> bool:
+        """`is_text_tool_request` of `messages` (those read before, then new ones)."""
+        if not self.text:
+            assistant = self.assistant
+            for msg in messages[self.text_count:]:
+                role = msg.get("role")
+                if role == "assistant":
+                    assistant = content_text(msg.get("content"))
+                elif role == "user" and assistant and text_tool_result(
+                        assistant, content_text(msg.get("content"))):
+                    self.text = True
+                    break
+            self.assistant = assistant
+        self.text_count = len(messages)
+        return self.text
 
 
 def agent_fingerprint(body: Mapping[str, Any]) -> str | None:

@@ -38,9 +38,8 @@ from gateway.context.calls import RepeatScan, point_repeats, repeated_calls
 from gateway.context.classify import (
     Classifier,
     HistoryRules,
+    RequestScan,
     agent_fingerprint,
-    is_agent_request,
-    is_text_tool_request,
     request_text,
     system_text,
 )
@@ -221,6 +220,8 @@ class _Request:
     fixed: int  # tokens outside the items: reply priming, tool definitions, playbook block
     calibrate: str | None = None  # the model, when its counts are estimates (calibration.py)
     tools: frozenset[str] = frozenset()  # the names of the tools the request defines
+    # what `_task_class` read of the messages (kept with the session's prefix)
+    scan: RequestScan | None = None
 
 
 class _Applied(NamedTuple):
@@ -296,11 +297,14 @@ class ContextEngine:
             LRUCache(maxsize=prefix_cache_size) if prefix_cache_size > 0 else None)
 
     async def _task_class(
-        self, body: dict[str, Any], call: CallContext, state: SessionState, tokens: int
+        self, body: dict[str, Any], call: CallContext, state: SessionState, tokens: int,
+        scan: RequestScan,
     ) -> TaskClass:
         """Header, else the session's remembered class, else its agent's, else rules (the
         agent policy for a tool-using request none matched), else nearest example. A
-        tool-using request ages its old turns whatever its class (`TaskClass.aging_as`)."""
+        tool-using request ages its old turns whatever its class (`TaskClass.aging_as`).
+        `scan`: what the session's earlier calls read of its messages, when its prefix
+        proved them unchanged (`classify.RequestScan`; read on from there)."""
         named = call.headers.get(HEADER_CLASS)
         if named is not None:
             if named not in self.classes:
@@ -320,9 +324,10 @@ class ContextEngine:
             state.dirty.add("class")
         cls = self.classes[named]
         if not cls.compaction.ages and self.agent_policy is not None:
-            if is_agent_request(body):
+            messages = body.get("messages") or ()
+            if body.get("tools") or scan.agent_history(messages):  # is_agent_request
                 cls = self._aging.setdefault(named, cls.aging_as(self.agent_policy))
-            elif is_text_tool_request(body):
+            elif scan.text_tools(messages):  # is_text_tool_request
                 key = f"{named}\x00text"
                 cls = self._aging.get(key) or self._aging.setdefault(
                     key, text_tools_aging(cls.aging_as(self.agent_policy)))
@@ -446,8 +451,12 @@ class ContextEngine:
             parsed = parse_request(body, self.counter, model.encoding, self.caches.parts)
             base, tokens_before = parsed.base_tokens, parsed.tokens
         state = await self.sessions.load(call.tenant, session_id)
+        # the prefix proved its messages unchanged (`extend`), those its scan read among them
+        scan = prefix.scan if prefix is not None else None
+        if prefix is None or scan is None or max(scan.count, scan.text_count) > prefix.start:
+            scan = RequestScan()
         cls, caps_forecast = await self._forecast_caps(
-            await self._task_class(body, call, state, tokens_before))
+            await self._task_class(body, call, state, tokens_before, scan))
         stats = await self.forecasts.stats(call.tenant, cls.name)
         budget = forecast_budget(cls, model, body, stats, budget_header, caps_forecast)
         calibrate = str(body.get("model")) if model.estimated else None
@@ -457,7 +466,7 @@ class ContextEngine:
         return _Request(
             body, call, messages, model.encoding, session_id, prefix, parsed, tokens_before,
             state, cls, budget, block, fixed=base + (block.tokens if block else 0),
-            calibrate=calibrate, tools=tools,
+            calibrate=calibrate, tools=tools, scan=scan,
         )
 
     def _reused(self, r: _Request) -> _Fitted | None:
@@ -523,6 +532,7 @@ class ContextEngine:
                           mode="managed", extra=block.text if block else "", haystack=seen)
         if fitted.prefix is not None:
             fitted.prefix.haystack = seen
+            fitted.prefix.scan = r.scan  # it read these messages (or none of them)
         await self.sessions.save(call.tenant, r.session_id, r.state)
         self.drop_log.write_call(
             fitted.events,

@@ -135,14 +135,23 @@ TEXT_RESULT_MIN_CHARS = 200
 _HEAD_CHARS = 200
 
 
+# A REST call an agent wrote in prose, on a line of its own (`GET http://host/fhir/...`).
+_HTTP_CALL = re.compile(r"^\W*(GET|POST|PUT|PATCH|DELETE) +https?://", re.MULTILINE)
+
+
 def text_tool_result(assistant: str, user: str) -> bool:
     """Whether a user turn answers a call the assistant turn before it named in prose: it is
-    long and its first line names that call (`Result of search_class("X"):`), as an agent
-    harness that runs the model's calls writes it back; a person's reply rarely does."""
-    if len(user) < TEXT_RESULT_MIN_CHARS or "(" not in assistant:
+    long and its first line names that call (`Result of search_class("X"):`), or the HTTP
+    method of a REST call the assistant wrote on a line of its own (`GET http://...` then
+    `Here is the response from the GET request:`), as an agent harness that runs the
+    model's calls writes it back; a person's reply rarely does."""
+    if len(user) < TEXT_RESULT_MIN_CHARS:
         return False
     head = user.lstrip()[:_HEAD_CHARS].split("\n", 1)[0]
-    return any(m.group(0) in assistant for m in _CALL_NAME.finditer(head))
+    if "(" in assistant and any(m.group(0) in assistant for m in _CALL_NAME.finditer(head)):
+        return True
+    words = set(re.findall(r"\b[A-Z]+\b", head))
+    return any(m.group(1) in words for m in _HTTP_CALL.finditer(assistant))
 
 
 @dataclass(slots=True)

@@ -31,6 +31,7 @@ from gateway.context.apply import CutCalls, apply_decisions, drop_events, pointe
 from gateway.context.caches import ContextCaches
 from gateway.context.call_ids import ShortIds
 from gateway.context.calls import RepeatScan
+from gateway.context.classify import RequestScan
 from gateway.context.fidelity import Haystack
 from gateway.context.fold import FoldMemo
 from gateway.context.items import Item, Layout, ParsedRequest, Part, message_items
@@ -265,6 +266,9 @@ class Prefix:
     # The latest step among `decisions` (arrival cuts are numbered after it), with the
     # decisions it is of (replaced, never changed in place: the same object, the same step).
     latest: tuple[Mapping[str, Decision], int] | None = None
+    # What the class's choice of aging read of the messages (`classify.RequestScan`, set by
+    # the engine): a call extending this prefix reads on from there.
+    scan: RequestScan | None = None
 
     @classmethod
     def build(

@@ -110,3 +110,67 @@ async def test_a_human_chat_of_the_same_size_goes_out_as_sent(engine: ContextEng
     assert fitted.task_class == "default"
     assert fitted.body["messages"] == messages
     assert fitted.tokens_after == fitted.tokens_before and not fitted.drops
+
+
+def _rest_session(calls: int) -> list[dict[str, Any]]:
+    """MedAgentBench's shape: no system message, the instructions and question in the first
+    user turn, one REST call a turn in prose, the harness's answer naming its method."""
+    messages: list[dict[str, Any]] = [{"role": "user", "content": (
+        "You are an expert in using FHIR functions. If you decide to invoke a GET function, "
+        "put it in the format of\nGET url?param=value\nQuestion: the last HbA1C of S31?")}]
+    for k in range(calls):
+        messages.append({"role": "assistant", "content": (
+            f"GET http://34.170.56.151:8080/fhir/Observation?code=A1C&patient=S31{k}")})
+        messages.append({"role": "user", "content": (
+            "Here is the response from the GET request:\n"
+            + '{"resourceType": "Bundle", "entry": [' + ", ".join(
+                f'{{"id": "{k}{i}", "valueQuantity": {{"value": {i}.{k}}}}}'
+                for i in range(20)) + "]}")})
+    return messages
+
+
+def test_a_rest_call_in_prose_is_answered_by_a_harness_naming_its_method() -> None:
+    session = _rest_session(2)
+    answer = session[2]["content"]
+    assert is_text_tool_request({"messages": session})
+    assert not is_agent_request({"messages": session})
+    assert text_tool_result(session[1]["content"], answer)
+    # the call in a code fence (as gemini wrote it) is still a call on a line of its own
+    assert text_tool_result("```tool_code\nGET http://h/fhir/Patient?name=Ann\n```", answer)
+    # a method named in passing mid-sentence is no call; a reply not naming it is no answer
+    assert not text_tool_result("You could GET http://h/fhir/Patient next.", answer)
+    assert not text_tool_result("POST http://h/fhir/Observation\n{}", answer)
+    assert not text_tool_result(session[1]["content"], "Getting there: " + "x" * 300)
+    # a short reply naming the method is a person's
+    assert not text_tool_result(session[1]["content"], "The GET request failed, sorry.")
+
+
+async def test_a_rest_call_session_ages_its_turns_and_keeps_its_results(
+    engine: ContextEngine,
+) -> None:
+    # past the agent policy's 60th turn, from which old user turns go as gists
+    messages = _rest_session(70)
+    fitted = None
+    for end in range(1, len(messages) + 1, 2):  # each call ends with a user turn
+        fitted = await engine.fit({"messages": messages[:end]}, _call("rest-calls"))
+    assert fitted is not None and fitted.task_class == "default"
+    sent = fitted.body["messages"]
+    assert sent[-1] == messages[-1]  # the latest answer as written
+    # the task stays whole (old finished calls fold into a note beside it)
+    assert messages[0]["content"] in sent[0]["content"]
+    assert fitted.drops and fitted.tokens_after < fitted.tokens_before
+    assert sum(d.tokens_saved for d in fitted.drops) == fitted.tokens_before - fitted.tokens_after
+
+
+async def test_a_rest_call_session_without_the_methods_named_goes_out_as_sent(
+    engine: ContextEngine,
+) -> None:
+    # the same session whose replies do not name the method: a person's, not a harness's
+    messages = [m if m["role"] != "user" or i == 0 else
+                {**m, "content": m["content"].replace("GET request", "request")}
+                for i, m in enumerate(_rest_session(70))]
+    fitted = None
+    for end in range(1, len(messages) + 1, 2):
+        fitted = await engine.fit({"messages": messages[:end]}, _call("rest-person"))
+    assert fitted is not None
+    assert fitted.body["messages"] == messages and not fitted.drops

@@ -51,7 +51,9 @@ def _expired_digests(
     short exchanges (a support agent working a queue) they were most of what went verbatim.
     A gist joins a batch, never starts one: the prefix changes no more often than without
     (bench/README.md, "Short tool-call ids, and old customer turns as gists on long
-    sessions": a gist starting batches took tau-bench's queue holdout recall to 98.98%).
+    sessions": a gist starting batches took tau-bench's queue holdout recall to 98.98%),
+    but where user turns are never digested and no digest of the request could start one
+    (a text-tool agent of one-line calls), an earlier task's result gist does.
     In a session of 2+ user messages the current task's items join `mask_current_turns`
     old and start a batch `mask_after_turns` later (they age that much slower)."""
     after = opts.mask_after_turns
@@ -63,6 +65,8 @@ def _expired_digests(
     done = _done_task(items, opts)
     current = _current_task(items, opts)
     drawn = _drawn_blocks(items, ctx, opts)
+    digests = any(_aged_digest(ctx.decisions.get(item.id)) and item.tokens >= EXPIRED_MIN_TOKENS
+                  for item in items)
     for item in items:
         before = done is not None and item.message_index < done
         # the current task's items age slower: they join at `mask_current_turns`
@@ -91,8 +95,16 @@ def _expired_digests(
             # a short content block sent whole (`whole_block_tokens`) joins a batch as a
             # digest would, never starts one: the prefix changes no more often than without
             expired[item.id] = Decision("compress", "mask", "aged", "mask", 1)
-        elif _old_turn(item, ctx, opts, digest):  # joins a batch, never starts one
+        elif _old_turn(item, ctx, opts, digest):  # joins a batch, never starts one...
             expired[item.id] = Decision("compress", "mask", "aged", "mask", 1, arg=GIST)
+            if ("user" not in opts.kinds and not digests
+                    and item.message_index < item.clock.task_start):
+                # ... but where user turns are never digested (a text-tool agent's results,
+                # `text_tools_aging`), a result's gist starts the batch its digest would
+                # have: an agent whose own turns are one-line calls (MedAgentBench's
+                # `GET http://…`) has no digest long enough to start one (bench/README.md,
+                # "MedAgentBench queues: where a late call's characters go")
+                oldest = max(oldest, aged)
     if oldest < 2 * after:
         return {}
     c = ctx.task_class.compaction
@@ -111,6 +123,11 @@ def _expired_digests(
         age = {item.id: item.age for item in items}
         expired = {k: d for k, d in expired.items() if age[k] >= least}
     return expired
+
+
+def _aged_digest(made: Decision | None) -> bool:
+    """Whether `made` is an aged item's digest (one that can start a mask batch)."""
+    return made is not None and made.method == "summary" and made.reason == "aged"
 
 
 def _drawn_blocks(items: list[Item], ctx: StageContext, opts: CompressOptions) -> set[str]:
