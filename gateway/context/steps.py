@@ -210,14 +210,17 @@ def young(calls: int, c: Compaction, first_task: bool = True) -> bool:
 
 
 def on_first_task(items: Iterable[Item] = (), clock: Clock | None = None) -> bool:
-    """Whether the session of `items` (or of their layout's `clock`) is on its first task:
-    the layout found no later one (`Clock.task_start`: a user message after the agent
-    answered, the boundary the masking rules of a queue's tasks read), or the agent has
-    made no tool call through the API: a text-tool agent's outputs come as user messages,
-    which the layout tells from a new task only when they name the call its turn wrote
-    (`text_tool_result`)."""
+    """Whether the session of `items` (or of their layout's `clock`) is on its first task,
+    its agent calling tools through the API (`Clock.api_calls`): the layout found no later
+    task (`Clock.task_start`: a user message after the agent answered, the boundary the
+    masking rules of a queue's tasks read). A session whose agent has made no tool call
+    through the API is never on a first task here, so never weighed young (`young`): a
+    text-tool agent's outputs come as user messages, which the layout tells from a new
+    task only when they name the call its turn wrote (`text_tool_result`), so its whole
+    queue would pass for one first task (acr queue: cost @0.1 -8.1 · -5.2 points weighed;
+    bench/README.md, "Short runs' cost @0.1, part nine")."""
     clock = clock or next((item.clock for item in items), None)
-    return clock is None or clock.task_start < 0 or not clock.api_calls
+    return clock is not None and clock.api_calls and clock.task_start < 0
 
 
 def unrepaid(
