@@ -1,8 +1,9 @@
 """A session's large calls are weighed by the repay rule (`steps.young`) only while it is
 on its first task, by the engine's own task boundary (`Clock.task_start`) in a session
 whose agent calls tools through the API (`steps.on_first_task`): a queue's later task is a
-long session; a text-tool agent's outputs, user messages, start no task (bench/README.md,
-"Short runs' cost @0.1, part seven")."""
+long session; a text-tool agent's session is never weighed, its outputs being user messages
+the layout cannot tell from a new task (bench/README.md, "Short runs' cost @0.1, part seven",
+"part nine")."""
 
 from __future__ import annotations
 
@@ -48,16 +49,20 @@ def test_several_user_messages_before_the_first_answer_are_one_task() -> None:
     assert _first(msgs)
 
 
-def test_a_text_tool_agents_outputs_start_no_task() -> None:
+def test_a_text_tool_agents_session_is_never_weighed() -> None:
     """Outputs come as user messages after the turn that wrote the command; the layout
-    does not tell them from a task when they do not name a call (`text_tool_result`), but
-    the agent made no call through the API: still its first task."""
+    does not tell them from a task when they do not name a call (`text_tool_result`), so
+    a queue of such tasks would pass for one first task: the agent made no call through
+    the API, its session is not weighed young (acr queue, part nine)."""
     msgs = [{"role": "system", "content": "You are an agent."},
             {"role": "user", "content": "goal: fix parser.py"}]
     for k in range(4):
         msgs += [{"role": "assistant", "content": f"```\nopen file{k}.py\n```"},
                  {"role": "user", "content": f"{k}: value = compute({k})\n" * 30}]
-    assert _first(msgs)
+    assert not _first(msgs)
+    # nor before its first call through the API, nor with no layout at all
+    assert not _first([{"role": "user", "content": "task: sum the files"}])
+    assert not on_first_task([])
 
 
 def test_a_large_call_on_a_later_task_is_not_weighed() -> None:
@@ -73,11 +78,12 @@ def test_a_large_call_on_a_later_task_is_not_weighed() -> None:
                          first_task=False) == 6
 
 
-def _left_out_batch(api: bool) -> bool:
+def _left_out_batch(api: bool, later: bool) -> bool:
     """tests/context/test_late_batch.py's step on a session's second call, which leaves out
-    a mask of the digests' batch (message 3, a user message after the agent's first
-    answer); `api`: that answer also made a call through the API, so message 3 starts a
-    later task (a customer's next request, a queue's next task)."""
+    a mask of the digests' batch (message 3, the reply to the agent's first answer); `api`:
+    that answer made a call through the API; `later`: message 3 is a user message (a
+    customer's next request, a queue's next task, or a text-tool agent's output), else the
+    API call's tool output (the first task goes on)."""
     msgs: list[dict[str, Any]] = [{"role": "system", "content": "You help customers."},
                                   {"role": "user", "content": "my order " * 50}]
     for k in range(4):
@@ -86,9 +92,11 @@ def _left_out_batch(api: bool) -> bool:
     if api:
         msgs[2]["tool_calls"] = [{"id": "c0", "type": "function",
                                   "function": {"name": "lookup", "arguments": "{}"}}]
+    if not later:
+        msgs[3] = {"role": "tool", "tool_call_id": "c0", "content": msgs[3]["content"]}
     counter = TokenCounter()
     before = parse_request({"messages": msgs}, counter, "o200k_base").items
-    assert on_first_task(before) is not api
+    assert on_first_task(before) is (api and not later)
     taken = {3: 10, 7: next(i.tokens for i in before if i.message_index == 7) // 2}
     final = [replace(i, text=i.text[: len(i.text) // 2], tokens=i.tokens - taken[i.message_index])
              if i.message_index in taken else i for i in before]
@@ -105,5 +113,7 @@ def _left_out_batch(api: bool) -> bool:
 
 
 def test_only_a_first_tasks_left_out_batch_makes_the_next_one_late() -> None:
-    assert _left_out_batch(api=False)
-    assert not _left_out_batch(api=True)
+    assert _left_out_batch(api=True, later=False)
+    assert not _left_out_batch(api=True, later=True)
+    # a text-tool agent's session is not weighed: its batch is never late
+    assert not _left_out_batch(api=False, later=True)

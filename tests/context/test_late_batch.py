@@ -28,6 +28,11 @@ def _messages() -> list[dict[str, Any]]:
     for k in range(4):
         msgs += [{"role": "assistant", "content": f"looking up {k} " * 5},
                  {"role": "user" if k == 0 else "assistant", "content": f"reply {k} " * 100}]
+    # the agent calls its tools through the API (a text-tool session is never weighed,
+    # `steps.on_first_task`): message 3 is that call's output, the first task goes on
+    msgs[2]["tool_calls"] = [{"id": "c0", "type": "function",
+                              "function": {"name": "lookup", "arguments": "{}"}}]
+    msgs[3] = {"role": "tool", "tool_call_id": "c0", "content": msgs[3]["content"]}
     return msgs
 
 

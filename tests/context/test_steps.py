@@ -127,21 +127,28 @@ def test_a_young_sessions_left_out_output_does_not_hasten_the_next_step() -> Non
     thousands of tokens took a long session's next step a few calls earlier, onto outputs
     its next calls still read."""
     view = "\n".join(f"{k}: value_{k} = compute({k})" for k in range(300))
+
+    def call(k: int, command: str) -> dict[str, Any]:
+        return {"role": "assistant", "content": None, "tool_calls": [
+            {"id": f"c{k}", "type": "function",
+             "function": {"name": "shell", "arguments": json.dumps({"command": command})}}]}
+
     msgs = [
         {"role": "system", "content": "You are an agent."},
         {"role": "user", "content": "goal: fix parser.py"},
-        {"role": "assistant", "content": "```\nopen parser.py\n```"},
-        {"role": "user", "content": view},  # left out by the last step: verbatim, undecided
-        {"role": "assistant", "content": "```\nopen big.py\n```"},
-        {"role": "user", "content": "the output open at the step, long enough to age " * 4},
-        {"role": "assistant", "content": "```\npython big.py\n```"},
-        {"role": "user", "content": "ok"},
+        call(0, "open parser.py"),
+        {"role": "tool", "tool_call_id": "c0", "content": view},  # left out: undecided
+        call(1, "open big.py"),
+        {"role": "tool", "tool_call_id": "c1",
+         "content": "the output open at the step, long enough to age " * 4},
+        call(2, "python big.py"),
+        {"role": "tool", "tool_call_id": "c2", "content": "ok"},
     ]
     items = parse_request({"messages": msgs}, TokenCounter(), "o200k_base").items
     by_message = {i.message_index: i for i in items}
     young = {"verbatim_tokens_high": 1000, "repay_calls": 20, "repay_young_calls": 40,
              "early_max_tokens": 8000}
-    stages = {"compress": {"kinds": ["user"], "min_tokens": 25}}
+    stages = {"compress": {"kinds": ["tool_result"], "min_tokens": 25}}
     cls = task_class("c", {"compaction": young, "stages": stages})
     state = SessionState(horizon=6, calls=5, steps=1)
     large = 8001  # the call's tokens: over early_max_tokens, weighed only while young
@@ -335,12 +342,18 @@ def _rewritten(items: list[Any], taken: dict[int, int]) -> list[Any]:
             if i.message_index in taken else i for i in items]
 
 
-def _exchanges() -> list[Any]:
+def _exchanges(api: bool = False) -> list[Any]:
+    """`api`: the first answer calls a tool through the API, message 3 its output (a
+    session weighed young, `steps.on_first_task`)."""
     msgs: list[dict[str, Any]] = [{"role": "system", "content": "You help customers."},
                                   {"role": "user", "content": "my order " * 50}]
     for k in range(4):
         msgs += [{"role": "assistant", "content": f"looking up {k} " * 5},
                  {"role": "user" if k == 0 else "assistant", "content": f"reply {k} " * 100}]
+    if api:
+        msgs[2]["tool_calls"] = [{"id": "c0", "type": "function",
+                                  "function": {"name": "lookup", "arguments": "{}"}}]
+        msgs[3] = {"role": "tool", "tool_call_id": "c0", "content": msgs[3]["content"]}
     return parse_request({"messages": msgs}, TokenCounter(), "o200k_base").items
 
 
@@ -374,8 +387,10 @@ def test_a_step_leaves_out_the_early_rewrites_that_do_not_repay_their_resend() -
 def test_a_young_session_weighs_a_large_calls_step_too() -> None:
     """A young session's large call (tool outputs of thousands of tokens: a run of 10-30
     calls over MCP servers) is weighed while the session has had at most
-    `repay_young_calls` calls; past that only small calls are."""
-    items = _exchanges()
+    `repay_young_calls` calls; past that only small calls are. Only a session whose agent
+    calls tools through the API is weighed so (a text-tool agent's queue passes for one
+    first task, `steps.on_first_task`)."""
+    items = _exchanges(api=True)
     sent = {i.message_index: i.tokens for i in items}
     after = _rewritten(items, {3: 10, 7: sent[7] // 2})
     large = REPAY.model_copy(update={"early_max_tokens": sum(sent.values()) - 1,
@@ -385,6 +400,11 @@ def test_a_young_session_weighs_a_large_calls_step_too() -> None:
     assert unrepaid(items, _rewritten(items, {3: 1, 7: 1}), 9, 41, large) == set()
     assert unrepaid(items, _rewritten(items, {3: 1, 7: 1}), 9, 40, large) == {3, 7}
     assert unrepaid(items, after, 9, 2, large.model_copy(update={"repay_young_calls": 0})) == set()
+    prose = _exchanges()  # the same exchanges, the agent's tools in prose
+    prose_large = large.model_copy(
+        update={"early_max_tokens": sum(i.tokens for i in prose) - 1})
+    assert unrepaid(prose, _rewritten(prose, {3: 10, 7: sent[7] // 2}), 9, 2,
+                    prose_large) == set()
 
 
 async def _replay(settings: Settings, embedder: Any, messages: list[dict[str, Any]],
