@@ -25,24 +25,32 @@ def settings() -> Settings:
     return Settings(config=CONFIG)
 
 
-def without_credit(settings: Settings) -> Settings:
-    """The settings with no young session's step credit (`steps.on_credit`) in any class:
-    for tests of what a short session sends between the share's steps."""
+def with_compaction(settings: Settings, **fields: int) -> Settings:
+    """The settings with `fields` set in every class's compaction."""
     classes = copy.deepcopy(settings.task_classes)
     for spec in classes.values():
         if isinstance(spec, dict) and isinstance(spec.get("compaction"), dict):
-            spec["compaction"]["early_calls"] = 0
+            spec["compaction"].update(fields)
     return settings.model_copy(update={"task_classes": classes})
+
+
+def without_credit(settings: Settings) -> Settings:
+    """The settings with no young session's step credit (`steps.on_credit`) in any class:
+    for tests of what a short session sends between the share's steps."""
+    return with_compaction(settings, early_calls=0)
 
 
 def without_repay(settings: Settings) -> Settings:
     """The settings with every rewrite of a step kept (`steps.unrepaid` off): for tests of
     what a step's digests hold, on sessions too short for the early ones to repay."""
-    classes = copy.deepcopy(settings.task_classes)
-    for spec in classes.values():
-        if isinstance(spec, dict) and isinstance(spec.get("compaction"), dict):
-            spec["compaction"]["repay_calls"] = 0
-    return settings.model_copy(update={"task_classes": classes})
+    return with_compaction(settings, repay_calls=0)
+
+
+def without_young(settings: Settings) -> Settings:
+    """The settings with a session's large calls never weighed (`steps.young` off, as
+    `repay_young_calls: 0`): for tests of when a first task's mask batch comes, which the
+    shipped `agent` class holds back while it does not repay."""
+    return with_compaction(settings, repay_young_calls=0)
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from gateway.observability.metrics import Metrics
 from gateway.settings import Settings
 from tests.context.sessions import drops_add_up
 
-from .conftest import without_credit, without_repay
+from .conftest import without_credit, without_repay, without_young
 
 TOOLS = [{"type": "function", "function": {
     "name": name, "parameters": {"type": "object"}}}
@@ -207,13 +207,13 @@ async def test_a_kept_record_short_once_its_nulls_went_is_still_masked_when_old(
     """A record kept as first sent (`minified_kept`) joins the batch of old digests masked
     by its size as the client sent it: without its layout and null members it is under
     EXPIRED_MIN_TOKENS, and it would go on being sent whole on every later call."""
-    messages = _session(26)
+    messages = _session(26)  # one task: batches as the session's later tasks get them
     nulls = {f"field_{j}": None for j in range(14)}
     for k, i in enumerate(range(3, len(messages), 2)):
         record = {"user_id": f"user_{k:04d}", "email": f"omar.davis{k}@example.com",
                   "payment_id": f"credit_card_{2929700 + k}", "city": "San Diego"}
         messages[i]["content"] = json.dumps({**record, **nulls}, indent=2)
-    fitted, _ = await _replay(settings, embedder, messages)
+    fitted, _ = await _replay(without_young(settings), embedder, messages)
     reasons = {d.message_index: d.reason for d in fitted.drops}
     sent = fitted.body["messages"]
     assert reasons[len(messages) - 1] == "minified_json"
