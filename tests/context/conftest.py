@@ -73,3 +73,16 @@ async def engine(
     log = DropLog(str(drop_log_path), "hash", metrics)
     yield ContextEngine(settings, redis_client, metrics, log, embedder)
     log.close()
+
+
+@pytest.fixture
+async def engine_without_young(
+    settings: Settings, redis_client: aioredis.Redis, embedder: Embedder, drop_log_path: Path
+) -> AsyncIterator[ContextEngine]:
+    """`engine` on `without_young` settings: for tests of what an aged output's digest or
+    mask keeps on a one-task session of large calls, which the shipped `agent` class
+    leaves verbatim while rewriting it does not repay."""
+    metrics = Metrics()
+    log = DropLog(str(drop_log_path), "hash", metrics)
+    yield ContextEngine(without_young(settings), redis_client, metrics, log, embedder)
+    log.close()

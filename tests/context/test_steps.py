@@ -4,7 +4,6 @@ that waits a call for the exchange it would leave open."""
 
 from __future__ import annotations
 
-import copy
 import json
 import uuid
 from dataclasses import replace
@@ -32,7 +31,7 @@ from tests.context.sessions import drops_add_up
 from tests.context.test_whole_digest import with_share
 from tests.sessions import sql_session
 
-from .conftest import without_credit, without_repay
+from .conftest import with_compaction, without_credit, without_repay, without_young
 
 SHARE_5 = Compaction(verbatim_tokens_high=1000, verbatim_tokens_low=0, max_step_share=0.2)
 
@@ -446,22 +445,14 @@ async def test_a_short_session_does_not_resend_itself_for_small_digests(
     assert before == 2
 
 
-def _repay_young(settings: Settings, calls: int) -> Settings:
-    classes = copy.deepcopy(settings.task_classes)
-    for spec in classes.values():
-        if isinstance(spec, dict) and isinstance(spec.get("compaction"), dict):
-            spec["compaction"]["repay_young_calls"] = calls
-    return settings.model_copy(update={"task_classes": classes})
-
-
 async def test_a_young_session_with_a_large_prompt_does_not_resend_itself_for_small_digests(
     settings: Settings, embedder: Any
 ) -> None:
     """Records behind a system prompt of ~10k tokens (a long policy, or large tool outputs:
     every call passes `early_max_tokens`), a customer agent (class `agent`). While the
     session is young (`repay_young_calls`) its large calls are weighed too, and a step
-    whose digests take a few tokens is left out; weighed on small calls only (the shipped
-    config: `repay_young_calls` is off), the session re-sends everything after the prompt."""
+    whose digests take a few tokens is left out; weighed on small calls only
+    (`repay_young_calls: 0`), the session re-sends everything after the prompt."""
     outputs = [json.dumps({"order_id": f"#W{k}{k:05d}", "item": f"item_{k}_{k}", "price": 100 + k})
                + "\n" + json.dumps([{"id": f"#P{k}{k:04d}{j}", "sku": f"S{k}{k}{j:03d}"}
                                     for j in range(6)]) for k in range(8)]
@@ -476,6 +467,7 @@ async def test_a_young_session_with_a_large_prompt_does_not_resend_itself_for_sm
     tools = [{"type": "function",
               "function": {"name": "get_order", "parameters": {"type": "object"}}}]
     settings = with_share(settings, None)  # as in the test above: the repay rule alone
-    changes, _ = await _replay(_repay_young(settings, 30), embedder, messages, tools)
-    before, _ = await _replay(settings, embedder, messages, tools)  # shipped: off
+    changes, _ = await _replay(with_compaction(settings, repay_young_calls=30), embedder,
+                               messages, tools)
+    before, _ = await _replay(without_young(settings), embedder, messages, tools)
     assert (changes, before) == (0, 1)
