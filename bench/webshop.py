@@ -139,9 +139,9 @@ the ctxgate repository; do not commit it there.
 {join}"""
 
 JOIN_RUNS = "- One session per episode, as printed.\n"
-JOIN_QUEUE = """- Queues: the episodes in order, cut at the episode boundaries nearest each 1/N of the
-  calls, N = calls / {queue_calls} rounded. A session is each episode's messages in order,
-  nothing added: the next episode's first user turn (the few-shot example again, then its
+JOIN_QUEUE = """- Queues: the episodes in order, cut at the episode boundaries nearest each 1/N
+  of the calls, N = calls / {queue_calls} rounded. A session is each episode's messages in
+  order, nothing added: the next episode's first user turn (the few-shot example again, then its
   first page) follows the previous episode's last message.
 """
 

@@ -139,16 +139,26 @@ _HEAD_CHARS = 200
 _HTTP_CALL = re.compile(r"^\W*(GET|POST|PUT|PATCH|DELETE) +https?://", re.MULTILINE)
 
 
+# A ReAct action, on a line of its own (`search[red shoes]`, `Action 2: Lookup[born]`), and
+# the label ReAct's harnesses put before its result (`Observation:`, `Observation 2:`).
+_REACT_ACTION = re.compile(r"^\W*(?:Action(?: \d+)?: *)?[A-Za-z_]\w*\[[^\n]*\] *$", re.MULTILINE)
+_OBSERVATION = re.compile(r"Observation(?: \d+)?:")
+
+
 def text_tool_result(assistant: str, user: str) -> bool:
     """Whether a user turn answers a call the assistant turn before it named in prose: it is
     long and its first line names that call (`Result of search_class("X"):`), or the HTTP
     method of a REST call the assistant wrote on a line of its own (`GET http://...` then
-    `Here is the response from the GET request:`), as an agent harness that runs the
-    model's calls writes it back; a person's reply rarely does."""
+    `Here is the response from the GET request:`), or it starts with ReAct's
+    `Observation:` label after a ReAct action the assistant wrote on a line of its own
+    (`click[Buy Now]`), as an agent harness that runs the model's calls writes it back; a
+    person's reply rarely does."""
     if len(user) < TEXT_RESULT_MIN_CHARS:
         return False
     head = user.lstrip()[:_HEAD_CHARS].split("\n", 1)[0]
     if "(" in assistant and any(m.group(0) in assistant for m in _CALL_NAME.finditer(head)):
+        return True
+    if "[" in assistant and _OBSERVATION.match(head) and _REACT_ACTION.search(assistant):
         return True
     words = set(re.findall(r"\b[A-Z]+\b", head))
     return any(m.group(1) in words for m in _HTTP_CALL.finditer(assistant))
