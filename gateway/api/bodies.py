@@ -26,6 +26,7 @@ whole walk (0.4-1 ms of checks over 602 messages at call 300, on every call).
 from __future__ import annotations
 
 import itertools
+import re
 import secrets
 import threading
 from collections import OrderedDict
@@ -110,7 +111,10 @@ class BodyCache:
             return resumed
         split = self._split(raw)
         if split is None:
-            return whole(raw), None
+            value = whole(raw)
+            split = self._split_before(raw, value)
+            if split is None:
+                return value, None
         self._keep(tenant, split)
         return split.body(self.name), Lineage(split.number)
 
@@ -175,28 +179,55 @@ class BodyCache:
         return None
 
     def _split_at(self, raw: bytes, start: int) -> _Split | None:
-        head, nonce = raw[:start], orjson.dumps(self._nonce)
         close = len(raw)
         for _ in range(TAIL_TRIES):
             close = raw.rfind(b"]", start, close)
             if close < 0:
                 return None
-            after = raw[close + 1:]
-            if after.lstrip(SPACE)[:1] not in (b",", b"}"):
-                continue
-            try:
-                top = orjson.loads(head + nonce + after)
-            except orjson.JSONDecodeError:
-                continue
-            if isinstance(top, dict) and top.get(self.name) == self._nonce:
-                messages = decode_members(raw[start + 1:close])
-                if messages is None:  # e.g. `{"messages": "<nonce>"}` from a last `]}` of
-                    continue  # a later list (`tools`): an earlier `]` may still be the one
-                end = close  # before the whitespace ahead of `]`: an indented body's next
-                while raw[end - 1] in SPACE:  # call puts its `,` right after the last message
-                    end -= 1
-                return _Split(raw, end, top, messages)
+            split = self._split_closed(raw, start, close)
+            if split is not None:
+                return split
         return None
+
+    def _split_before(self, raw: bytes, value: dict[str, Any]) -> _Split | None:
+        """`raw` (decoded whole: `value`) split where its list closes right before the
+        member that follows the list in `value`, or None. A client that writes `tools`
+        after `messages` (the openai SDK's order) puts more closing brackets after the
+        list than `_split` tries from the end: only a `]` followed by that member's name
+        is tried here, from the last."""
+        keys = list(value)
+        at = keys.index(self.name) if self.name in keys else len(keys) - 1
+        if at >= len(keys) - 1:
+            return None  # no list, or the last member: `_split`'s first tries
+        follows = re.compile(rb"\][ \t\n\r]*,[ \t\n\r]*" + re.escape(orjson.dumps(keys[at + 1]))
+                             + rb"[ \t\n\r]*:")
+        for start in _array_starts(raw, self._key):
+            closes = [m.start() for m in follows.finditer(raw, start)]
+            for close in reversed(closes[-TAIL_TRIES:]):
+                split = self._split_closed(raw, start, close)
+                if split is not None:
+                    return split
+        return None
+
+    def _split_closed(self, raw: bytes, start: int, close: int) -> _Split | None:
+        """`raw` as `head [messages] tail`, its list opening at `start` and closing at
+        `close`, each part decoded, or None when that is not where the body's list is."""
+        after = raw[close + 1:]
+        if after.lstrip(SPACE)[:1] not in (b",", b"}"):
+            return None
+        try:
+            top = orjson.loads(raw[:start] + orjson.dumps(self._nonce) + after)
+        except orjson.JSONDecodeError:
+            return None
+        if not isinstance(top, dict) or top.get(self.name) != self._nonce:
+            return None
+        messages = decode_members(raw[start + 1:close])
+        if messages is None:  # e.g. `{"messages": "<nonce>"}` from a last `]}` of a later
+            return None  # list (`tools`): an earlier `]` may still be the one
+        end = close  # before the whitespace ahead of `]`: an indented body's next call
+        while raw[end - 1] in SPACE:  # puts its `,` right after the last message
+            end -= 1
+        return _Split(raw, end, top, messages)
 
     def _keep(self, tenant: str, split: _Split, replacing: int | None = None) -> None:
         with self._lock:

@@ -320,3 +320,40 @@ def test_a_resumed_body_names_the_kept_body_whose_messages_it_repeats() -> None:
     tiny = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
     small, none = cache.decode_traced("t", orjson.dumps(tiny), parse_json_object)
     assert none is None and small == tiny  # under min_bytes: not kept, nothing proven
+
+
+def _sdk_order(body: dict[str, Any], tools: int) -> dict[str, Any]:
+    """`body` as the openai SDK writes it: `messages` before `tools`, whose schemas close
+    more arrays than `bodies.TAIL_TRIES` (two enums and a `required` list each)."""
+    schema = {"type": "object", "required": ["mode", "unit"], "properties": {
+        "mode": {"type": "string", "enum": ["fast", "slow"]},
+        "unit": {"type": "string", "enum": ["s", "ms"]}}}
+    return {"model": body["model"], "messages": body["messages"],
+            "tools": [{"type": "function", "function": {"name": f"tool_{k}", "parameters": schema}}
+                      for k in range(tools)],
+            "tool_choice": "auto", "temperature": 0.2}
+
+
+def test_a_body_with_its_tools_after_the_messages_is_resumed() -> None:
+    """The openai SDK writes `tools` after `messages`: 40 tools close 120 arrays after the
+    list, past the `]` tried from the end; the list is split before the member that follows
+    it, and the session's later calls resume from it, exactly as decoded whole (fails when
+    only the last `]` are tried: every call decoded whole, no lineage)."""
+    calls = [_sdk_order(body, 40)
+             for body in calls_from_messages(synthetic_session(5, 30)[1], "gpt-4o-mini")]
+    raws = [orjson.dumps(body) for body in calls[-4:]]
+    assert raws[-1].count(b"]", raws[-1].index(b'"tools"')) > bodies.TAIL_TRIES
+    cache = BodyCache(min_bytes=256)
+    for dumps in (orjson.dumps, lambda b: json.dumps(b, indent=1).encode()):
+        for body in calls[-4:]:
+            raw = dumps(body)
+            assert outcome(cached(cache), raw) == outcome(parse_json_object, raw)
+    assert cache.resumed == 6  # every call but each encoding's first
+    first, lineage = BodyCache(min_bytes=256).decode_traced("t", raws[0], parse_json_object)
+    assert lineage is not None and first == calls[-4]
+    # a member named like the next one, after an array inside a tool's schema: not the list
+    decoy = {**calls[-1], "tools": [{"type": "function", "function": {
+        "name": "t", "parameters": {"enum": ["a"], "tools": 1}}}] + calls[-1]["tools"]}
+    raw = orjson.dumps(decoy)
+    assert raw.count(b'], "tools":') + raw.count(b'],"tools":') == 2
+    assert outcome(cached(BodyCache(min_bytes=256)), raw) == outcome(parse_json_object, raw)
