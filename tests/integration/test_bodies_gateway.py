@@ -34,9 +34,21 @@ def _send(gateway: Gateway, upstream: Upstream, raw: bytes, key: str, session: s
     return forwarded, [response.headers[name] for name in HEADERS]
 
 
+# Tools written after the messages, as the openai SDK writes a body: each schema closes
+# three arrays, more after the list than the body cache tries from the end.
+SCHEMA = {"type": "object", "required": ["mode", "unit"], "properties": {
+    "mode": {"type": "string", "enum": ["fast", "slow"]},
+    "unit": {"type": "string", "enum": ["s", "ms"]}}}
+TOOLS = [{"type": "function", "function": {"name": f"tool_{k}", "parameters": SCHEMA}}
+         for k in range(40)]
+
+
+@pytest.mark.parametrize("tools", [False, True], ids=["messages-last", "tools-after"])
 def test_a_session_decoded_from_its_last_call_goes_out_as_one_decoded_whole(
-        gateway: Gateway, upstream: Upstream) -> None:
+        gateway: Gateway, upstream: Upstream, tools: bool) -> None:
     calls = calls_from_messages(synthetic_session(5, 40)[1], "gpt-4o-mini")
+    if tools:
+        calls = [{**body, "tools": TOOLS, "tool_choice": "auto"} for body in calls]
     run = uuid.uuid4().hex[:8]
     resumed = 0
     keys = [f"sk-bodies-{kind}-{run}-0000" for kind in ("resumed", "whole")]
