@@ -361,6 +361,7 @@ def find_turn_runs(messages: Sequence[Mapping[str, Any]], indexes: Sequence[int]
 
 _CALL_LINE = re.compile(r"([^\s(]+)\((.*?)\)(?: → (.*))?", re.S)  # name(values) → result
 _FRAME = "\"'`*()[]{}<>,;!?"  # around a word: markup and punctuation, not part of a value
+_OPENER = {")": "(", "]": "[", "}": "{", ">": "<"}  # a closing bracket: the one it closes
 LONG_ARGS = 160  # a call line's values past this many characters: its prose pieces cut
 PROSE_PIECE = 40  # a value (a piece between ", ") longer than this is cut to its values
 _POINTER = ("repeats an earlier ", "nearly repeats an earlier ")  # `apply.pointer`, framed off
@@ -393,11 +394,23 @@ def _adds_nothing(line: str, known: Callable[[str], bool]) -> bool:
     return named != result and all(map(known, named.split()))
 
 
+def _unframed(word: str) -> str:
+    """`word` without the markup and punctuation around it (`(x)` → `x`), but for a closing
+    bracket that closes one opened inside it: `f(x),` → `f(x)`, `click[B0X]` as written."""
+    head = word.lstrip(_FRAME)
+    end = len(head.rstrip(_FRAME))
+    for at in range(end, len(head)):
+        opener = _OPENER.get(head[at])
+        if opener and head.count(opener, 0, at) > head.count(head[at], 0, at):
+            end = at + 1
+    return head[:end]
+
+
 def value_words(text: str) -> list[str]:
     """The words of `text` that carry a notable value (`summarize.notable`), as written
-    but for the markup and punctuation around them (`4G/5G.` keeps its period: a value is
-    re-typed as it was written), once each."""
-    words = (w.strip(_FRAME) for w in text.split())
+    but for the markup and punctuation around them (`4G/5G.` keeps its period and
+    `click[B0X]` its bracket: a value is re-typed as it was written), once each."""
+    words = map(_unframed, text.split())
     return list(dict.fromkeys(w for w in words if any(notable(v) for v in values(w))))
 
 
