@@ -8,10 +8,11 @@ corpora found under `--corpora` (swe-agent, webchorearena, agentdojo, intercode)
 JSONL corpus there (`/tmp/taubench`'s, from `bench/taubench.py`), synthetic 3 × 100 + 1 × 300
 calls, and the 300-call session again under a budget header of 60% of its last call
 (over-budget steps, the ladder). Each checkout runs in its own child process (`--tree`),
-both at once.
+both at once. `--fresh`: each call's body handed over decoded afresh from its JSON, as the
+gateway hands over a body it does not resume (no message object shared with the last call's).
 
-    python -m bench.same_output --against DIR [--corpora DIR] [--quick]
-    python bench/same_output.py --child --tree DIR [--corpora DIR] [--quick]
+    python -m bench.same_output --against DIR [--corpora DIR] [--quick] [--fresh]
+    python bench/same_output.py --child --tree DIR [--corpora DIR] [--quick] [--fresh]
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ def _sha(value: Any) -> str:
     return hashlib.sha256(orjson.dumps(value)).hexdigest()[:16]
 
 
-async def _child(corpora: Path, quick: bool) -> list[list[Any]]:
+async def _child(corpora: Path, quick: bool, fresh: bool = False) -> list[list[Any]]:
     from gateway.context.engine import CallContext
     from gateway.context.replay import build_engine
     from gateway.errors import ContextBudgetExceeded
@@ -75,7 +76,8 @@ async def _child(corpora: Path, quick: bool) -> list[list[Any]]:
                 call = CallContext("same", f"{name}-{n}", headers)
                 logged.clear()
                 try:
-                    fitted = await engine.fit(body, call)
+                    fitted = await engine.fit(orjson.loads(orjson.dumps(body)) if fresh
+                                              else body, call)
                 except ContextBudgetExceeded as exc:
                     rows.append([name, n, "refused", exc.message])
                     continue
@@ -91,9 +93,11 @@ async def _child(corpora: Path, quick: bool) -> list[list[Any]]:
     return rows
 
 
-def _start(tree: Path, corpora: Path, quick: bool) -> subprocess.Popen[bytes]:
+def _start(tree: Path, corpora: Path, quick: bool, fresh: bool = False
+           ) -> subprocess.Popen[bytes]:
     argv = [sys.executable, str(HERE), "--child", "--tree", str(tree.resolve()),
-            "--corpora", str(corpora.resolve())] + (["--quick"] if quick else [])
+            "--corpora", str(corpora.resolve())] + (["--quick"] if quick else []) + (
+                ["--fresh"] if fresh else [])
     return subprocess.Popen(argv, cwd=tree, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env={**os.environ, "PYTHONPATH": ""})
 
@@ -122,15 +126,18 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--against", type=Path)
     parser.add_argument("--corpora", type=Path, default=CORPORA)
     parser.add_argument("--quick", action="store_true", help="synthetic sessions only")
+    parser.add_argument("--fresh", action="store_true",
+                        help="each body decoded afresh from its JSON (no shared objects)")
     args = parser.parse_args(argv)
     if args.child:
         sys.path.insert(0, str(args.tree))
-        sys.stdout.buffer.write(orjson.dumps(asyncio.run(_child(args.corpora, args.quick))))
+        rows = asyncio.run(_child(args.corpora, args.quick, args.fresh))
+        sys.stdout.buffer.write(orjson.dumps(rows))
         return 0
     if args.against is None:
         parser.error("--against DIR is required")
     trees = [HERE.parents[1], args.against]
-    children = [_start(tree, args.corpora, args.quick) for tree in trees]
+    children = [_start(tree, args.corpora, args.quick, args.fresh) for tree in trees]
     ours, theirs = (_rows(p, t) for p, t in zip(children, trees, strict=True))
     diffs = compare(ours, theirs)
     sessions = len({row[0] for row in ours})
