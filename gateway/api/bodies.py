@@ -25,6 +25,7 @@ whole walk (0.4-1 ms of checks over 602 messages at call 300, on every call).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import re
 import secrets
@@ -36,9 +37,9 @@ from typing import Any
 
 import orjson
 
-from gateway.api.pieces import PIECEWISE_BYTES
+from gateway.api.pieces import PIECEWISE_BYTES, Unsure, members_in_pieces, parse_large
 from gateway.context.prefix import Lineage
-from gateway.errors import GatewayError
+from gateway.errors import GatewayError, InvalidJSON
 
 Decode = Callable[[bytes], dict[str, Any]]
 # A wire format's name and its `validate_from(body, start, state) -> state`.
@@ -46,10 +47,18 @@ Check = tuple[str, Callable[[dict[str, Any], int, Any], Any]]
 KEY = b'"messages"'
 SPACE = b" \t\n\r"  # JSON's whitespace (bytes.strip's default also takes \v and \f)
 MIN_BYTES = 1 << 16  # smaller bodies decode in well under 0.1 ms: not kept
-# From a megabyte a body is decoded, fitted and freed on the fitting thread (issue 10): not
-# kept, so that no eviction frees 10^5 messages on the event loop.
+# From a megabyte a body is decoded, fitted and freed on the fitting thread (issue 10): such
+# a body (`large`) is resumed, split and kept there only (`decode_traced(..., off_loop=True)`),
+# never on the event loop, and kept apart: a large body is only ever dropped by keeping
+# another large one (on the thread), so that no eviction frees 10^5 messages on the loop.
 MAX_BODY_BYTES = PIECEWISE_BYTES
 MAX_BYTES = 1 << 25  # the bodies kept, all tenants (their decoded values take ~3x more)
+# A large body is kept up to 8 MiB (the longest session recorded, Toolathlon's claude
+# queue, ends at 1.5 MiB): past it a body is decoded whole (a piece at a time) as before.
+# The large bodies kept, all tenants, hold 16 MiB of bytes (and ~3x that of decoded values,
+# shared with the calls in flight): the last body of a few long sessions at once.
+MAX_LARGE_BYTES = 1 << 23
+LARGE_BYTES = 1 << 24
 PER_TENANT = 16  # bodies kept per tenant, newest first (sessions of one agent share a head)
 TAIL_TRIES = 32  # closing brackets tried from the end when a body is first split
 KEY_TRIES = 4  # places where the list's name opens an array, tried in order
@@ -84,29 +93,40 @@ class BodyCache:
     body is only ever resumed from (and its lineage only names) one of its own format."""
 
     def __init__(self, max_bytes: int = MAX_BYTES, min_bytes: int = MIN_BYTES,
-                 name: str = "messages") -> None:
+                 name: str = "messages", large_bytes: int = LARGE_BYTES,
+                 max_large: int = MAX_LARGE_BYTES) -> None:
         self.name = name
         self._key = orjson.dumps(name)
         self._max_bytes = max_bytes
         self._min_bytes = min_bytes
+        self._large_bytes = large_bytes  # the large bodies kept (`MAX_BODY_BYTES` on), in all
+        self._max_large = max_large  # a larger body is not kept
         self._nonce = secrets.token_hex(16)
-        self._order: OrderedDict[int, tuple[str, _Split]] = OrderedDict()  # oldest first
+        # The bodies kept, oldest first: those under `MAX_BODY_BYTES`, and the large ones.
+        self._order: OrderedDict[int, tuple[str, _Split]] = OrderedDict()
+        self._large: OrderedDict[int, tuple[str, _Split]] = OrderedDict()
         self._by_tenant: dict[str, list[tuple[int, _Split]]] = {}  # newest first
         self._serial = 0
-        self._bytes = 0
+        self._bytes = 0  # of the bodies in `_order`
+        self._held = 0  # of those in `_large`
         self._lock = threading.Lock()  # the loop and the fitting thread both decode
         self.resumed = 0  # bodies decoded from a kept one (read by tests and benches)
 
-    def decode(self, tenant: str, raw: bytes, whole: Decode) -> dict[str, Any]:
+    def decode(self, tenant: str, raw: bytes, whole: Decode,
+               off_loop: bool = False) -> dict[str, Any]:
         """`whole(raw)`'s value (or its error), from a kept body's values when one fits."""
-        return self.decode_traced(tenant, raw, whole)[0]
+        return self.decode_traced(tenant, raw, whole, off_loop)[0]
 
-    def decode_traced(self, tenant: str, raw: bytes,
-                      whole: Decode) -> tuple[dict[str, Any], Lineage | None]:
-        """`decode`, and the body's lineage when it is kept (None: it is not)."""
-        if not self._min_bytes <= len(raw) < MAX_BODY_BYTES:
+    def decode_traced(self, tenant: str, raw: bytes, whole: Decode, off_loop: bool = False
+                      ) -> tuple[dict[str, Any], Lineage | None]:
+        """`decode`, and the body's lineage when it is kept (None: it is not). `off_loop`:
+        called on the fitting thread, where a large body (`MAX_BODY_BYTES` to `max_large`)
+        is resumed or split and kept too: its kept bytes compared a megabyte at a time and
+        its new messages (or, split, its list) decoded a piece at a time past a megabyte,
+        as `whole` decodes it (`pieces.py`); on the loop such a body is `whole(raw)`."""
+        if not self._min_bytes <= len(raw) < (self._max_large if off_loop else MAX_BODY_BYTES):
             return whole(raw), None
-        resumed = self.resume_traced(tenant, raw)
+        resumed = self._resume_traced(tenant, raw)
         if resumed is not None:
             return resumed
         split = self._split(raw)
@@ -133,9 +153,16 @@ class BodyCache:
         are that body's, decoded from the very same bytes (`Lineage`; the engine then
         skips its own byte check of them)."""
         if not self._min_bytes <= len(raw) < MAX_BODY_BYTES:
-            return None
+            return None  # a large body is the fitting thread's (`decode_traced`)
+        return self._resume_traced(tenant, raw, check)
+
+    def _resume_traced(self, tenant: str, raw: bytes, check: Check | None = None
+                       ) -> tuple[dict[str, Any], Lineage] | None:
+        # Only bodies `raw` may continue: a small body's never holds a large one, so that
+        # no large one is freed on the loop (when the thread drops it meanwhile).
         with self._lock:
-            candidates = list(self._by_tenant.get(tenant, ()))
+            candidates = [(serial, kept) for serial, kept in self._by_tenant.get(tenant, ())
+                          if len(kept.raw) <= len(raw)]
         for serial, kept in candidates:
             split = self._resume(kept, raw)
             if split is not None:
@@ -151,8 +178,8 @@ class BodyCache:
         """`raw` as `kept`'s body with messages appended, or None if it is not that."""
         tail = len(kept.raw) - kept.end
         if len(raw) < len(kept.raw) or not (
-                raw.startswith(memoryview(kept.raw)[:kept.end])
-                and raw.endswith(memoryview(kept.raw)[kept.end:])):
+                raw.endswith(memoryview(kept.raw)[kept.end:])
+                and _repeats(raw, kept.raw, kept.end)):
             return None
         end = len(raw) - tail
         middle = raw[kept.end:end]
@@ -215,9 +242,9 @@ class BodyCache:
         after = raw[close + 1:]
         if after.lstrip(SPACE)[:1] not in (b",", b"}"):
             return None
-        try:
-            top = orjson.loads(raw[:start] + orjson.dumps(self._nonce) + after)
-        except orjson.JSONDecodeError:
+        try:  # a megabyte of members other than the list: a piece at a time
+            top = parse_large(raw[:start] + orjson.dumps(self._nonce) + after)
+        except InvalidJSON:
             return None
         if not isinstance(top, dict) or top.get(self.name) != self._nonce:
             return None
@@ -230,31 +257,50 @@ class BodyCache:
         return _Split(raw, end, top, messages)
 
     def _keep(self, tenant: str, split: _Split, replacing: int | None = None) -> None:
+        """Keep `split` (forgetting the body it continues, `replacing`), then forget the
+        oldest bodies of its kind past their bounds: a large body only drops large ones
+        (and the one it continues), so only the fitting thread, which keeps them, frees
+        them. What is dropped is freed once the lock is let go (a large body's values take
+        milliseconds to free)."""
+        large = len(split.raw) >= MAX_BODY_BYTES
+        order = self._large if large else self._order
+        dropped: list[tuple[str, _Split] | None] = []
         with self._lock:
             if replacing is not None:
-                self._drop(replacing)
+                dropped.append(self._drop(replacing))
             self._serial += 1
-            self._order[self._serial] = (tenant, split)
+            order[self._serial] = (tenant, split)
             self._by_tenant.setdefault(tenant, []).insert(0, (self._serial, split))
-            self._bytes += len(split.raw)
-            mine = self._by_tenant[tenant]
-            if len(mine) > PER_TENANT:
-                self._drop(mine[-1][0])
-            while self._bytes > self._max_bytes:
-                self._drop(next(iter(self._order)))
+            if large:
+                self._held += len(split.raw)
+            else:
+                self._bytes += len(split.raw)
+            alike = [serial for serial, kept in self._by_tenant[tenant]
+                     if (len(kept.raw) >= MAX_BODY_BYTES) == large]
+            if len(alike) > PER_TENANT:
+                dropped.append(self._drop(alike[-1]))
+            while (self._held > self._large_bytes if large
+                   else self._bytes > self._max_bytes):
+                dropped.append(self._drop(next(iter(order))))
 
-    def _drop(self, serial: int) -> None:
-        """Forget a kept body (the lock held; one another thread dropped first: nothing)."""
+    def _drop(self, serial: int) -> tuple[str, _Split] | None:
+        """Forget a kept body (the lock held; one another thread dropped first: nothing),
+        returned for the caller to free."""
         entry = self._order.pop(serial, None)
-        if entry is None:
-            return
-        tenant, split = entry
-        self._bytes -= len(split.raw)
+        if entry is not None:
+            self._bytes -= len(entry[1].raw)
+        else:
+            entry = self._large.pop(serial, None)
+            if entry is None:
+                return None
+            self._held -= len(entry[1].raw)
+        tenant = entry[0]
         mine = [kept for kept in self._by_tenant[tenant] if kept[0] != serial]
         if mine:
             self._by_tenant[tenant] = mine
         else:
             del self._by_tenant[tenant]
+        return entry
 
 
 def _check(kept: _Split, split: _Split, body: dict[str, Any], check: Check) -> None:
@@ -276,6 +322,14 @@ def _check(kept: _Split, split: _Split, body: dict[str, Any], check: Check) -> N
     raise error
 
 
+def _repeats(raw: bytes, kept: bytes, end: int) -> bool:
+    """`raw` starts with `kept[:end]`: compared a megabyte at a time (each compare holds the
+    interpreter), so that on the fitting thread the loop waits at most one piece."""
+    view = memoryview(kept)
+    return all(raw.startswith(view[at:min(at + PIECEWISE_BYTES, end)], at)
+               for at in range(0, end, PIECEWISE_BYTES))
+
+
 def _array_starts(raw: bytes, key: bytes = KEY) -> list[int]:
     """Where the first `KEY_TRIES` places `"<name>": [` open an array (whether one is the
     body's own member is checked when the body is split)."""
@@ -292,7 +346,11 @@ def _array_starts(raw: bytes, key: bytes = KEY) -> list[int]:
 def decode_members(members: bytes) -> list[Any] | None:
     """The array `[members]` decoded as orjson decodes it where a body's `messages` sits
     (one level in: its depth limit applies as in the whole body), or None if that is not
-    an array. Under `MAX_BODY_BYTES` (a kept body's size): orjson in one go."""
+    an array. Under `PIECEWISE_BYTES`: orjson in one go; past it (on the fitting thread,
+    a large body's): a piece at a time, as `parse_large` decodes a body that large."""
+    if len(members) >= PIECEWISE_BYTES:
+        with contextlib.suppress(Unsure):
+            return members_in_pieces(members)
     try:
         value = orjson.loads(b"".join((b"[[", members, b"]]")))
     except orjson.JSONDecodeError:

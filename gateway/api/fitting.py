@@ -194,18 +194,23 @@ class Fitting:
                  traced: list[Lineage] | None = None) -> Decode:
         """`whole`, or the session's last body's values and the new messages decoded
         (`resumed`: already decoded so). What the body cache proved of the body (its
-        `Lineage`, when it keeps it) is appended to `traced`."""
+        `Lineage`, when it keeps it) is appended to `traced`. `parse_large` decodes on the
+        fitting thread only: there a chat body of a megabyte or more is resumed and kept
+        too (`BodyCache.decode_traced(off_loop=True)`), never on the loop. Not a Messages
+        or Responses one: its view would be remembered (`Views`), and dropped wherever the
+        least recently used view is, the loop too."""
         if resumed is not None:
             body, lineage = resumed
             if traced is not None:
                 traced.append(lineage)
             return lambda _raw: body
         tenant, bodies = call.caller.tenant, self.bodies_of(wire)
+        off_loop = whole is parse_large and bodies is self.bodies
         if traced is None:
-            return lambda raw: bodies.decode(tenant, raw, whole)
+            return lambda raw: bodies.decode(tenant, raw, whole, off_loop)
 
         def decode(raw: bytes) -> dict[str, Any]:
-            body, lineage = bodies.decode_traced(tenant, raw, whole)
+            body, lineage = bodies.decode_traced(tenant, raw, whole, off_loop)
             if lineage is not None:
                 traced.append(lineage)
             return body

@@ -23,25 +23,25 @@ _SPACE = re.compile(r"[ \t\n\r]*")
 PIECEWISE_BYTES = 1 << 20  # a body at least this size is decoded a piece at a time
 
 
-class _Unsure(Exception):
+class Unsure(Exception):
     """Not decoded here: orjson decides."""
 
 
 def _refuse_constant(name: str) -> Any:
-    raise _Unsure(name)  # NaN, Infinity: orjson refuses them
+    raise Unsure(name)  # NaN, Infinity: orjson refuses them
 
 
 def _float(text: str) -> float:
     value = float(text)
     if value in (_INF, -_INF):
-        raise _Unsure(text)  # 1e400: orjson refuses it
+        raise Unsure(text)  # 1e400: orjson refuses it
     return value
 
 
 def _int(text: str) -> int:
     value = int(text)
     if not _INT_MIN <= value <= _INT_MAX:
-        raise _Unsure(text)  # orjson reads it as a float
+        raise Unsure(text)  # orjson reads it as a float
     return value
 
 
@@ -68,8 +68,24 @@ def parse_json_in_pieces(raw: bytes) -> dict[str, Any]:
         return parse_json_object(raw)  # a surrogate escape: orjson refuses a lone one
     try:
         return _object(raw.decode("utf-8"))
-    except (_Unsure, ValueError, IndexError, RecursionError):
+    except (Unsure, ValueError, IndexError, RecursionError):
         return parse_json_object(raw)  # ValueError: JSONDecodeError and UnicodeDecodeError
+
+
+def members_in_pieces(members: bytes) -> list[Any]:
+    """The array `[members]` (a large body's new messages, `bodies.decode_members`) decoded
+    a piece at a time: a member each; `Unsure` when it is not decoded here exactly as orjson
+    would decode it (an error, not one array: orjson decides)."""
+    if b"\\ud" in members or b"\\uD" in members:
+        raise Unsure("a surrogate escape")
+    try:
+        text = "[" + members.decode("utf-8") + "]"
+        out, at = _array(text, 0)
+    except (ValueError, IndexError, RecursionError) as error:
+        raise Unsure("not decoded here") from error
+    if at != len(text):
+        raise Unsure("not one array")  # `1],[2`: a `]` of the members closed it
+    return out
 
 
 def _skip(text: str, at: int) -> int:
@@ -81,21 +97,21 @@ def _skip(text: str, at: int) -> int:
 def _object(text: str) -> dict[str, Any]:
     at = _skip(text, 0)
     if text[at] != "{":
-        raise _Unsure("not an object")
+        raise Unsure("not an object")
     out: dict[str, Any] = {}
     at = _skip(text, at + 1)
     while text[at] != "}":
         if text[at] != '"':
-            raise _Unsure("key")
+            raise Unsure("key")
         key, at = _DECODE(text, at)
         at = _skip(text, at)
         if text[at] != ":":
-            raise _Unsure("colon")
+            raise Unsure("colon")
         at = _skip(text, at + 1)
         out[key], at = _array(text, at) if text[at] == "[" else _DECODE(text, at)
         at = _next(text, at, "}")
     if _skip(text, at + 1) != len(text):
-        raise _Unsure("trailing data")
+        raise Unsure("trailing data")
     return out
 
 
@@ -115,7 +131,7 @@ def _next(text: str, at: int, close: str) -> int:
     if text[at] == ",":
         at = _skip(text, at + 1)
         if text[at] == close:
-            raise _Unsure("trailing comma")
+            raise Unsure("trailing comma")
     elif text[at] != close:
-        raise _Unsure("separator")
+        raise Unsure("separator")
     return at

@@ -1,0 +1,132 @@
+"""The body cache on bodies of a megabyte and more (`gateway/api/bodies.py`, issue 7): on the
+fitting thread (`off_loop`) a long session's large body is resumed from its last one, its new
+messages decoded a piece at a time past a megabyte, exactly as the body decoded whole; on the
+loop such a body is never resumed nor kept, and a large body kept is dropped only by keeping
+another large one (issue 10: no large free on the loop), within its own bound."""
+
+from __future__ import annotations
+
+import json
+from functools import partial
+from typing import Any
+
+import orjson
+
+from gateway.api.bodies import MAX_BODY_BYTES, BodyCache, decode_members
+from gateway.api.pieces import PIECEWISE_BYTES, Unsure, members_in_pieces, parse_large
+from tests.api.test_bodies import outcome
+
+
+def _message(n: int, size: int = 40_000) -> dict[str, Any]:
+    return {"role": "tool" if n % 2 else "assistant", "tool_call_id": f"call_{n}",
+            "content": f"{n}: é ✓ \\ \" " + "x" * size, "n": n / 3, "k": [n, None, True]}
+
+
+TOOLS = [{"type": "function", "function": {"name": f"tool_{k}", "parameters": {
+    "type": "object", "required": ["a"], "properties": {"a": {"enum": ["x", "y"]}}}}}
+    for k in range(40)]
+
+
+def _body(messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """As the openai SDK writes it: `tools` after `messages` (more `]` than tried)."""
+    return {"model": "m", "messages": messages, "tools": TOOLS, "tool_choice": "auto"}
+
+
+def _session(calls: int, size: int = 40_000) -> list[bytes]:
+    messages = [{"role": "user", "content": "task"}]
+    raws = []
+    for n in range(calls):
+        messages.append(_message(n, size))
+        raws.append(orjson.dumps(_body(messages)))
+    return raws
+
+
+def test_a_large_body_that_extends_the_last_is_resumed_on_the_fitting_thread() -> None:
+    """Bodies from 0.8 to 2 MiB: each past a megabyte is resumed from the one before it
+    (the first of them from the last one under a megabyte), names it in its lineage, shares
+    its message objects, and decodes as the whole body does (fails on main: a body of a
+    megabyte or more was never kept)."""
+    raws = _session(55)
+    assert len(raws[20]) < MAX_BODY_BYTES <= len(raws[30]) and len(raws[-1]) > 2 * MAX_BODY_BYTES
+    cache = BodyCache()
+    last: tuple[dict[str, Any], Any] | None = None
+    for raw in raws[20:]:
+        before = cache.resumed
+        body, lineage = cache.decode_traced("t", raw, parse_large, off_loop=True)
+        assert orjson.dumps(body) == orjson.dumps(orjson.loads(raw))
+        assert lineage is not None
+        if last is not None:
+            assert cache.resumed == before + 1
+            count = len(last[0]["messages"])
+            assert (lineage.after, lineage.count) == (last[1].body, count)
+            assert all(a is b for a, b in zip(body["messages"][:count], last[0]["messages"],
+                                              strict=True))
+        last = body, lineage
+    assert cache.resumed == len(raws[21:])
+    assert cache._held == len(raws[-1]) and not cache._order  # each replaced the one before
+
+
+def test_on_the_loop_a_large_body_is_decoded_whole_and_not_kept() -> None:
+    raws = _session(40)
+    cache = BodyCache()
+    cache.decode_traced("t", raws[-2], parse_large, off_loop=True)
+    assert cache._held == len(raws[-2])
+    body, lineage = cache.decode_traced("t", raws[-1], parse_large)  # the loop's call
+    assert lineage is None and cache.resumed == 0 and cache._held == len(raws[-2])
+    assert body == orjson.loads(raws[-1])
+    assert cache.resume_traced("t", raws[-1]) is None  # what the routes ask on the loop
+
+
+def test_small_bodies_never_drop_a_large_one_and_large_ones_keep_their_bound() -> None:
+    """Keeping small bodies (on the loop) drops small ones only, however many; keeping large
+    ones drops the oldest large ones past `large_bytes`; a body past `max_large` is not kept."""
+    raws = _session(40)
+    large = raws[-1]
+    cache = BodyCache(max_bytes=300_000, min_bytes=256, large_bytes=2 * len(large) + 1,
+                      max_large=3 * len(large))
+    cache.decode_traced("a", large, parse_large, off_loop=True)
+    for n, raw in enumerate(raws[:8]):  # small bodies of other tenants, past `max_bytes`
+        cache.decode_traced(f"small-{n}", raw, parse_large)
+        cache.decode_traced("a", raw, parse_large)  # and of the large body's own tenant
+        assert cache._bytes <= 300_000
+    assert [split.raw for _, split in cache._large.values()] == [large]
+    for tenant in "bcd":
+        cache.decode_traced(tenant, large, parse_large, off_loop=True)
+        assert cache._held <= 2 * len(large) + 1
+    assert [tenant for tenant, _ in cache._large.values()] == ["c", "d"]
+    huge = orjson.dumps(_body([_message(n, 400_000) for n in range(16)]))
+    assert len(huge) >= 3 * len(large)
+    assert cache.decode_traced("e", huge, parse_large, off_loop=True)[1] is None
+    assert "e" not in cache._by_tenant
+
+
+def test_new_messages_past_a_megabyte_decode_a_piece_at_a_time_as_whole() -> None:
+    """A large body whose new messages alone pass a megabyte: decoded a piece at a time
+    (`members_in_pieces`), to the whole body's value or error, whatever follows the kept
+    messages (a lone surrogate, NaN, a trailing comma, a `]` that closes the list early)."""
+    kept = [{"role": "user", "content": "task " + "k" * 1_100_000}]
+    big = "y" * PIECEWISE_BYTES
+    for middle in [b',{"role":"tool","content":"' + big.encode() + b'"}',
+                   b', {"a": "' + big.encode() + b'"} , {"b": [1.5, -2, 1e3]}',
+                   b',"' + big.encode() + b'\\ud800"', b',"' + big.encode() + b'",NaN',
+                   b',"' + big.encode() + b'",', b',"' + big.encode() + b'"],"x":[2',
+                   b',"' + big.encode() + b'\xff"']:
+        cache = BodyCache()
+        first = orjson.dumps({"model": "m", "messages": kept, "tools": TOOLS})
+        cache.decode_traced("t", first, parse_large, off_loop=True)
+        head, tail = first.split(b'}],"tools"')
+        raw = head + b"}" + middle + b'],"tools"' + tail
+        assert (outcome(partial(cache.decode, "t", whole=parse_large, off_loop=True), raw)
+                == outcome(parse_large, raw)), middle[-12:]
+
+
+def test_members_decoded_a_piece_at_a_time_are_orjsons() -> None:
+    for members in [b"", b" ", b'1, "a" ,{"b":[null,true]} ', b'{"c":"\\u00e9\\n"}',
+                    json.dumps([{"x": 1.25}, [], "é"])[1:-1].encode()]:
+        assert members_in_pieces(members) == decode_members(members)
+    for bad in [b"1],[2", b"1,", b",", b"NaN", b'"\\ud83d\\ude00"', b"1e400", b"\xff"]:
+        try:
+            members_in_pieces(bad)
+        except Unsure:
+            continue
+        raise AssertionError(bad)
