@@ -117,16 +117,18 @@ class BodyCache:
         """`whole(raw)`'s value (or its error), from a kept body's values when one fits."""
         return self.decode_traced(tenant, raw, whole, off_loop)[0]
 
-    def decode_traced(self, tenant: str, raw: bytes, whole: Decode, off_loop: bool = False
-                      ) -> tuple[dict[str, Any], Lineage | None]:
+    def decode_traced(self, tenant: str, raw: bytes, whole: Decode, off_loop: bool = False,
+                      check: Check | None = None) -> tuple[dict[str, Any], Lineage | None]:
         """`decode`, and the body's lineage when it is kept (None: it is not). `off_loop`:
         called on the fitting thread, where a large body (`MAX_BODY_BYTES` to `max_large`)
         is resumed or split and kept too: its kept bytes compared a megabyte at a time and
         its new messages (or, split, its list) decoded a piece at a time past a megabyte,
-        as `whole` decodes it (`pieces.py`); on the loop such a body is `whole(raw)`."""
+        as `whole` decodes it (`pieces.py`); on the loop such a body is `whole(raw)`. With
+        `check`, a body resumed (its lineage names an earlier body) is validated too, as
+        `resume` validates it; any other is not."""
         if not self._min_bytes <= len(raw) < (self._max_large if off_loop else MAX_BODY_BYTES):
             return whole(raw), None
-        resumed = self._resume_traced(tenant, raw)
+        resumed = self._resume_traced(tenant, raw, check)
         if resumed is not None:
             return resumed
         split = self._split(raw)

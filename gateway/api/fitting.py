@@ -140,9 +140,12 @@ class Fitting:
         lineage: list[Lineage] = []  # what the body cache proved of the body, once decoded
         try:
             if self.thread is not None and _large(wire, raw, resumed and resumed[0]):
-                decode = self._decoder(wire, call, parse_large, resumed, lineage)
+                # Validated as decoded: a body of a megabyte or more resumed there is
+                # validated from where its last one's validation ended.
+                decode = self._decoder(wire, call, parse_large, resumed, lineage,
+                                       validate=not checked)
                 return self._owned(await self.thread.run(
-                    lambda engine: _prepare(engine, wire, raw, call, decode, checked,
+                    lambda engine: _prepare(engine, wire, raw, call, decode, True,
                                             self._encode(raw), lineage, self.views),
                     deadline))
             async with fit_deadline(deadline):
@@ -191,14 +194,16 @@ class Fitting:
 
     def _decoder(self, wire: WireFormat, call: Call, whole: Decode,
                  resumed: tuple[dict[str, Any], Lineage] | None = None,
-                 traced: list[Lineage] | None = None) -> Decode:
+                 traced: list[Lineage] | None = None, validate: bool = False) -> Decode:
         """`whole`, or the session's last body's values and the new messages decoded
         (`resumed`: already decoded so). What the body cache proved of the body (its
         `Lineage`, when it keeps it) is appended to `traced`. `parse_large` decodes on the
         fitting thread only: there a chat body of a megabyte or more is resumed and kept
         too (`BodyCache.decode_traced(off_loop=True)`), never on the loop. Not a Messages
         or Responses one: its view would be remembered (`Views`), and dropped wherever the
-        least recently used view is, the loop too."""
+        least recently used view is, the loop too. `validate`: the body is validated as
+        well (its error raised), a resumed one from where its last one's validation ended
+        (`resumed` is validated already)."""
         if resumed is not None:
             body, lineage = resumed
             if traced is not None:
@@ -206,13 +211,17 @@ class Fitting:
             return lambda _raw: body
         tenant, bodies = call.caller.tenant, self.bodies_of(wire)
         off_loop = whole is parse_large and bodies is self.bodies
-        if traced is None:
+        if traced is None and not validate:
             return lambda raw: bodies.decode(tenant, raw, whole, off_loop)
 
+        check = (wire.name, wire.validate_from) if validate else None
+
         def decode(raw: bytes) -> dict[str, Any]:
-            body, lineage = bodies.decode_traced(tenant, raw, whole, off_loop)
-            if lineage is not None:
+            body, lineage = bodies.decode_traced(tenant, raw, whole, off_loop, check)
+            if lineage is not None and traced is not None:
                 traced.append(lineage)
+            if validate and (lineage is None or lineage.after is None):
+                wire.validate(body)  # not resumed: validated whole
             return body
 
         return decode

@@ -14,7 +14,7 @@ import orjson
 
 from gateway.api.bodies import MAX_BODY_BYTES, BodyCache, decode_members
 from gateway.api.pieces import PIECEWISE_BYTES, Unsure, members_in_pieces, parse_large
-from tests.api.test_bodies import outcome
+from tests.api.test_bodies import BAD, CHAT, _opened, _refusal, outcome
 
 
 def _message(n: int, size: int = 40_000) -> dict[str, Any]:
@@ -130,3 +130,24 @@ def test_members_decoded_a_piece_at_a_time_are_orjsons() -> None:
         except Unsure:
             continue
         raise AssertionError(bad)
+
+
+def test_a_large_resumed_body_is_validated_from_where_its_last_one_was_as_whole() -> None:
+    """`decode_traced(..., check=)` on the fitting thread: each large body resumed is
+    refused or passed exactly as the whole walk does (new messages good or bad, one
+    answering a call opened in the kept part); a refused one is checked whole again."""
+    history: list[Any] = [{"role": "system", "content": "s" * (MAX_BODY_BYTES + 10)},
+                          *_opened(0)]
+    cache, check = BodyCache(), (CHAT.name, CHAT.validate_from)
+    body = {"model": "m", "messages": history}
+    cache.decode_traced("t", orjson.dumps(body), parse_large, off_loop=True, check=check)
+    news = [*BAD, {"role": "tool", "tool_call_id": "call_0", "content": "again"},
+            *_opened(1), {"role": "user", "content": "fine"}]
+    for new in news:
+        body = {**body, "messages": [*body["messages"], new]}
+        raw = orjson.dumps(body)
+        whole = _refusal(lambda raw=raw: CHAT.validate(orjson.loads(raw)))
+        resumed = _refusal(lambda raw=raw: cache.decode_traced(
+            "t", raw, parse_large, off_loop=True, check=check))
+        assert resumed == whole, new
+    assert cache.resumed == len(news)
