@@ -23,6 +23,7 @@ import statistics
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -43,7 +44,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     raws = [orjson.dumps({"model": "gpt-4o", "messages": call["messages"], "tools": tools,
                           "tool_choice": "auto"})
             for call in calls_from_messages(session["messages"], "gpt-4o")]
-    off_loop = ({"off_loop": True} if "off_loop" in inspect.signature(
+    off_loop: dict[str, Any] = ({"off_loop": True} if "off_loop" in inspect.signature(
         BodyCache.decode_traced).parameters else {})
     cache = BodyCache()
     times: dict[bool, list[float]] = {False: [], True: []}  # by large

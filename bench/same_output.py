@@ -10,9 +10,12 @@ calls, and the 300-call session again under a budget header of 60% of its last c
 (over-budget steps, the ladder). Each checkout runs in its own child process (`--tree`),
 both at once. `--fresh`: each call's body handed over decoded afresh from its JSON, as the
 gateway hands over a body it does not resume (no message object shared with the last call's).
+`--cache`: each call's body decoded from its JSON by the checkout's `BodyCache` as the chat
+route decodes it (under a megabyte as on the loop, from a megabyte as on the fitting thread),
+its lineage handed to the engine; each child prints how many calls came with one.
 
-    python -m bench.same_output --against DIR [--corpora DIR] [--quick] [--fresh]
-    python bench/same_output.py --child --tree DIR [--corpora DIR] [--quick] [--fresh]
+    python -m bench.same_output --against DIR [--corpora DIR] [--quick] [--fresh|--cache]
+    python bench/same_output.py --child --tree DIR [--corpora DIR] [--quick] [--fresh|--cache]
 """
 
 from __future__ import annotations
@@ -59,7 +62,31 @@ def _sha(value: Any) -> str:
     return hashlib.sha256(orjson.dumps(value)).hexdigest()[:16]
 
 
-async def _child(corpora: Path, quick: bool, fresh: bool = False) -> list[list[Any]]:
+def _cache_decoder() -> Any:
+    """`decode(raw) -> (body, lineage)` as the checkout's chat route decodes a body: through
+    its `BodyCache`, a body of a megabyte or more as on the fitting thread (`off_loop`, in
+    a checkout that has it)."""
+    import inspect
+
+    from gateway.api.asgi import parse_json_object
+    from gateway.api.bodies import MAX_BODY_BYTES, BodyCache
+    from gateway.api.pieces import parse_large
+
+    cache = BodyCache()
+    off_loop: dict[str, Any] = ({"off_loop": True} if "off_loop" in inspect.signature(
+        BodyCache.decode_traced).parameters else {})
+
+    def decode(raw: bytes) -> tuple[dict[str, Any], Any]:
+        if len(raw) >= MAX_BODY_BYTES:
+            return cache.decode_traced("same", raw, parse_large, **off_loop)
+        resumed = cache.resume_traced("same", raw)
+        return resumed or cache.decode_traced("same", raw, parse_json_object)
+
+    return decode
+
+
+async def _child(corpora: Path, quick: bool, fresh: bool = False,
+                 cached: bool = False) -> list[list[Any]]:
     from gateway.context.engine import CallContext
     from gateway.context.replay import build_engine
     from gateway.errors import ContextBudgetExceeded
@@ -69,11 +96,21 @@ async def _child(corpora: Path, quick: bool, fresh: bool = False) -> list[list[A
     logged: list[dict[str, Any]] = []  # the drop log's lines of the current call
     engine.drop_log._emit = logged.extend  # type: ignore[method-assign]
     rows: list[list[Any]] = []
+    decode = _cache_decoder() if cached else None
+    proven = large = large_proven = 0
     try:
         for name, calls, extra in _sessions(corpora, quick):
             headers = {"x-ctxgate-session-id": name, **extra}
             for n, body in enumerate(calls):
                 call = CallContext("same", f"{name}-{n}", headers)
+                if decode is not None:
+                    raw = orjson.dumps(body)
+                    body, lineage = decode(raw)
+                    call = CallContext("same", f"{name}-{n}", headers, lineage)
+                    after = lineage is not None and lineage.after is not None
+                    proven += after
+                    large += len(raw) >= 1 << 20
+                    large_proven += after and len(raw) >= 1 << 20
                 logged.clear()
                 try:
                     fitted = await engine.fit(orjson.loads(orjson.dumps(body)) if fresh
@@ -90,14 +127,17 @@ async def _child(corpora: Path, quick: bool, fresh: bool = False) -> list[list[A
     finally:
         if engine.embedder is not None:
             engine.embedder.close()
+    if decode is not None:
+        print(f"lineage: {proven} of {len(rows)} calls resumed; {large_proven} of the {large} "
+              "of a megabyte or more", file=sys.stderr)
     return rows
 
 
-def _start(tree: Path, corpora: Path, quick: bool, fresh: bool = False
-           ) -> subprocess.Popen[bytes]:
+def _start(tree: Path, corpora: Path, quick: bool, fresh: bool = False,
+           cached: bool = False) -> subprocess.Popen[bytes]:
     argv = [sys.executable, str(HERE), "--child", "--tree", str(tree.resolve()),
             "--corpora", str(corpora.resolve())] + (["--quick"] if quick else []) + (
-                ["--fresh"] if fresh else [])
+                ["--fresh"] if fresh else []) + (["--cache"] if cached else [])
     return subprocess.Popen(argv, cwd=tree, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env={**os.environ, "PYTHONPATH": ""})
 
@@ -106,6 +146,9 @@ def _rows(process: subprocess.Popen[bytes], tree: Path) -> list[list[Any]]:
     out, err = process.communicate()
     if process.returncode != 0:
         raise RuntimeError(f"child in {tree} failed:\n{err.decode()[-3000:]}")
+    for line in err.decode().splitlines():
+        if line.startswith("lineage: "):
+            print(f"{tree}: {line}")
     rows: list[list[Any]] = orjson.loads(out)
     return rows
 
@@ -128,16 +171,19 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--quick", action="store_true", help="synthetic sessions only")
     parser.add_argument("--fresh", action="store_true",
                         help="each body decoded afresh from its JSON (no shared objects)")
+    parser.add_argument("--cache", action="store_true",
+                        help="each body decoded by the checkout's body cache, its lineage used")
     args = parser.parse_args(argv)
     if args.child:
         sys.path.insert(0, str(args.tree))
-        rows = asyncio.run(_child(args.corpora, args.quick, args.fresh))
+        rows = asyncio.run(_child(args.corpora, args.quick, args.fresh, args.cache))
         sys.stdout.buffer.write(orjson.dumps(rows))
         return 0
     if args.against is None:
         parser.error("--against DIR is required")
     trees = [HERE.parents[1], args.against]
-    children = [_start(tree, args.corpora, args.quick, args.fresh) for tree in trees]
+    children = [_start(tree, args.corpora, args.quick, args.fresh, args.cache)
+                for tree in trees]
     ours, theirs = (_rows(p, t) for p, t in zip(children, trees, strict=True))
     diffs = compare(ours, theirs)
     sessions = len({row[0] for row in ours})

@@ -21,6 +21,15 @@ A body resumed so is also validated from where its kept body's validation ended
 (`resume(..., check=)`): its kept messages passed the wire format's checks in that body, so
 only the new ones are checked (`WireFormat.validate_from`), the same error raised as by the
 whole walk (0.4-1 ms of checks over 602 messages at call 300, on every call).
+
+A body of a megabyte or more (issue 10: decoded a piece at a time on the fitting thread, so
+that the loop keeps its turn) is resumed there too (`decode_traced(..., off_loop=True)`),
+never on the loop: its kept bytes compared a megabyte at a time, its new messages decoded a
+piece at a time past a megabyte (`pieces.members_in_pieces`), validated from where its last
+one's validation ended. Without it every late call of the longest sessions (Toolathlon's,
+1-1.5 MB from call ~130) was decoded whole a piece at a time (~50 ms) and byte-checked by the
+engine. Such bodies are kept apart, up to `MAX_LARGE_BYTES` each and `LARGE_BYTES` in all,
+and dropped only where one is kept: on the fitting thread, never by a small body's keeping.
 """
 
 from __future__ import annotations
