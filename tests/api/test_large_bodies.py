@@ -42,7 +42,7 @@ def _session(calls: int, size: int = 40_000) -> list[bytes]:
 
 
 def test_a_large_body_that_extends_the_last_is_resumed_on_the_fitting_thread() -> None:
-    """Bodies from 0.8 to 2 MiB: each past a megabyte is resumed from the one before it
+    """Bodies from 0.85 to 2.2 MB: each past a megabyte is resumed from the one before it
     (the first of them from the last one under a megabyte), names it in its lineage, shares
     its message objects, and decodes as the whole body does (fails on main: a body of a
     megabyte or more was never kept)."""
