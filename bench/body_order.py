@@ -8,10 +8,11 @@ the messages").
 The longest session of the folder's `sessions.jsonl`; each call's body is the history up
 to it, decoded as the routes decode it: under a megabyte (`MAX_BODY_BYTES`) as on the loop,
 from it on as on the fitting thread (`parse_large`, and `off_loop` where the checkout has it:
-bodies of a megabyte and more resumed too, bench/README.md "Bodies of a megabyte and
-more"). Prints, for the calls of 64 KiB to 1 MiB (`bodies.MIN_BYTES`) and for those of 1 MiB
-and more, how many the cache resumed from the session's previous body, and the median decode
-time of those calls and of the last 20 of them. Run it from another checkout with
+bodies of a megabyte and more resumed too, bench/README.md "Per-call time on long
+sessions, part thirty-two"). Prints, for the calls of 64 KiB to 1 MiB (`bodies.MIN_BYTES`)
+and for those of 1 MiB and more, how many the cache resumed from the session's previous
+body, and the median decode time of those calls and of the last 20 of them. Run it from
+another checkout with
 `PYTHONPATH=DIR python bench/body_order.py ...` to time that checkout's cache.
 """
 
