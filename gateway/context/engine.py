@@ -715,7 +715,9 @@ class ContextEngine:
             decisions=remembered,
             caches=self.caches,
             known=known,
-            focus=task_focus(messages),
+            focus=task_focus(messages, parsed.layout.clock.task_statement
+                             if parsed.layout else -1),
+            mask_focus=task_focus(messages),
             messages=messages,
             target=step_target(final, cls, budget.input, fixed, first_call) if over else None,
             first_call=first_call,

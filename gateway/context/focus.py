@@ -6,7 +6,7 @@ passed to a tool; a random number in a log line is left to the value list."""
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -14,6 +14,7 @@ import orjson
 from gateway.context.items import content_text
 
 RECENT_CALLS = 3  # assistant turns whose tool-call arguments are the current step
+TASK_MESSAGES = 3  # user messages in a row read as the current task's statement
 _TERM = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-/@]*[A-Za-z0-9_]")
 # Words every task statement has: they carry no focus.
 _COMMON = frozenset(
@@ -65,13 +66,46 @@ def _argument_leaves(raw: str) -> list[str]:
     return out
 
 
-def task_focus(messages: Sequence[Mapping[str, Any]]) -> frozenset[str]:
-    """Lower-cased terms of the task statement (the first user message) and of the arguments
-    of the latest tool calls. Walks the first user message and the last few turns only."""
+class Focus(frozenset[str]):
+    """A digest's focus terms and, apart, `lead`: those a capped value list ranks its values
+    by (the first task's and the latest calls'). The rest (a queue's current task's, see
+    `task_focus`) choose lines and break only that ranking's ties: a value list never
+    reorders what it ranked without them, so a later task's words push out no value the list
+    kept without them (claude queues' tune split lost one: bench/README.md, "part
+    twenty-four")."""
+
+    lead: frozenset[str]
+
+    def __new__(cls, terms: Iterable[str], lead: frozenset[str] | None = None) -> Focus:
+        self = super().__new__(cls, terms)
+        self.lead = frozenset(self) if lead is None else lead
+        return self
+
+
+def lead_terms(focus: frozenset[str]) -> frozenset[str]:
+    """The terms a capped value list ranks values by (`Focus.lead`; a plain set: all)."""
+    return focus.lead if isinstance(focus, Focus) else focus
+
+
+def task_focus(
+    messages: Sequence[Mapping[str, Any]], task_start: int = -1
+) -> frozenset[str]:
+    """Lower-cased terms of the task statement (the first user message), of the current
+    task's (`task_start`: the user message that started it, in a session whose agent had
+    answered before — a queue's later task, `Clock.task_start`; -1: none) and of the
+    arguments of the latest tool calls. Walks those user messages and the last few turns
+    only. Without the current task's terms a queue's later task kept the lines and values
+    that named its first task's."""
     terms: set[str] = set()
     first_user = next((m for m in messages if m.get("role") == "user"), None)
     if first_user is not None:
         terms |= _terms(content_text(first_user.get("content"))[:4000])
+    current: set[str] = set()
+    if task_start > 0:
+        for msg in messages[task_start:task_start + TASK_MESSAGES]:
+            if msg.get("role") != "user":
+                break  # the task statement: the user messages that start the task
+            current |= _terms(content_text(msg.get("content"))[:4000])
     seen = 0
     for msg in reversed(messages):
         if msg.get("role") != "assistant":
@@ -84,6 +118,8 @@ def task_focus(messages: Sequence[Mapping[str, Any]]) -> frozenset[str]:
         seen += 1
         if seen >= RECENT_CALLS:
             break
+    if current - terms:
+        return Focus(terms | current, frozenset(terms))
     return frozenset(terms)
 
 

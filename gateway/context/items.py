@@ -50,16 +50,35 @@ class Clock:
     task, in a session whose agent had answered before it (a queue's later task; -1: none),
     and the turns walked when it came: what the task has lasted is `turns - task_turns`.
     `api_calls`: the agent made a tool call through the API (its outputs come as tool
-    messages, so a user message after its answer is the user's: `steps.on_first_task`)."""
+    messages, so a user message after its answer is the user's: `steps.on_first_task`).
+    `task_statement`: `task_start` when that user message reads as a new task's statement
+    (`new_task_statement`: a long message after the agent worked through the API on its
+    own for NEW_TASK_CALLS turns), else -1: a customer's reply in a conversation with an
+    agent (tau-bench), or a text-tool agent's observation, starts no task statement."""
 
-    __slots__ = ("api_calls", "named", "task_start", "task_turns", "turns")
+    __slots__ = ("api_calls", "named", "task_start", "task_statement", "task_turns", "turns")
 
     def __init__(self, turns: int = 0) -> None:
         self.turns = turns
         self.named: set[int] = set()
         self.task_start = -1
+        self.task_statement = -1
         self.task_turns = 0
         self.api_calls = False
+
+
+# A user message after an answer is a new task's statement (`Clock.task_statement`) when the
+# agent made at least NEW_TASK_CALLS turns of API tool calls since the user's message before
+# it (it worked a task on its own: a tau-bench agent answering a customer made at most 8) and
+# it has NEW_TASK_CHARS characters (a Toolathlon task's has 265 and more). Tune splits.
+NEW_TASK_CALLS = 10
+NEW_TASK_CHARS = 250
+
+
+def new_task_statement(api_turns: int, text: str) -> bool:
+    """Whether a user message after an answer, `text`, following `api_turns` assistant turns
+    of API tool calls since the user's message before it, reads as a new task's statement."""
+    return api_turns >= NEW_TASK_CALLS and len(text) >= NEW_TASK_CHARS
 
 
 STILL = Clock()  # the clock of items made outside a layout (never moves): age = -turn
@@ -184,6 +203,7 @@ class Layout:
     # before it (a queue's later task: `task_files` holds the first task's only)
     current_files: set[str] = field(default_factory=set)
     naming_calls: set[Any] = field(default_factory=set)  # ids of calls naming one of them
+    api_turns: int = 0  # assistant turns with API tool calls since the latest user message
 
     def extend(self, messages: Sequence[Mapping[str, Any]]) -> list[str]:
         """Walk messages[count:]; returns their units."""
@@ -207,7 +227,10 @@ class Layout:
                         self.current_files = set()
                         self.clock.task_start = i
                         self.clock.task_turns = len(self.turns)
+                        self.clock.task_statement = (
+                            i if new_task_statement(self.api_turns, text) else -1)
                     self.current_files.update(_FILE_NAME.findall(text))
+                self.api_turns = 0
             elif role == "assistant":
                 self.turns.append(i)
                 self.open_from = i if msg.get("tool_calls") else None
@@ -216,6 +239,7 @@ class Layout:
                     self.first_answer = i
                 if msg.get("tool_calls"):
                     self.clock.api_calls = True
+                    self.api_turns += 1
                 for call in msg.get("tool_calls") or ():
                     if isinstance(call, Mapping) and "id" in call:
                         self.call_unit[call["id"]] = unit

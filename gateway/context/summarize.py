@@ -23,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from gateway.context.focus import focus_hits, focus_parts
+from gateway.context.focus import focus_hits, focus_parts, lead_terms
 
 _ERROR = re.compile(
     r"(?i)\b(error|exception|traceback|failed|failure|fatal|panic|denied|not found|"
@@ -161,7 +161,10 @@ def _mentions(
     # stable: defined names first (level 3), then what the task and the latest calls name,
     # then names, then words, then bare numbers
     trailer = _trailer_values(original) if level >= 3 else set()
-    lost.sort(key=lambda v: (v in trailer, v not in first, v.lower() not in focus, _priority(v)))
+    # (a queue's current task's terms break ties only: `focus.Focus`)
+    lead = lead_terms(focus)
+    lost.sort(key=lambda v: (v in trailer, v not in first, v.lower() not in lead, _priority(v),
+                             v.lower() not in focus))
     cap = MENTION_CAP.get(level, 30)
     if level >= 3:
         cap = max(cap, len(original) // MENTION_CHARS_PER_VALUE)
@@ -625,7 +628,8 @@ def _with_fields(payload: str, compact: str, known: frozenset[str],
     lost = [f for f in fields(payload) if f not in compact and f not in known]
     if not lost:
         return compact
-    lost.sort(key=lambda f: not focus_hits(f, focus))
+    lead = lead_terms(focus)
+    lost.sort(key=lambda f: (not focus_hits(f, lead), not focus_hits(f, focus)))
     if bound is None:
         bound = max(FIELD_MIN, len(payload) // FIELD_CHARS_PER_CHAR)
     return _with_line(compact, "omitted fields", lost, bound)
@@ -662,7 +666,8 @@ def _lost_keyed(text: str, compact: str, known: frozenset[str],
     lost = [v for v in dict.fromkeys(out)
             if " " in v and len(v) <= FIELD_CHARS and any(c.isalpha() for c in v)
             and v not in compact and v not in known and not _CUT_MARK.search(v)]
-    lost.sort(key=lambda v: not focus_hits(v, focus))
+    lead = lead_terms(focus)
+    lost.sort(key=lambda v: (not focus_hits(v, lead), not focus_hits(v, focus)))
     return lost
 
 
@@ -832,8 +837,10 @@ def _with_records(payload: str, compact: str, known: frozenset[str],
         return compact
     # links last: a record's link repeats its id, and is several cells long; a cell that
     # names the task inside a longer name (`_pages/publications.html`) before the others
-    lost.sort(key=lambda c: (not focus_hits(c, focus), c.startswith(("http://", "https://")),
-                             0 if focus_hits(c, focus) else -focus_parts(c, focus)))
+    lead = lead_terms(focus)
+    lost.sort(key=lambda c: (not focus_hits(c, lead), c.startswith(("http://", "https://")),
+                             0 if focus_hits(c, lead) else -focus_parts(c, lead),
+                             not focus_hits(c, focus)))
     return _with_line(compact, "records", lost,
                       FIELD_MIN if short else len(payload) // RECORD_CHARS_PER_CHAR)
 
@@ -860,7 +867,8 @@ def _with_links(text: str, compact: str, known: frozenset[str],
             if link not in compact and link not in known and len(link) <= RECORD_CELL_CHARS * 2]
     if not lost:
         return compact
-    lost.sort(key=lambda c: not focus_hits(c, focus))
+    lead = lead_terms(focus)
+    lost.sort(key=lambda c: (not focus_hits(c, lead), not focus_hits(c, focus)))
     return _with_line(compact, "records", lost,
                       max(FIELD_MIN, len(text) // RECORD_CHARS_PER_CHAR))
 

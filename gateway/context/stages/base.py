@@ -48,6 +48,9 @@ class StageContext:
     first_call: bool = False  # the session's first call: no prompt cache to protect
     known: frozenset[str] = frozenset()  # values of the session's system prompt and task
     focus: frozenset[str] = frozenset()  # terms of the task and the latest calls (focus.py)
+    # the same without the current task's statement (a queue's later task): what a masked
+    # content block's placeholder keeps cells by (`apply.kept_cells`)
+    mask_focus: frozenset[str] | None = None  # None: `focus`
     caches: ContextCaches = field(default_factory=ContextCaches)  # the engine's memos
     # the client's messages (the budget ladder reads old exchanges' tool-call arguments)
     messages: Sequence[Mapping[str, Any]] = ()
@@ -154,7 +157,7 @@ def decide(items: list[Item], chosen: Mapping[str, Decision], ctx: StageContext)
             # the cells naming its records too, in a session of fewer than
             # `whole_block_turns` turns: a long session's (a queue's) later masks stay short
             names = opts is not None and item.clock.turns < opts.whole_block_turns
-            text = kept_cells(ctx.originals.get(item.id, item), ctx.focus, frozenset(seen),
+            text = kept_cells(ctx.originals.get(item.id, item), _mask_focus(ctx), frozenset(seen),
                               names)
             if text is not None:
                 decision = decisions[item.id] = replace(decision, text=text)
@@ -188,11 +191,15 @@ def _keeps_cells(item: Item, decision: Decision | None, ctx: StageContext) -> bo
     """Whether `decision` masks an aged tool result whose placeholder may keep cells of it
     (`apply.kept_cells`: an MCP content block's, when the session has focus terms)."""
     if (decision is None or decision.method != "mask" or decision.arg is not None
-            or decision.reason != "aged" or decision.text is not None or not ctx.focus
+            or decision.reason != "aged" or decision.text is not None or not _mask_focus(ctx)
             or item.kind != "tool_result"):
         return False
     original = ctx.originals.get(item.id, item)
     return original.rewritable and original.text.lstrip()[:8].startswith(_BLOCK_HEADS)
+
+
+def _mask_focus(ctx: StageContext) -> frozenset[str]:
+    return ctx.focus if ctx.mask_focus is None else ctx.mask_focus
 
 
 _BLOCK_HEADS = ('{"type"', '[{"type"')  # how an MCP content block's JSON starts
