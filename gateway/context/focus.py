@@ -87,6 +87,11 @@ def lead_terms(focus: frozenset[str]) -> frozenset[str]:
     return focus.lead if isinstance(focus, Focus) else focus
 
 
+def current_terms(focus: frozenset[str]) -> frozenset[str]:
+    """The current task's own terms: those `Focus.lead` lacks (a plain set: none)."""
+    return focus - focus.lead if isinstance(focus, Focus) else frozenset()
+
+
 def task_focus(
     messages: Sequence[Mapping[str, Any]], task_start: int = -1
 ) -> frozenset[str]:

@@ -19,11 +19,12 @@ older one's long commands their first and last lines.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 import orjson
 
-from gateway.context.focus import focus_hits, focus_parts, lead_terms
+from gateway.context.focus import current_terms, focus_hits, focus_parts, lead_terms
 
 _ERROR = re.compile(
     r"(?i)\b(error|exception|traceback|failed|failure|fatal|panic|denied|not found|"
@@ -161,16 +162,33 @@ def _mentions(
     # stable: defined names first (level 3), then what the task and the latest calls name,
     # then names, then words, then bare numbers
     trailer = _trailer_values(original) if level >= 3 else set()
-    # (a queue's current task's terms break ties only: `focus.Focus`)
+    # (by main's focus: a queue's current task's own terms only add values, `_extra`)
     lead = lead_terms(focus)
-    lost.sort(key=lambda v: (v in trailer, v not in first, v.lower() not in lead, _priority(v),
-                             v.lower() not in focus))
+    lost.sort(key=lambda v: (v in trailer, v not in first, v.lower() not in lead, _priority(v)))
     cap = MENTION_CAP.get(level, 30)
     if level >= 3:
         cap = max(cap, len(original) // MENTION_CHARS_PER_VALUE)
+    current = current_terms(focus)
+    extra = _extra(lost[cap:], lambda v: v.lower() in current)
+    if extra:
+        lost = lost[:cap] + extra + [v for v in lost[cap:] if v not in extra]
+        cap += len(extra)
     if whole:
         lost = [whole.get(v, v) for v in lost[:cap]] + lost[cap:]
     return f"{compact}\n{mentions_line(lost, cap)}"
+
+
+# A capped value list is main's (ranked by the first task's terms and the latest calls'); at a
+# queue's later task (`focus.Focus`), up to EXTRA_VALUES of the values it left out that name
+# the current task's own terms follow it: they add to the list and push out none of main's
+# (ranked among main's, `City`, which a later task's statement names, pushed out
+# `Toefl_accepted`: bench/README.md, "part twenty-four").
+EXTRA_VALUES = 3
+
+
+def _extra(rest: list[str], names: Callable[[str], bool]) -> list[str]:
+    """The first EXTRA_VALUES of `rest` (what a capped list left out) that `names`."""
+    return [v for v in rest if names(v)][:EXTRA_VALUES]
 
 
 def _whole_links(source: str) -> dict[str, str]:
@@ -629,10 +647,10 @@ def _with_fields(payload: str, compact: str, known: frozenset[str],
     if not lost:
         return compact
     lead = lead_terms(focus)
-    lost.sort(key=lambda f: (not focus_hits(f, lead), not focus_hits(f, focus)))
+    lost.sort(key=lambda f: not focus_hits(f, lead))
     if bound is None:
         bound = max(FIELD_MIN, len(payload) // FIELD_CHARS_PER_CHAR)
-    return _with_line(compact, "omitted fields", lost, bound)
+    return _with_line(compact, "omitted fields", lost, bound, current_terms(focus))
 
 
 # A plain-text output's `Key: several words` line (a script's printed `Title: Welcome to
@@ -667,13 +685,15 @@ def _lost_keyed(text: str, compact: str, known: frozenset[str],
             if " " in v and len(v) <= FIELD_CHARS and any(c.isalpha() for c in v)
             and v not in compact and v not in known and not _CUT_MARK.search(v)]
     lead = lead_terms(focus)
-    lost.sort(key=lambda v: (not focus_hits(v, lead), not focus_hits(v, focus)))
+    lost.sort(key=lambda v: not focus_hits(v, lead))
     return lost
 
 
-def _with_line(compact: str, label: str, lost: list[str], bound: int) -> str:
+def _with_line(compact: str, label: str, lost: list[str], bound: int,
+               current: frozenset[str] = frozenset()) -> str:
     """`compact` and a line `[label: a; b (+n more)]` of `lost`'s first items, in order,
-    within `bound` characters (each item and its separator)."""
+    within `bound` characters (each item and its separator), then those of the rest that
+    name `current` (a queue's current task's own terms, `_extra`)."""
     kept: list[str] = []
     used = 0
     for f in lost:
@@ -681,6 +701,8 @@ def _with_line(compact: str, label: str, lost: list[str], bound: int) -> str:
             break
         kept.append(f)
         used += len(f) + 2
+    if current:
+        kept += _extra(lost[len(kept):], lambda f: focus_hits(f, current) > 0)
     if not kept:
         return compact
     more = f" (+{len(lost) - len(kept)} more)" if len(lost) > len(kept) else ""
@@ -839,10 +861,10 @@ def _with_records(payload: str, compact: str, known: frozenset[str],
     # names the task inside a longer name (`_pages/publications.html`) before the others
     lead = lead_terms(focus)
     lost.sort(key=lambda c: (not focus_hits(c, lead), c.startswith(("http://", "https://")),
-                             0 if focus_hits(c, lead) else -focus_parts(c, lead),
-                             not focus_hits(c, focus)))
+                             0 if focus_hits(c, lead) else -focus_parts(c, lead)))
     return _with_line(compact, "records", lost,
-                      FIELD_MIN if short else len(payload) // RECORD_CHARS_PER_CHAR)
+                      FIELD_MIN if short else len(payload) // RECORD_CHARS_PER_CHAR,
+                      current_terms(focus))
 
 
 # A line whose value is a link (`Link: https://…`, `URL: http://…`); a text with at least
@@ -868,9 +890,9 @@ def _with_links(text: str, compact: str, known: frozenset[str],
     if not lost:
         return compact
     lead = lead_terms(focus)
-    lost.sort(key=lambda c: (not focus_hits(c, lead), not focus_hits(c, focus)))
+    lost.sort(key=lambda c: not focus_hits(c, lead))
     return _with_line(compact, "records", lost,
-                      max(FIELD_MIN, len(text) // RECORD_CHARS_PER_CHAR))
+                      max(FIELD_MIN, len(text) // RECORD_CHARS_PER_CHAR), current_terms(focus))
 
 
 def summarize(
@@ -924,7 +946,8 @@ def summarize(
         # a printed record whose digest kept none of its lines: its `Key: value` values
         if level >= 3 and _ELIDED_ONLY.fullmatch(compact)  and _keyed_record(source):
             compact = _with_line(compact, "omitted fields",
-                                 _lost_keyed(source, compact, known, focus), FIELD_MIN)
+                                 _lost_keyed(source, compact, known, focus), FIELD_MIN,
+                                 current_terms(focus))
     out = _mentions(source, compact, known, level, notable_only, focus)
     if kind == "tool_call" and level >= 3 and not _FENCE.search(text):
         # An aged turn that made tool calls and ran no command keeps none of its prose, only
