@@ -69,10 +69,10 @@ def _argument_leaves(raw: str) -> list[str]:
 class Focus(frozenset[str]):
     """A digest's focus terms and, apart, `lead`: those a capped value list ranks its values
     by (the first task's and the latest calls'). The rest (a queue's current task's, see
-    `task_focus`) choose lines and break only that ranking's ties: a value list never
-    reorders what it ranked without them, so a later task's words push out no value the list
-    kept without them (claude queues' tune split lost one: bench/README.md, "part
-    twenty-four")."""
+    `task_focus`, `current_terms`) choose lines and add a few values after a capped list
+    (`summarize._extra`): a value list is the one its lead gives, so a later task's words push
+    out no value the list kept without them (claude queues' tune split lost one:
+    bench/README.md, "part twenty-four"; "part twenty-six")."""
 
     lead: frozenset[str]
 
