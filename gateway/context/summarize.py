@@ -19,7 +19,7 @@ older one's long commands their first and last lines.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import orjson
@@ -197,8 +197,7 @@ def _whole_links(source: str) -> dict[str, str]:
     are what an agent opens or writes to next (`https://…/lineups/`, `laura.hall@mcp.com`);
     the value list splits them at `:` and `@` and drops a trailing `/`."""
     out: dict[str, str] = {}
-    for m in _LINK.finditer(source):
-        link = m.group().rstrip(".,;:!?")
+    for link in _links(source):
         parts = values(link)
         lead = parts[1] if "://" in link[:12] and len(parts) > 1 else parts[0] if parts else ""
         if lead and len(link) <= RECORD_CELL_CHARS * 2:
@@ -724,8 +723,22 @@ _LIST = re.compile(r'"([^"\\\n]{1,60})"\s*:\s*\[\s*((?:"(?:[^"\\\n]|\\.){0,240}"
 _LIST_KEY = re.compile(r"(?i)option|choice|enum|values|tags|labels|categor|answers")
 _STRING = re.compile(r'"((?:[^"\\\n]|\\.){0,240})"')
 _PAIR = re.compile(r'"([^"\\\n]{1,60})"\s*:\s*("(?:[^"\\\n]|\\.){0,240}"|-?\d+(?:\.\d+)?)')
-# a link or an e-mail address in running text: kept whole (the value list splits them)
-_LINK = re.compile(r"https?://[^\s\"'<>()\[\]{}|\\`]+|[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
+# A link or an e-mail address in running text: kept whole (the value list splits them). A
+# link keeps brackets it opens and closes itself, nested two deep, as GitHub's autolinker and
+# twitter-text do (`…/wiki/Foo_(bar)`, `…/S(d3adb33f)/page`, `…?filter[state]=open`); a
+# closer it did not open ends it (`(see https://…/a_(b))` is `https://…/a_(b)`), and so does
+# its trailing punctuation (`_links`). Before, any bracket ended it: `…/wiki/Foo_`.
+_LINK_CHAR = r"[^\s\"'<>()\[\]{}|\\`]"
+_BRACKETS = (("\\(", "\\)"), ("\\[", "\\]"), ("\\{", "\\}"))
+_LINK_INNER = "|".join(f"{o}{_LINK_CHAR}*{c}" for o, c in _BRACKETS)
+_LINK_GROUP = "|".join(f"{o}(?:{_LINK_CHAR}|{_LINK_INNER})*{c}" for o, c in _BRACKETS)
+# An address starts where its run of name characters does: tried at every character of a
+# long run with no `@` (a blob, a minified line), it took quadratic time (20,000 characters:
+# 4.7 s).
+_LINK = re.compile(rf"https?://(?:{_LINK_CHAR}|{_LINK_GROUP})+"
+                   r"|(?<![\w.+-])[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
+_LINK_END = ".,;:!?*~"  # GitHub's autolinker's trailing punctuation, but for `_` (`…/Foo_`)
+
 _JSON_ESCAPE = re.compile(r'\\(u[0-9a-fA-F]{4}|["\\/bfnrt])')
 _UNESCAPE = {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f", '"': '"', "\\": "\\",
              "/": "/"}
@@ -735,6 +748,28 @@ RECORD_CELL_CHARS = 60  # a naming cell this long at most (a link: twice as long
 # many characters of the payload. Payloads shorter than RECORD_MIN_PAYLOAD get none.
 RECORD_CHARS_PER_CHAR = 8
 RECORD_MIN_PAYLOAD = 2400  # ~600 tokens: shorter results are kept whole or digested as before
+
+
+def _links(text: str) -> Iterator[str]:
+    """The links and e-mail addresses of `text` (`_LINK`), without their trailing
+    punctuation, in order."""
+    for m in _LINK.finditer(text):
+        yield m.group().rstrip(_LINK_END)
+
+
+_CLOSERS = {")": "(", "]": "[", "}": "{"}
+
+
+def _link_end(link: str) -> str:
+    """A link read to the end of its line or word, as GitHub's autolinker ends it: without
+    its trailing punctuation, nor a trailing closer it did not open (`…/a_(b)).` is
+    `…/a_(b)`)."""
+    while True:
+        link = link.rstrip(_LINK_END)
+        opener = _CLOSERS.get(link[-1:])
+        if opener is None or link.count(opener) >= link.count(link[-1]):
+            return link
+        link = link[:-1]
 
 
 def _unescape(text: str) -> str:
@@ -796,8 +831,7 @@ def _naming_cells(payload: str, lines: bool = False) -> list[str]:
             value = (m.group(1) or m.group(2)).rstrip(".,;:!?")
             if 4 <= len(value) <= RECORD_CELL_CHARS * 2 and not _HASH.fullmatch(value):
                 out.append(value)
-    for m in ([] if json_cells else _LINK.finditer(payload)):  # JSON: its url/href members
-        value = m.group().rstrip(".,;:!?")
+    for value in ([] if json_cells else _links(payload)):  # JSON: its url/href members
         if len(value) <= RECORD_CELL_CHARS * 2:
             out.append(value)
     return list(dict.fromkeys(out))
@@ -851,7 +885,7 @@ def _with_records(payload: str, compact: str, known: frozenset[str],
     list's 80 characters) and an e-mail's `… at myersj@mcp.com` (its local part ranked as a
     plain word), each copied whole into a later call, were in no digest."""
     short = len(payload) < RECORD_MIN_PAYLOAD
-    cells = (list(dict.fromkeys(m.group().rstrip(".,;:!?") for m in _LINK.finditer(payload)))
+    cells = (list(dict.fromkeys(_links(payload)))
              if short else _naming_cells(payload, lines=True))
     lost = [c for c in cells if c not in compact and c not in known
             and len(c) <= RECORD_CELL_CHARS * 2]
@@ -882,7 +916,7 @@ def _with_links(text: str, compact: str, known: frozenset[str],
     `:` and a line digest keeps one or two of them. Within one character per
     RECORD_CHARS_PER_CHAR of the text, at least FIELD_MIN; those naming the focus terms
     first, then in order."""
-    links = _LINK_LINE.findall(text)
+    links = [_link_end(link) for link in _LINK_LINE.findall(text)]
     if len(links) < LINK_RECORDS:
         return compact
     lost = [link for link in dict.fromkeys(links)
