@@ -828,7 +828,7 @@ def _naming_cells(payload: str, lines: bool = False) -> list[str]:
     if not out and lines:  # a text listing records one a line: their names and paths
         out.extend(_csv_cells(payload))
         for m in _TEXT_CELL.finditer(payload):
-            value = (m.group(1) or m.group(2)).rstrip(".,;:!?")
+            value = (m.group(1) or m.group(2) or m.group(3)).rstrip(".,;:!?")
             if 4 <= len(value) <= RECORD_CELL_CHARS * 2 and not _HASH.fullmatch(value):
                 out.append(value)
     for value in ([] if json_cells else _links(payload)):  # JSON: its url/href members
@@ -863,12 +863,15 @@ def _csv_cells(payload: str) -> list[str]:
 
 
 # What names a record in a text that lists them one a line: a list item that is one name
-# (`- academic_warning_sink`, `2. report.docx`), and a `Key: value` line whose value is one
-# path, address or link (`Destination: logging.googleapis.com/projects/p/buckets/b`) — what
-# an agent copies into its next call's arguments many steps after it listed them.
+# (`- academic_warning_sink`, `2. report.docx`), a `Key: value` line whose value is one
+# path, address or link (`Destination: logging.googleapis.com/projects/p/buckets/b`), and
+# the code a table's row starts with (`01711100  算法分析与设计 -01班 …`, `COMP130141.01 …`;
+# four digits at least, not a date) — what an agent copies into its next call's arguments
+# many steps after it listed them.
 _TEXT_CELL = re.compile(
     r"^[ \t]*(?:[-*•]|\d{1,3}[.)])[ \t]+([\w.@/:-]+)[ \t]*$"
-    r"|^[ \t]*[\w .()-]{1,40}:[ \t]+([\w.+-]+(?:@|/)[\w.+@/:*-]+)[ \t]*$", re.MULTILINE)
+    r"|^[ \t]*[\w .()-]{1,40}:[ \t]+([\w.+-]+(?:@|/)[\w.+@/:*-]+)[ \t]*$"
+    r"|^[ \t]*([A-Z]{0,6}\d{4,}(?:\.\d+)?)(?=[ \t]+\S)", re.MULTILINE)
 
 
 def _with_records(payload: str, compact: str, known: frozenset[str],
