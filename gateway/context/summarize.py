@@ -724,12 +724,14 @@ _LIST_KEY = re.compile(r"(?i)option|choice|enum|values|tags|labels|categor|answe
 _STRING = re.compile(r'"((?:[^"\\\n]|\\.){0,240})"')
 _PAIR = re.compile(r'"([^"\\\n]{1,60})"\s*:\s*("(?:[^"\\\n]|\\.){0,240}"|-?\d+(?:\.\d+)?)')
 # A link or an e-mail address in running text: kept whole (the value list splits them). A
-# link keeps brackets it opens and closes itself, nested two deep, as GitHub's autolinker and
-# twitter-text do (`…/wiki/Foo_(bar)`, `…/S(d3adb33f)/page`, `…?filter[state]=open`); a
-# closer it did not open ends it (`(see https://…/a_(b))` is `https://…/a_(b)`), and so does
-# its trailing punctuation (`_links`). Before, any bracket ended it: `…/wiki/Foo_`.
+# link keeps the parentheses and square brackets it opens and closes itself, nested two deep,
+# as GitHub's autolinker and twitter-text do (`…/wiki/Foo_(bar)`, `…/S(d3adb33f)/page`,
+# `…?filter[state]=open`); a closer it did not open ends it (`(see https://…/a_(b))` is
+# `https://…/a_(b)`), and so does its trailing punctuation (`_links`). Before, any bracket
+# ended it: `…/wiki/Foo_`. A brace still does: `…/events{/privacy}` is a URI template, its
+# link `…/events` (GitHub's API lists hundreds).
 _LINK_CHAR = r"[^\s\"'<>()\[\]{}|\\`]"
-_BRACKETS = (("\\(", "\\)"), ("\\[", "\\]"), ("\\{", "\\}"))
+_BRACKETS = (("\\(", "\\)"), ("\\[", "\\]"))
 _LINK_INNER = "|".join(f"{o}{_LINK_CHAR}*{c}" for o, c in _BRACKETS)
 _LINK_GROUP = "|".join(f"{o}(?:{_LINK_CHAR}|{_LINK_INNER})*{c}" for o, c in _BRACKETS)
 # An address starts where its run of name characters does: tried at every character of a
@@ -757,7 +759,7 @@ def _links(text: str) -> Iterator[str]:
         yield m.group().rstrip(_LINK_END)
 
 
-_CLOSERS = {")": "(", "]": "[", "}": "{"}
+_CLOSERS = {")": "(", "]": "["}
 
 
 def _link_end(link: str) -> str:

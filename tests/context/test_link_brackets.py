@@ -15,6 +15,7 @@ MERCURY = "https://en.wikipedia.org/wiki/Mercury_(planet)"
 VENUS = "https://en.wikipedia.org/wiki/Venus_(planet)"
 SESSION = "https://msdn.example.com/S(d3adb33f)/orders/page.htm"
 FILTER = "https://tracker.example.org/issues?filter[state]=open&sort=updated"
+EVENTS = "https://api.github.com/users/octo/events"  # listed as `…/events{/privacy}`
 
 
 def block(text: str) -> str:
@@ -26,10 +27,19 @@ def test_a_links_own_brackets_are_kept_and_what_follows_it_is_not() -> None:
     text = ("Planet notes, collected from several sources.\n"
             f"Sources for the planets: {MERCURY}, and (see {VENUS}).\n"
             f"Orders are listed at {SESSION}; the open issues at {FILTER}.\n"
+
             + "Notes on the orbits and the probes sent, by year and by agency.\n" * 12)
     out = summarize(block(text), "tool_result", 3)
     records = next(line for line in out.splitlines() if line.startswith("[records: "))
     assert records[len("[records: "):-1].split("; ") == [MERCURY, VENUS, SESSION, FILTER]
+
+
+def test_a_uri_templates_link_ends_at_its_brace() -> None:
+    text = ("Account activity, as the API lists it.\n"
+            f"Events: {EVENTS}{{/privacy}} (a URI template).\n"
+            + "Notes on the account, its repositories and its followers.\n" * 12)
+    out = summarize(block(text), "tool_result", 3)
+    assert f"[records: {EVENTS}]" in out
 
 
 def test_a_value_list_names_a_link_with_brackets_whole() -> None:
