@@ -135,6 +135,22 @@ def _long_path(value: str, source: str) -> str:
     return f"/{value}"
 
 
+# Where a value is written as an absolute path: a `/` that no name, path or URL runs into.
+_ABSOLUTE = re.compile(r"(?<![\w./:~-])/(?=\w)")
+
+
+def _absolute(source: str) -> set[str]:
+    """The values of `source` (`values`) that it writes as absolute paths of two names at
+    least (`/workspace/dumps/workspace`), which the list names with their leading `/`."""
+    text = _ESCAPED.sub(" ", source)
+    out = set()
+    for m in _ABSOLUTE.finditer(text):
+        value = _VALUE.match(text, m.end())
+        if value is not None and "/" in value.group():
+            out.add(value.group())
+    return out
+
+
 def _mentions(
     original: str,
     compact: str,
@@ -173,8 +189,9 @@ def _mentions(
     if extra:
         lost = lost[:cap] + extra + [v for v in lost[cap:] if v not in extra]
         cap += len(extra)
-    if whole:
-        lost = [whole.get(v, v) for v in lost[:cap]] + lost[cap:]
+    absolute = _absolute(source)
+    if whole or absolute:
+        lost = [f"/{v}" if v in absolute else whole.get(v, v) for v in lost[:cap]] + lost[cap:]
     return f"{compact}\n{mentions_line(lost, cap)}"
 
 

@@ -1,7 +1,8 @@
 """A digest's value list names a long absolute path whole, leading `/` included
 (`summarize._long_path`): a printed Python dict's `'path': '/workspace/…/claim_02.pdf'` is the
 file the agent opens next, and the list used to drop any value over 80 characters (and the
-leading `/` of every path)."""
+leading `/` of every path: `/workspace/dumps/workspace`, a folder an agent lists next, was
+named `workspace/dumps/workspace`)."""
 
 from __future__ import annotations
 
@@ -35,19 +36,22 @@ def test_a_digest_lists_long_absolute_paths_whole() -> None:
     assert f" {PATHS[-1]} " in out  # whole, with its leading `/`
 
 
-def test_short_paths_and_non_paths_are_listed_as_before() -> None:
-    # a path of 80 characters or fewer keeps its old spelling (no leading `/`); a long value
-    # that is not a path of names (a 70-character segment) or a URL's path is still left out
-    short = [f"  wrote /srv/data/run_{k:03d}/out_{k:03d}.csv" for k in range(40)]
+def test_short_absolute_paths_keep_their_slash_and_non_paths_are_listed_as_before() -> None:
+    # a path of 80 characters or fewer is listed with its leading `/` when the text writes it
+    # so (`_absolute`); a relative one as written; a long value that is not a path of names
+    # (a 70-character segment) or a URL's path is still left out
+    short = [f"  wrote /srv/data/run_{k:03d}/out_{k:03d}.csv from data/in_{k:03d}.csv"
+             for k in range(40)]
     blob = "  token /" + "A" * 70 + "/data/x.bin"
     url = "  see https://www.example.org/" + "/".join(f"section{k:02d}" for k in range(10))
     out = summarize("\n".join([*short[:20], blob, url, *short[20:]]), "tool_result", 3)
     listed = out.splitlines()[-1]
     assert listed.startswith("[omitted text mentions:")
-    assert " srv/data/run_038/out_038.csv" in listed
-    assert "/srv/" not in listed
+    assert " /srv/data/run_038/out_038.csv " in listed
+    assert " data/in_038.csv " in listed and "/data/in_" not in listed
     assert "A" * 70 not in listed
     assert "section09" not in listed
+    assert "/www.example.org" not in listed
 
 
 async def test_an_agent_reads_a_file_whose_path_it_saw_long_before(

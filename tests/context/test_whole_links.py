@@ -46,7 +46,7 @@ def test_values_that_are_not_links_are_listed_as_before() -> None:
                      for k in range(40))
     out = summarize(text, "tool_result", 3)
     listed = out.splitlines()[-1]
-    assert " srv/data/run_038/out_038.csv " in listed
+    assert " /srv/data/run_038/out_038.csv " in listed  # an absolute path, as written
     assert "://" not in listed and "@" not in listed
 
 
