@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import time
 
 import redis.asyncio as aioredis
@@ -9,7 +10,6 @@ import redis.asyncio as aioredis
 from gateway.learner.outage import OutageBuffer, TraceRecord
 from gateway.learner.traces import TraceEvent, TraceSink
 from gateway.observability.metrics import Metrics
-from tests.harness import free_port
 
 
 def record(n: int, size: int = 10) -> TraceRecord:
@@ -47,8 +47,17 @@ def test_put_back_keeps_the_order_and_the_bound() -> None:
 
 
 async def test_shutdown_waits_a_bounded_time_then_counts_what_is_left() -> None:
-    # Nothing listens on this port: every write is refused, as with Redis stopped.
-    redis = aioredis.Redis(port=free_port(), socket_connect_timeout=0.2)
+    # Nothing listens on this port: every write is refused, as with Redis stopped. The port
+    # stays bound (never listening) for the whole test, so that no server started meanwhile
+    # by another test or process can take it (a freed port was once taken by an HTTP
+    # server: a protocol error, not an outage).
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        await _shutdown_counts_what_is_left(held.getsockname()[1])
+
+
+async def _shutdown_counts_what_is_left(port: int) -> None:
+    redis = aioredis.Redis(port=port, socket_connect_timeout=0.2)
     metrics = Metrics()
     sink = TraceSink(redis, metrics, outage_traces=10)
     for n in range(3):
