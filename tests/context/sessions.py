@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from gateway.context.engine import CallContext, ContextEngine, FittedCall
@@ -59,19 +59,27 @@ def order_page(k: int) -> str:
 def ticket_queue(first_turns: int, second_turns: int) -> list[dict[str, Any]]:
     """Two tickets (`T-100`, `T-200`) worked one after the other in one session, each a run
     of `read_page` calls returning `order_page`s, each closed by an answer."""
-    messages: list[dict[str, Any]] = [
-        {"role": "system", "content": "You work the ticket queue with the tools."}]
+    return task_queue("You work the ticket queue with the tools.", [
+        (f"Ticket {ticket}: audit the orders.", turns, f"Ticket {ticket} is audited.")
+        for ticket, turns in (("T-100", first_turns), ("T-200", second_turns))], order_page)
+
+
+def task_queue(system: str, tasks: list[tuple[str, int, str]],
+               page: Callable[[int], str]) -> list[dict[str, Any]]:
+    """One session working `tasks` (statement, `read_page` calls, closing answer) one after
+    the other; the k-th call of the session returns `page(k)`."""
+    messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
     k = 0
-    for ticket, turns in (("T-100", first_turns), ("T-200", second_turns)):
-        messages.append({"role": "user", "content": f"Ticket {ticket}: audit the orders."})
+    for statement, turns, closing in tasks:
+        messages.append({"role": "user", "content": statement})
         for _ in range(turns):
             k += 1
             call = f"call_{k:03d}"
             messages.append({"role": "assistant", "content": f"Reading page {k}.",
                              "tool_calls": [{"id": call, "type": "function", "function": {
                                  "name": "read_page", "arguments": f'{{"page": {k}}}'}}]})
-            messages.append({"role": "tool", "tool_call_id": call, "content": order_page(k)})
-        messages.append({"role": "assistant", "content": f"Ticket {ticket} is audited."})
+            messages.append({"role": "tool", "tool_call_id": call, "content": page(k)})
+        messages.append({"role": "assistant", "content": closing})
     return messages
 
 

@@ -14,7 +14,7 @@ from gateway.context.engine import ContextEngine
 from gateway.context.focus import Focus, task_focus
 from gateway.context.items import NEW_TASK_CALLS, Layout
 from gateway.context.summarize import summarize
-from tests.context.sessions import fit_each_call
+from tests.context.sessions import fit_each_call, task_queue
 
 TOOLS = [{"type": "function", "function": {"name": "read_page",
                                            "parameters": {"type": "object"}}}]
@@ -35,20 +35,8 @@ def _page(k: int) -> str:
 
 
 def _queue(first_turns: int, second_turns: int, second: str = SECOND) -> list[dict[str, Any]]:
-    messages: list[dict[str, Any]] = [
-        {"role": "system", "content": "You work the queue with the tools."}]
-    k = 0
-    for task, turns in ((FIRST, first_turns), (second, second_turns)):
-        messages.append({"role": "user", "content": task})
-        for _ in range(turns):
-            k += 1
-            call = f"call_{k:03d}"
-            messages.append({"role": "assistant", "content": f"Reading page {k}.",
-                             "tool_calls": [{"id": call, "type": "function", "function": {
-                                 "name": "read_page", "arguments": f'{{"page": {k}}}'}}]})
-            messages.append({"role": "tool", "tool_call_id": call, "content": _page(k)})
-        messages.append({"role": "assistant", "content": "Done."})
-    return messages
+    return task_queue("You work the queue with the tools.",
+                      [(FIRST, first_turns, "Done."), (second, second_turns, "Done.")], _page)
 
 
 def _statement(messages: list[dict[str, Any]]) -> int:
