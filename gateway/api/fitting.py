@@ -146,7 +146,8 @@ class Fitting:
                                        validate=not checked)
                 return self._owned(await self.thread.run(
                     lambda engine: _prepare(engine, wire, raw, call, decode, True,
-                                            self._encode(raw), lineage, self.views),
+                                            self._encode(raw), lineage, self.views,
+                                            large=len(raw) >= MAX_BODY_BYTES),
                     deadline))
             async with fit_deadline(deadline):
                 return await _prepare(self.engine, wire, raw, call,
@@ -198,19 +199,19 @@ class Fitting:
         """`whole`, or the session's last body's values and the new messages decoded
         (`resumed`: already decoded so). What the body cache proved of the body (its
         `Lineage`, when it keeps it) is appended to `traced`. `parse_large` decodes on the
-        fitting thread only: there a chat body of a megabyte or more is resumed and kept
-        too (`BodyCache.decode_traced(off_loop=True)`), never on the loop. Not a Messages
-        or Responses one: its view would be remembered (`Views`), and dropped wherever the
-        least recently used view is, the loop too. `validate`: the body is validated as
-        well (its error raised), a resumed one from where its last one's validation ended
-        (`resumed` is validated already)."""
+        fitting thread only: there a body of a megabyte or more is resumed and kept too
+        (`BodyCache.decode_traced(off_loop=True)`), never on the loop; a Messages or
+        Responses one's view is then built on from its last body's there, and kept apart
+        (`Views.view(..., large=True)`: dropped on that thread only). `validate`: the body
+        is validated as well (its error raised), a resumed one from where its last one's
+        validation ended (`resumed` is validated already)."""
         if resumed is not None:
             body, lineage = resumed
             if traced is not None:
                 traced.append(lineage)
             return lambda _raw: body
         tenant, bodies = call.caller.tenant, self.bodies_of(wire)
-        off_loop = whole is parse_large and bodies is self.bodies
+        off_loop = whole is parse_large
         if traced is None and not validate:
             return lambda raw: bodies.decode(tenant, raw, whole, off_loop)
 
@@ -301,9 +302,11 @@ class Fitting:
         baseline signals (`ContextEngine.observe_sent`), on the fitting thread for a large
         call whose body was parsed there (a walk of its every message)."""
         mode = UNMANAGED if call.unmanaged is not None else "bypass"
+        on_thread = self.thread is not None and id(body) in self._large
         observe = partial(_observe_sent, wire=wire, body=body, mode=mode, context=CallContext(
-            call.caller.tenant, call.trace_id, call.headers, call.lineage), views=self.views)
-        if self.thread is None or id(body) not in self._large:
+            call.caller.tenant, call.trace_id, call.headers, call.lineage), views=self.views,
+            large=on_thread)  # its view kept apart: dropped on the thread only
+        if not on_thread:
             return await observe(self.engine)
         return await self._on_thread(observe)
 
@@ -360,9 +363,10 @@ def _as_job(build: Callable[[ContextEngine], T]) -> Job[T]:
 
 
 async def _observe_sent(engine: ContextEngine, *, wire: WireFormat, body: dict[str, Any],
-                        mode: str, context: CallContext, views: Views | None = None
-                        ) -> CallSignals | None:
-    view, lineage = _view(wire, body, context.lineage, views)  # proven of the view's messages
+                        mode: str, context: CallContext, views: Views | None = None,
+                        large: bool = False) -> CallSignals | None:
+    # what is proven of the view's messages
+    view, lineage = _view(wire, body, context.lineage, views, large)
     if view.session_key is not None and HEADER_SESSION not in context.headers:
         context = CallContext(context.tenant, context.trace_id,
                               {**context.headers, HEADER_SESSION: view.session_key}, lineage)
@@ -372,11 +376,12 @@ async def _observe_sent(engine: ContextEngine, *, wire: WireFormat, body: dict[s
 
 
 def _view(wire: WireFormat, body: dict[str, Any], lineage: Lineage | None,
-          views: Views | None) -> tuple[ChatView, Lineage | None]:
+          views: Views | None, large: bool = False) -> tuple[ChatView, Lineage | None]:
     """`wire.view(body)` and what is proven of its messages: the body's lineage when the
-    view is the body (chat), else the view's as `views` builds it (None: nothing)."""
+    view is the body (chat), else the view's as `views` builds it (None: nothing; `large`:
+    on the fitting thread, a large body's, kept apart)."""
     if views is not None:
-        return views.view(wire, body, lineage)
+        return views.view(wire, body, lineage, large)
     view = wire.view(body)
     return view, lineage if view.body is body else None
 
@@ -420,19 +425,20 @@ def _trace_parts(fitted: FittedCall, pieces: AccountPieces,
 async def _prepare(engine: ContextEngine, wire: WireFormat, raw: bytes, call: Call,
                    parse: Callable[[bytes], dict[str, Any]], checked: bool = False,
                    encode: Callable[[dict[str, Any]], bytes] = orjson.dumps,
-                   lineage: list[Lineage] | None = None, views: Views | None = None
-                   ) -> Prepared:
+                   lineage: list[Lineage] | None = None, views: Views | None = None,
+                   large: bool = False) -> Prepared:
     """The call's body parsed (validated already when `checked`), fitted, rendered and
     encoded, on whichever loop runs it: it reads `call` and never writes it (a late result
     must not touch a call already sent on). `lineage`: what the body cache proved of the
     body as `parse` decoded it (its last entry), handed to the engine, which then skips its
     own byte check of the messages proven: the client's messages themselves (chat), or
-    the view's messages built on from the last body's view (`views`)."""
+    the view's messages built on from the last body's view (`views`; `large`: a body of a
+    megabyte or more, on the fitting thread, its view kept apart)."""
     body = parse(raw)
     if not checked:
         wire.validate(body)
     stream = body.get("stream") is True
-    view, proven = _view(wire, body, lineage[-1] if lineage else None, views)
+    view, proven = _view(wire, body, lineage[-1] if lineage else None, views, large)
     headers = call.headers
     if view.session_key is not None and HEADER_SESSION not in headers:
         headers = {**headers, HEADER_SESSION: view.session_key}

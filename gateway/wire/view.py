@@ -126,24 +126,36 @@ class Views:
     lineage, a view not remembered, another count) is built whole, with a lineage naming
     no earlier body. A view is remembered until a later body builds on it (one per chain
     of a session's bodies), at most `entries` of them (least recently used dropped); the
-    states hold the messages the engine's prefixes hold anyway."""
+    states hold the messages the engine's prefixes hold anyway.
 
-    def __init__(self, entries: int = 256) -> None:
+    A `large` body's view (a body of a megabyte or more, decoded and fitted on the fitting
+    thread only: `gateway/api/bodies.py`) is kept apart, at most `large_entries` of them,
+    and dropped only where another large view is kept, on that thread: a small view's
+    keeping (on the loop) never drops one, so the loop never frees 10^4 messages' views.
+    A later body's view builds on a large one only on that thread too (a body that
+    continues a large one is large: its lineage is made there only)."""
+
+    def __init__(self, entries: int = 256, large_entries: int = 16) -> None:
         self._entries = entries
+        self._large_entries = large_entries
         self._kept: OrderedDict[int, tuple[int, Any]] = OrderedDict()  # body -> count, state
+        self._large: OrderedDict[int, tuple[int, Any]] = OrderedDict()  # large bodies' views
         self._lock = threading.Lock()  # the loop and the fitting thread both build views
         self.extended = 0  # views built on from an earlier one (read by tests and benches)
 
-    def view(self, wire: WireFormat, body: dict[str, Any], lineage: Lineage | None
-             ) -> tuple[ChatView, Lineage | None]:
-        """`wire.view(body)`, and what is proven of its messages (None: nothing)."""
+    def view(self, wire: WireFormat, body: dict[str, Any], lineage: Lineage | None,
+             large: bool = False) -> tuple[ChatView, Lineage | None]:
+        """`wire.view(body)`, and what is proven of its messages (None: nothing). `large`:
+        the body is a large one, on the fitting thread (its view kept apart)."""
         extend = getattr(wire, "extend_view", None)
         if extend is None or lineage is None:
             view = wire.view(body)
             return view, lineage if view.body is body else None
         with self._lock:
-            kept = (self._kept.pop(lineage.after, None) if lineage.after is not None
-                    else None)
+            kept = None
+            if lineage.after is not None:
+                kept = self._kept.pop(lineage.after, None) or self._large.pop(
+                    lineage.after, None)
         if kept is not None and kept[0] == lineage.count:
             view, state, shared = extend(body, kept[1])
             proven = Lineage(lineage.body, lineage.after, shared)
@@ -152,11 +164,14 @@ class Views:
             view, state, _ = extend(body, None)
             proven = Lineage(lineage.body)
         items = body.get(getattr(wire, "items", "messages"))
+        order, bound = (self._large, self._large_entries) if large else (
+            self._kept, self._entries)
+        dropped = []  # freed once the lock is let go
         with self._lock:
-            self._kept[lineage.body] = (len(items) if isinstance(items, list) else -1, state)
-            self._kept.move_to_end(lineage.body)
-            while len(self._kept) > self._entries:
-                self._kept.popitem(last=False)
+            order[lineage.body] = (len(items) if isinstance(items, list) else -1, state)
+            order.move_to_end(lineage.body)
+            while len(order) > bound:
+                dropped.append(order.popitem(last=False))
         return view, proven
 
 
