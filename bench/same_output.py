@@ -13,9 +13,16 @@ gateway hands over a body it does not resume (no message object shared with the 
 `--cache`: each call's body decoded from its JSON by the checkout's `BodyCache` as the chat
 route decodes it (under a megabyte as on the loop, from a megabyte as on the fitting thread),
 its lineage handed to the engine; each child prints how many calls came with one.
+`--format messages|responses` (with `--cache`): each call converted to that wire format
+(`bench/wire_convert.py`) and sent through the checkout's managed-route fitting
+(`Fitting.prepare`: body cache, validation, the chat view built on from the last one,
+the engine, the render, the encoding), a body of a megabyte or more on its fitting-thread
+path (run in line, on the same engine); per call the forwarded bytes are compared.
+`--corpus NAME` (repeatable): only that corpus's sessions under `--corpora`.
 
-    python -m bench.same_output --against DIR [--corpora DIR] [--quick] [--fresh|--cache]
-    python bench/same_output.py --child --tree DIR [--corpora DIR] [--quick] [--fresh|--cache]
+    python -m bench.same_output --against DIR [--corpora DIR] [--corpus NAME] [--quick]
+        [--fresh|--cache [--format messages|responses]]
+    python bench/same_output.py --child --tree DIR [--corpora DIR] [...]
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ import hashlib
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +44,10 @@ CORPORA = HERE.parents[2] / "shared" / "corpora"
 MODEL = "gpt-4o-mini"
 
 
-def _sessions(corpora: Path, quick: bool) -> list[tuple[str, list[dict[str, Any]], dict[str, str]]]:
-    """(session name, calls, extra headers) for every session replayed."""
+def _sessions(corpora: Path, quick: bool, only: list[str] | None = None
+              ) -> list[tuple[str, list[dict[str, Any]], dict[str, str]]]:
+    """(session name, calls, extra headers) for every session replayed (`only`: those of
+    the corpora named, no synthetic ones)."""
     from bench.corpora import CORPUS_NAMES, extra_jsonl, load, synthetic_session
     from gateway.context.replay import calls_from_messages
 
@@ -45,12 +55,16 @@ def _sessions(corpora: Path, quick: bool) -> list[tuple[str, list[dict[str, Any]
     # the shared corpora found under `corpora`, then any other JSONL corpus there (tau-bench's)
     shared = [name for name in CORPUS_NAMES if name != "synthetic" and (corpora / name).exists()]
     names = ("synthetic",) if quick else (*shared, *extra_jsonl(corpora), "synthetic")
+    if only:
+        names = tuple(only)
     for corpus in names:
         for session in load(corpus, corpora):
             calls = calls_from_messages(session.messages, MODEL)
             if session.tools:
                 calls = [{**body, "tools": session.tools} for body in calls]
             out.append((f"{corpus}:{session.id}", calls, {}))
+    if only:
+        return out
     long = synthetic_session(0, 300)
     calls = calls_from_messages(long.messages, MODEL)
     out.append(("synthetic-300", calls, {}))
@@ -86,7 +100,7 @@ def _cache_decoder() -> Any:
 
 
 async def _child(corpora: Path, quick: bool, fresh: bool = False,
-                 cached: bool = False) -> list[list[Any]]:
+                 cached: bool = False, only: list[str] | None = None) -> list[list[Any]]:
     from gateway.context.engine import CallContext
     from gateway.context.replay import build_engine
     from gateway.errors import ContextBudgetExceeded
@@ -99,7 +113,7 @@ async def _child(corpora: Path, quick: bool, fresh: bool = False,
     decode = _cache_decoder() if cached else None
     proven = large = large_proven = 0
     try:
-        for name, calls, extra in _sessions(corpora, quick):
+        for name, calls, extra in _sessions(corpora, quick, only):
             headers = {"x-ctxgate-session-id": name, **extra}
             for n, body in enumerate(calls):
                 call = CallContext("same", f"{name}-{n}", headers)
@@ -133,11 +147,85 @@ async def _child(corpora: Path, quick: bool, fresh: bool = False,
     return rows
 
 
+class _InLine:
+    """The fitting thread's part of `Fitting` run in line, on the same engine and loop (one
+    session's calls fitted by one engine, as the gateway's store shares them): a body of a
+    megabyte or more takes the thread's path (decoded by `parse_large`, `off_loop`)."""
+
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
+
+    async def run(self, job: Any, deadline: Any) -> Any:
+        return await job(self.engine)
+
+    def let_go(self, box: list[Any]) -> None:
+        box.clear()
+
+
+async def _wire_child(corpora: Path, quick: bool, wire_name: str,
+                      only: list[str] | None = None) -> list[list[Any]]:
+    """Every call in `wire_name`'s form through the checkout's `Fitting.prepare`."""
+    from bench.wire_convert import CONVERTERS
+    from gateway.api.fitting import Fitting
+    from gateway.api.route import Call
+    from gateway.auth import Principal
+    from gateway.context.replay import build_engine
+    from gateway.settings import Settings
+    from gateway.wire.messages import Messages
+    from gateway.wire.responses import Responses
+
+    wire = {"responses": Responses(), "messages": Messages()}[wire_name]
+    engine = build_engine(Settings())
+    logged: list[dict[str, Any]] = []
+    engine.drop_log._emit = logged.extend  # type: ignore[method-assign]
+    fitting = Fitting(engine, engine.metrics, 600.0, thread=_InLine(engine))  # type: ignore[arg-type]
+    cache = fitting.bodies_of(wire)
+    rows: list[list[Any]] = []
+    proven = large = large_proven = 0
+    try:
+        for name, calls, extra in _sessions(corpora, quick, only):
+            headers = {"x-ctxgate-session-id": name, **extra}
+            for n, chat in enumerate(calls):
+                raw = orjson.dumps(CONVERTERS[wire_name](chat))
+                call = Call(dict(headers), f"{name}-{n}", time.perf_counter(),
+                            Principal("same", None))
+                logged.clear()
+                before = cache.resumed
+                try:
+                    prepared = await fitting.prepare(wire, raw, call)
+                except Exception as exc:  # a refusal must be the same in both
+                    rows.append([name, n, "raised", type(exc).__name__, str(exc)])
+                    continue
+                after = cache.resumed > before
+                proven += after
+                large += len(raw) >= 1 << 20
+                large_proven += after and len(raw) >= 1 << 20
+                fitted = prepared.fitted
+                lines = [{k: v for k, v in line.items() if k != "ts"} for line in logged]
+                rows.append([name, n, hashlib.sha256(prepared.forward).hexdigest()[:16],
+                             prepared.task_class, _sha(lines)] + ([
+                                 _sha(fitted.drops), fitted.tokens_before,
+                                 fitted.tokens_after, fitted.prefix_stable,
+                                 fitted.signals.to_log() if fitted.signals else None]
+                                 if fitted is not None else [prepared.unmanaged]))
+                call.fitted = fitted
+                del prepared, fitted
+                fitting.release(call)
+    finally:
+        if engine.embedder is not None:
+            engine.embedder.close()
+    print(f"lineage: {proven} of {len(rows)} calls resumed; {large_proven} of the {large} "
+          f"of a megabyte or more; {fitting.views.extended} views built on", file=sys.stderr)
+    return rows
+
+
 def _start(tree: Path, corpora: Path, quick: bool, fresh: bool = False,
-           cached: bool = False) -> subprocess.Popen[bytes]:
+           cached: bool = False, wire: str = "chat",
+           only: list[str] | None = None) -> subprocess.Popen[bytes]:
     argv = [sys.executable, str(HERE), "--child", "--tree", str(tree.resolve()),
             "--corpora", str(corpora.resolve())] + (["--quick"] if quick else []) + (
-                ["--fresh"] if fresh else []) + (["--cache"] if cached else [])
+                ["--fresh"] if fresh else []) + (["--cache"] if cached else []) + (
+                ["--format", wire]) + [arg for name in only or () for arg in ("--corpus", name)]
     return subprocess.Popen(argv, cwd=tree, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env={**os.environ, "PYTHONPATH": ""})
 
@@ -173,17 +261,25 @@ def main(argv: list[str]) -> int:
                         help="each body decoded afresh from its JSON (no shared objects)")
     parser.add_argument("--cache", action="store_true",
                         help="each body decoded by the checkout's body cache, its lineage used")
+    parser.add_argument("--format", choices=("chat", "messages", "responses"), default="chat",
+                        help="with --cache: the wire format each call is sent in")
+    parser.add_argument("--corpus", action="append", help="only this corpus (repeatable)")
     args = parser.parse_args(argv)
+    if args.format != "chat" and not args.cache:
+        parser.error("--format needs --cache")
     if args.child:
         sys.path.insert(0, str(args.tree))
-        rows = asyncio.run(_child(args.corpora, args.quick, args.fresh, args.cache))
+        rows = asyncio.run(
+            _wire_child(args.corpora, args.quick, args.format, args.corpus)
+            if args.format != "chat"
+            else _child(args.corpora, args.quick, args.fresh, args.cache, args.corpus))
         sys.stdout.buffer.write(orjson.dumps(rows))
         return 0
     if args.against is None:
         parser.error("--against DIR is required")
     trees = [HERE.parents[1], args.against]
-    children = [_start(tree, args.corpora, args.quick, args.fresh, args.cache)
-                for tree in trees]
+    children = [_start(tree, args.corpora, args.quick, args.fresh, args.cache, args.format,
+                       args.corpus) for tree in trees]
     ours, theirs = (_rows(p, t) for p, t in zip(children, trees, strict=True))
     diffs = compare(ours, theirs)
     sessions = len({row[0] for row in ours})

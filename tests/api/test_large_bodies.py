@@ -2,19 +2,37 @@
 fitting thread (`off_loop`) a long session's large body is resumed from its last one, its new
 messages decoded a piece at a time past a megabyte, exactly as the body decoded whole; on the
 loop such a body is never resumed nor kept, and a large body kept is dropped only by keeping
-another large one (issue 10: no large free on the loop), within its own bound."""
+another large one (issue 10: no large free on the loop), within its own bound. A Messages or
+Responses body is resumed so too, its chat view built on from its last one's on the thread
+and kept apart (`Views`: a large view dropped only by keeping another large one)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from functools import partial
 from typing import Any
 
 import orjson
+import pytest
+import redis.asyncio as aioredis
 
+from bench.wire_convert import CONVERTERS
 from gateway.api.bodies import MAX_BODY_BYTES, BodyCache, decode_members
+from gateway.api.fitting import Fitting
 from gateway.api.pieces import PIECEWISE_BYTES, Unsure, members_in_pieces, parse_large
+from gateway.api.route import Call
+from gateway.auth import Principal
+from gateway.context.offload import FittingThread
+from gateway.context.prefix import Lineage
+from gateway.context.replay import build_engine, calls_from_messages
+from gateway.settings import Settings
+from gateway.wire.messages import Messages
+from gateway.wire.responses import Responses
+from gateway.wire.view import Views, WireFormat
 from tests.api.test_bodies import BAD, CHAT, _opened, _refusal, outcome
+from tests.sessions import synthetic_session
 
 
 def _message(n: int, size: int = 40_000) -> dict[str, Any]:
@@ -151,3 +169,91 @@ def test_a_large_resumed_body_is_validated_from_where_its_last_one_was_as_whole(
             "t", raw, parse_large, off_loop=True, check=check))
         assert resumed == whole, new
     assert cache.resumed == len(news)
+
+
+# Anthropic Messages and OpenAI Responses bodies of a megabyte and more (`Fitting`, `Views`).
+
+def _wire_session(name: str, calls: int = 8) -> list[bytes]:
+    """A synthetic session's last `calls` calls in `name`'s wire format, its first tool
+    output padded so that only the first of them is under a megabyte."""
+    chats = calls_from_messages(synthetic_session(7, 40)[1], "gpt-4o-mini")[-calls:]
+    pad = MAX_BODY_BYTES - 200 - len(orjson.dumps(CONVERTERS[name](chats[0])))
+    lines = "".join(f"line {k}: lorem ipsum dolor. " for k in range(pad // 20))[:pad]
+    raws = []
+    for chat in chats:
+        messages = list(chat["messages"])
+        at = next(n for n, message in enumerate(messages) if message["role"] == "tool")
+        messages[at] = {**messages[at], "content": messages[at]["content"] + "\n" + lines}
+        raws.append(orjson.dumps(CONVERTERS[name]({**chat, "messages": messages})))
+    return raws
+
+
+WIRES = {"messages": Messages(), "responses": Responses()}
+
+
+async def _fit_all(fitting: Fitting, wire: WireFormat, raws: list[bytes],
+                   session: str) -> list[bytes]:
+    """Each body through the managed route's fitting (`Fitting.prepare`), as forwarded."""
+    out = []
+    for n, raw in enumerate(raws):
+        call = Call({"x-ctxgate-session-id": session}, f"{session}-{n}", time.perf_counter(),
+                    Principal("large", None))
+        prepared = await fitting.prepare(wire, raw, call)
+        call.fitted = prepared.fitted
+        out.append(prepared.forward)
+        fitting.release(call)
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(WIRES))
+def test_a_large_messages_or_responses_body_is_resumed_and_its_view_built_on_on_the_thread(
+        redis_url: str, name: str) -> None:
+    """Through `Fitting.prepare` with its fitting thread: each body of a megabyte or more
+    (all but the first) is resumed from the last one and its chat view built on from that
+    one's (both on the thread), its view kept apart, and it forwards exactly what the same
+    bodies decoded and translated whole forward (fails on main: only a chat body of a
+    megabyte was resumed there; a Messages or Responses one was decoded whole)."""
+    wire, raws = WIRES[name], _wire_session(name)
+    assert len(raws[0]) < MAX_BODY_BYTES <= len(raws[1])
+
+    async def run(keep: bool) -> tuple[list[bytes], Fitting]:
+        engine = build_engine(Settings(), with_embedder=False)
+        thread = FittingThread(lambda _client: build_engine(Settings(), with_embedder=False),
+                               lambda: aioredis.Redis.from_url(redis_url))
+        thread.start()
+        try:
+            fitting = Fitting(engine, engine.metrics, 600.0, thread)
+            if not keep:  # nothing kept: every body decoded and translated whole
+                fitting._bodies[wire.name] = BodyCache(min_bytes=1 << 62, name=wire.items)
+            return await _fit_all(fitting, wire, raws, f"{name}-{keep}"), fitting
+        finally:
+            await thread.aclose()
+
+    resumed, fitting = asyncio.run(run(True))
+    whole, _ = asyncio.run(run(False))
+    assert resumed == whole
+    assert fitting.bodies_of(wire).resumed == len(raws) - 1
+    assert fitting.views.extended == len(raws) - 1
+    assert list(fitting.views._large) == [fitting.bodies_of(wire)._large[
+        next(iter(fitting.bodies_of(wire)._large))][1].number]  # the last body's view only
+    assert not fitting.views._kept  # the first (small) body's view was built on, on the thread
+
+
+def test_a_small_views_keeping_never_drops_a_large_one() -> None:
+    """`Views`: keeping small views (on the loop) past `entries` drops small ones only;
+    keeping large ones (on the thread) drops the oldest large ones past `large_entries`;
+    a large view is still built on from (fails on main: `Views.view` had no `large`)."""
+    wire = WIRES["messages"]
+    views = Views(entries=4, large_entries=2)
+    body = {"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "a"}]}
+    views.view(wire, body, Lineage(1), large=True)
+    for number in range(100, 110):
+        views.view(wire, body, Lineage(number))
+        assert len(views._kept) <= 4
+    assert list(views._large) == [1]
+    longer = {**body, "messages": [*body["messages"], {"role": "assistant", "content": "b"}]}
+    _, proven = views.view(wire, longer, Lineage(2, 1, 1), large=True)
+    assert proven == Lineage(2, 1, 1) and views.extended == 1
+    views.view(wire, body, Lineage(3), large=True)
+    views.view(wire, body, Lineage(4), large=True)
+    assert list(views._large) == [3, 4] and len(views._kept) == 4
