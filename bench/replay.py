@@ -19,6 +19,7 @@ with `--against DIR` another checkout's code in the same run, rounds interleaved
 
     .venv/bin/python bench/replay.py --timing [--against DIR] [--gateway] [--rounds N]
         [--turns N] [--seeds N] [--web N] [--queue DIR/NAME ...] [--longest N] [--json OUT]
+        [--wire chat|responses|messages ...]
 
 `--format` sends each corpus call in that wire format (converted by `bench/wire_convert.py`,
 fitted through the format's adapter as its route does, the forwarded request read back as
@@ -353,14 +354,20 @@ def main() -> int:
     timing.add_argument("--queue", type=Path, action="append", default=[],
                         help="a corpus folder (JSONL) whose longest sessions are timed too")
     timing.add_argument("--longest", type=int, default=2, help="sessions timed per --queue")
+    timing.add_argument("--wire", action="append", choices=("chat", "responses", "messages"),
+                        help="with --gateway: its calls sent in this wire format (repeatable;"
+                        " chat by default; without chat the engine alone is not timed)")
     args = parser.parse_args()
     if args.timing:
         trees = [("this", Path(__file__).resolve().parents[1])]
         if args.against:
             trees.append((f"against {args.against.name}", args.against.resolve()))
         kinds = ["engine", "gateway"] if args.gateway else ["engine"]
+        wires = args.wire or ["chat"]
+        if args.gateway and "chat" not in wires:  # the engine alone has no wire format
+            kinds = ["gateway"]
         report = run_timing(trees, kinds, args.rounds, args.turns, args.seeds, args.web,
-                            args.corpora, args.queue, args.longest)
+                            args.corpora, args.queue, args.longest, wires)
         print_timing(report)
         if args.json:
             args.json.write_text(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode())

@@ -3,7 +3,9 @@ time grows with the new content only), for this checkout and optionally another 
 code before a change) in the same run, rounds interleaved so that both see the same load.
 
 Run through `bench/replay.py --timing [--against DIR] [--rounds N] [--turns N]
-[--seeds N] [--web N] [--queue DIR/NAME ...] [--longest N] [--gateway]`; `--queue` adds the
+[--seeds N] [--web N] [--queue DIR/NAME ...] [--longest N] [--gateway [--wire F ...]]`;
+`--wire chat|responses|messages` (repeatable) sends the gateway's calls in that wire format
+(converted by `bench.wire_convert` before the clock starts); `--queue` adds the
 `--longest` sessions (most calls) of a corpus folder in the JSONL format (e.g. the converted
 queues in /tmp), each call sent as the replay sends it (`bench.corpus_run.request`).
 Each measurement runs in a child process started from the checkout it measures (`--tree`),
@@ -138,27 +140,45 @@ def gateway_stack(tmp: Path, timeout_s: float = 600.0) -> Iterator[Any]:
 
 
 def _gateway_child(turns: int, seeds: int, web: int, corpora: Path | None,
-                   queues: Sequence[Path] = (), longest: int = 2) -> dict[str, Any]:
+                   queues: Sequence[Path] = (), longest: int = 2,
+                   wire: str = "chat") -> dict[str, Any]:
     import httpx
 
     out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp, gateway_stack(Path(tmp)) as gateway, \
             httpx.Client(timeout=60) as client:
         for name, calls in _sessions(turns, seeds, web, corpora, queues, longest):
-            out[name] = _post_session(client, gateway.base_url, name, calls)
+            out[name] = _post_session(client, gateway.base_url, name, calls, wire)
     out.pop("warm")
     return out
 
 
-def _post_session(client: Any, base_url: str, name: str, calls: list[dict[str, Any]]
-                  ) -> dict[str, Any]:
+WIRE_PATHS = {"chat": "/chat/completions", "responses": "/responses", "messages": "/messages"}
+
+
+def _post_session(client: Any, base_url: str, name: str, calls: list[dict[str, Any]],
+                  wire: str = "chat") -> dict[str, Any]:
+    """The session's calls posted in turn (`wire`: each converted to that format by
+    `bench.wire_convert`, as `bench/replay.py --format` sends it, and posted to its route;
+    converted before the clock starts)."""
     headers = {"authorization": "Bearer sk-bench-timing-0000", "x-ctxgate-session-id": name}
+    if wire == "messages":
+        headers = {"x-api-key": "sk-bench-timing-0000", "anthropic-version": "2023-06-01",
+                   "x-ctxgate-session-id": name}
     ms, trip, between, previous = [], [], [], None
     for body in calls:
-        start = time.perf_counter()
         # A corpus queue's calls name no model (`corpus_run.request`): the SDK's order.
         sent = body if "model" in body else {"model": MODEL, **body}
-        response = client.post(f"{base_url}/chat/completions", json=sent, headers=headers)
+        if wire != "chat":
+            from bench.wire_convert import CONVERTERS
+
+            sent = CONVERTERS[wire](sent)
+            if wire == "messages" and "max_tokens" not in sent:
+                sent["max_tokens"] = 1024  # the Messages API requires it
+        raw = orjson.dumps(sent)
+        start = time.perf_counter()
+        response = client.post(f"{base_url}{WIRE_PATHS[wire]}", content=raw,
+                               headers={**headers, "content-type": "application/json"})
         trip.append(1000 * (time.perf_counter() - start))
         if response.status_code != 200:
             raise RuntimeError(f"call {len(ms)}: {response.status_code} {response.text[:300]}")
@@ -181,6 +201,7 @@ def child_main(argv: list[str]) -> None:
     parser.add_argument("--corpora", type=Path)
     parser.add_argument("--queue", type=Path, action="append", default=[])
     parser.add_argument("--longest", type=int, default=2)
+    parser.add_argument("--format", choices=sorted(WIRE_PATHS), default="chat")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(args.tree.resolve()))
     if args.child == "engine":
@@ -188,13 +209,16 @@ def child_main(argv: list[str]) -> None:
                                            args.queue, args.longest))
     else:
         result = _gateway_child(args.turns, args.seeds, args.web, args.corpora, args.queue,
-                                args.longest)
+                                args.longest, args.format)
     sys.stdout.buffer.write(orjson.dumps(result))
 
 
 def _run_child(kind: str, tree: Path, turns: int, seeds: int, web: int, corpora: Path,
-               queues: Sequence[Path] = (), longest: int = 2) -> dict[str, Any]:
+               queues: Sequence[Path] = (), longest: int = 2,
+               wire: str = "chat") -> dict[str, Any]:
     extra = [a for q in queues for a in ("--queue", str(q.resolve()))]
+    if wire != "chat":  # the gateway child's (the engine alone has no wire format)
+        extra += ["--format", wire]
     done = subprocess.run(
         [sys.executable, str(HERE), "--child", kind, "--tree", str(tree), "--turns", str(turns),
          "--seeds", str(seeds), "--web", str(web), "--corpora", str(corpora.resolve()),
@@ -234,20 +258,23 @@ def summarise(session: dict[str, Any], key: str = "ms") -> dict[str, float]:
 
 def run_timing(trees: list[tuple[str, Path]], kinds: list[str], rounds: int, turns: int,
                seeds: int, web: int, corpora: Path, queues: Sequence[Path] = (),
-               longest: int = 2) -> dict[str, Any]:
+               longest: int = 2, wires: Sequence[str] = ("chat",)) -> dict[str, Any]:
     """Every (kind, tree) measured once per round, in turn; per session, each figure's
     median over rounds."""
     load = [os.getloadavg()]
     runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for _ in range(rounds):
-        for kind in kinds:
+        for kind, wire in [(k, w) for k in kinds for w in (wires if k == "gateway"
+                                                             else ("chat",))]:
             for label, tree in trees:
-                result = _run_child(kind, tree, turns, seeds, web, corpora, queues, longest)
-                runs.setdefault((kind, label), []).append(result)
+                result = _run_child(kind, tree, turns, seeds, web, corpora, queues, longest,
+                                    wire)
+                name = kind if wire == "chat" else f"{kind}-{wire}"
+                runs.setdefault((name, label), []).append(result)
     load.append(os.getloadavg())
     table: dict[str, Any] = {}
     for (kind, label), results in runs.items():
-        keys = ["ms", "round_trip_ms"] if kind == "gateway" else ["ms", "cpu_ms"]
+        keys = ["ms", "round_trip_ms"] if kind.startswith("gateway") else ["ms", "cpu_ms"]
         for key in keys:
             for session in results[0]:
                 per_round = [summarise(r[session], key) for r in results]
@@ -267,9 +294,11 @@ def print_timing(report: dict[str, Any]) -> None:
     print("| " + " | ".join(head) + " |\n|" + "---|" * len(head))
     for key, r in report["rows"].items():
         kind, what, session, label = key.split("|")
+        gateway, _, wire = kind.partition("-")
         measured = {"engine|ms": "engine.fit", "engine|cpu_ms": "engine.fit CPU",
                     "gateway|ms": "gateway overhead-ms",
-                    "gateway|round_trip_ms": "gateway round trip"}[f"{kind}|{what}"]
+                    "gateway|round_trip_ms": "gateway round trip"}[f"{gateway}|{what}"] + (
+                        f" ({wire})" if wire else "")
         cells = [measured, session, label, f"{r['first']:.2f}", f"{r['last']:.2f}",
                  f"{r['ratio']:.2f}x", f"{r['calm_first']:.2f} / {r['calm_last']:.2f}",
                  f"{r['step_first']:.2f} / {r['step_last']:.2f}", f"{r['steps']:.0f}"]

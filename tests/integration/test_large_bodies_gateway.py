@@ -1,7 +1,8 @@
 """Through the real gateway: a long session whose bodies pass a megabyte, each resumed from
 its last call's on the fitting thread (`gateway/api/bodies.py`, `off_loop`), is fitted,
 forwarded and metered exactly as the same session whose every body is decoded whole (a
-piece at a time, `gateway/api/pieces.py`), fitted and bypassed alike."""
+piece at a time, `gateway/api/pieces.py`), fitted and bypassed alike; in Messages and
+Responses form too (their chat views built on from the last call's on the thread)."""
 
 from __future__ import annotations
 
@@ -13,11 +14,12 @@ import httpx
 import orjson
 import pytest
 
+from bench.wire_convert import CONVERTERS
 from gateway.api.bodies import MAX_BODY_BYTES
 from gateway.context.replay import calls_from_messages
 from tests.conftest import ModuleStart, gateway_env, module_gateway
 from tests.harness import Gateway, Upstream
-from tests.integration.test_bodies_gateway import HEADERS, TOOLS
+from tests.integration.test_bodies_gateway import HEADERS, TOOLS, WIRE_PATHS
 from tests.sessions import synthetic_session
 
 CALLS = 8  # the session's last calls sent: the first under a megabyte, the others past it
@@ -77,3 +79,46 @@ def test_a_session_past_a_megabyte_resumed_goes_out_as_one_decoded_whole(
         assert one == other, f"call {n}"
     if not bypass:  # the later calls were fitted: a megabyte of task is over any budget
         assert int(one[1][2]) > 0
+
+
+def _send_wire(gateway: Gateway, upstream: Upstream, name: str, raw: bytes, key: str,
+               session: str, bypass: bool) -> tuple[bytes, list[str], float]:
+    auth = ({"authorization": f"Bearer {key}"} if name == "responses" else
+            {"x-api-key": key, "anthropic-version": "2023-06-01"})
+    upstream.clear()
+    response = httpx.post(f"{gateway.base_url}{WIRE_PATHS[name]}", content=raw, timeout=120,
+                          headers={**auth, "content-type": "application/json",
+                                   "x-ctxgate-session-id": session,
+                                   **({"x-ctxgate-bypass": "true"} if bypass else {})})
+    assert response.status_code == 200, response.text
+    return (upstream.client_requests()[-1]["body"],
+            [response.headers[header] for header in HEADERS],
+            float(response.headers["x-ctxgate-overhead-ms"]))
+
+
+@pytest.mark.parametrize("bypass", [False, True], ids=["fitted", "bypassed"])
+@pytest.mark.parametrize("name", sorted(WIRE_PATHS))
+def test_a_wire_session_past_a_megabyte_resumed_goes_out_as_one_translated_whole(
+        large_gateway: Gateway, upstream: Upstream, name: str, bypass: bool) -> None:
+    """Messages and Responses: the session of `_calls` in that format, sent compact (each
+    body past a megabyte resumed from its last call's on the fitting thread, its chat view
+    built on from that one's there) and re-indented on every call (never resumed) under
+    another tenant, fitted and bypassed, forwards the same bytes and headers."""
+    calls = [{**CONVERTERS[name](body), **({"max_tokens": 256} if name == "messages" else {})}
+             for body in _calls()]
+    sizes = [len(orjson.dumps(body)) for body in calls]
+    assert sizes[1] >= MAX_BODY_BYTES
+    run = uuid.uuid4().hex[:8]
+    keys = [f"sk-large-{name}-{kind}-{run}-0000" for kind in ("resumed", "whole")]
+    for n, body in enumerate(calls):
+        compact = orjson.dumps(body)
+        whole = json.dumps(body, indent=n + 1).encode()
+        one = _send_wire(large_gateway, upstream, name, compact, keys[0], f"a-{run}", bypass)
+        other = _send_wire(large_gateway, upstream, name, whole, keys[1], f"b-{run}", bypass)
+        assert one[1] == other[1], f"call {n}"
+        if one[0] == compact:  # forwarded as the client sent it: so was the other's
+            assert other[0] == whole, f"call {n}"
+        else:
+            assert one[0] == other[0], f"call {n}"
+    if not bypass:
+        assert int(one[1][2]) > 0  # the later calls were fitted
