@@ -134,6 +134,7 @@ def gateway_stack(tmp: Path, timeout_s: float = 600.0) -> Iterator[Any]:
         stack.callback(stop, upstream.process)
         gateway = Gateway.start(tmp / "gw", {
             "CTXGATE_UPSTREAM_URL": f"{upstream.url}/v1", "CTXGATE_REDIS_URL": redis.url,
+            "CTXGATE_ANTHROPIC_UPSTREAM_URL": upstream.url,  # `--wire messages`
             "CTXGATE_WORKER": "off"}, wait_path="/readyz", timeout_s=timeout_s)
         stack.callback(stop, gateway.process)
         yield gateway
