@@ -164,6 +164,15 @@ _REACT_ACTION = re.compile(r"^\W*(?:Action(?: \d+)?: *)?[A-Za-z_]\w*\[[^\n]*\] *
 _OBSERVATION = re.compile(r"Observation(?: \d+)?:")
 
 
+# A shell command an agent wrote in a fenced code block (```` ```bash ````, ```` ```sh ````,
+# unlabelled), and the exit status its harness reports first (`<returncode>1</returncode>`,
+# `Exit code: 1`): a person's reply does not open with one, so such a turn is that
+# command's result however short (an edit's empty output).
+_SHELL_BLOCK = re.compile(r"^```(?:bash|sh|shell|zsh|console)?[ \t]*\n", re.MULTILINE)
+_EXIT_STATUS = re.compile(r"\W*(?:return ?code|exit ?code|exit status)\W{0,3}-?\d+\b",
+                          re.IGNORECASE)
+
+
 def text_tool_result(assistant: str, user: str) -> bool:
     """Whether a user turn answers a call the assistant turn before it named in prose: it is
     long and its first line names that call (`Result of search_class("X"):`), or the HTTP
@@ -171,10 +180,14 @@ def text_tool_result(assistant: str, user: str) -> bool:
     `Here is the response from the GET request:`), or it starts with ReAct's
     `Observation:` label after a ReAct action the assistant wrote on a line of its own
     (`click[Buy Now]`), as an agent harness that runs the model's calls writes it back; a
-    person's reply rarely does."""
+    person's reply rarely does. Or, however short, its first line reports the exit status
+    of a shell command the assistant wrote in a fenced block (`<returncode>0</returncode>`
+    after ```` ```bash ````)."""
+    head = user.lstrip()[:_HEAD_CHARS].split("\n", 1)[0]
+    if "```" in assistant and _EXIT_STATUS.match(head) and _SHELL_BLOCK.search(assistant):
+        return True
     if len(user) < TEXT_RESULT_MIN_CHARS:
         return False
-    head = user.lstrip()[:_HEAD_CHARS].split("\n", 1)[0]
     if "(" in assistant and any(m.group(0) in assistant for m in _CALL_NAME.finditer(head)):
         return True
     if "[" in assistant and _OBSERVATION.match(head) and _REACT_ACTION.search(assistant):

@@ -412,6 +412,8 @@ def _digest(lines: list[str], known: frozenset[str], focus: frozenset[str] = fro
     error the command met; a line all of whose values the model has read above (a status
     line every edit prints, the `[File: …]` header of a file the agent just wrote) is left
     out, the first line too: the command above it says what the output was."""
+    if not lines:
+        return ""
     errors = [i for i, line in enumerate(lines) if _ERROR.search(line) and not _LINE_NO.match(line)]
     keep: set[int] = set()
     for i in [0, *errors[:2], *_focus_lines(lines, focus), len(lines) - 1]:
@@ -477,8 +479,9 @@ def _structured(
         return compact
     lines = [line for line in text.splitlines() if not _PROMPT.match(line)]
     if len(lines) <= SHORT_LINES.get(level, 3):
-        if level >= 3:
-            return _digest([line for line in lines if line.strip()] or lines, known, focus)
+        if level >= 3:  # lines that all read as prompts (`<output>`, `</output>`) kept
+            return _digest([line for line in lines if line.strip()] or lines
+                           or text.splitlines(), known, focus)
         return "\n".join(_cut(line) for line in lines)
     if len(lines) <= 3:
         return "\n".join(_cut(line) for line in lines) if level == 1 else _cut(text[:200])

@@ -1,0 +1,92 @@
+"""Agents that write one shell command a turn in a fenced block (mini-SWE-agent: a `THOUGHT:`
+and ```` ```bash ```` block; the harness answers in a user turn opening with the command's
+exit status, `<returncode>0</returncode>`; no API tools): the answer is the command's result
+however short, the system prompt that has the model work a shell is no plain chat's, an
+output whose lines all look like prompts digests without failing, and the sections of the
+task statement (an issue's `### Steps to Reproduce`) keep their identifiers as the task
+statement does."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.context.classify import is_agent_request, is_text_tool_request
+from gateway.context.engine import CallContext, ContextEngine
+from gateway.context.items import text_tool_result
+from gateway.context.summarize import summarize
+
+SYSTEM = ("You are a helpful assistant that can interact multiple times with a computer shell "
+          "to solve programming tasks.\nYour response must contain exactly ONE bash code block "
+          "with ONE command (or commands connected with && or ||).")
+TASK = ("<pr_description>\nConsider the following PR description:\nSliced WCS gives a wrong "
+        "pixel\n\n### Description\nworld_to_pixel on a slice returns an erroneous result for "
+        "one of the dimensions of the cube, as shown below.\n\n### Steps to Reproduce\n"
+        "```python\nwcs_header = {'CDELT3': 0.055, 'CUNIT3': 'Angstrom', 'CRVAL3': 1.05}\n"
+        "fits_wcs = astropy.wcs.WCS(header=wcs_header)\n```\n</pr_description>\n\n"
+        "<instructions>\nFix it in the non-test files of the current directory.\n"
+        "</instructions>")
+
+
+def _reply(k: int) -> str:
+    return (f"THOUGHT: I read the next part of the module, lines {40 * k} on.\n\n```bash\n"
+            f"nl -ba astropy/wcs/wcsapi/sliced_low_level_wcs.py | sed -n '{40 * k},"
+            f"{40 * k + 12}p'\n```")
+
+
+def _answer(k: int) -> str:
+    body = "".join(f"   {40 * k + i}\t        value_{k}_{i} = self._wcs.pixel_n_dim + {i}\n"
+                   for i in range(12))
+    return f"<returncode>0</returncode>\n<output>\n{body}</output>"
+
+
+def _session(calls: int) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM},
+                                      {"role": "user", "content": TASK}]
+    for k in range(calls):
+        messages.append({"role": "assistant", "content": _reply(k)})
+        messages.append({"role": "user", "content": _answer(k)})
+    return messages
+
+
+def test_an_exit_status_answers_a_shell_block() -> None:
+    session = _session(2)
+    assert is_text_tool_request({"messages": session})
+    assert not is_agent_request({"messages": session})
+    assert text_tool_result(_reply(1), _answer(1))
+    # however short: an edit's empty output
+    assert text_tool_result(_reply(1), "<returncode>0</returncode>\n<output>\n</output>")
+    assert text_tool_result("Running it:\n```\npytest -q\n```", "Exit code: 1\n2 failed")
+    # no shell block (prose, another language), or no exit status first: no result
+    assert not text_tool_result("I ran `ls` before.", "<returncode>0</returncode>\n<output>\n")
+    assert not text_tool_result("```python\nprint(1)\n```", "<returncode>0</returncode>")
+    assert not text_tool_result(_reply(1), "<output>\nsetup.py\n</output>")
+    assert not text_tool_result(_reply(1), "Thanks, and what is the return code of it?")
+
+
+async def test_a_shell_agents_system_prompt_is_no_plain_chat(engine: ContextEngine) -> None:
+    first = {"messages": _session(0)}
+    assert engine.classifier.by_rules(first) != "plain_chat"
+    chat = {"messages": [{"role": "system", "content": "You are a helpful assistant."},
+                         {"role": "user", "content": "hello"}]}
+    assert engine.classifier.by_rules(chat) == "plain_chat"
+
+
+def test_an_output_of_prompt_like_lines_digests() -> None:
+    text = "<returncode>0</returncode>\n<output>\n</output>"
+    assert summarize(text, "user", level=3) == "<returncode>0</returncode>\n[…1 lines]\n</output>"
+
+
+async def test_a_shell_session_ages_its_turns(
+    engine: ContextEngine,
+) -> None:
+    # past the agent policy's 60th turn; the class named, as a first call decides nothing
+    messages = _session(70)
+    headers = {"x-ctxgate-session-id": "shell", "x-ctxgate-task-class": "default"}
+    fitted = None
+    for end in range(2, len(messages) + 1, 2):  # each call ends with a user turn
+        fitted = await engine.fit({"messages": messages[:end]}, CallContext("t-sh", "s", headers))
+    assert fitted is not None and fitted.task_class == "default"
+    sent = fitted.body["messages"]
+    assert sent[-1] == messages[-1]  # the latest output as written
+    assert fitted.drops and fitted.tokens_after < fitted.tokens_before
+    assert sum(d.tokens_saved for d in fitted.drops) == fitted.tokens_before - fitted.tokens_after
