@@ -457,7 +457,9 @@ def message_items(
                     turn=n_turns - seen,
                     pinned=pinned_msg or (i == layout.latest_user and not knowledge),
                     rewritable=rewritable,
-                    goal=role == "user" and i < first_answer and not knowledge,
+                    # the task statement's sections too (an issue's `### Steps to
+                    # Reproduce`): their identifiers are the task's
+                    goal=role == "user" and i < first_answer,
                     clock=clock,
                 )
             )

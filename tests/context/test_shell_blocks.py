@@ -76,7 +76,7 @@ def test_an_output_of_prompt_like_lines_digests() -> None:
     assert summarize(text, "user", level=3) == "<returncode>0</returncode>\n[…1 lines]\n</output>"
 
 
-async def test_a_shell_session_ages_its_turns(
+async def test_a_shell_session_ages_and_its_task_sections_keep_their_values(
     engine: ContextEngine,
 ) -> None:
     # past the agent policy's 60th turn; the class named, as a first call decides nothing
@@ -90,3 +90,7 @@ async def test_a_shell_session_ages_its_turns(
     assert sent[-1] == messages[-1]  # the latest output as written
     assert fitted.drops and fitted.tokens_after < fitted.tokens_before
     assert sum(d.tokens_saved for d in fitted.drops) == fitted.tokens_before - fitted.tokens_after
+    # the values of the task statement's sections, which a reproduction script re-types
+    text = "\n".join(str(m["content"]) for m in sent)
+    for value in ("CDELT3", "0.055", "Angstrom", "CRVAL3", "1.05"):
+        assert value in text
