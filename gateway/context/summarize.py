@@ -351,6 +351,18 @@ def _short_fence(fence: str) -> str:
     return _keep_lines(lines, {0, 1, 2, len(lines) - 2, len(lines) - 1})
 
 
+# A fenced shell block, whole (```` ```bash ```` … ```` ``` ````, `sh`, `shell`, unlabelled).
+_SHELL_FENCE = re.compile(r"^```(?:bash|sh|shell|zsh|console)?[ \t]*\n.*?^```",
+                          re.DOTALL | re.MULTILINE)
+
+
+def shell_commands(text: str) -> list[str]:
+    """The fenced shell blocks of an assistant turn as its digest keeps them: a pasted
+    payload cut to its start, a long block (a heredoc) to its first and last lines."""
+    return [_short_fence(_BLOB.sub(lambda m: f"{m[0][:40]}…({len(m[0])} chars)", f))
+            for f in _SHELL_FENCE.findall(text)]
+
+
 def _codey(sentences: list[str], known: frozenset[str]) -> list[str]:
     """Up to 3 sentences (after the first) naming code, paths or numbers, in their order:
     those naming a notable value the model has not read above first (the turn's own
