@@ -357,10 +357,17 @@ _SHELL_FENCE = re.compile(r"^```(?:bash|sh|shell|zsh|console)?[ \t]*\n.*?^```",
 
 
 def shell_commands(text: str) -> list[str]:
-    """The fenced shell blocks of an assistant turn as its digest keeps them: a pasted
-    payload cut to its start, a long block (a heredoc) to its first and last lines."""
-    return [_short_fence(_BLOB.sub(lambda m: f"{m[0][:40]}…({len(m[0])} chars)", f))
-            for f in _SHELL_FENCE.findall(text)]
+    """The command line of each fenced shell block of an assistant turn (`$ sed -n 10,20p
+    a.py`; a longer block, a heredoc, its first line and how many lines follow)."""
+    out = []
+    for fence in _SHELL_FENCE.findall(text):
+        lines = _BLOB.sub(lambda m: f"{m[0][:40]}…({len(m[0])} chars)", fence).splitlines()
+        body = lines[1:-1]
+        if not body:
+            continue
+        more = f" […{len(body) - 1} lines]" if len(body) > 1 else ""
+        out.append(f"$ {_cut(body[0])}{more}")
+    return out
 
 
 def _codey(sentences: list[str], known: frozenset[str]) -> list[str]:
