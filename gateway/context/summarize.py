@@ -351,22 +351,30 @@ def _short_fence(fence: str) -> str:
     return _keep_lines(lines, {0, 1, 2, len(lines) - 2, len(lines) - 1})
 
 
-# A fenced shell block, whole (```` ```bash ```` … ```` ``` ````, `sh`, `shell`, unlabelled).
-_SHELL_FENCE = re.compile(r"^```(?:bash|sh|shell|zsh|console)?[ \t]*\n.*?^```",
-                          re.DOTALL | re.MULTILINE)
+# The info strings of a fenced shell block (```` ```bash ````, `sh`, `shell`, unlabelled).
+_SHELL_INFOS = frozenset({"", "bash", "sh", "shell", "zsh", "console"})
 
 
 def shell_commands(text: str) -> list[str]:
     """The command line of each fenced shell block of an assistant turn (`$ sed -n 10,20p
-    a.py`; a longer block, a heredoc, its first line and how many lines follow)."""
-    out = []
-    for fence in _SHELL_FENCE.findall(text):
-        lines = _BLOB.sub(lambda m: f"{m[0][:40]}…({len(m[0])} chars)", fence).splitlines()
-        body = lines[1:-1]
-        if not body:
+    a.py`; a longer block, a heredoc, its first line and how many lines follow). Fences are
+    paired in order, so the closing fence of a ```` ```python ```` block never opens one."""
+    out: list[str] = []
+    info: str | None = None  # the open fence's info string
+    body: list[str] = []
+    for line in text.splitlines():
+        if not line.startswith("```"):
+            if info is not None:
+                body.append(line)
             continue
-        more = f" […{len(body) - 1} lines]" if len(body) > 1 else ""
-        out.append(f"$ {_cut(body[0])}{more}")
+        if info is None:
+            info, body = line[3:].strip().lower(), []
+            continue
+        if info in _SHELL_INFOS and body:
+            first = _BLOB.sub(lambda m: f"{m[0][:40]}…({len(m[0])} chars)", body[0])
+            more = f" […{len(body) - 1} lines]" if len(body) > 1 else ""
+            out.append(f"$ {_cut(first)}{more}")
+        info = None
     return out
 
 

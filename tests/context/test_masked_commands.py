@@ -34,6 +34,10 @@ def test_shell_commands_are_each_blocks_command_line() -> None:
     assert shell_commands(text) == ["$ cat <<'EOF' > check_iter.py […3 lines]"]
     assert shell_commands("```sh\nsed -n '10,20p' a.py\n```") == ["$ sed -n '10,20p' a.py"]
     assert shell_commands("no block here") == []
+    # a python block's closing fence opens nothing: the prose after it is no command
+    assert shell_commands("```python\nf()\n```\nprose after\n```bash\nls -la\n```") == [
+        "$ ls -la"]
+    assert shell_commands("```bash\nls\n") == []  # never closed
 
 
 async def test_a_masked_shell_turn_keeps_its_command(engine: ContextEngine) -> None:
