@@ -222,3 +222,20 @@ def run_conversion(parser: argparse.ArgumentParser, source: Path, out: Path,
         parser.error(f"reading {source}: {exc.stderr}")
     for name, count in written.items():
         print(f"{out / name}: {count} sessions")
+
+
+def converter_main(argv: Sequence[str] | None, doc: str, source: str, out: str, rev: str,
+                   queue_calls: int, convert: Callable[..., Mapping[str, int]]) -> int:
+    """The command line of a converter that reads one commit of a git repository:
+    `--repo`, `--out` (default `out`), `--rev` (default `rev`), `--queue-calls`; then
+    `convert(repo, out, rev=, queue_calls=)` through `run_conversion`."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--repo", type=Path, required=True,
+                        help=f"{source} git directory (or a checkout of --rev)")
+    parser.add_argument("--out", type=Path, default=Path(out))
+    parser.add_argument("--rev", default=rev, help="commit holding the runs (git only)")
+    parser.add_argument("--queue-calls", type=int, default=queue_calls)
+    args = parser.parse_args(argv)
+    run_conversion(parser, args.repo, args.out, lambda: convert(
+        args.repo, args.out, rev=args.rev, queue_calls=args.queue_calls))
+    return 0

@@ -38,7 +38,6 @@ each with a `README.md` saying where it came from and how it was converted:
 
 from __future__ import annotations
 
-import argparse
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -50,9 +49,9 @@ from bench.autocoderover import user_turn_kinds
 from bench.chat_corpus import (
     Message,
     RepoReader,
+    converter_main,
     join_queues,
     n_calls,
-    run_conversion,
     write_runs_and_queues,
 )
 
@@ -183,16 +182,7 @@ def convert(repo: Path, out: Path, *, rev: str = REV, queue_calls: int = 350
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repo", type=Path, required=True,
-                        help=f"{SOURCE} git directory (or a checkout)")
-    parser.add_argument("--out", type=Path, default=Path("/tmp/gen40"))
-    parser.add_argument("--rev", default=REV, help="commit holding the notebook (git only)")
-    parser.add_argument("--queue-calls", type=int, default=350)
-    args = parser.parse_args(argv)
-    run_conversion(parser, args.repo, args.out, lambda: convert(
-        args.repo, args.out, rev=args.rev, queue_calls=args.queue_calls))
-    return 0
+    return converter_main(argv, __doc__ or "", SOURCE, "/tmp/gen40", REV, 350, convert)
 
 
 if __name__ == "__main__":
