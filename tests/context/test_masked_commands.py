@@ -4,11 +4,10 @@ the prose goes, the command lines stay (`stages/compress._masked_commands`)."""
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from gateway.context.engine import CallContext, ContextEngine
 from gateway.context.summarize import shell_commands
-from tests.context.test_shell_blocks import SYSTEM, TASK, _answer
+from tests.context.test_shell_blocks import _session
 
 
 def _reply(k: int) -> str:
@@ -17,15 +16,6 @@ def _reply(k: int) -> str:
             f"a script printing every axis of the sliced WCS.\n\n```bash\n"
             f"cat <<'EOF' > check_axis_{k}.py\nimport astropy.wcs\n{body}EOF\n"
             f"python check_axis_{k}.py\n```")
-
-
-def _session(calls: int) -> list[dict[str, Any]]:
-    messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM},
-                                      {"role": "user", "content": TASK}]
-    for k in range(calls):
-        messages.append({"role": "assistant", "content": _reply(k)})
-        messages.append({"role": "user", "content": _answer(k)})
-    return messages
 
 
 def test_shell_commands_are_each_blocks_command_line() -> None:
@@ -41,7 +31,7 @@ def test_shell_commands_are_each_blocks_command_line() -> None:
 
 
 async def test_a_masked_shell_turn_keeps_its_command(engine: ContextEngine) -> None:
-    messages = _session(70)
+    messages = _session(70, _reply)
     headers = {"x-ctxgate-session-id": "shell-mask", "x-ctxgate-task-class": "default"}
     fitted = None
     for end in range(2, len(messages) + 1, 2):

@@ -8,6 +8,7 @@ statement does."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from gateway.context.classify import is_agent_request, is_text_tool_request
@@ -39,11 +40,13 @@ def _answer(k: int) -> str:
     return f"<returncode>0</returncode>\n<output>\n{body}</output>"
 
 
-def _session(calls: int) -> list[dict[str, Any]]:
+def _session(calls: int, reply: Callable[[int], str] | None = None
+             ) -> list[dict[str, Any]]:
+    """A shell agent's session of `calls` turns (`reply`: the agent's turn k)."""
     messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM},
                                       {"role": "user", "content": TASK}]
     for k in range(calls):
-        messages.append({"role": "assistant", "content": _reply(k)})
+        messages.append({"role": "assistant", "content": (reply or _reply)(k)})
         messages.append({"role": "user", "content": _answer(k)})
     return messages
 
