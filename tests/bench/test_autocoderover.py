@@ -9,8 +9,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bench import autocoderover, corpora
+from bench import autocoderover
 from bench.yardstick import call_ends
+from tests.bench.converted import loaded
 
 SYSTEM = {"role": "system", "content": "You are a software developer maintaining a large project."}
 
@@ -62,9 +63,7 @@ def test_converts_tasks_and_queues_that_the_replay_reads(tmp_path: Path) -> None
 
     # calls: alpha 1 + 2 = 3, beta 3, gamma 4 + 1 = 5; 11 calls -> 2 queues
     assert written == {"acr-run-9": 3, "acr-run-9-queue": 2}
-    assert corpora.extra_jsonl(out) == sorted(written)
-    runs = corpora.load("acr-run-9", out)
-    queues = corpora.load("acr-run-9-queue", out)
+    runs, queues = loaded(written, out, "acr-run-9")
     assert [s.id for s in runs] == ["acr-run-9/alpha__alpha-1", "acr-run-9/beta__beta-2",
                                     "acr-run-9/gamma__gamma-3"]
     assert [len(call_ends(s.messages)) for s in runs] == [3, 3, 5]

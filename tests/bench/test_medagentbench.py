@@ -8,14 +8,14 @@ both folders."""
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from bench import corpora, medagentbench
+from bench import medagentbench
 from bench.yardstick import call_ends
+from tests.bench.converted import committed, git, loaded, rows
 
 INSTRUCTIONS = "You are an expert in using FHIR functions to assist medical professionals. "
 
@@ -38,18 +38,10 @@ def runs_file(rows: list[tuple[int, int, bool]]) -> str:
         "history": history(i, calls, big=big)}}) + "\n" for i, calls, big in rows)
 
 
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c",
-                           "user.email=t@t", *args], check=True, capture_output=True,
-                          text=True).stdout.strip()
-
-
 @pytest.fixture
 def source(tmp_path: Path) -> tuple[Path, str]:
     """A git directory whose first commit holds two models' runs and whose HEAD removed them."""
     repo = tmp_path / "agentbench"
-    repo.mkdir()
-    git(repo, "init", "-q")
     base = repo / "outputs" / "Jan17v1"
     # gpt-4o-mini: tasks out of order in the file; task 1 has a 30,000-character answer
     mini = base / "gpt-4o-mini" / "medagentbench-std"
@@ -60,12 +52,10 @@ def source(tmp_path: Path) -> tuple[Path, str]:
     other.mkdir(parents=True)
     (other / "runs.jsonl").write_text(runs_file([(5, 1, False), (4, 2, False)]))
     (base / "dummy").write_text("\n")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-qm", "Upload results")
-    rev = git(repo, "rev-parse", "HEAD")
+    git_dir, rev = committed(repo, "Upload results")
     git(repo, "rm", "-rq", "outputs")
     git(repo, "commit", "-qm", "remove")
-    return repo / ".git", rev
+    return git_dir, rev
 
 
 def test_converts_runs_and_queues_that_the_replay_reads(source: tuple[Path, str],
@@ -77,9 +67,7 @@ def test_converts_runs_and_queues_that_the_replay_reads(source: tuple[Path, str]
 
     # gpt-4o-mini: 2 + 2 + 3 = 7 calls -> 2 queues; llama-3.3: 2 + 1 = 3 calls -> 1 queue
     assert written == {"medagentbench": 5, "medagentbench-queue": 3}
-    assert corpora.extra_jsonl(out) == sorted(written)
-    runs = corpora.load("medagentbench", out)
-    queues = corpora.load("medagentbench-queue", out)
+    runs, queues = loaded(written, out, "medagentbench")
     assert [s.id for s in runs] == [
         "medagentbench/gpt-4o-mini-000", "medagentbench/gpt-4o-mini-001",
         "medagentbench/gpt-4o-mini-002", "medagentbench/llama-3.3-004",
@@ -102,8 +90,7 @@ def test_converts_runs_and_queues_that_the_replay_reads(source: tuple[Path, str]
     assert queues[0].messages == runs[0].messages + runs[1].messages
     assert queues[2].messages == runs[3].messages + runs[4].messages
     assert [len(call_ends(s.messages)) for s in queues] == [4, 3, 3]
-    lines = [json.loads(line) for line in
-             (out / "medagentbench-queue" / "sessions.jsonl").read_text().splitlines()]
+    lines = rows(out, "medagentbench-queue")
     assert [(s["model"], s["task_id"]) for s in lines] == [
         ("gpt-4o-mini", None), ("gpt-4o-mini", None), ("llama-3.3", None)]
     readme = (out / "medagentbench" / "README.md").read_text()

@@ -7,13 +7,13 @@ where the mirror of `gruckion/mini-swe-agent` is on this machine, the real runs.
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from bench import corpora, miniswe
 from bench.yardstick import call_ends
+from tests.bench.converted import committed, loaded, rows
 
 SYSTEM = "You are a helpful assistant that can interact multiple times with a computer shell."
 MIRROR = Path("/work/.mirror/gruckion+mini-swe-agent/repo")
@@ -49,12 +49,6 @@ def trajectory(instance: str) -> str:
                        "trajectory_format": "mini-swe-agent-1", "instance_id": instance})
 
 
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c",
-                           "user.email=t@t", *args], check=True, capture_output=True,
-                          text=True).stdout.strip()
-
-
 @pytest.fixture
 def source(tmp_path: Path) -> tuple[Path, str]:
     repo = tmp_path / "mini"
@@ -63,10 +57,7 @@ def source(tmp_path: Path) -> tuple[Path, str]:
         folder.mkdir(parents=True)
         (folder / f"{instance}.traj.json").write_text(trajectory(instance))
     (repo / miniswe.RUN / "RESULTS.md").write_text("not a trajectory")
-    git(repo, "init", "-q")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-qm", "runs")
-    return repo / ".git", git(repo, "rev-parse", "HEAD")
+    return committed(repo, "runs")
 
 
 def test_converts_runs_and_queues_that_the_replay_reads(source: tuple[Path, str],
@@ -78,9 +69,7 @@ def test_converts_runs_and_queues_that_the_replay_reads(source: tuple[Path, str]
 
     # 4 + 2 + 1 calls -> 7 / 4 -> 2 queues, cut after the first run (4 nearest 3.5)
     assert written == {"miniswe-gemini3": 3, "miniswe-gemini3-queue": 2}
-    assert corpora.extra_jsonl(out) == sorted(written)
-    runs = corpora.load("miniswe-gemini3", out)
-    queues = corpora.load("miniswe-gemini3-queue", out)
+    runs, queues = loaded(written, out, "miniswe-gemini3")
     assert [s.id for s in runs] == ["miniswe-gemini3/a__a-1", "miniswe-gemini3/b__b-2",
                                     "miniswe-gemini3/c__c-3"]
     assert [len(call_ends(s.messages)) for s in runs] == [4, 2, 1]
@@ -97,8 +86,7 @@ def test_converts_runs_and_queues_that_the_replay_reads(source: tuple[Path, str]
                                       "miniswe-gemini3-queue/b__b-2--c__c-3-q1"]
     assert queues[0].messages == runs[0].messages
     assert queues[1].messages == runs[1].messages + runs[2].messages[1:]
-    lines = [json.loads(line) for line in
-             (out / "miniswe-gemini3" / "sessions.jsonl").read_text().splitlines()]
+    lines = rows(out, "miniswe-gemini3")
     assert [(s["model"], s["task_id"]) for s in lines] == [
         ("gemini-3-pro-preview", "a__a-1"), ("gemini-3-pro-preview", "b__b-2"),
         ("gemini-3-pro-preview", "c__c-3")]

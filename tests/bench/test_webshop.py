@@ -7,13 +7,13 @@ folders; and, where the mirror of `ysymyth/ReAct` is on this machine, the real n
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from bench import corpora, webshop
 from bench.yardstick import call_ends
+from tests.bench.converted import committed, loaded, rows
 
 PROMPT = "Webshop \nInstruction:  \nexample\n[Search]  \n\nAction: search[x]\nObservation: ...\n"
 MIRROR = Path("/work/.mirror/ysymyth+ReAct/repo")
@@ -57,21 +57,12 @@ def notebook() -> str:
     return json.dumps({"cells": cells})
 
 
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c",
-                           "user.email=t@t", *args], check=True, capture_output=True,
-                          text=True).stdout.strip()
-
-
 @pytest.fixture
 def source(tmp_path: Path) -> tuple[Path, str]:
     repo = tmp_path / "react"
     repo.mkdir()
-    git(repo, "init", "-q")
     (repo / "WebShop.ipynb").write_text(notebook())
-    git(repo, "add", "-A")
-    git(repo, "commit", "-qm", "notebook")
-    return repo / ".git", git(repo, "rev-parse", "HEAD")
+    return committed(repo, "notebook")
 
 
 def test_converts_runs_and_queues_that_the_replay_reads(source: tuple[Path, str],
@@ -83,9 +74,7 @@ def test_converts_runs_and_queues_that_the_replay_reads(source: tuple[Path, str]
 
     # 3 + 4 + 1 calls -> 8 / 3 -> 3 queues at the episode boundaries, one episode each
     assert written == {"webshop-react": 3, "webshop-react-queue": 3}
-    assert corpora.extra_jsonl(out) == sorted(written)
-    runs = corpora.load("webshop-react", out)
-    queues = corpora.load("webshop-react-queue", out)
+    runs, queues = loaded(written, out, "webshop-react")
     assert [s.id for s in runs] == ["webshop-react/fixed_000", "webshop-react/fixed_001",
                                     "webshop-react/fixed_002"]
     assert [len(call_ends(s.messages)) for s in runs] == [3, 4, 1]
@@ -107,8 +96,7 @@ def test_converts_runs_and_queues_that_the_replay_reads(source: tuple[Path, str]
         assert session.tools is None
         assert session.messages[0]["content"].startswith(PROMPT)
     assert [s.messages for s in queues] == [s.messages for s in runs]
-    lines = [json.loads(line) for line in
-             (out / "webshop-react" / "sessions.jsonl").read_text().splitlines()]
+    lines = rows(out, "webshop-react")
     assert [(s["model"], s["task_id"]) for s in lines] == [
         ("text-davinci-002", 0), ("text-davinci-002", 1), ("text-davinci-002", 2)]
     readme = (out / "webshop-react" / "README.md").read_text()
