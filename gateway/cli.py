@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import signal
 from pathlib import Path
 from typing import Annotated, Any
@@ -41,6 +42,7 @@ def serve(
 
     settings = _settings(host=host, port=port, config=config)
     configure_logging(settings.log_level)
+    _log_config(settings)
     _check_config(settings)
     # uvicorn re-raises SIGTERM/SIGINT once it has shut down; turn that into an exit that
     # still runs the `finally` below, so the embedded Redis is stopped too. Installed first:
@@ -73,6 +75,21 @@ def _exit_on_signal(signum: int, frame: object) -> None:
     raise SystemExit(0)
 
 
+def _log_config(settings: Settings) -> None:
+    """Name the configuration file in use; without one, say so loudly: a gateway started
+    away from its `config/gateway.yaml` would otherwise run, unnoticed, on the built-in
+    defaults (one `default` class, no model table) instead of the team's classes."""
+    log = logging.getLogger("ctxgate")
+    if settings.config.exists():
+        log.info("configuration loaded", extra={
+            "config": str(settings.config.resolve()),
+            "models_file": str(settings.models_file) if settings.models_file else None})
+        return
+    log.warning("no configuration file at %s (working directory %s): running on the "
+                "built-in defaults; set CTXGATE_CONFIG to the YAML file",
+                settings.config, Path.cwd(), extra={"config": None})
+
+
 def _check_config(settings: Settings) -> None:
     """Fail before listening if the task classes, models or playbook settings are invalid."""
     from gateway.context.models import ModelTable
@@ -102,6 +119,7 @@ def worker(
 
     settings = _settings(config=config)
     configure_logging(settings.log_level)
+    _log_config(settings)
 
     async def main() -> None:
         stop = asyncio.Event()
