@@ -81,6 +81,12 @@ LANDING = 0.04
 LEANED_MIN = 4
 # The task statement's identifiers a rewrite of it lists at most (in the task's order).
 GOAL_MENTION_CAP = 24
+# A path in the task statement longer than a notable value (a traceback's frame under a
+# virtualenv, 114 characters) is listed by its last components within this many characters:
+# the file and the package it sits in (`django/core/management/__init__.py`), what the agent
+# opens next (mini-SWE-agent `django__django-15973` at 60%: the path, not notable, was in no
+# list, and `__init__.py` went with the traceback's digest).
+GOAL_TAIL_CHARS = 40
 EXCERPT_MIN = 32  # tokens an excerpt keeps at least, else the rung's own rewrite stands
 # An excerpt that lists values it cut (a task statement's identifiers) is made again this many
 # times at most, shorter by what the list overshot (the values lost change with the cut).
@@ -464,7 +470,7 @@ class Ladder:
     ) -> Decision:
         """`decision` rendering `text` and a mentions line of the `lost` values of `original`
         (in their order there; unchanged when it names none of them)."""
-        kept = [v for v in item_values_ordered(original.text) if v in lost]
+        kept = [v for v in goal_values(original.text) if v in lost]
         if not kept:  # a marker's own number ("[…16 lines]"), not the item's
             return decision
         return replace(decision, text=f"{text}\n{mentions_line(kept, cap)}")
@@ -554,7 +560,27 @@ def goal_ids(text: str, ctx: StageContext) -> frozenset[str]:
     a rewrite of it takes away (no longer in its text) and the model does not read above it
     (the system prompt) are listed after the rewrite (`GOAL_MENTION_CAP`): a port only the
     task names is what the agent connects to steps later (swe-agent `ctf__crypto__katy`)."""
-    return frozenset(v for v in item_values(text, ctx) if len(v) >= LEANED_MIN and notable(v))
+    return frozenset(v for v in goal_values(text) if len(v) >= LEANED_MIN and notable(v))
+
+
+def goal_values(text: str) -> list[str]:
+    """The values of `text` in order (`summarize.values`), a path longer than a notable
+    value as its tail (`path_tail`)."""
+    return list(dict.fromkeys(path_tail(v) for v in item_values_ordered(text)))
+
+
+def path_tail(value: str) -> str:
+    """`value`, or when it is a path too long to be notable, its last components within
+    GOAL_TAIL_CHARS characters (its last alone when that is longer)."""
+    if "/" not in value or notable(value):
+        return value
+    parts = value.split("/")
+    tail = parts[-1]
+    for part in reversed(parts[:-1]):
+        if len(part) + 1 + len(tail) > GOAL_TAIL_CHARS:
+            break
+        tail = f"{part}/{tail}"
+    return tail
 
 
 def usefulness(item: Item) -> tuple[bool, float, int, int]:
@@ -710,7 +736,7 @@ def _excerpt_back(unit: list[Item], now: dict[str, Item], ctx: StageContext, roo
         above = {v for i in now.values() if i.message_index < longest.message_index
                  for v in item_values(i.text, ctx)}
         lost = {v for v in goal_ids(longest.text, ctx) if v not in text and v not in above}
-        kept = [v for v in item_values_ordered(longest.text) if v in lost]
+        kept = [v for v in goal_values(longest.text) if v in lost]
         if kept:
             text = f"{text}\n{mentions_line(kept, GOAL_MENTION_CAP)}"
     filled = Decision("compress", "compress", "over_budget", "summary", 1, text=text)
