@@ -607,13 +607,15 @@ async def test_the_task_statements_identifiers_stay_when_it_is_cut(
         assert drops_add_up(fitted)
 
 
-def _ctf_ladder() -> tuple[ladder.Ladder, int]:
+def goal_ladder(messages: list[dict[str, Any]]) -> tuple[ladder.Ladder, int]:
+    """A ladder over `messages` (a first call: every item behind the horizon), and the
+    position of its task statement."""
     counter = TokenCounter()
-    items = parse_request({"messages": _ctf_call()}, counter, "o200k_base").items
+    items = parse_request({"messages": messages}, counter, "o200k_base").items
     ctx = stage_base.StageContext(
         task_class=task_class("t", {}), counter=counter, encoding="o200k_base",
         embedder=None, fixed_tokens=0, horizon=len(items), query="",
-        originals={i.id: i for i in items}, decisions={}, messages=_ctf_call(),
+        originals={i.id: i for i in items}, decisions={}, messages=messages,
         known=frozenset(v for i in items if i.kind == "system" or i.goal for v in values(i.text)),
     )
     return ladder.Ladder(items, ctx), next(p for p, i in enumerate(items) if i.goal)
@@ -625,7 +627,7 @@ def test_every_rewrite_of_the_task_statement_lists_its_identifiers(to: int | str
     mentions line naming its identifiers that the system prompt does not (the session's
     `known` values include the task's own: before, the summaries listed none of them);
     what the step reports saved is what the item lost, the line counted."""
-    cut, goal = _ctf_ladder()
+    cut, goal = goal_ladder(_ctf_call())
     before = sum(i.tokens for i in cut.kept())
     need = 10**6 if to != "excerpt" else cut.current[goal].tokens // 2  # type: ignore[union-attr]
     saved = cut.step(goal, 0 if to == "excerpt" else int(to), "over_budget", lambda _: True, need)

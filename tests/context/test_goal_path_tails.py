@@ -9,12 +9,8 @@ from typing import Any
 
 import pytest
 
-from gateway.context.items import parse_request
-from gateway.context.stages import base as stage_base
 from gateway.context.stages import ladder
-from gateway.context.summarize import values
-from gateway.context.taskclass import task_class
-from gateway.context.tokens import TokenCounter
+from tests.context.test_budget_ladder import goal_ladder
 
 SITE = "/home/dev/.local/share/virtualenvs/bugfix-O9qARFZW/lib/python3.9/site-packages"
 FRAMES = ("django/core/management/__init__.py", "django/core/management/base.py",
@@ -43,23 +39,11 @@ def _call() -> list[dict[str, Any]]:
     ]
 
 
-def _ladder() -> tuple[ladder.Ladder, int]:
-    counter = TokenCounter()
-    items = parse_request({"messages": _call()}, counter, "o200k_base").items
-    ctx = stage_base.StageContext(
-        task_class=task_class("t", {}), counter=counter, encoding="o200k_base",
-        embedder=None, fixed_tokens=0, horizon=len(items), query="",
-        originals={i.id: i for i in items}, decisions={}, messages=_call(),
-        known=frozenset(v for i in items if i.kind == "system" or i.goal for v in values(i.text)),
-    )
-    return ladder.Ladder(items, ctx), next(p for p, i in enumerate(items) if i.goal)
-
-
 @pytest.mark.parametrize("to", [2, ladder.MASK, "excerpt"])
 def test_a_cut_task_statement_lists_its_long_paths_by_their_tails(to: int | str) -> None:
     """Each rewrite that takes the traceback away lists every frame's file with its package
     (before: none, each path over the notable value's 80 characters), never the whole path."""
-    cut, goal = _ladder()
+    cut, goal = goal_ladder(_call())
     need = 10**6 if to != "excerpt" else cut.current[goal].tokens // 2  # type: ignore[union-attr]
     cut.step(goal, 0 if to == "excerpt" else int(to), "over_budget", lambda _: True, need)
     text = cut.current[goal].text  # type: ignore[union-attr]
