@@ -560,7 +560,8 @@ def goal_ids(text: str, ctx: StageContext) -> frozenset[str]:
     a rewrite of it takes away (no longer in its text) and the model does not read above it
     (the system prompt) are listed after the rewrite (`GOAL_MENTION_CAP`): a port only the
     task names is what the agent connects to steps later (swe-agent `ctf__crypto__katy`)."""
-    return frozenset(v for v in goal_values(text) if len(v) >= LEANED_MIN and notable(v))
+    tails = (path_tail(v) for v in item_values(text, ctx))
+    return frozenset(v for v in tails if len(v) >= LEANED_MIN and notable(v))
 
 
 def goal_values(text: str) -> list[str]:
