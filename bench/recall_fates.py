@@ -5,8 +5,14 @@ may have been in several earlier messages; it was lost once the last of them los
 is put down to the mildest fate among them (`MILDEST_FIRST`): sent as a repeat's pointer, as a
 digest, as a placeholder (a mask batch, a finished task's mask), folded into a gateway note,
 or dropped (the budget's cut). On a queue corpus the value is also classed as the current
-run's or an earlier run's (`bench.recall_seen`). Per fate and run it prints the points of the
-yardstick's recall lost (mean over the calls with needed values of lost / needed).
+run's or an earlier run's (`bench.recall_seen`), as a whole token of a carrier or only inside
+a longer one (`whole_token`: `pods` in `AirPods`, `closed` in `in_closed_grading_period`:
+the yardstick matches substrings, so such a value was needed but not read there), and by
+the class budget's part: a carrier cut by it (`carrier cut`: a `history_cap` or
+`over_budget` event on one of the value's messages), the budget cutting other messages of
+that call (`call cut`), or no cut.
+Per class it prints the points of the yardstick's recall lost (mean over the calls with
+needed values of lost / needed).
 
 `python -m bench.recall_fates --corpora /tmp/toolathlon --corpus
 toolathlon-claude-4.5-sonnet-queue --split tune`. The fold is the last fate an old exchange
@@ -19,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import bisect
+import re
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
@@ -35,6 +42,23 @@ from gateway.observability.droplog import DropEvent
 from gateway.settings import Settings
 
 MILDEST_FIRST = ("sent", "pointer", "digest", "placeholder", "folded", "dropped")
+BUDGET_REASONS = frozenset({"history_cap", "over_budget"})
+_WORD = re.compile(r"[A-Za-z0-9_]")
+
+
+def whole_token(value: str, text: str) -> bool:
+    """Whether `value` occurs in `text` not flanked by a letter, digit or underscore that
+    would make it part of a longer token (its own first and last characters may be anything)."""
+    start = text.find(value)
+    while start >= 0:
+        end = start + len(value)
+        before = text[start - 1] if start else ""
+        after = text[end] if end < len(text) else ""
+        if not (_WORD.match(before) and _WORD.match(value[0])) and not (
+                _WORD.match(after) and _WORD.match(value[-1])):
+            return True
+        start = text.find(value, start + 1)
+    return False
 
 
 def fate(events: Sequence[DropEvent]) -> str:
@@ -60,11 +84,11 @@ def mildest(fates: Sequence[str]) -> str:
     return min(fates, key=MILDEST_FIRST.index, default="sent")
 
 
-async def run(root: Path, name: str, split: str) -> dict[tuple[str, str], float]:
+async def run(root: Path, name: str, split: str) -> dict[tuple[str, str, str, str], float]:
     sessions = [s for s in corpora.load(name, root) if split in ("all", s.split)]
     runs = corpora.load(name.removesuffix("-queue"), root) if name.endswith("-queue") else []
     engine = build_engine(Settings())
-    points: dict[tuple[str, str], float] = defaultdict(float)
+    points: dict[tuple[str, str, str, str], float] = defaultdict(float)
     calls = 0
     try:
         for session in sessions:
@@ -86,13 +110,20 @@ async def run(root: Path, name: str, split: str) -> dict[tuple[str, str], float]
                 for event in fitted.drops:
                     if event.message_index is not None:
                         by_message[event.message_index].append(event)
+                cut = any(e.reason in BUDGET_REASONS for e in fitted.drops)
                 for value in lost:
-                    where = mildest([fate(by_message[i]) for i, m in enumerate(body["messages"])
-                                     if m.get("role") != "system"
-                                     and value in searchable_text(m)])
+                    carriers = [i for i, m in enumerate(body["messages"])
+                                if m.get("role") != "system" and value in searchable_text(m)]
+                    where = mildest([fate(by_message[i]) for i in carriers])
                     side = "current run" if value in seen else "earlier run"
-                    print(f"{session.id} call {k}: {side}, {where}: {value[:80]!r}")
-                    points[(where, side)] += 100 / len(needed)
+                    token = ("whole" if any(whole_token(value, searchable_text(body["messages"][i]))
+                                            for i in carriers) else "inside")
+                    budget = ("carrier cut" if any(e.reason in BUDGET_REASONS for i in carriers
+                                                   for e in by_message[i])
+                              else "call cut" if cut else "no cut")
+                    print(f"{session.id} call {k}: {side}, {where}, {token}, {budget}: "
+                          f"{value[:80]!r}")
+                    points[(where, side, token, budget)] += 100 / len(needed)
     finally:
         if engine.embedder is not None:
             engine.embedder.close()
@@ -106,9 +137,10 @@ def main() -> int:
     parser.add_argument("--split", choices=("all", "tune", "holdout"), default="all")
     args = parser.parse_args()
     points = asyncio.run(run(args.corpora, args.corpus, args.split))
-    print(f"# {args.corpus} ({args.split}): points of recall lost, by fate and run")
-    for (where, side), p in sorted(points.items(), key=lambda kv: -kv[1]):
-        print(f"{where} | {side} | {p:.3f}")
+    print(f"# {args.corpus} ({args.split}): points of recall lost, by fate, run, token "
+          f"and budget")
+    for (where, side, token, budget), p in sorted(points.items(), key=lambda kv: -kv[1]):
+        print(f"{where} | {side} | {token} | {budget} | {p:.3f}")
     print(f"total | | {sum(points.values()):.3f}")
     return 0
 

@@ -1,7 +1,7 @@
 """bench.recall_fates: a message's fate is the severest of its items' drop events, and a
 value lost from several messages is put down to the mildest of their fates."""
 
-from bench.recall_fates import fate, mildest
+from bench.recall_fates import fate, mildest, whole_token
 from gateway.context.fold import FOLD_REASON
 from gateway.observability.droplog import DropEvent
 
@@ -34,3 +34,16 @@ def test_a_value_goes_to_its_mildest_carrier() -> None:
     assert mildest(["folded", "placeholder", "dropped"]) == "placeholder"
     assert mildest(["dropped", "digest"]) == "digest"
     assert mildest([]) == "sent"
+
+
+def test_a_value_inside_a_longer_token_is_not_whole() -> None:
+    # the yardstick matches substrings: `pods` is in `AirPods`, but the agent read no `pods`
+    assert not whole_token("pods", 'link "AirPods" [ref=e117]')
+    assert not whole_token("closed", '"in_closed_grading_period": false')
+    assert not whole_token("10000", "Only the first 100000 characters")
+    assert whole_token("pods", "pods in namespace data: 3 pods")
+    assert whole_token("default", '"color":"default"')
+    # a value's own edge characters may be anything: `2024.` ends a sentence
+    assert whole_token("2024.", "a split on June 10, 2024. Now")
+    # the first occurrence inside a longer token, a later one whole
+    assert whole_token("120", "89120f, then 120 rows")
