@@ -376,36 +376,50 @@ RUN_BYTES = 1 << 24  # the runs' JSON kept, all sessions (their messages are sha
 
 
 class BodyEncoder:
-    """`orjson.dumps` of a body to forward, its `messages` encoded a run of `RUN` at a
-    time, each run's JSON remembered by the identity of the message objects it holds.
+    """`orjson.dumps` of a body to forward, its list of messages (`name`: a Responses
+    body's `input`) encoded a run of `RUN` at a time, each run's JSON remembered by the
+    identity of the message objects it holds.
 
     A session's next fitted call forwards mostly the same message objects (the client's,
-    decoded once by `BodyCache`; the engine's rewritten copies kept by its prefix), so
+    decoded once by `BodyCache`; the engine's rewritten copies kept by its prefix; a
+    Messages or Responses body's items as its render memo gave them last time), so
     between steps only its last run or two are encoded again, not the whole history (2 ms
     of orjson for the call-300 body here). Exact: orjson writes a list as `[` its members
     joined by `,` `]`, so the runs' JSON joined is the list's; the body's other members are
-    encoded with `messages` holding a random string (a client cannot place it) that is
+    encoded with the list holding a random string (a client cannot place it) that is
     found exactly once and replaced; a remembered run holds its message objects, so their
     ids cannot be reused while it is kept, and nothing writes to a message once decoded or
     rendered (the engine's rewrites are copies, as `MessageRuns` in the trace writer
-    relies on too). Anything else (no `messages` list, an error) is encoded whole, so an
-    error reads exactly as before."""
+    relies on too). Anything else (no such list, an error) is encoded whole, so an
+    error reads exactly as before.
 
-    def __init__(self, max_bytes: int = RUN_BYTES) -> None:
+    Runs are kept up to `max_bytes` of JSON in all and `per_tenant` per tenant (the
+    tenant's least recently used run dropped first, then everybody's). The encoder of
+    bodies of a megabyte or more (`Fitting.large_encoder`) is called on the fitting thread
+    only, where such bodies are fitted and freed (issue 10): its runs, which hold those
+    bodies' messages, are dropped there only, and freed once its lock is let go."""
+
+    def __init__(self, max_bytes: int = RUN_BYTES, per_tenant: int | None = None) -> None:
         self._max_bytes = max_bytes
+        self._per_tenant = max_bytes if per_tenant is None else per_tenant
         self._key = secrets.token_hex(16)
         self._nonce = orjson.dumps(self._key)
-        self._runs: OrderedDict[tuple[int, ...], tuple[list[Any], bytes]] = OrderedDict()
+        # run key -> (tenant, run, JSON), least recently used first; and per tenant
+        self._runs: OrderedDict[tuple[int, ...], tuple[str, list[Any], bytes]] = OrderedDict()
+        self._tenants: dict[str, OrderedDict[tuple[int, ...], None]] = {}
         self._bytes = 0
+        self._tenant_bytes: dict[str, int] = {}
         self._lock = threading.Lock()  # the loop and the fitting thread both encode
         self.reused = 0  # runs not encoded again (read by tests and benches)
+        self.encoded = 0  # runs encoded (read by tests and benches)
 
-    def dumps(self, body: dict[str, Any]) -> bytes:
-        messages = body.get("messages")
+    def dumps(self, body: dict[str, Any], name: str = "messages", tenant: str = "") -> bytes:
+        messages = body.get(name)
         if type(messages) is not list or len(messages) < 2 * RUN:
             return orjson.dumps(body)
         top = dict(body)
-        top["messages"] = self._key
+        top[name] = self._key
+        dropped: list[Any] = []  # runs dropped: freed once the lock is let go
         try:
             head = orjson.dumps(top)
             at = head.find(self._nonce)
@@ -413,30 +427,47 @@ class BodyEncoder:
                 return orjson.dumps(body)
             parts = [head[:at], b"["]
             for lo in range(0, len(messages), RUN):
-                parts += (self._run(messages[lo:lo + RUN]), b",")
+                parts += (self._run(messages[lo:lo + RUN], tenant, dropped), b",")
         except orjson.JSONEncodeError:
             return orjson.dumps(body)  # raises as it did
         parts[-1] = b"]"  # the last run's comma
         parts.append(head[at + len(self._nonce):])
         return b"".join(parts)  # one copy of the bytes (a fresh 750 KB costs ~0.5 ms here)
 
-    def _run(self, run: list[Any]) -> bytes:
+    def _run(self, run: list[Any], tenant: str, dropped: list[Any]) -> bytes:
         """The JSON of `run`'s members joined by `,` (a list's without its brackets)."""
         key = tuple(map(id, run))
         with self._lock:
             known = self._runs.get(key)
             if known is not None:
                 self._runs.move_to_end(key)
+                self._tenants[known[0]].move_to_end(key)
                 self.reused += 1
-                return known[1]
+                return known[2]
         raw = orjson.dumps([run])[2:-2]  # as deep as in the body: orjson's limit applies alike
+        self.encoded += 1
         if len(run) < RUN:
             return raw  # a session's last run grows with its next call: not kept
         with self._lock:
             if key not in self._runs:
-                self._runs[key] = (run, raw)
+                self._runs[key] = (tenant, run, raw)
+                self._tenants.setdefault(tenant, OrderedDict())[key] = None
                 self._bytes += len(raw)
+                self._tenant_bytes[tenant] = self._tenant_bytes.get(tenant, 0) + len(raw)
+            while self._tenant_bytes.get(tenant, 0) > self._per_tenant:
+                dropped.append(self._drop(next(iter(self._tenants[tenant]))))
             while self._bytes > self._max_bytes:
-                _, (_, dropped) = self._runs.popitem(last=False)
-                self._bytes -= len(dropped)
+                dropped.append(self._drop(next(iter(self._runs))))
         return raw
+
+    def _drop(self, key: tuple[int, ...]) -> tuple[str, list[Any], bytes]:
+        """Forget a run (the lock held), returned for the caller to free."""
+        entry = self._runs.pop(key)
+        tenant = entry[0]
+        self._bytes -= len(entry[2])
+        self._tenant_bytes[tenant] -= len(entry[2])
+        order = self._tenants[tenant]
+        del order[key]
+        if not order:
+            del self._tenants[tenant], self._tenant_bytes[tenant]
+        return entry

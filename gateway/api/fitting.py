@@ -29,7 +29,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import orjson
 
 from gateway.api.asgi import parse_json_object
-from gateway.api.bodies import MAX_BODY_BYTES, BodyCache, BodyEncoder, Decode
+from gateway.api.bodies import (
+    LARGE_BYTES,
+    MAX_BODY_BYTES,
+    MAX_LARGE_BYTES,
+    BodyCache,
+    BodyEncoder,
+    Decode,
+)
 from gateway.api.pieces import parse_large
 from gateway.context.engine import (
     HEADER_CLASS,
@@ -117,6 +124,9 @@ class Fitting:
         self._bodies_lock = threading.Lock()
         self.views = Views()  # a Messages/Responses body's chat view built on from its last
         self.encoder = BodyEncoder()  # a body to forward encoded from its unchanged runs
+        # The same for a body of a megabyte or more, on the fitting thread only: its runs
+        # hold such bodies' messages, so they are dropped (and freed) there only.
+        self.large_encoder = BodyEncoder(LARGE_BYTES, per_tenant=MAX_LARGE_BYTES)
 
     def bodies_of(self, wire: WireFormat) -> BodyCache:
         """The body cache of `wire`'s bodies (chat's is `bodies`)."""
@@ -146,14 +156,16 @@ class Fitting:
                                        validate=not checked)
                 return self._owned(await self.thread.run(
                     lambda engine: _prepare(engine, wire, raw, call, decode, True,
-                                            self._encode(raw), lineage, self.views,
+                                            self._encode(wire, raw, call, True), lineage,
+                                            self.views,
                                             large=len(raw) >= MAX_BODY_BYTES),
                     deadline))
             async with fit_deadline(deadline):
                 return await _prepare(self.engine, wire, raw, call,
                                       self._decoder(wire, call, parse_json_object, resumed,
                                                     lineage),
-                                      checked, self._encode(raw), lineage, self.views)
+                                      checked, self._encode(wire, raw, call), lineage,
+                                      self.views)
         except FitDeadline as late:
             return self._late(wire, raw, call, late.cause)
         except ContextBudgetExceeded:
@@ -182,8 +194,11 @@ class Fitting:
             body = as_is(wire, raw, inline)
         else:
             try:
+                # Validated as decoded: resumed, from where its last body's validation
+                # ended; else whole.
                 body = await self.thread.run(_as_job(lambda _: as_is(
-                    wire, raw, self._decoder(wire, call, parse_large, traced=lineage))),
+                    wire, raw, self._decoder(wire, call, parse_large, traced=lineage,
+                                             validate=True), checked=True)),
                     self._later())
             except FitDeadline:
                 log.info("the fitting thread is busy: a large bypassed call is parsed inline",
@@ -227,11 +242,18 @@ class Fitting:
 
         return decode
 
-    def _encode(self, raw: bytes) -> Callable[[dict[str, Any]], bytes]:
+    def _encode(self, wire: WireFormat, raw: bytes, call: Call, on_thread: bool = False
+                ) -> Callable[[dict[str, Any]], bytes]:
         """How the fitted body of a call sent as `raw` is encoded: by runs (`BodyEncoder`)
-        under a megabyte; a body from a megabyte on is fitted and freed on the fitting thread
-        (issue 10), so no run keeps its messages."""
-        return self.encoder.dumps if len(raw) < MAX_BODY_BYTES else orjson.dumps
+        under a megabyte. A body from a megabyte on is fitted and freed on the fitting
+        thread (issue 10): there by the runs of `large_encoder` (its items, per tenant),
+        which only that thread uses, so that only it drops (and frees) what they hold;
+        elsewhere (no thread) whole."""
+        if len(raw) < MAX_BODY_BYTES:
+            return self.encoder.dumps
+        if not on_thread:
+            return orjson.dumps
+        return partial(self.large_encoder.dumps, name=wire.items, tenant=call.caller.tenant)
 
     def _owned(self, prepared: Prepared) -> Prepared:
         """A large call's fitted call, or its parsed body when the engine failed on it, to
@@ -331,13 +353,16 @@ class Fitting:
 
 
 def as_is(wire: WireFormat, raw: bytes,
-          parse: Callable[[bytes], dict[str, Any]] = parse_json_object) -> dict[str, Any]:
-    """A call's body as the client sent it, parsed and validated, or the OpenAI-shaped
-    error that refuses it, cut loose from the frames (and their half-parsed body) that
-    raised it: on the fitting thread, those are freed there."""
+          parse: Callable[[bytes], dict[str, Any]] = parse_json_object,
+          checked: bool = False) -> dict[str, Any]:
+    """A call's body as the client sent it, parsed and validated (`checked`: `parse`
+    validates it), or the OpenAI-shaped error that refuses it, cut loose from the frames
+    (and their half-parsed body) that raised it: on the fitting thread, those are freed
+    there."""
     try:
         body = parse(raw)
-        wire.validate(body)
+        if not checked:
+            wire.validate(body)
     except GatewayError as refused:
         error = refused
     else:

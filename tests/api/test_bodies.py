@@ -291,7 +291,7 @@ def test_the_runs_kept_stay_within_their_bytes() -> None:
         messages = [{"role": "user", "content": f"{n}:{k} " + "y" * 100} for k in range(64)]
         assert encoder.dumps({"messages": messages}) == orjson.dumps({"messages": messages})
         assert encoder._bytes <= 20_000
-    assert encoder._bytes == sum(len(raw) for _, raw in encoder._runs.values())
+    assert encoder._bytes == sum(len(raw) for _, _, raw in encoder._runs.values())
 
 
 def test_a_resumed_body_names_the_kept_body_whose_messages_it_repeats() -> None:
