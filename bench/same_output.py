@@ -18,10 +18,12 @@ its lineage handed to the engine; each child prints how many calls came with one
 (`Fitting.prepare`: body cache, validation, the chat view built on from the last one,
 the engine, the render, the encoding), a body of a megabyte or more on its fitting-thread
 path (run in line, on the same engine); per call the forwarded bytes are compared.
+`--prepare` (with `--cache`): chat calls through `Fitting.prepare` the same way (the
+encoding of the fitted body included, as the chat route does it).
 `--corpus NAME` (repeatable): only that corpus's sessions under `--corpora`.
 
     python -m bench.same_output --against DIR [--corpora DIR] [--corpus NAME] [--quick]
-        [--fresh|--cache [--format messages|responses]]
+        [--fresh|--cache [--format messages|responses|--prepare]]
     python bench/same_output.py --child --tree DIR [--corpora DIR] [...]
 """
 
@@ -171,10 +173,13 @@ async def _wire_child(corpora: Path, quick: bool, wire_name: str,
     from gateway.auth import Principal
     from gateway.context.replay import build_engine
     from gateway.settings import Settings
+    from gateway.wire.chat import ChatCompletions
     from gateway.wire.messages import Messages
     from gateway.wire.responses import Responses
 
-    wire = {"responses": Responses(), "messages": Messages()}[wire_name]
+    wire = {"responses": Responses(), "messages": Messages(),
+            "chat": ChatCompletions()}[wire_name]
+    convert = CONVERTERS.get(wire_name, lambda body: body)
     engine = build_engine(Settings())
     logged: list[dict[str, Any]] = []
     engine.drop_log._emit = logged.extend  # type: ignore[method-assign]
@@ -186,7 +191,7 @@ async def _wire_child(corpora: Path, quick: bool, wire_name: str,
         for name, calls, extra in _sessions(corpora, quick, only):
             headers = {"x-ctxgate-session-id": name, **extra}
             for n, chat in enumerate(calls):
-                raw = orjson.dumps(CONVERTERS[wire_name](chat))
+                raw = orjson.dumps(convert(chat))
                 call = Call(dict(headers), f"{name}-{n}", time.perf_counter(),
                             Principal("same", None))
                 logged.clear()
@@ -216,16 +221,21 @@ async def _wire_child(corpora: Path, quick: bool, wire_name: str,
             engine.embedder.close()
     print(f"lineage: {proven} of {len(rows)} calls resumed; {large_proven} of the {large} "
           f"of a megabyte or more; {fitting.views.extended} views built on", file=sys.stderr)
+    big = getattr(fitting, "large_encoder", None)  # this change's (none on older checkouts)
+    if big is not None:
+        print(f"large bodies' runs: {big.reused} reused, {big.encoded} encoded",
+              file=sys.stderr)
     return rows
 
 
 def _start(tree: Path, corpora: Path, quick: bool, fresh: bool = False,
            cached: bool = False, wire: str = "chat",
-           only: list[str] | None = None) -> subprocess.Popen[bytes]:
+           only: list[str] | None = None, prepare: bool = False) -> subprocess.Popen[bytes]:
     argv = [sys.executable, str(HERE), "--child", "--tree", str(tree.resolve()),
             "--corpora", str(corpora.resolve())] + (["--quick"] if quick else []) + (
                 ["--fresh"] if fresh else []) + (["--cache"] if cached else []) + (
-                ["--format", wire]) + [arg for name in only or () for arg in ("--corpus", name)]
+                ["--format", wire]) + (["--prepare"] if prepare else []) + [
+                    arg for name in only or () for arg in ("--corpus", name)]
     return subprocess.Popen(argv, cwd=tree, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env={**os.environ, "PYTHONPATH": ""})
 
@@ -235,7 +245,7 @@ def _rows(process: subprocess.Popen[bytes], tree: Path) -> list[list[Any]]:
     if process.returncode != 0:
         raise RuntimeError(f"child in {tree} failed:\n{err.decode()[-3000:]}")
     for line in err.decode().splitlines():
-        if line.startswith("lineage: "):
+        if line.startswith(("lineage: ", "large bodies' runs: ")):
             print(f"{tree}: {line}")
     rows: list[list[Any]] = orjson.loads(out)
     return rows
@@ -263,15 +273,19 @@ def main(argv: list[str]) -> int:
                         help="each body decoded by the checkout's body cache, its lineage used")
     parser.add_argument("--format", choices=("chat", "messages", "responses"), default="chat",
                         help="with --cache: the wire format each call is sent in")
+    parser.add_argument("--prepare", action="store_true",
+                        help="with --cache: chat calls through Fitting.prepare (bytes compared)")
     parser.add_argument("--corpus", action="append", help="only this corpus (repeatable)")
     args = parser.parse_args(argv)
-    if args.format != "chat" and not args.cache:
-        parser.error("--format needs --cache")
+    if (args.format != "chat" or args.prepare) and not args.cache:
+        parser.error("--format and --prepare need --cache")
+    if args.prepare and args.format != "chat":
+        parser.error("--prepare is --format chat's")
     if args.child:
         sys.path.insert(0, str(args.tree))
         rows = asyncio.run(
             _wire_child(args.corpora, args.quick, args.format, args.corpus)
-            if args.format != "chat"
+            if args.format != "chat" or args.prepare
             else _child(args.corpora, args.quick, args.fresh, args.cache, args.corpus))
         sys.stdout.buffer.write(orjson.dumps(rows))
         return 0
@@ -279,7 +293,7 @@ def main(argv: list[str]) -> int:
         parser.error("--against DIR is required")
     trees = [HERE.parents[1], args.against]
     children = [_start(tree, args.corpora, args.quick, args.fresh, args.cache, args.format,
-                       args.corpus) for tree in trees]
+                       args.corpus, args.prepare) for tree in trees]
     ours, theirs = (_rows(p, t) for p, t in zip(children, trees, strict=True))
     diffs = compare(ours, theirs)
     sessions = len({row[0] for row in ours})
