@@ -357,6 +357,8 @@ def main() -> int:
     timing.add_argument("--wire", action="append", choices=("chat", "responses", "messages"),
                         help="with --gateway: its calls sent in this wire format (repeatable;"
                         " chat by default; without chat the engine alone is not timed)")
+    timing.add_argument("--bypass", action="store_true",
+                        help="with --gateway: its calls sent with x-ctxgate-bypass: true")
     args = parser.parse_args()
     if args.timing:
         trees = [("this", Path(__file__).resolve().parents[1])]
@@ -367,7 +369,7 @@ def main() -> int:
         if args.gateway and "chat" not in wires:  # the engine alone has no wire format
             kinds = ["gateway"]
         report = run_timing(trees, kinds, args.rounds, args.turns, args.seeds, args.web,
-                            args.corpora, args.queue, args.longest, wires)
+                            args.corpora, args.queue, args.longest, wires, args.bypass)
         print_timing(report)
         if args.json:
             args.json.write_text(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode())

@@ -5,7 +5,9 @@ code before a change) in the same run, rounds interleaved so that both see the s
 Run through `bench/replay.py --timing [--against DIR] [--rounds N] [--turns N]
 [--seeds N] [--web N] [--queue DIR/NAME ...] [--longest N] [--gateway [--wire F ...]]`;
 `--wire chat|responses|messages` (repeatable) sends the gateway's calls in that wire format
-(converted by `bench.wire_convert` before the clock starts); `--queue` adds the
+(converted by `bench.wire_convert` before the clock starts); `--bypass` sends them with
+`x-ctxgate-bypass: true` (forwarded as sent: what is left is the gateway's parse, validation
+and observation of the body); `--queue` adds the
 `--longest` sessions (most calls) of a corpus folder in the JSONL format (e.g. the converted
 queues in /tmp), each call sent as the replay sends it (`bench.corpus_run.request`).
 Each measurement runs in a child process started from the checkout it measures (`--tree`),
@@ -21,7 +23,7 @@ call's (a call between compaction steps) or not (a step call). Figures are means
 medians; the medians are the ones to read on a loaded machine.
 
     python bench/timing.py --child engine|gateway --tree DIR [--turns N] [--seeds N] [--web N]
-        [--corpora DIR] [--queue DIR/NAME ...] [--longest N]
+        [--corpora DIR] [--queue DIR/NAME ...] [--longest N] [--format F] [--bypass]
 """
 
 from __future__ import annotations
@@ -142,14 +144,14 @@ def gateway_stack(tmp: Path, timeout_s: float = 600.0) -> Iterator[Any]:
 
 def _gateway_child(turns: int, seeds: int, web: int, corpora: Path | None,
                    queues: Sequence[Path] = (), longest: int = 2,
-                   wire: str = "chat") -> dict[str, Any]:
+                   wire: str = "chat", bypass: bool = False) -> dict[str, Any]:
     import httpx
 
     out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp, gateway_stack(Path(tmp)) as gateway, \
             httpx.Client(timeout=60) as client:
         for name, calls in _sessions(turns, seeds, web, corpora, queues, longest):
-            out[name] = _post_session(client, gateway.base_url, name, calls, wire)
+            out[name] = _post_session(client, gateway.base_url, name, calls, wire, bypass)
     out.pop("warm")
     return out
 
@@ -158,7 +160,7 @@ WIRE_PATHS = {"chat": "/chat/completions", "responses": "/responses", "messages"
 
 
 def _post_session(client: Any, base_url: str, name: str, calls: list[dict[str, Any]],
-                  wire: str = "chat") -> dict[str, Any]:
+                  wire: str = "chat", bypass: bool = False) -> dict[str, Any]:
     """The session's calls posted in turn (`wire`: each converted to that format by
     `bench.wire_convert`, as `bench/replay.py --format` sends it, and posted to its route;
     converted before the clock starts)."""
@@ -166,6 +168,8 @@ def _post_session(client: Any, base_url: str, name: str, calls: list[dict[str, A
     if wire == "messages":
         headers = {"x-api-key": "sk-bench-timing-0000", "anthropic-version": "2023-06-01",
                    "x-ctxgate-session-id": name}
+    if bypass:
+        headers["x-ctxgate-bypass"] = "true"
     ms, trip, between, previous = [], [], [], None
     for body in calls:
         # A corpus queue's calls name no model (`corpus_run.request`): the SDK's order.
@@ -203,6 +207,7 @@ def child_main(argv: list[str]) -> None:
     parser.add_argument("--queue", type=Path, action="append", default=[])
     parser.add_argument("--longest", type=int, default=2)
     parser.add_argument("--format", choices=sorted(WIRE_PATHS), default="chat")
+    parser.add_argument("--bypass", action="store_true")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(args.tree.resolve()))
     if args.child == "engine":
@@ -210,16 +215,18 @@ def child_main(argv: list[str]) -> None:
                                            args.queue, args.longest))
     else:
         result = _gateway_child(args.turns, args.seeds, args.web, args.corpora, args.queue,
-                                args.longest, args.format)
+                                args.longest, args.format, args.bypass)
     sys.stdout.buffer.write(orjson.dumps(result))
 
 
 def _run_child(kind: str, tree: Path, turns: int, seeds: int, web: int, corpora: Path,
                queues: Sequence[Path] = (), longest: int = 2,
-               wire: str = "chat") -> dict[str, Any]:
+               wire: str = "chat", bypass: bool = False) -> dict[str, Any]:
     extra = [a for q in queues for a in ("--queue", str(q.resolve()))]
     if wire != "chat":  # the gateway child's (the engine alone has no wire format)
         extra += ["--format", wire]
+    if bypass and kind == "gateway":
+        extra.append("--bypass")
     done = subprocess.run(
         [sys.executable, str(HERE), "--child", kind, "--tree", str(tree), "--turns", str(turns),
          "--seeds", str(seeds), "--web", str(web), "--corpora", str(corpora.resolve()),
@@ -259,7 +266,8 @@ def summarise(session: dict[str, Any], key: str = "ms") -> dict[str, float]:
 
 def run_timing(trees: list[tuple[str, Path]], kinds: list[str], rounds: int, turns: int,
                seeds: int, web: int, corpora: Path, queues: Sequence[Path] = (),
-               longest: int = 2, wires: Sequence[str] = ("chat",)) -> dict[str, Any]:
+               longest: int = 2, wires: Sequence[str] = ("chat",),
+               bypass: bool = False) -> dict[str, Any]:
     """Every (kind, tree) measured once per round, in turn; per session, each figure's
     median over rounds."""
     load = [os.getloadavg()]
@@ -269,7 +277,7 @@ def run_timing(trees: list[tuple[str, Path]], kinds: list[str], rounds: int, tur
                                                              else ("chat",))]:
             for label, tree in trees:
                 result = _run_child(kind, tree, turns, seeds, web, corpora, queues, longest,
-                                    wire)
+                                    wire, bypass)
                 name = kind if wire == "chat" else f"{kind}-{wire}"
                 runs.setdefault((name, label), []).append(result)
     load.append(os.getloadavg())
