@@ -4,7 +4,10 @@ messages decoded a piece at a time past a megabyte, exactly as the body decoded 
 loop such a body is never resumed nor kept, and a large body kept is dropped only by keeping
 another large one (issue 10: no large free on the loop), within its own bound. A Messages or
 Responses body is resumed so too, its chat view built on from its last one's on the thread
-and kept apart (`Views`: a large view dropped only by keeping another large one)."""
+and kept apart (`Views`: a large view dropped only by keeping another large one). A fitted
+large body is encoded from its last encoding's runs (`Fitting.large_encoder`, on the thread
+only, bounded per tenant); a bypassed one is validated from where its last one's validation
+ended, refused exactly as the whole walk refuses it."""
 
 from __future__ import annotations
 
@@ -19,7 +22,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from bench.wire_convert import CONVERTERS
-from gateway.api.bodies import MAX_BODY_BYTES, BodyCache, decode_members
+from gateway.api.bodies import MAX_BODY_BYTES, RUN, BodyCache, BodyEncoder, decode_members
 from gateway.api.fitting import Fitting
 from gateway.api.pieces import PIECEWISE_BYTES, Unsure, members_in_pieces, parse_large
 from gateway.api.route import Call
@@ -27,7 +30,9 @@ from gateway.auth import Principal
 from gateway.context.offload import FittingThread
 from gateway.context.prefix import Lineage
 from gateway.context.replay import build_engine, calls_from_messages
+from gateway.errors import GatewayError
 from gateway.settings import Settings
+from gateway.wire.chat import ChatCompletions
 from gateway.wire.messages import Messages
 from gateway.wire.responses import Responses
 from gateway.wire.view import Views, WireFormat
@@ -177,14 +182,15 @@ def _wire_session(name: str, calls: int = 8) -> list[bytes]:
     """A synthetic session's last `calls` calls in `name`'s wire format, its first tool
     output padded so that only the first of them is under a megabyte."""
     chats = calls_from_messages(synthetic_session(7, 40)[1], "gpt-4o-mini")[-calls:]
-    pad = MAX_BODY_BYTES - 200 - len(orjson.dumps(CONVERTERS[name](chats[0])))
+    convert = CONVERTERS.get(name, lambda chat: chat)  # chat: as it is
+    pad = MAX_BODY_BYTES - 200 - len(orjson.dumps(convert(chats[0])))
     lines = "".join(f"line {k}: lorem ipsum dolor. " for k in range(pad // 20))[:pad]
     raws = []
     for chat in chats:
         messages = list(chat["messages"])
         at = next(n for n, message in enumerate(messages) if message["role"] == "tool")
         messages[at] = {**messages[at], "content": messages[at]["content"] + "\n" + lines}
-        raws.append(orjson.dumps(CONVERTERS[name]({**chat, "messages": messages})))
+        raws.append(orjson.dumps(convert({**chat, "messages": messages})))
     return raws
 
 
@@ -257,3 +263,141 @@ def test_a_small_views_keeping_never_drops_a_large_one() -> None:
     views.view(wire, body, Lineage(3), large=True)
     views.view(wire, body, Lineage(4), large=True)
     assert list(views._large) == [3, 4] and len(views._kept) == 4
+
+
+# A fitted large body encoded from its last encoding; a bypassed one validated from its last.
+
+def _chat_session(calls: int = 8) -> list[bytes]:
+    """A synthetic session's last `calls` chat calls, its first tool output padded so that
+    only the first of them is under a megabyte."""
+    return _wire_session("chat", calls)
+
+
+def _thread_fitting(redis_url: str) -> tuple[Fitting, FittingThread]:
+    engine = build_engine(Settings(), with_embedder=False)
+    thread = FittingThread(lambda _client: build_engine(Settings(), with_embedder=False),
+                           lambda: aioredis.Redis.from_url(redis_url))
+    thread.start()
+    return Fitting(engine, engine.metrics, 600.0, thread), thread
+
+
+@pytest.mark.parametrize("name", ["chat", *sorted(WIRES)])
+def test_a_fitted_large_body_is_encoded_from_its_last_encoding_on_the_thread(
+        redis_url: str, name: str) -> None:
+    """Through `Fitting.prepare` with its fitting thread, under a budget (so the engine
+    changes every body and it is encoded): each fitted body of a megabyte or more goes out
+    byte for byte as `orjson.dumps` of it, its unchanged runs reused from the last body's
+    encoding (by `large_encoder`, which only the thread uses: the loop's encoder holds none
+    of them), within the tenant's bound (fails on main: a large body was encoded whole)."""
+    wire = {"chat": ChatCompletions(), **WIRES}[name]
+    raws = _wire_session(name)
+    assert len(raws[0]) < MAX_BODY_BYTES <= len(raws[1])
+
+    async def run() -> tuple[list[bytes], list[bytes], Fitting, int]:
+        fitting, thread = _thread_fitting(redis_url)
+        forwarded, whole, small = [], [], 0
+        try:
+            for n, raw in enumerate(raws):
+                call = Call({"x-ctxgate-session-id": f"enc-{name}",
+                             "x-ctxgate-budget-tokens": "60000"}, f"enc-{name}-{n}",
+                            time.perf_counter(), Principal("large", None))
+                prepared = await fitting.prepare(wire, raw, call)
+                assert prepared.fitted is not None and prepared.fitted.changed
+                forwarded.append(prepared.forward)
+                whole.append(orjson.dumps(orjson.loads(prepared.forward)))
+                call.fitted = prepared.fitted
+                fitting.release(call)
+                if n == 0:
+                    small = fitting.encoder.encoded + fitting.encoder.reused
+        finally:
+            await thread.aclose()
+        return forwarded, whole, fitting, small
+
+    forwarded, whole, fitting, small = asyncio.run(run())
+    assert forwarded == whole
+    big = fitting.large_encoder
+    assert big.reused >= len(raws) - 2  # every large body but the first reused some runs
+    # the loop's encoder encoded the first (small) body only
+    assert fitting.encoder.encoded + fitting.encoder.reused == small
+    assert set(big._tenants) == {"large"}
+    assert big._tenant_bytes["large"] == big._bytes <= big._per_tenant
+
+
+def test_the_large_encoders_runs_are_bounded_per_tenant_and_in_all() -> None:
+    """`BodyEncoder(max_bytes, per_tenant)`: a tenant's runs past its bound drop its own
+    least recently used ones, never another tenant's; past `max_bytes`, everybody's oldest;
+    each encoding is orjson's, of `messages` or of the list `name` names (a Responses
+    body's `input`) (fails on main: no `per_tenant`, no `name`)."""
+    def body(tag: str, n: int, name: str = "messages") -> dict[str, Any]:
+        return {"model": "m", name: [{"role": "user", "content": f"{tag}{n}:{k} " + "y" * 100}
+                                     for k in range(4 * RUN)]}
+
+    encoder = BodyEncoder(max_bytes=60_000, per_tenant=25_000)
+    a = body("a", 0)
+    assert encoder.dumps(a, tenant="a") == orjson.dumps(a)
+    assert encoder.dumps(a, tenant="a") == orjson.dumps(a) and encoder.reused == 4
+    held_a = encoder._tenant_bytes["a"]
+    for n in range(1, 5):  # tenant b, well past its own bound
+        b = body("b", n)
+        assert encoder.dumps(b, tenant="b") == orjson.dumps(b)
+        assert encoder._tenant_bytes["b"] <= 25_000
+        assert encoder._tenant_bytes["a"] == held_a  # a's runs untouched
+    for n in range(5):  # five more tenants: past everybody's bound
+        c = body("c", n, "input")
+        assert encoder.dumps(c, "input", tenant=f"c{n}") == orjson.dumps(c)
+        assert encoder._bytes <= 60_000
+    assert encoder._bytes == sum(encoder._tenant_bytes.values()) == sum(
+        len(raw) for _, _, raw in encoder._runs.values())
+    assert "a" not in encoder._tenants  # the oldest, dropped for everybody's bound
+
+
+def test_a_large_bypassed_body_is_validated_from_where_its_last_one_was(
+        redis_url: str) -> None:
+    """`Fitting.parse_as_is` on the fitting thread: a large bypassed body that continues the
+    last one is validated from where that one's validation ended (its state noted on the
+    body kept, as a fitted one's is), and each is refused exactly as the whole walk refuses
+    it, an `InvalidRequest` (an OpenAI-shaped 400), whatever follows a refusal (fails on
+    main: a large bypassed body was validated whole, no state kept)."""
+    history: list[Any] = [{"role": "system", "content": "s" * (MAX_BODY_BYTES + 10)},
+                          *_opened(0)]
+    body: dict[str, Any] = {"model": "m", "messages": history}
+    # good ones first (one answering the call opened in the first body), then each bad one
+    news = [*_opened(1), {"role": "tool", "tool_call_id": "call_0", "content": "again"},
+            {"role": "user", "content": "fine"}, *BAD]
+
+    async def run() -> tuple[list[Any], list[Any], Fitting]:
+        nonlocal body
+        fitting, thread = _thread_fitting(redis_url)
+        got, checked = [], []
+        try:
+            for n, new in enumerate([None, *news]):
+                if new is not None:
+                    body = {**body, "messages": [*body["messages"], new]}
+                call = Call({"x-ctxgate-session-id": "bypass"}, f"bypass-{n}",
+                            time.perf_counter(), Principal("large", None))
+                raw = orjson.dumps(body)
+                try:
+                    parsed = await fitting.parse_as_is(CHAT, raw, call)
+                except GatewayError as error:
+                    got.append((type(error).__name__, error.message, error.param))
+                else:
+                    got.append("ok" if parsed == body else "differs")
+                    call.sent_as_is = parsed
+                    fitting.release(call)
+                kept = next(iter(fitting.bodies._large.values()))[1]
+                checked.append(kept.checked.get(CHAT.name, (None,))[0])
+        finally:
+            await thread.aclose()
+        return got, checked, fitting
+
+    got, checked, fitting = asyncio.run(run())
+    whole, walked = [], {"model": "m", "messages": history}
+    for new in [None, *news]:
+        if new is not None:
+            walked = {**walked, "messages": [*walked["messages"], new]}
+        whole.append(_refusal(lambda walked=walked: CHAT.validate(walked)))
+    assert got == whole and got[:5] == ["ok"] * 5 and "ok" not in got[5:]
+    assert fitting.bodies.resumed == len(news)
+    # after each body that passed, its validation's end noted on it: the next starts there
+    ends = [len(history) + n if result == "ok" else None for n, result in enumerate(got)]
+    assert checked[1:] == ends[1:]
