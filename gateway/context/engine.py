@@ -46,11 +46,12 @@ from gateway.context.classify import (
 from gateway.context.controller import scaled_class
 from gateway.context.fidelity import CallSignals, Haystack, observe
 from gateway.context.focus import task_focus
-from gateway.context.fold import FoldMemo, fold
+from gateway.context.fold import FoldMemo, fold, task_bound
 from gateway.context.forecast import Budget, ForecastStore, forecast_budget
 from gateway.context.injection import InjectedBlock, PlaybookSource, inject_block
 from gateway.context.items import (
     Item,
+    Layout,
     ParsedRequest,
     base_tokens,
     content_text,
@@ -592,7 +593,9 @@ class ContextEngine:
         user message before them (`fold.py`, `compress.fold_from_turns`), once the horizon
         has passed that many assistant turns: only the horizon moves it, so between steps
         every call folds the same (the memo, kept with the session's prefix, takes the
-        last call's fold and its new messages)."""
+        last call's fold and its new messages). In a queue of tasks it stops at the start
+        of the task the horizon is in (`fold.task_bound`): the task the agent is still
+        working on is never folded."""
         opts = r.cls.stages.compress
         least = opts.fold_from_turns if opts is not None and r.cls.compaction.ages else None
         horizon = r.state.horizon
@@ -606,8 +609,13 @@ class ContextEngine:
         def gate() -> bool:
             return sum(1 for m in messages[:horizon] if m.get("role") == "assistant") >= least
 
+        layout = (r.prefix.layout if r.prefix is not None
+                  else r.parsed.layout if r.parsed is not None else None)
+        if layout is None:
+            layout = Layout()
+            layout.extend(messages)
         folded = fold(
-            fitted.messages, fitted.plan, fitted.events, horizon,
+            fitted.messages, fitted.plan, fitted.events, task_bound(horizon, layout.task_starts),
             memo.original(messages, encoding, lambda i: message_head(
                 i, messages[i], self.counter, encoding, parts)),
             lambda text: self.counter.count(text, encoding), memo, gate)

@@ -52,6 +52,13 @@ nothing": telecom-4o's queue 71.4 -> 76.3% late). Every client message from the 
 user message to the kept reply gets one event, reason `folded_turns` (the first
 `compress`, down to the note's tokens, the others `drop`), replacing the ones they had.
 
+In a session the user gave later tasks (a queue: each task's statement opens as the
+first one's, `Layout.task_starts`), the fold stops at the start of the task the horizon is
+in (`task_bound`): the task the agent is still working on stays as its aged digests and
+masks, and a step inside it does not fold its latest block anew, which broke the cached
+prefix from that block on at every step (bench/README.md, "The fold leaves the current
+task alone").
+
 Folding depends only on the forwarded messages and the horizon, so between steps every
 call folds the same runs into the same bytes (the prefix cache holds); `FoldMemo` keeps
 the last call's result so a call between steps reads only its new messages. The drop log
@@ -711,6 +718,17 @@ def fold(
         memo.latest = max(map(_step, events), default=0)
         memo.head_step = max(map(_step, events[:_head(events, horizon)]), default=0)
     return folded
+
+
+def task_bound(horizon: int, task_starts: Sequence[int]) -> int:
+    """The client message the fold stops before: the start of the later task the horizon
+    is in (`task_starts`: each later task's first message, in order, `Layout.task_starts`),
+    or the horizon itself while that is the first task. The task the agent works on is never
+    folded: its blocks stay as its aged digests and masks, and a step inside it does not
+    fold its latest block anew. The bound moves only with the horizon (a task that starts
+    after it does not move it), so between steps the fold stays byte for byte."""
+    k = bisect_left(task_starts, horizon) - 1  # the latest start before the horizon
+    return task_starts[k] if k >= 0 else horizon
 
 
 def _entries(plan: Plan | None, start: int, end: int) -> Plan:

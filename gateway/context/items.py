@@ -196,6 +196,13 @@ def text_tool_result(assistant: str, user: str) -> bool:
     return any(m.group(1) in words for m in _HTTP_CALL.finditer(assistant))
 
 
+def first_line(text: str) -> str:
+    """A message's first non-blank line, stripped: a queue harness opens every task's
+    statement with its template's (`<pr_description>`, `Webshop`), never a reply of its own
+    to the agent (`Please always provide EXACTLY ONE action…`)."""
+    return text.lstrip().split("\n", 1)[0].strip()
+
+
 @dataclass(slots=True)
 class Layout:
     """What an item's flags depend on beyond its own message (pins, units, ages, the goal),
@@ -217,6 +224,11 @@ class Layout:
     current_files: set[str] = field(default_factory=set)
     naming_calls: set[Any] = field(default_factory=set)  # ids of calls naming one of them
     api_turns: int = 0  # assistant turns with API tool calls since the latest user message
+    # the later tasks' starts that open as the first task's statement did (its first line:
+    # the harness's template, `opens_task`), in order: the fold stops before the task it is
+    # at (`fold.task_bound`)
+    task_starts: list[int] = field(default_factory=list)
+    first_line: str | None = None  # the first user message's first line
 
     def extend(self, messages: Sequence[Mapping[str, Any]]) -> list[str]:
         """Walk messages[count:]; returns their units."""
@@ -230,6 +242,8 @@ class Layout:
             if role == "user":
                 self.latest_user = i
                 text = content_text(msg.get("content"))
+                if self.first_line is None:
+                    self.first_line = first_line(text)
                 if self.first_answer is None:
                     self.task_files.update(_FILE_NAME.findall(text))
                 if (self.open_from is None and self.said
@@ -239,6 +253,8 @@ class Layout:
                     if messages[i - 1].get("role") != "user":  # a new task starts
                         self.current_files = set()
                         self.clock.task_start = i
+                        if first_line(text) == self.first_line:
+                            self.task_starts.append(i)
                         self.clock.task_turns = len(self.turns)
                         self.clock.task_statement = (
                             i if new_task_statement(self.api_turns, text) else -1)
