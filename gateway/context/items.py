@@ -242,6 +242,7 @@ class Layout:
             if role == "user":
                 self.latest_user = i
                 text = content_text(msg.get("content"))
+                opens = self.first_line is not None and first_line(text) == self.first_line
                 if self.first_line is None:
                     self.first_line = first_line(text)
                 if self.first_answer is None:
@@ -253,7 +254,7 @@ class Layout:
                     if messages[i - 1].get("role") != "user":  # a new task starts
                         self.current_files = set()
                         self.clock.task_start = i
-                        if first_line(text) == self.first_line:
+                        if opens:
                             self.task_starts.append(i)
                         self.clock.task_turns = len(self.turns)
                         self.clock.task_statement = (

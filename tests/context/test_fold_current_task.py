@@ -52,7 +52,8 @@ def _queue(tasks: int, turns: int) -> tuple[list[dict[str, Any]], list[int]]:
         messages.append({"role": "user", "content": _statement(t)})
         for k in range(turns):
             if k == turns // 2:  # the harness's reply to a turn of two blocks: no new task
-                messages.append({"role": "assistant", "content": "```bash\nls\n```\n```bash\npwd\n```"})
+                messages.append({"role": "assistant",
+                                 "content": "```bash\nls\n```\n```bash\npwd\n```"})
                 messages.append({"role": "user", "content": FORMAT_ERROR})
             messages.extend(_turn(t, k))
         messages.append({"role": "assistant", "content": (
@@ -72,6 +73,17 @@ def test_later_tasks_start_where_a_statement_opens_as_the_first_did() -> None:
     layout = Layout()
     layout.extend(messages)
     assert layout.task_starts == starts[1:]  # the harness's format errors start none
+    # an agent that speaks first (tau2-bench's greeting): its first user message starts no
+    # later task, a later one opening as that one did does
+    talk = [{"role": "assistant", "content": "Hi! How can I help?"},
+            {"role": "user", "content": "Hi there! My phone has no signal.\nSince today."},
+            {"role": "assistant", "content": "Let me check."},
+            {"role": "user", "content": "It says No Service."},
+            {"role": "assistant", "content": "Done."},
+            {"role": "user", "content": "Hi there! My phone has no signal.\nAgain."}]
+    layout = Layout()
+    layout.extend(talk)
+    assert layout.task_starts == [5]
 
 
 async def test_a_queue_folds_its_earlier_tasks_never_its_later_current_one(
