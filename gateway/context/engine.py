@@ -594,8 +594,7 @@ class ContextEngine:
         has passed that many assistant turns: only the horizon moves it, so between steps
         every call folds the same (the memo, kept with the session's prefix, takes the
         last call's fold and its new messages). In a queue of tasks it stops at the start
-        of the task the horizon is in (`fold.task_bound`): the task the agent is still
-        working on is never folded."""
+        of the task the horizon is in while that is young (`fold.task_bound`)."""
         opts = r.cls.stages.compress
         least = opts.fold_from_turns if opts is not None and r.cls.compaction.ages else None
         horizon = r.state.horizon
@@ -615,7 +614,9 @@ class ContextEngine:
             layout = Layout()
             layout.extend(messages)
         folded = fold(
-            fitted.messages, fitted.plan, fitted.events, task_bound(horizon, layout.task_starts),
+            fitted.messages, fitted.plan, fitted.events,
+            task_bound(horizon, layout.task_starts, layout.turns,
+                       opts.mask_current_turns if opts is not None else None),
             memo.original(messages, encoding, lambda i: message_head(
                 i, messages[i], self.counter, encoding, parts)),
             lambda text: self.counter.count(text, encoding), memo, gate)

@@ -54,10 +54,10 @@ user message to the kept reply gets one event, reason `folded_turns` (the first
 
 In a session the user gave later tasks (a queue: each task's statement opens as the
 first one's, `Layout.task_starts`), the fold stops at the start of the task the horizon is
-in (`task_bound`): the task the agent is still working on stays as its aged digests and
-masks, and a step inside it does not fold its latest block anew, which broke the cached
-prefix from that block on at every step (bench/README.md, "The fold leaves the current
-task alone").
+in until the horizon is `mask_current_turns` turns into it (`task_bound`): a young task the
+agent is still working on stays as its aged digests and masks, and a step inside it does
+not fold its latest block anew, which broke the cached prefix from that block on at every
+step (bench/README.md, "The fold leaves the current task alone").
 
 Folding depends only on the forwarded messages and the horizon, so between steps every
 call folds the same runs into the same bytes (the prefix cache holds); `FoldMemo` keeps
@@ -720,15 +720,24 @@ def fold(
     return folded
 
 
-def task_bound(horizon: int, task_starts: Sequence[int]) -> int:
+def task_bound(horizon: int, task_starts: Sequence[int], turns: Sequence[int],
+               least: int | None) -> int:
     """The client message the fold stops before: the start of the later task the horizon
-    is in (`task_starts`: each later task's first message, in order, `Layout.task_starts`),
-    or the horizon itself while that is the first task. The task the agent works on is never
-    folded: its blocks stay as its aged digests and masks, and a step inside it does not
-    fold its latest block anew. The bound moves only with the horizon (a task that starts
-    after it does not move it), so between steps the fold stays byte for byte."""
+    is in (`task_starts`: each later task's first message, in order, `Layout.task_starts`)
+    while the horizon is fewer than `least` assistant turns into it (`turns`: the assistant
+    messages' indexes; `least`: `mask_current_turns`, the age at which the current task's
+    items join the mask batches; None: no bound), else the horizon itself, as on the first
+    task. A task the agent is still working on is not folded while young: its blocks stay
+    as its aged digests and masks, and a step inside it does not fold its latest block
+    anew. The bound moves only with the horizon (a task that starts after it does not move
+    it), so between steps the fold stays byte for byte."""
     k = bisect_left(task_starts, horizon) - 1  # the latest start before the horizon
-    return task_starts[k] if k >= 0 else horizon
+    if least is None or k < 0:
+        return horizon
+    start = task_starts[k]
+    if bisect_left(turns, horizon) - bisect_left(turns, start) >= least:
+        return horizon
+    return start
 
 
 def _entries(plan: Plan | None, start: int, end: int) -> Plan:
