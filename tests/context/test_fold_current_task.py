@@ -1,9 +1,9 @@
-"""The fold leaves the task the agent is still working on alone (`fold.task_bound`): in a
-queue of tasks one after another in one conversation (mini-SWE-agent's queues: one bash
+"""The fold leaves a young task the agent is still working on alone (`fold.task_bound`): in
+a queue of tasks one after another in one conversation (mini-SWE-agent's queues: one bash
 block a turn, each task's statement from one template), the fold stops at the start of the
-task the horizon is in (the first task, before any later one came, folds as before). It
-folded the current task's 64-message blocks as the horizon
-entered them, every step anew, and lost its line numbers and names there (bench/README.md,
+task the horizon is in while the horizon is fewer than `mask_current_turns` (60) turns into
+it (the first task, before any later one came, folds as before). It folded the current
+task's 64-message blocks as the horizon entered them, every step anew (bench/README.md,
 "The fold leaves the current task alone")."""
 
 from __future__ import annotations
@@ -61,11 +61,14 @@ def _queue(tasks: int, turns: int) -> tuple[list[dict[str, Any]], list[int]]:
     return messages[:-1], starts  # the last call ends with a harness's answer
 
 
-def test_the_fold_stops_at_the_start_of_the_task_the_horizon_is_in() -> None:
-    assert task_bound(300, []) == 300  # the first task: up to the horizon
-    assert task_bound(300, [120, 250, 400]) == 250
-    assert task_bound(250, [120, 250, 400]) == 120  # the horizon at a start: the one before
-    assert task_bound(100, [120, 250]) == 100
+def test_the_fold_stops_at_the_start_of_a_young_task_the_horizon_is_in() -> None:
+    turns = list(range(1, 400, 2))  # an assistant message every other one
+    assert task_bound(300, [], turns, 60) == 300  # the first task: up to the horizon
+    assert task_bound(300, [120, 250, 400], turns, 60) == 250  # 25 turns into it
+    assert task_bound(250, [120, 250, 400], turns, 60) == 250  # 65 turns: up to the horizon
+    assert task_bound(250, [120, 250, 400], turns, 70) == 120
+    assert task_bound(100, [120, 250], turns, 60) == 100
+    assert task_bound(300, [120, 250, 400], turns, None) == 300  # no such rule: no bound
 
 
 def test_later_tasks_start_where_a_statement_opens_as_the_first_did() -> None:
@@ -89,7 +92,7 @@ def test_later_tasks_start_where_a_statement_opens_as_the_first_did() -> None:
 async def test_a_queue_folds_its_earlier_tasks_never_its_later_current_one(
     engine: ContextEngine,
 ) -> None:
-    messages, starts = _queue(4, 70)
+    messages, starts = _queue(5, 45)  # 47 turns a task
     folded_current = folded_earlier = 0
     fitted = None
     for end in (i + 1 for i, m in enumerate(messages) if m["role"] == "user" and i > 1):
