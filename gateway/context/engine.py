@@ -593,8 +593,10 @@ class ContextEngine:
         user message before them (`fold.py`, `compress.fold_from_turns`), once the horizon
         has passed that many assistant turns: only the horizon moves it, so between steps
         every call folds the same (the memo, kept with the session's prefix, takes the
-        last call's fold and its new messages). In a queue of tasks it stops at the start
-        of the task the horizon is in while that is young (`fold.task_bound`)."""
+        last call's fold and its new messages). In a text-tool agent's queue of tasks it
+        stops at the start of the task the horizon is in while that is young
+        (`fold.task_bound`): an API agent's fold notes keep each call's values and result
+        (tau2-bench telecom's queue, recall 100, lost 0.48 of cost @0.1 with the bound)."""
         opts = r.cls.stages.compress
         least = opts.fold_from_turns if opts is not None and r.cls.compaction.ages else None
         horizon = r.state.horizon
@@ -615,8 +617,8 @@ class ContextEngine:
             layout.extend(messages)
         folded = fold(
             fitted.messages, fitted.plan, fitted.events,
-            task_bound(horizon, layout.task_starts, layout.turns,
-                       opts.mask_current_turns if opts is not None else None),
+            task_bound(horizon, () if layout.clock.api_calls else layout.task_starts,
+                       layout.turns, opts.mask_current_turns if opts is not None else None),
             memo.original(messages, encoding, lambda i: message_head(
                 i, messages[i], self.counter, encoding, parts)),
             lambda text: self.counter.count(text, encoding), memo, gate)

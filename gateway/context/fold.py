@@ -52,12 +52,13 @@ nothing": telecom-4o's queue 71.4 -> 76.3% late). Every client message from the 
 user message to the kept reply gets one event, reason `folded_turns` (the first
 `compress`, down to the note's tokens, the others `drop`), replacing the ones they had.
 
-In a session the user gave later tasks (a queue: each task's statement opens as the
-first one's, `Layout.task_starts`), the fold stops at the start of the task the horizon is
-in until the horizon is `mask_current_turns` turns into it (`task_bound`): a young task the
-agent is still working on stays as its aged digests and masks, and a step inside it does
-not fold its latest block anew, which broke the cached prefix from that block on at every
-step (bench/README.md, "The fold leaves the current task alone").
+In a text-tool agent's session the user gave later tasks (a queue: each task's statement
+opens as the first one's, `Layout.task_starts`; an agent calling tools through the API is
+left out, its notes keep every call's values), the fold stops at the start of the task the
+horizon is in until the horizon is `mask_current_turns` turns into it (`task_bound`): a
+young task the agent is still working on stays as its aged digests and masks, and a step
+inside it does not fold its latest block anew, which broke the cached prefix from that
+block on at every step (bench/README.md, "The fold leaves the current task alone").
 
 Folding depends only on the forwarded messages and the horizon, so between steps every
 call folds the same runs into the same bytes (the prefix cache holds); `FoldMemo` keeps
