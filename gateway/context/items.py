@@ -225,7 +225,7 @@ class Layout:
     naming_calls: set[Any] = field(default_factory=set)  # ids of calls naming one of them
     api_turns: int = 0  # assistant turns with API tool calls since the latest user message
     # the later tasks' starts that open as the first task's statement did (its first line:
-    # the harness's template, `opens_task`), in order: the fold stops before the task it is
+    # the harness's template, `first_line`), in order: the fold stops before the task it is
     # at (`fold.task_bound`)
     task_starts: list[int] = field(default_factory=list)
     first_line: str | None = None  # the first user message's first line
