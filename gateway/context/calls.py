@@ -307,6 +307,12 @@ class PointedEvents:
     ordered: list[DropEvent] = field(default_factory=list)
     decided: set[int] = field(default_factory=set)
     savings: dict[int, tuple[int, int, str]] = field(default_factory=dict)
+    # Each message the call rewrote, by its forwarded message's id: that message (kept, as
+    # identity is checked), its pointers and the rewritten copy, which the next call takes
+    # again for the very same message with the same pointers (the encoder's runs and the
+    # short ids' memo then find the same object; `BodyEncoder`, `ShortIds`).
+    pointed: dict[int, tuple[Mapping[str, Any], tuple[tuple[int, str], ...],
+                             Mapping[str, Any]]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -341,17 +347,28 @@ def point_repeats(
     messages = list(forwarded)
     arguments: dict[str, str] = {}
     saving: dict[int, tuple[int, int, str]] = {}  # client index -> before, after, sent text
+    per_message: dict[int, list[tuple[int, str]]] = {}  # k -> its calls' pointers, in order
     for (k, c), pointer in repeats.items():
-        msg = messages[k]
-        calls = list(msg["tool_calls"])
-        raw = calls[c]["function"]["arguments"]
-        calls[c] = {**calls[c], "function": {**calls[c]["function"], "arguments": pointer}}
-        messages[k] = {**msg, "tool_calls": calls}
-        arguments[str(calls[c]["id"])] = pointer
-        before, after, text = saving.get(k, (0, 0, ""))
-        saving[k] = (before + count(raw), after + count(pointer), text or raw)
-    by_index = {indexes[k]: v for k, v in saving.items()}
+        per_message.setdefault(k, []).append((c, pointer))
     made = PointedEvents()
+    old = memo.pointed if memo is not None else {}
+    for k, pairs in per_message.items():
+        msg = forwarded[k]
+        key = tuple(pairs)
+        hit = old.get(id(msg))
+        calls = list(msg["tool_calls"])
+        for c, pointer in pairs:
+            raw = calls[c]["function"]["arguments"]
+            calls[c] = {**calls[c], "function": {**calls[c]["function"], "arguments": pointer}}
+            arguments[str(calls[c]["id"])] = pointer
+            before, after, text = saving.get(k, (0, 0, ""))
+            saving[k] = (before + count(raw), after + count(pointer), text or raw)
+        # the last call's copy of the very same message with the same pointers: equal
+        out = hit[2] if hit is not None and hit[0] is msg and hit[1] == key else {
+            **msg, "tool_calls": calls}
+        messages[k] = out
+        made.pointed[id(msg)] = (msg, key, out)
+    by_index = {indexes[k]: v for k, v in saving.items()}
     grown = _extension(events, by_index, memo) if memo is not None else None
     if grown is None:
         merged, decided = _merged(
@@ -379,6 +396,7 @@ def point_repeats(
         earlier |= decided  # every event's message index
         memo.merged, memo.dedups, memo.given = made.merged, made.dedups, list(events)
         memo.ordered, memo.decided, memo.savings = ordered, earlier, by_index
+        memo.pointed = made.pointed
     # in message order, a repeat's own event after the events of its message (a stable
     # sort of the merged events followed by the dedup events)
     out = list(ordered)
