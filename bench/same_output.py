@@ -221,6 +221,8 @@ async def _wire_child(corpora: Path, quick: bool, wire_name: str,
             engine.embedder.close()
     print(f"lineage: {proven} of {len(rows)} calls resumed; {large_proven} of the {large} "
           f"of a megabyte or more; {fitting.views.extended} views built on", file=sys.stderr)
+    small = fitting.encoder
+    print(f"bodies' runs: {small.reused} reused, {small.encoded} encoded", file=sys.stderr)
     big = getattr(fitting, "large_encoder", None)  # this change's (none on older checkouts)
     if big is not None:
         print(f"large bodies' runs: {big.reused} reused, {big.encoded} encoded",
@@ -245,7 +247,7 @@ def _rows(process: subprocess.Popen[bytes], tree: Path) -> list[list[Any]]:
     if process.returncode != 0:
         raise RuntimeError(f"child in {tree} failed:\n{err.decode()[-3000:]}")
     for line in err.decode().splitlines():
-        if line.startswith(("lineage: ", "large bodies' runs: ")):
+        if line.startswith(("lineage: ", "bodies' runs: ", "large bodies' runs: ")):
             print(f"{tree}: {line}")
     rows: list[list[Any]] = orjson.loads(out)
     return rows
