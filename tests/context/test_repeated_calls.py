@@ -190,3 +190,34 @@ async def test_a_call_between_steps_hands_on_the_last_calls_pointed_events(
             handed += 1
         previous = repeats
     assert handed >= 7
+
+
+async def test_a_call_between_steps_forwards_the_last_calls_pointed_messages_again(
+    engine: ContextEngine,
+) -> None:
+    """A call that only appends to its session's last call forwards that call's messages as
+    the very same objects, a message rewritten with pointers (its ids sent short too)
+    included: `point_repeats` takes the last call's copy of the same message with the same
+    pointers (`PointedEvents.pointed`), so `ShortIds` and the body encoder's runs, which go
+    by identity, find it again instead of encoding an equal copy on every call."""
+    session = uuid.uuid4().hex
+    commands = [QUERY, "SHOW TABLES", QUERY] + [f"SELECT {k} FROM city" for k in range(6)]
+    messages = _session(commands)
+    for m in messages:  # ids as a client sends them (past 9 characters: sent short)
+        for c in m.get("tool_calls") or ():
+            c["id"] = f"call_{c['id']:0>24}"
+        if m.get("tool_call_id"):
+            m["tool_call_id"] = f"call_{m['tool_call_id']:0>24}"
+    previous: list[Any] = []
+    checked = 0
+    for end in range(4, len(messages) + 1, 2):
+        fitted = await engine.fit({"messages": messages[:end], "tools": TOOLS}, _call(session))
+        forwarded = fitted.body["messages"]
+        if len(previous) > 6:  # the repeat (message 6) was forwarded last time
+            assert POINTER not in json.dumps(forwarded)  # its id went short
+            assert "same as call" in json.dumps(forwarded[6])
+            assert forwarded[: len(previous)] == previous
+            assert all(a is b for a, b in zip(forwarded, previous, strict=False)), end
+            checked += 1
+        previous = list(forwarded)
+    assert checked >= 5
