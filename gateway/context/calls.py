@@ -364,10 +364,10 @@ def point_repeats(
             before, after, text = saving.get(k, (0, 0, ""))
             saving[k] = (before + count(raw), after + count(pointer), text or raw)
         # the last call's copy of the very same message with the same pointers: equal
-        out = hit[2] if hit is not None and hit[0] is msg and hit[1] == key else {
+        copy = hit[2] if hit is not None and hit[0] is msg and hit[1] == key else {
             **msg, "tool_calls": calls}
-        messages[k] = out
-        made.pointed[id(msg)] = (msg, key, out)
+        messages[k] = copy
+        made.pointed[id(msg)] = (msg, key, copy)
     by_index = {indexes[k]: v for k, v in saving.items()}
     grown = _extension(events, by_index, memo) if memo is not None else None
     if grown is None:
