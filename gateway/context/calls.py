@@ -351,11 +351,11 @@ def point_repeats(
     for (k, c), pointer in repeats.items():
         per_message.setdefault(k, []).append((c, pointer))
     made = PointedEvents()
-    old = memo.pointed if memo is not None else {}
+    last = memo.pointed if memo is not None else {}
     for k, pairs in per_message.items():
         msg = forwarded[k]
-        key = tuple(pairs)
-        hit = old.get(id(msg))
+        pointers = tuple(pairs)
+        hit = last.get(id(msg))
         calls = list(msg["tool_calls"])
         for c, pointer in pairs:
             raw = calls[c]["function"]["arguments"]
@@ -364,10 +364,10 @@ def point_repeats(
             before, after, text = saving.get(k, (0, 0, ""))
             saving[k] = (before + count(raw), after + count(pointer), text or raw)
         # the last call's copy of the very same message with the same pointers: equal
-        copy = hit[2] if hit is not None and hit[0] is msg and hit[1] == key else {
+        copy = hit[2] if hit is not None and hit[0] is msg and hit[1] == pointers else {
             **msg, "tool_calls": calls}
         messages[k] = copy
-        made.pointed[id(msg)] = (msg, key, copy)
+        made.pointed[id(msg)] = (msg, pointers, copy)
     by_index = {indexes[k]: v for k, v in saving.items()}
     grown = _extension(events, by_index, memo) if memo is not None else None
     if grown is None:
