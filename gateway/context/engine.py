@@ -835,7 +835,7 @@ class ContextEngine:
                 again = reapply(parsed.items, ctx.decisions, applied.decisions, applied.items,
                                 self.counter, parsed.encoding, ctx.known, self.caches.rewritten)
             if not same_texts(final, again):  # most steps re-apply to what they sent
-                rendered = render_messages(messages, parsed.items, again)
+                rendered = render_messages(messages, parsed.items, again, rendered.copies)
                 events = drop_events(parsed.items, again, ctx.decisions)
             final = again
         return Prefix.build(
@@ -987,7 +987,9 @@ def _render(
         changed = applied.changed if applied.decisions is r.prefix.decisions else None
         mark = r.prefix.resume(final, ctx.decisions, ctx.originals, changed)
     if r.prefix is None or mark is None:
-        return render_messages(r.messages, items, final), drop_events(items, final, ctx.decisions)
+        return (render_messages(r.messages, items, final,
+                                r.prefix.copies if r.prefix is not None else None),
+                drop_events(items, final, ctx.decisions))
     items, final = _from_message(items, mark.index), _from_message(final, mark.index)
     rendered = render_from(r.messages, items, final, mark,
                            (r.prefix.plan, r.prefix.digests, r.prefix.marks), r.prefix.copies)

@@ -47,13 +47,17 @@ class Rendered:
 
 
 def render_messages(
-    messages: Sequence[Mapping[str, Any]], original: Sequence[Item], final: Sequence[Item]
+    messages: Sequence[Mapping[str, Any]], original: Sequence[Item], final: Sequence[Item],
+    earlier: Mapping[int, Mapping[str, Any]] | None = None,
 ) -> Rendered:
+    """`earlier`: the rewritten messages of an earlier render of these messages (the
+    session's prefix's `copies`), each taken again where it is what this render makes
+    (`materialize`)."""
     marks: list[Mark] = []
     copies: dict[int, Mapping[str, Any]] = {}
     plan, changed, digests, rolling = render_plan(messages, original, final, 0, None, marks)
-    return Rendered(materialize(messages, plan, copies), changed, digests, plan, rolling, marks,
-                    copies)
+    return Rendered(materialize(messages, plan, copies, earlier), changed, digests, plan,
+                    rolling, marks, copies)
 
 
 def render_from(
@@ -65,7 +69,8 @@ def render_from(
     plan, digests and marks) sent the same items up to `mark.index`, one of its marks: only
     the items of messages from there on are read (`original`, `final`: those items only).
     `copies`: the rewritten messages of the earlier render's plan (`materialize`); those
-    before the mark are taken, not made again."""
+    before the mark are taken, not made again, those after it where they are what this
+    render makes."""
     plan, digests, marks = earlier
     marks = marks[: bisect_left(marks, mark.pos, key=lambda m: m.pos)]
     part, changed, added, rolling = render_plan(
@@ -73,22 +78,28 @@ def render_from(
         mark.changed)
     plan = plan[: mark.pos] + part
     kept = {i: c for i, c in copies.items() if i < mark.index} if copies else {}
-    return Rendered(materialize(messages, plan, kept), changed, digests[: mark.pos] + added,
-                    plan, rolling, marks, kept)
+    return Rendered(materialize(messages, plan, kept, copies), changed,
+                    digests[: mark.pos] + added, plan, rolling, marks, kept)
 
 
 def materialize(
     messages: Sequence[Mapping[str, Any]], plan: Plan,
     copies: dict[int, Mapping[str, Any]] | None = None,
+    earlier: Mapping[int, Mapping[str, Any]] | None = None,
 ) -> list[Mapping[str, Any]]:
     """The message list a plan describes, made of `messages`' own objects. `copies`: the
     rewritten messages made for earlier calls of the same plan, by index (kept by the
     caller while the plan only grows and the messages it covers are byte for byte the same,
-    as the session's prefix does, `prefix.py`): only the new ones are made."""
+    as the session's prefix does, `prefix.py`): only the new ones are made. `earlier`: the
+    rewritten messages of an earlier plan of the same messages (a step's render): one is
+    taken again where it is the very copy this plan makes (`_made_from`), so that a step
+    forwards the same objects for what it sends alike (the body encoder's runs, the short
+    ids' memo and the trace's runs go by identity)."""
     if copies is None:
         return [messages[i] if text is None else {**messages[i], "content": text}
                 for i, text in plan]
-    return [messages[i] if text is None else copies.get(i) or _copy(copies, messages[i], i, text)
+    return [messages[i] if text is None
+            else copies.get(i) or _copy(copies, messages[i], i, text, earlier)
             for i, text in plan]
 
 
@@ -125,10 +136,22 @@ def materialize_picked(
     return list(itemgetter(*indexes)(source))
 
 
-def _copy(copies: dict[int, Mapping[str, Any]], msg: Mapping[str, Any], i: int, text: str
-          ) -> Mapping[str, Any]:
-    copy = copies[i] = {**msg, "content": text}
+def _copy(copies: dict[int, Mapping[str, Any]], msg: Mapping[str, Any], i: int, text: str,
+          earlier: Mapping[int, Mapping[str, Any]] | None = None) -> Mapping[str, Any]:
+    old = earlier.get(i) if earlier else None
+    copy = copies[i] = old if old is not None and _made_from(old, msg, text) else {
+        **msg, "content": text}
     return copy
+
+
+def _made_from(old: Mapping[str, Any], msg: Mapping[str, Any], text: str) -> bool:
+    """Whether `old` is `{**msg, "content": text}` to the byte: the same keys in the same
+    order, `content` equal to `text`, every other value the very same object."""
+    if len(old) != len(msg) + ("content" not in msg) or old.get("content") != text:
+        return False
+    # past msg's keys `old` holds one more only when msg has no `content`: that one, last
+    return all(key == was and (key == "content" or old[key] is value)
+               for (key, value), was in zip(msg.items(), old, strict=False))
 
 
 def render_plan(
