@@ -80,7 +80,7 @@ from typing import Any
 import orjson
 
 from gateway.context.items import PINNED
-from gateway.context.render import Plan
+from gateway.context.render import Plan, with_content
 from gateway.context.summarize import notable, values
 from gateway.observability.droplog import DropEvent, Kind
 
@@ -249,6 +249,17 @@ def note_lines(messages: Sequence[Mapping[str, Any]], run: Run) -> list[tuple[in
 # the note (None: a result) and that part's tokens.
 RunParts = list[tuple[str, int, str | None, int]]
 RunCache = dict[int, tuple[tuple[Mapping[str, Any], ...], RunParts]]
+UserCopies = dict[tuple[str, int], Mapping[str, Any]]  # (fold, client index) -> user message
+
+
+def _user_copy(msg: Mapping[str, Any], key: tuple[str, int], text: str,
+               users: tuple[UserCopies, UserCopies] | None) -> Mapping[str, Any]:
+    """`msg` sent with `text` (its note added): an earlier fold's very copy when it is that
+    (`users`: the earlier fold's copies, and this one's, which it is added to)."""
+    if users is None:
+        return {**msg, "content": text}
+    copy = users[1][key] = with_content(msg, text, users[0].get(key))
+    return copy
 
 
 def _run_parts(messages: Sequence[Mapping[str, Any]], entries: Plan, run: Run,
@@ -280,11 +291,15 @@ def fold_runs(
     original: Original,
     count: Callable[[str], int],
     cache: RunCache | None = None,
+    users: tuple[UserCopies, UserCopies] | None = None,
 ) -> tuple[Folded, RunCache]:
     """`messages` with `runs` folded: the messages, their plan (`entries`: the plan
     `messages` were rendered by, one entry per message), the events with each folded
     message's replaced, and the change to the call's tokens; and the runs' parts made
-    (`cache`: those of an earlier fold, taken where their messages are the same)."""
+    (`cache`: those of an earlier fold, taken where their messages are the same).
+    `users`: an earlier fold's user messages with their notes (by `_user_copy`'s keys), each
+    taken again where it is the copy this fold makes (`render.with_content`), and where this
+    fold's go."""
     by_index: dict[int, list[DropEvent]] = {}
     for event in events:
         if event.message_index is not None:
@@ -322,7 +337,7 @@ def fold_runs(
         plan += entries[k:user]
         end, note = notes[user]
         text = str(messages[user].get("content")) + note
-        out_messages.append({**messages[user], "content": text})
+        out_messages.append(_user_copy(messages[user], ("runs", entries[user][0]), text, users))
         plan.append((entries[user][0], text))
         k = end
     out_messages += messages[k:n]
@@ -515,13 +530,14 @@ def _turns_note(messages: Sequence[Mapping[str, Any]], run: Run, count: Callable
 
 def fold_turns(folded: Folded, runs: Sequence[Run], original: Original,
                count: Callable[[str], int], cache: NoteCache | None = None,
-               made: NoteCache | None = None) -> Folded:
+               made: NoteCache | None = None,
+               users: tuple[UserCopies, UserCopies] | None = None) -> Folded:
     """`folded` with each turns run's messages but its last reply gone and its first user
     message sent as the run's note (`turns_note`); every client message from that one to
     the last reply (the exchanges an earlier fold took included) gets one event, reason
     `folded_turns`: the first `compress`, down to the note's tokens, the others `drop`.
     `cache`: the notes of an earlier fold, by their runs' contents; the notes this fold
-    made or took go in `made`."""
+    made or took go in `made`. `users`: as `fold_runs` takes it."""
     messages, plan = folded.messages, folded.plan
     by_index: dict[int, list[DropEvent]] = {}
     for event in folded.events:
@@ -569,7 +585,7 @@ def fold_turns(folded: Folded, runs: Sequence[Run], original: Original,
         out_messages += messages[k:user]
         out_plan += plan[k:user]
         end, text = notes[user]
-        out_messages.append({**messages[user], "content": text})
+        out_messages.append(_user_copy(messages[user], ("turns", plan[user][0]), text, users))
         out_plan.append((plan[user][0], text))
         k = end
     out_messages += messages[k:]
@@ -602,6 +618,10 @@ class FoldMemo:
     # reads every folded message's: a message object seen before is a lookup)
     heads: dict[int, tuple[Mapping[str, Any], str, tuple[str, int]]] = field(
         default_factory=dict)
+    # the last fold's user messages with their notes, by client index: a step's fold that
+    # makes the very same copy sends that one again (the body encoder's runs and the short
+    # ids' memo go by identity)
+    users: UserCopies = field(default_factory=dict)
 
     def original(self, messages: Sequence[Mapping[str, Any]], encoding: str,
                  head: Callable[[int], tuple[str, int]]) -> Original:
@@ -704,13 +724,16 @@ def fold(
     entries = _entries(plan, 0, len(messages))
     runs = find_runs(messages, [i for i, _ in entries], horizon)
     folded = Folded(messages, entries, events, 0)
+    # the last fold's note copies, and this one's (only these are kept)
+    users: tuple[UserCopies, UserCopies] = (memo.users, {})
+    memo.users = users[1]
     if runs:
         folded, memo.runs = fold_runs(messages, entries, events, runs, original, count,
-                                      memo.runs)
+                                      memo.runs, users)
     turn_runs = find_turn_runs(folded.messages, [i for i, _ in folded.plan], horizon)
     if turn_runs:
         notes: NoteCache = {}
-        folded = fold_turns(folded, turn_runs, original, count, memo.notes, notes)
+        folded = fold_turns(folded, turn_runs, original, count, memo.notes, notes, users)
         memo.notes = notes
     if folded.messages is messages:
         return None

@@ -144,6 +144,13 @@ def _copy(copies: dict[int, Mapping[str, Any]], msg: Mapping[str, Any], i: int, 
     return copy
 
 
+def with_content(msg: Mapping[str, Any], text: str,
+                 old: Mapping[str, Any] | None = None) -> Mapping[str, Any]:
+    """`{**msg, "content": text}`, or `old` when it is that very copy (`_made_from`): an
+    earlier call's rewritten message handed on (the fold's notes, `fold.FoldMemo.users`)."""
+    return old if old is not None and _made_from(old, msg, text) else {**msg, "content": text}
+
+
 def _made_from(old: Mapping[str, Any], msg: Mapping[str, Any], text: str) -> bool:
     """Whether `old` is `{**msg, "content": text}` to the byte: the same keys in the same
     order, `content` equal to `text`, every other value the very same object."""
