@@ -361,6 +361,29 @@ def test_a_steps_fold_from_the_last_ones_notes_and_heads_is_the_fold_afresh() ->
 
 
 
+def test_a_steps_fold_sends_the_notes_it_makes_again_as_the_last_folds_very_messages() -> None:
+    """A step's fold (the horizon moved: folded afresh) sends a user message whose note it
+    makes the same as the last fold's very copy (`FoldMemo.users`: the body encoder's runs
+    and the short ids' memo go by identity), and a new copy where the note or the message
+    changed; the fold equals the fold with a new memo."""
+    import random
+
+    memo = FoldMemo()
+    messages = _queue_session(random.Random(7), 200)
+    horizon = len(messages) - 40
+    first = _folded(messages, horizon, memo, [])
+    assert first is not None
+    notes = {id(m): m for m in first[0] if TURNS_HEAD.match(str(m["content"]))}
+    assert len(notes) >= 3
+    grown = messages + _queue_session(random.Random(8), 10, tag="y")[1:]
+    grown[1] = {**grown[1], "content": "order #W9999 please"}  # the first note's message
+    second = _folded(grown, horizon + 30, memo, [])
+    assert second == _folded(grown, horizon + 30, FoldMemo(), [])
+    again = [m for m in second[0] if id(m) in notes]
+    assert len(again) >= len(notes) - 2 and all(m is notes[id(m)] for m in again)
+    assert not any(id(m) in notes for m in second[0][:2])  # its message changed: made anew
+
+
 def test_a_fold_between_steps_is_taken_from_the_memo_on_equal_drop_events() -> None:
     """A call between steps whose drop events before the horizon are equal to the last
     call's but new objects (a full path's call renders them anew from its prefix's last

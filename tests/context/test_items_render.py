@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from gateway.context.apply import apply_decision
 from gateway.context.items import parse_request
 from gateway.context.render import render_messages
@@ -251,3 +253,37 @@ def test_a_masked_document_inside_a_message_keeps_its_kind() -> None:
     masked = apply_decision(doc, mask, COUNTER, "o200k_base")
     assert masked is not None
     assert masked.text == "[ctxgate: knowledge omitted <document id=0>P…]"
+
+
+def test_a_render_takes_an_earlier_copy_only_where_it_is_the_very_copy_it_makes() -> None:
+    """`materialize(..., earlier=)` (a step's render, `render_messages`/`render_from` with the
+    prefix's copies): a rewritten message is the earlier render's very object where that is
+    `{**message, "content": text}` to the byte (same keys in the same order, the other values
+    the same objects, the content equal), else a new copy; the bytes are those of a render
+    without it."""
+    import orjson
+
+    from gateway.context.render import materialize
+
+    call_id = "".join(["call", "_1"])
+    messages: list[dict[str, Any]] = [
+        {"role": "user", "content": "hi"},
+        {"role": "tool", "tool_call_id": call_id, "content": "a long result"},
+        {"role": "assistant", "tool_calls": []},  # no `content`: it goes last
+    ]
+    plan: list[tuple[int, str | None]] = [(0, None), (1, "a gist"), (2, "a summary")]
+    earlier: dict[int, Any] = {}
+    first = materialize(messages, plan, earlier)
+    again = materialize(messages, plan, {}, earlier)
+    assert again[1] is first[1] and again[2] is first[2]
+    other = [(0, None), (1, "another gist"), (2, "a summary")]
+    changed = materialize(messages, other, {}, earlier)
+    assert changed[1] is not first[1] and changed[2] is first[2]
+    equal = [messages[0], {"role": "tool", "tool_call_id": "".join(["call", "_1"]),
+                           "content": "a long result"},
+             {"tool_calls": [], "role": "assistant"}]  # an equal id; keys reordered
+    remade = materialize(equal, plan, {}, earlier)
+    assert remade[1] is not first[1] and remade[2] is not first[2]
+    for msgs, p, out in ((messages, plan, again), (messages, other, changed),
+                         (equal, plan, remade)):
+        assert orjson.dumps(out) == orjson.dumps(materialize(msgs, p))
