@@ -85,10 +85,10 @@ class ShortIds:
             self.out = self.out + new
             self.changed = self.changed or not all(map(is_, new, messages[n:]))
         else:  # a step rewrote some: the others, the very same objects, are taken as made
-            self.out = [
-                made if m is was else renamed(m)
-                for m, was, made in zip(messages, self.source, self.out, strict=False)
-            ] + [renamed(m) for m in messages[n:]]
+            # wherever they now stand (a step that left messages out moves the later ones;
+            # an id is `source`'s message's while `source` holds it)
+            made = dict(zip(map(id, self.source), self.out, strict=True))
+            self.out = [made.get(id(m)) or renamed(m) for m in messages]
             self.changed = not all(map(is_, self.out, messages))
         self.source = list(messages)
         return self.out

@@ -178,3 +178,25 @@ async def test_anthropic_calls_beside_signed_thinking_keep_their_ids(
     calls, answers = _messages_pairs(out["messages"])
     assert calls == answers == [short_id(old), new]
     assert out["messages"][3] == body["messages"][3]  # the signed turn as sent
+
+
+def test_a_step_that_leaves_messages_out_renames_none_of_the_others_again() -> None:
+    """`ShortIds.rename` after a step that left messages out (the later ones moved up): each
+    message renamed before is sent as the very copy made then, wherever it now stands, and
+    the list is the one renaming every message afresh gives."""
+    from operator import is_
+
+    from gateway.context.call_ids import ShortIds, renamed
+
+    messages: list[dict[str, Any]] = []
+    for k in range(6):
+        cid = f"call_{k:024d}"
+        messages.append({"role": "assistant", "content": None, "tool_calls": [
+            {"id": cid, "type": "function", "function": {"name": "f", "arguments": "{}"}}]})
+        messages.append({"role": "tool", "tool_call_id": cid, "content": f"result {k}"})
+    memo = ShortIds()
+    first = memo.rename(messages)
+    step = messages[:2] + messages[4:] + [{"role": "user", "content": "next"}]
+    out = memo.rename(step)
+    assert out == [renamed(m) for m in step]
+    assert all(map(is_, out[:2], first[:2])) and all(map(is_, out[2:-1], first[4:]))
