@@ -138,9 +138,7 @@ def materialize_picked(
 
 def _copy(copies: dict[int, Mapping[str, Any]], msg: Mapping[str, Any], i: int, text: str,
           earlier: Mapping[int, Mapping[str, Any]] | None = None) -> Mapping[str, Any]:
-    old = earlier.get(i) if earlier else None
-    copy = copies[i] = old if old is not None and _made_from(old, msg, text) else {
-        **msg, "content": text}
+    copy = copies[i] = with_content(msg, text, earlier.get(i) if earlier else None)
     return copy
 
 
