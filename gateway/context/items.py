@@ -50,13 +50,16 @@ class Clock:
     task, in a session whose agent had answered before it (a queue's later task; -1: none),
     and the turns walked when it came: what the task has lasted is `turns - task_turns`.
     `api_calls`: the agent made a tool call through the API (its outputs come as tool
-    messages, so a user message after its answer is the user's: `steps.on_first_task`).
+    messages, so a user message after its answer is the user's: `steps.on_first_task`);
+    `text_calls`: a user message answered a call the agent wrote in its turn
+    (`text_tool_result`: its outputs are such messages, any other is the user's).
     `task_statement`: `task_start` when that user message reads as a new task's statement
     (`new_task_statement`: a long message after the agent worked through the API on its
     own for NEW_TASK_CALLS turns), else -1: a customer's reply in a conversation with an
     agent (tau-bench), or a text-tool agent's observation, starts no task statement."""
 
-    __slots__ = ("api_calls", "named", "task_start", "task_statement", "task_turns", "turns")
+    __slots__ = ("api_calls", "named", "task_start", "task_statement", "task_turns",
+                 "text_calls", "turns")
 
     def __init__(self, turns: int = 0) -> None:
         self.turns = turns
@@ -65,6 +68,7 @@ class Clock:
         self.task_statement = -1
         self.task_turns = 0
         self.api_calls = False
+        self.text_calls = False
 
 
 # A user message after an answer is a new task's statement (`Clock.task_statement`) when the
@@ -250,6 +254,7 @@ class Layout:
                 if (self.open_from is None and self.said
                         and text_tool_result(self.said, text)):
                     self.open_from = self.turns[-1]  # the calls it wrote in prose are open
+                    self.clock.text_calls = True
                 elif self.first_answer is not None:
                     if messages[i - 1].get("role") != "user":  # a new task starts
                         self.current_files = set()

@@ -211,16 +211,20 @@ def young(calls: int, c: Compaction, first_task: bool = True) -> bool:
 
 def on_first_task(items: Iterable[Item] = (), clock: Clock | None = None) -> bool:
     """Whether the session of `items` (or of their layout's `clock`) is on its first task,
-    its agent calling tools through the API (`Clock.api_calls`): the layout found no later
-    task (`Clock.task_start`: a user message after the agent answered, the boundary the
-    masking rules of a queue's tasks read). A session whose agent has made no tool call
-    through the API is never on a first task here, so never weighed young (`young`): a
-    text-tool agent's outputs come as user messages, which the layout tells from a new
-    task only when they name the call its turn wrote (`text_tool_result`), so its whole
-    queue would pass for one first task (acr queue: cost @0.1 -8.1 · -5.2 points weighed;
-    bench/README.md, "Short runs' cost @0.1, part nine")."""
+    its agent having made a tool call (`Clock.api_calls`, `Clock.text_calls`): the layout
+    found no later task (`Clock.task_start`: a user message after the agent answered, the
+    boundary the masking rules of a queue's tasks read). A session whose agent has made no
+    call the layout knows is never on a first task here, so never weighed young (`young`):
+    a text-tool agent's outputs come as user messages, which the layout tells from a new
+    task only when they answer the call its turn wrote (`text_tool_result`); counted a first
+    task with no such answer, a whole queue passed for one (acr queue: cost @0.1 -8.1 · -5.2
+    points weighed; bench/README.md, "Short runs' cost @0.1, part nine"). One answered call
+    in prose is enough, as one through the API is: the next user message that answers none
+    ends the first task (mini-SWE-agent runs' cost @0.1 up; bench/README.md, "The newest
+    corpora's short runs…", session 48)."""
     clock = clock or next((item.clock for item in items), None)
-    return clock is not None and clock.api_calls and clock.task_start < 0
+    return (clock is not None and (clock.api_calls or clock.text_calls)
+            and clock.task_start < 0)
 
 
 def unrepaid(

@@ -1,9 +1,10 @@
 """A session's large calls are weighed by the repay rule (`steps.young`) only while it is
 on its first task, by the engine's own task boundary (`Clock.task_start`) in a session
-whose agent calls tools through the API (`steps.on_first_task`): a queue's later task is a
-long session; a text-tool agent's session is never weighed, its outputs being user messages
-the layout cannot tell from a new task (bench/README.md, "Short runs' cost @0.1, part seven",
-"part nine")."""
+whose agent has made a tool call, through the API or written in its turn and answered as the
+layout reads a call's result (`text_tool_result`; `steps.on_first_task`): a queue's later
+task is a long session; a text-tool agent whose outputs the layout cannot tell from a new
+task is never weighed (bench/README.md, "Short runs' cost @0.1, part seven", "part nine",
+and "The newest corpora's short runs…", session 48)."""
 
 from __future__ import annotations
 
@@ -63,6 +64,24 @@ def test_a_text_tool_agents_session_is_never_weighed() -> None:
     # nor before its first call through the API, nor with no layout at all
     assert not _first([{"role": "user", "content": "task: sum the files"}])
     assert not on_first_task([])
+
+
+def test_a_shell_agents_answered_commands_are_its_first_task() -> None:
+    """A text-tool agent whose outputs the layout reads as its calls' results (an exit
+    status after a fenced shell block, mini-SWE-agent) is on its first task until a user
+    message that answers no call comes after its answer (a queue's next task statement)."""
+    msgs: list[dict[str, Any]] = [
+        {"role": "system", "content": "You can interact with a computer shell."},
+        {"role": "user", "content": "<pr_description>fix parser.py</pr_description>"}]
+    assert not _first(msgs)  # no call yet
+    for k in range(3):
+        msgs += [{"role": "assistant", "content": f"THOUGHT: look.\n\n```bash\ncat f{k}.py\n```"},
+                 {"role": "user", "content": f"<returncode>0</returncode>\n<output>\n"
+                                             f"{'value = 1' * 20}\n</output>"}]
+        assert _first(msgs)
+    msgs += [{"role": "assistant", "content": "THOUGHT: done.\n\n```bash\nsubmit\n```"},
+             {"role": "user", "content": "<pr_description>fix lexer.py</pr_description>"}]
+    assert not _first(msgs)
 
 
 def test_a_large_call_on_a_later_task_is_not_weighed() -> None:
