@@ -56,10 +56,13 @@ class Clock:
     `task_statement`: `task_start` when that user message reads as a new task's statement
     (`new_task_statement`: a long message after the agent worked through the API on its
     own for NEW_TASK_CALLS turns), else -1: a customer's reply in a conversation with an
-    agent (tau-bench), or a text-tool agent's observation, starts no task statement."""
+    agent (tau-bench), or a text-tool agent's observation, starts no task statement.
+    `queue_starts`: (index, turns walked) of each later task's start that opens as the first
+    task's statement did (`Layout.task_starts`), in order: a queue harness's tasks, which a
+    harness's reply to a malformed turn (`task_start`) does not start."""
 
-    __slots__ = ("api_calls", "named", "task_start", "task_statement", "task_turns",
-                 "text_calls", "turns")
+    __slots__ = ("api_calls", "named", "queue_starts", "task_start", "task_statement",
+                 "task_turns", "text_calls", "turns")
 
     def __init__(self, turns: int = 0) -> None:
         self.turns = turns
@@ -69,6 +72,7 @@ class Clock:
         self.task_turns = 0
         self.api_calls = False
         self.text_calls = False
+        self.queue_starts: list[tuple[int, int]] = []
 
 
 # A user message after an answer is a new task's statement (`Clock.task_statement`) when the
@@ -261,6 +265,7 @@ class Layout:
                         self.clock.task_start = i
                         if opens:
                             self.task_starts.append(i)
+                            self.clock.queue_starts.append((i, len(self.turns)))
                         self.clock.task_turns = len(self.turns)
                         self.clock.task_statement = (
                             i if new_task_statement(self.api_turns, text) else -1)
