@@ -62,6 +62,7 @@ from gateway.context.models import ModelTable
 from gateway.context.offload import check_deadline
 from gateway.context.prefix import Lineage, Prefix, PrefixCache
 from gateway.context.render import (
+    CutMemo,
     Plan,
     Rendered,
     args_cuts,
@@ -633,9 +634,11 @@ class ContextEngine:
         decisions = r.state.decisions
         known = r.prefix.cuts if r.prefix is not None else None
         cuts = known[1] if known is not None and known[0] is decisions else args_cuts(decisions)
+        memo = (r.prefix.cut if r.prefix is not None else None) or CutMemo()
         if fitted.prefix is not None:  # the next call's decisions, unless a step replaces them
             fitted.prefix.cuts = (decisions, cuts)
-        cut = with_cut_calls(fitted.messages, fitted.plan, decisions, cuts)
+            fitted.prefix.cut = memo
+        cut = with_cut_calls(fitted.messages, fitted.plan, decisions, cuts, memo)
         if cut is None:
             return fitted
         messages, arguments = cut

@@ -45,7 +45,7 @@ from gateway.context.lines import (
     verbatim_index,
     verbatim_items,
 )
-from gateway.context.render import Mark, Picks, Plan, Rendered, render_plan
+from gateway.context.render import CutMemo, Mark, Picks, Plan, Rendered, render_plan
 from gateway.context.session import Decision, SessionState
 from gateway.context.steps import (
     ages_out,
@@ -240,6 +240,8 @@ class Prefix:
     # fitted with, and those decisions: the same object (a session's decisions are replaced,
     # never changed in place, as `reuse` relies on) has the same cuts.
     cuts: tuple[Mapping[str, Decision], list[CutCalls]] | None = None
+    # The messages the last of those calls sent with cut arguments (`render.with_cut_calls`).
+    cut: CutMemo | None = None
     # The rewritten messages calls reusing this prefix forwarded, by index (`materialize`).
     copies: dict[int, Mapping[str, Any]] = field(default_factory=dict)
     # What those calls' `materialize` took of `plan` (which they only append to).

@@ -152,11 +152,17 @@ def with_content(msg: Mapping[str, Any], text: str,
 def _made_from(old: Mapping[str, Any], msg: Mapping[str, Any], text: str) -> bool:
     """Whether `old` is `{**msg, "content": text}` to the byte: the same keys in the same
     order, `content` equal to `text`, every other value the very same object."""
-    if len(old) != len(msg) + ("content" not in msg) or old.get("content") != text:
+    return old.get("content") == text and _same_but(old, msg, "content")
+
+
+def _same_but(old: Mapping[str, Any], msg: Mapping[str, Any], name: str) -> bool:
+    """Whether `old` is `{**msg, name: ...}` but for that value: the same keys in the same
+    order, every other value the very same object."""
+    if len(old) != len(msg) + (name not in msg):
         return False
-    # past msg's keys `old` holds one more only when msg has no `content`: that one, last
-    return all(key == was and (key == "content" or old[key] is value)
-               for (key, value), was in zip(msg.items(), old, strict=False))
+    # past msg's keys `old` holds one more only when msg has no `name`: that one, last
+    return name in old and all(key == was and (key == name or old[key] is value)
+                               for (key, value), was in zip(msg.items(), old, strict=False))
 
 
 def render_plan(
@@ -217,29 +223,82 @@ def args_cuts(decisions: Mapping[str, Decision]) -> list[CutCalls]:
 
 def with_cut_calls(
     messages: Sequence[Mapping[str, Any]], plan: Plan | None, decisions: Mapping[str, Decision],
-    cuts: Sequence[CutCalls] | None = None,
+    cuts: Sequence[CutCalls] | None = None, memo: CutMemo | None = None,
 ) -> tuple[list[Mapping[str, Any]], dict[str, str]] | None:
     """`messages` (rendered by `plan`; None: all as sent) with the tool calls of the old
     exchanges the budget ladder cut sent with their cut arguments (`args` decisions: the
     items already count them so), and per call id the arguments it is sent with, for the
     wire adapters. None when no decision cuts a call of a message sent. `cuts`:
-    `args_cuts(decisions)`, when known."""
+    `args_cuts(decisions)`, when known. `memo`: the last call's cut messages, each taken
+    again where it is the very copy made (`with_cut`), and replaced by this call's."""
     if cuts is None:
         cuts = args_cuts(decisions)
     if not cuts:
+        if memo is not None:
+            memo.made = {}
         return None
     where = {i: k for k, (i, _) in enumerate(plan)} if plan is not None else None
     out = list(messages)
     arguments: dict[str, str] = {}
+    last = memo.made if memo is not None else {}
+    made: dict[tuple[int, tuple[str | None, ...]], Mapping[str, Any]] = {}
     for cut in cuts:
         k = cut.index if where is None else where.get(cut.index)
         calls = out[k].get("tool_calls") if k is not None and k < len(out) else None
         if k is None or not isinstance(calls, list) or len(calls) != len(cut.arguments):
             continue  # dropped since (a later step), or not the message it was made for
-        new = list(calls)
         for c, raw in enumerate(cut.arguments):
             if raw is not None:
-                new[c] = {**calls[c], "function": {**calls[c]["function"], "arguments": raw}}
                 arguments[str(calls[c].get("id", ""))] = raw
-        out[k] = {**out[k], "tool_calls": new}
+        key = (cut.index, cut.arguments)
+        out[k] = made[key] = with_cut(out[k], cut.arguments, last.get(key))
+    if memo is not None:
+        memo.made = made
     return (out, arguments) if arguments else None
+
+
+@dataclass(slots=True)
+class CutMemo:
+    """The messages one call's `with_cut_calls` sent with cut arguments, by client index and
+    cut arguments: the next call takes one again where it is the very copy it makes
+    (`with_cut`), so the body encoder's runs and the pointers' and short ids' memos find the
+    same object. Only the last call's are kept (kept with the session's prefix)."""
+
+    made: dict[tuple[int, tuple[str | None, ...]], Mapping[str, Any]] = field(
+        default_factory=dict)
+
+
+def with_cut(msg: Mapping[str, Any], arguments: Sequence[str | None],
+             old: Mapping[str, Any] | None = None) -> Mapping[str, Any]:
+    """`msg` with its tool calls sent with `arguments` (per call; None: as sent), or `old`
+    when it is that very copy (`_cut_from`)."""
+    if old is not None and _cut_from(old, msg, arguments):
+        return old
+    calls = msg["tool_calls"]
+    new = list(calls)
+    for c, raw in enumerate(arguments):
+        if raw is not None:
+            new[c] = {**calls[c], "function": {**calls[c]["function"], "arguments": raw}}
+    return {**msg, "tool_calls": new}
+
+
+def _cut_from(old: Mapping[str, Any], msg: Mapping[str, Any],
+              arguments: Sequence[str | None]) -> bool:
+    """Whether `old` is `with_cut(msg, arguments)` to the byte: every call sent as is the
+    very same object, every cut one `{**call, "function": {**function, "arguments": raw}}`
+    (`_same_but` at each level), every other value of `msg` the very same object."""
+    calls, sent = msg["tool_calls"], old.get("tool_calls")
+    if not isinstance(sent, list) or len(sent) != len(calls) or not _same_but(
+            old, msg, "tool_calls"):
+        return False
+    for call, was, raw in zip(calls, sent, arguments, strict=True):
+        if raw is None:
+            if was is not call:
+                return False
+            continue
+        function = was.get("function") if isinstance(was, Mapping) else None
+        if not isinstance(function, Mapping) or function.get("arguments") != raw or not (
+                _same_but(was, call, "function")
+                and _same_but(function, call["function"], "arguments")):
+            return False
+    return True

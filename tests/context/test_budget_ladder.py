@@ -785,3 +785,69 @@ async def test_cut_arguments_follow_the_sessions_decisions_call_after_call(
     assert kept == await run(uuid.uuid4().hex)
     cut_ids = [set(arguments or {}) for _, arguments, _ in kept]
     assert cut_ids[0] and cut_ids[3] and cut_ids[3] != cut_ids[0] and cut_ids[5] == cut_ids[3]
+
+
+async def test_a_sessions_calls_under_a_budget_forward_the_last_calls_cut_messages(
+    engine: ContextEngine,
+) -> None:
+    """Consecutive calls of a session under a budget send an old exchange whose arguments
+    the ladder cut as the very message object the last call sent (`render.CutMemo`, kept
+    with the session's prefix): the body encoder's runs and the pointers' and short ids'
+    memos go by identity, and an equal copy made anew on every call is encoded anew on
+    every call."""
+    session = uuid.uuid4().hex
+    base = _query_call(old=3)
+    msgs = list(base)
+    for t in range(12):
+        msgs += [{"role": "assistant", "content": f"Checking the orders of step {t} now."},
+                 {"role": "user", "content": "Go on, please."}]
+    budget = int(0.8 * _pinned(engine, {"messages": base})[0])
+    previous: dict[str, Any] = {}
+    handed = 0
+    for end in range(len(base), len(msgs) + 1, 2):
+        fitted = await engine.fit({"messages": msgs[:end]}, _call(session, budget))
+        assert drops_add_up(fitted)
+        cut = {m["tool_calls"][0]["id"]: m for m in fitted.body["messages"]
+               if m.get("tool_calls") and m not in msgs}
+        assert cut, end
+        for cid, m in cut.items():
+            if cid in previous and previous[cid] == m:
+                assert previous[cid] is m, (end, cid)
+                handed += 1
+        previous = cut
+    assert handed >= 10
+
+
+def test_with_cut_calls_takes_the_last_calls_copy_only_where_it_is_the_copy_made() -> None:
+    """`with_cut_calls(..., memo=)` sends the bytes it sends without the memo; it hands on
+    the last call's copy of the very same message cut the same, and copies anew a message
+    equal but not the same object, or cut otherwise."""
+    from gateway.context.apply import CutCalls
+    from gateway.context.render import CutMemo, with_cut_calls
+    from gateway.context.session import Decision
+
+    msgs = _query_call(old=1)
+
+    def decisions(raw: str) -> dict[str, Decision]:
+        arg = CutCalls(2, (raw,), 10).dump()
+        return {"x": Decision("compress", "compress", "over_budget", "args", 1, arg=arg)}
+
+    memo = CutMemo()
+    first = with_cut_calls(msgs, None, decisions('{"query": "SELECT [cut]"}'), memo=memo)
+    again = with_cut_calls(msgs, None, decisions('{"query": "SELECT [cut]"}'), memo=memo)
+    plain = with_cut_calls(msgs, None, decisions('{"query": "SELECT [cut]"}'))
+    assert first is not None and again is not None and plain is not None
+    assert json.dumps(again[0]) == json.dumps(plain[0]) and again[1] == plain[1]
+    assert again[0][2] is first[0][2] and again[0][2] is not plain[0][2]
+    assert all(a is b for k, (a, b) in enumerate(zip(again[0], msgs, strict=True)) if k != 2)
+    other = with_cut_calls(msgs, None, decisions('{"query": "SELECT [more cut]"}'), memo=memo)
+    assert other is not None and other[0][2] is not again[0][2]
+    assert json.loads(other[0][2]["tool_calls"][0]["function"]["arguments"]) == {
+        "query": "SELECT [more cut]"}
+    copied = [*msgs[:2], json.loads(json.dumps(msgs[2])), *msgs[3:]]  # equal, a new object
+    for _ in range(2):
+        fresh = with_cut_calls(copied, None, decisions('{"query": "SELECT [more cut]"}'),
+                               memo=memo)
+        assert fresh is not None and fresh[0] == other[0]
+    assert fresh[0][2] is not other[0][2]
+    assert fresh[0][2]["tool_calls"][0]["id"] is copied[2]["tool_calls"][0]["id"]
