@@ -21,9 +21,13 @@ path (run in line, on the same engine); per call the forwarded bytes are compare
 `--prepare` (with `--cache`): chat calls through `Fitting.prepare` the same way (the
 encoding of the fitted body included, as the chat route does it).
 `--corpus NAME` (repeatable): only that corpus's sessions under `--corpora`.
+`--budget F`: every call of a session under a budget header of F × its last call's tokens
+(the budget ladder on every late call). With `--prepare`, each child prints how many
+forwarded messages were fresh copies equal to one the session's last call forwarded
+(`fresh equal copies`): what the body encoder's runs, which go by identity, encode anew.
 
     python -m bench.same_output --against DIR [--corpora DIR] [--corpus NAME] [--quick]
-        [--fresh|--cache [--format messages|responses|--prepare]]
+        [--fresh|--cache [--format messages|responses|--prepare]] [--budget F]
     python bench/same_output.py --child --tree DIR [--corpora DIR] [...]
 """
 
@@ -46,12 +50,24 @@ CORPORA = HERE.parents[2] / "shared" / "corpora"
 MODEL = "gpt-4o-mini"
 
 
-def _sessions(corpora: Path, quick: bool, only: list[str] | None = None
+def _sessions(corpora: Path, quick: bool, only: list[str] | None = None,
+              budget: float | None = None,
               ) -> list[tuple[str, list[dict[str, Any]], dict[str, str]]]:
     """(session name, calls, extra headers) for every session replayed (`only`: those of
-    the corpora named, no synthetic ones)."""
+    the corpora named, no synthetic ones; `budget`: each session under that share of its
+    last call's tokens)."""
     from bench.corpora import CORPUS_NAMES, extra_jsonl, load, synthetic_session
+    from gateway.context.items import parse_request
     from gateway.context.replay import calls_from_messages
+    from gateway.context.tokens import TokenCounter
+
+    counter = TokenCounter()
+
+    def headers(calls: list[dict[str, Any]]) -> dict[str, str]:
+        if budget is None or not calls:
+            return {}
+        tokens = parse_request(calls[-1], counter, "o200k_base").tokens
+        return {"x-ctxgate-budget-tokens": str(max(1, int(budget * tokens)))}
 
     out = []
     # the shared corpora found under `corpora`, then any other JSONL corpus there (tau-bench's)
@@ -64,12 +80,12 @@ def _sessions(corpora: Path, quick: bool, only: list[str] | None = None
             calls = calls_from_messages(session.messages, MODEL)
             if session.tools:
                 calls = [{**body, "tools": session.tools} for body in calls]
-            out.append((f"{corpus}:{session.id}", calls, {}))
+            out.append((f"{corpus}:{session.id}", calls, headers(calls)))
     if only:
         return out
     long = synthetic_session(0, 300)
     calls = calls_from_messages(long.messages, MODEL)
-    out.append(("synthetic-300", calls, {}))
+    out.append(("synthetic-300", calls, headers(calls)))
     out.append(("synthetic-300-budget", calls, {"x-ctxgate-budget-tokens": "12000"}))
     return out
 
@@ -102,7 +118,8 @@ def _cache_decoder() -> Any:
 
 
 async def _child(corpora: Path, quick: bool, fresh: bool = False,
-                 cached: bool = False, only: list[str] | None = None) -> list[list[Any]]:
+                 cached: bool = False, only: list[str] | None = None,
+                 budget: float | None = None) -> list[list[Any]]:
     from gateway.context.engine import CallContext
     from gateway.context.replay import build_engine
     from gateway.errors import ContextBudgetExceeded
@@ -115,7 +132,7 @@ async def _child(corpora: Path, quick: bool, fresh: bool = False,
     decode = _cache_decoder() if cached else None
     proven = large = large_proven = 0
     try:
-        for name, calls, extra in _sessions(corpora, quick, only):
+        for name, calls, extra in _sessions(corpora, quick, only, budget):
             headers = {"x-ctxgate-session-id": name, **extra}
             for n, body in enumerate(calls):
                 call = CallContext("same", f"{name}-{n}", headers)
@@ -149,6 +166,30 @@ async def _child(corpora: Path, quick: bool, fresh: bool = False,
     return rows
 
 
+def _fresh_copies(messages: list[Any], last: dict[int, tuple[Any, bytes]]) -> int:
+    """How many of `messages` are an equal copy of one of the last call's (`last`, by id:
+    the message, kept alive, and its JSON) which this call no longer forwards: the very
+    message sent again as a new object. `last` becomes this call's."""
+    now: dict[int, tuple[Any, bytes]] = {}
+    fresh: list[Any] = []
+    for m in messages:
+        seen = last.get(id(m))
+        if seen is not None and seen[0] is m:
+            now[id(m)] = seen
+        else:
+            fresh.append(m)
+    if fresh:
+        gone = {data for key, (m, data) in last.items() if key not in now}
+        for m in fresh:
+            now[id(m)] = (m, orjson.dumps(m))
+        count = sum(now[id(m)][1] in gone for m in fresh)
+    else:
+        count = 0
+    last.clear()
+    last.update(now)
+    return count
+
+
 class _InLine:
     """The fitting thread's part of `Fitting` run in line, on the same engine and loop (one
     session's calls fitted by one engine, as the gateway's store shares them): a body of a
@@ -165,7 +206,8 @@ class _InLine:
 
 
 async def _wire_child(corpora: Path, quick: bool, wire_name: str,
-                      only: list[str] | None = None) -> list[list[Any]]:
+                      only: list[str] | None = None, budget: float | None = None,
+                      ) -> list[list[Any]]:
     """Every call in `wire_name`'s form through the checkout's `Fitting.prepare`."""
     from bench.wire_convert import CONVERTERS
     from gateway.api.fitting import Fitting
@@ -187,9 +229,11 @@ async def _wire_child(corpora: Path, quick: bool, wire_name: str,
     cache = fitting.bodies_of(wire)
     rows: list[list[Any]] = []
     proven = large = large_proven = 0
+    copies = 0  # forwarded messages equal to one of the last call's, not the same object
     try:
-        for name, calls, extra in _sessions(corpora, quick, only):
+        for name, calls, extra in _sessions(corpora, quick, only, budget):
             headers = {"x-ctxgate-session-id": name, **extra}
+            last: dict[int, tuple[Any, bytes]] = {}  # the last call's messages, by id
             for n, chat in enumerate(calls):
                 raw = orjson.dumps(convert(chat))
                 call = Call(dict(headers), f"{name}-{n}", time.perf_counter(),
@@ -206,6 +250,8 @@ async def _wire_child(corpora: Path, quick: bool, wire_name: str,
                 large += len(raw) >= 1 << 20
                 large_proven += after and len(raw) >= 1 << 20
                 fitted = prepared.fitted
+                if fitted is not None:
+                    copies += _fresh_copies(fitted.body["messages"], last)
                 lines = [{k: v for k, v in line.items() if k != "ts"} for line in logged]
                 rows.append([name, n, hashlib.sha256(prepared.forward).hexdigest()[:16],
                              prepared.task_class, _sha(lines)] + ([
@@ -223,6 +269,7 @@ async def _wire_child(corpora: Path, quick: bool, wire_name: str,
           f"of a megabyte or more; {fitting.views.extended} views built on", file=sys.stderr)
     small = fitting.encoder
     print(f"bodies' runs: {small.reused} reused, {small.encoded} encoded", file=sys.stderr)
+    print(f"fresh equal copies: {copies}", file=sys.stderr)
     big = getattr(fitting, "large_encoder", None)  # this change's (none on older checkouts)
     if big is not None:
         print(f"large bodies' runs: {big.reused} reused, {big.encoded} encoded",
@@ -232,11 +279,13 @@ async def _wire_child(corpora: Path, quick: bool, wire_name: str,
 
 def _start(tree: Path, corpora: Path, quick: bool, fresh: bool = False,
            cached: bool = False, wire: str = "chat",
-           only: list[str] | None = None, prepare: bool = False) -> subprocess.Popen[bytes]:
+           only: list[str] | None = None, prepare: bool = False,
+           budget: float | None = None) -> subprocess.Popen[bytes]:
     argv = [sys.executable, str(HERE), "--child", "--tree", str(tree.resolve()),
             "--corpora", str(corpora.resolve())] + (["--quick"] if quick else []) + (
                 ["--fresh"] if fresh else []) + (["--cache"] if cached else []) + (
-                ["--format", wire]) + (["--prepare"] if prepare else []) + [
+                ["--format", wire]) + (["--prepare"] if prepare else []) + (
+                ["--budget", str(budget)] if budget is not None else []) + [
                     arg for name in only or () for arg in ("--corpus", name)]
     return subprocess.Popen(argv, cwd=tree, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env={**os.environ, "PYTHONPATH": ""})
@@ -247,7 +296,8 @@ def _rows(process: subprocess.Popen[bytes], tree: Path) -> list[list[Any]]:
     if process.returncode != 0:
         raise RuntimeError(f"child in {tree} failed:\n{err.decode()[-3000:]}")
     for line in err.decode().splitlines():
-        if line.startswith(("lineage: ", "bodies' runs: ", "large bodies' runs: ")):
+        if line.startswith(("lineage: ", "bodies' runs: ", "large bodies' runs: ",
+                            "fresh equal copies: ")):
             print(f"{tree}: {line}")
     rows: list[list[Any]] = orjson.loads(out)
     return rows
@@ -278,6 +328,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--prepare", action="store_true",
                         help="with --cache: chat calls through Fitting.prepare (bytes compared)")
     parser.add_argument("--corpus", action="append", help="only this corpus (repeatable)")
+    parser.add_argument("--budget", type=float,
+                        help="each session under this share of its last call's tokens")
     args = parser.parse_args(argv)
     if (args.format != "chat" or args.prepare) and not args.cache:
         parser.error("--format and --prepare need --cache")
@@ -286,16 +338,17 @@ def main(argv: list[str]) -> int:
     if args.child:
         sys.path.insert(0, str(args.tree))
         rows = asyncio.run(
-            _wire_child(args.corpora, args.quick, args.format, args.corpus)
+            _wire_child(args.corpora, args.quick, args.format, args.corpus, args.budget)
             if args.format != "chat" or args.prepare
-            else _child(args.corpora, args.quick, args.fresh, args.cache, args.corpus))
+            else _child(args.corpora, args.quick, args.fresh, args.cache, args.corpus,
+                        args.budget))
         sys.stdout.buffer.write(orjson.dumps(rows))
         return 0
     if args.against is None:
         parser.error("--against DIR is required")
     trees = [HERE.parents[1], args.against]
     children = [_start(tree, args.corpora, args.quick, args.fresh, args.cache, args.format,
-                       args.corpus, args.prepare) for tree in trees]
+                       args.corpus, args.prepare, args.budget) for tree in trees]
     ours, theirs = (_rows(p, t) for p, t in zip(children, trees, strict=True))
     diffs = compare(ours, theirs)
     sessions = len({row[0] for row in ours})
