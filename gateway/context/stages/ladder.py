@@ -603,6 +603,15 @@ def oldest_first(item: Item) -> tuple[bool, int, float, int]:
     return (item.goal, -item.age, item.score, item.message_index)
 
 
+def later_start(items: Sequence[Item]) -> int:
+    """The message index of the current task's statement in a queue whose agent calls its
+    tools through the API (`Clock.task_statement`), -1 on a first task or a conversation."""
+    clock = next((item.clock for item in items), None)
+    if clock is None or not clock.api_calls:
+        return -1
+    return clock.task_statement
+
+
 def cut(
     items: list[Item],
     ctx: StageContext,
@@ -649,13 +658,26 @@ def cut(
     # turn went (tau-bench airline `trial3-task33` at 60%: a 2,420-token flight search
     # sent digested, the agent's summary of the reservations dropped with its turn).
     outputs = [p for p in latest if items[p].kind == "tool_result"]
+    # The history cap on a queue's later task (`later_start`): the earlier tasks' old
+    # exchanges go down every rung, drops among them, before the current task's are cut at
+    # all. By rung over all old items, the mask rung reached the current task's outputs
+    # before any earlier unit was dropped, while the earlier tasks' residue (fold notes,
+    # done tasks' scripts as tool-call arguments) held most of the history: Toolathlon
+    # deepseek queues' holdout recall 98.67 -> 98.87%, the page ids of a listing the agent
+    # then wrote to kept (bench/README.md, "Toolathlon queues' recall, part thirty"). Not
+    # on the budget's cut: there the earlier drops moved a step's phase onto an output the
+    # agent was about to copy from (claude queues' tune recall 99.10 -> 98.91%).
+    start = later_start(items) if reason == "history_cap" and not by_age else -1
+    earlier = [p for p in old if items[p].message_index < start]
     passes = (
         [*((old, to, True, False) for to in rungs if to <= MASK),
          *((outputs, to, True, False) for to in rungs if to < MASK),
          *((old, to, True, False) for to in rungs if to > MASK),
          *((latest, to, True, False) for to in rungs)]
         if by_age else
-        [*((old, to, True, False) for to in rungs),
+        [*((earlier, to, True, False) for to in rungs),
+         (earlier, DROP, False, False),
+         *((old, to, True, False) for to in rungs),
          *((latest, to, True, False) for to in rungs)]
     )
     # Before any such drop, a text every rung left a little too long is cut to an excerpt
