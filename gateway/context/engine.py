@@ -597,7 +597,9 @@ class ContextEngine:
         last call's fold and its new messages). In a text-tool agent's queue of tasks it
         stops at the start of the task the horizon is in while that is young
         (`fold.task_bound`): an API agent's fold notes keep each call's values and result
-        (tau2-bench telecom's queue, recall 100, lost 0.48 of cost @0.1 with the bound)."""
+        (tau2-bench telecom's queue, recall 100, lost 0.48 of cost @0.1 with the bound).
+        In an API agent's queue on a later task (`Clock.task_statement`), the earlier
+        tasks' notes go with their long call lines short (`fold.short_call`)."""
         opts = r.cls.stages.compress
         least = opts.fold_from_turns if opts is not None and r.cls.compaction.ages else None
         horizon = r.state.horizon
@@ -622,7 +624,8 @@ class ContextEngine:
                        layout.turns, opts.mask_current_turns if opts is not None else None),
             memo.original(messages, encoding, lambda i: message_head(
                 i, messages[i], self.counter, encoding, parts)),
-            lambda text: self.counter.count(text, encoding), memo, gate)
+            lambda text: self.counter.count(text, encoding), memo, gate,
+            layout.clock.task_statement if layout.clock.api_calls else -1)
         if folded is None:
             return fitted
         return replace(fitted, messages=folded.messages, plan=folded.plan, changed=True,

@@ -60,6 +60,14 @@ young task the agent is still working on stays as its aged digests and masks, an
 inside it does not fold its latest block anew, which broke the cached prefix from that
 block on at every step (bench/README.md, "The fold leaves the current task alone").
 
+In an API agent's queue on a later task (`Clock.task_statement`), the earlier tasks' runs
+are noted with their call lines short as a turns note's are (`short_call`: values past
+`LONG_ARGS` characters, their free text — a script, a message — cut to its start and the
+words that carry a value): the current task's own runs keep every value. A done task's
+scripts sent as tool-call arguments made its notes 30k characters and more, the room a
+later task's calls then paid for (Toolathlon queues: cost @0.1 +0.1 to +2.4 points, recall
+the same on every split; bench/README.md, "Toolathlon queues' recall, part thirty-one").
+
 Folding depends only on the forwarded messages and the horizon, so between steps every
 call folds the same runs into the same bytes (the prefix cache holds); `FoldMemo` keeps
 the last call's result so a call between steps reads only its new messages. The drop log
@@ -226,8 +234,10 @@ def call_line(call: Mapping[str, Any], result: str) -> str:
     return f"{line} → {result}" if result else line
 
 
-def note_lines(messages: Sequence[Mapping[str, Any]], run: Run) -> list[tuple[int, str]]:
-    """Per assistant message of the run (its position): its part of the note."""
+def note_lines(messages: Sequence[Mapping[str, Any]], run: Run,
+               short: bool = False) -> list[tuple[int, str]]:
+    """Per assistant message of the run (its position): its part of the note; `short`:
+    its call lines short (`short_call`), as a turns note's are."""
     out = []
     k = run.start
     while k < run.end:
@@ -239,7 +249,9 @@ def note_lines(messages: Sequence[Mapping[str, Any]], run: Run) -> list[tuple[in
         said = sent_as(str(msg.get("content") or "").strip())
         if said and said != "omitted":  # a turn's placeholder naming nothing says nothing
             lines.append(f"\n(assistant) {said}")
-        lines += [f"\n{call_line(c, results[str(c['id'])])}" for c in calls]
+        for c in calls:
+            line = call_line(c, results[str(c["id"])])
+            lines.append(f"\n{short_call(line) if short else line}")
         out.append((k, "".join(lines)))
         k += 1 + len(calls)
     return out
@@ -264,16 +276,19 @@ def _user_copy(msg: Mapping[str, Any], key: tuple[str, int], text: str,
 
 def _run_parts(messages: Sequence[Mapping[str, Any]], entries: Plan, run: Run,
                original: Original, count: Callable[[str], int], cache: RunCache,
-               made: RunCache) -> RunParts:
+               made: RunCache, short_before: int = -1) -> RunParts:
     """`run`'s parts, taken from `cache` when its messages are the very objects they were
-    made from (a step re-renders only what it changed), else made; put in `made`."""
-    key = entries[run.start][0]
+    made from (a step re-renders only what it changed), else made; put in `made`. A run
+    that ends before client message `short_before` has its call lines short (its parts
+    cached apart: a later task's statement makes an earlier run's notes short)."""
+    short = entries[run.end - 1][0] < short_before
+    key = -1 - entries[run.start][0] if short else entries[run.start][0]
     msgs = tuple(messages[run.start:run.end])
     known = cache.get(key)
     if known is not None and len(known[0]) == len(msgs) and all(map(is_, known[0], msgs)):
         made[key] = known
         return known[1]
-    lines = dict(note_lines(messages, run))
+    lines = dict(note_lines(messages, run, short))
     parts: RunParts = []
     for k in range(run.start, run.end):
         item_id, before = original(entries[k][0])
@@ -292,6 +307,7 @@ def fold_runs(
     count: Callable[[str], int],
     cache: RunCache | None = None,
     users: tuple[UserCopies, UserCopies] | None = None,
+    short_before: int = -1,
 ) -> tuple[Folded, RunCache]:
     """`messages` with `runs` folded: the messages, their plan (`entries`: the plan
     `messages` were rendered by, one entry per message), the events with each folded
@@ -299,7 +315,8 @@ def fold_runs(
     (`cache`: those of an earlier fold, taken where their messages are the same).
     `users`: an earlier fold's user messages with their notes (by `_user_copy`'s keys), each
     taken again where it is the copy this fold makes (`render.with_content`), and where this
-    fold's go."""
+    fold's go. `short_before`: the runs ending before this client message have their call
+    lines short (`short_call`; -1: none)."""
     by_index: dict[int, list[DropEvent]] = {}
     for event in events:
         if event.message_index is not None:
@@ -311,7 +328,8 @@ def fold_runs(
     delta = 0
     floating: set[int] = set()
     for run in runs:
-        parts = _run_parts(messages, entries, run, original, count, cache or {}, made)
+        parts = _run_parts(messages, entries, run, original, count, cache or {}, made,
+                           short_before)
         olds = [by_index.get(entries[k][0], ()) for k in range(run.start, run.end)]
         step = max((e.step for old in olds for e in old), default=-1)
         if step < 0:
@@ -695,10 +713,13 @@ def fold(
     count: Callable[[str], int],
     memo: FoldMemo,
     gate: Callable[[], bool] = lambda: True,
+    short_before: int = -1,
 ) -> Folded | None:
     """The forwarded `messages` (rendered by `plan`; None: all as sent) with the runs
     behind `horizon` folded, or None when there is none or `gate` (asked only when the
-    horizon or the messages before it changed) says no. `memo` is read and updated."""
+    horizon or the messages before it changed) says no. `memo` is read and updated.
+    `short_before`: an API agent's queue's current task statement (client index, -1:
+    none), the runs before it noted with their call lines short (`short_call`)."""
     n, last = len(memo.source), memo.folded
     if (memo.horizon == horizon and 0 < n <= len(messages)
             and _same_start(memo.source, messages)
@@ -729,7 +750,7 @@ def fold(
     memo.users = users[1]
     if runs:
         folded, memo.runs = fold_runs(messages, entries, events, runs, original, count,
-                                      memo.runs, users)
+                                      memo.runs, users, short_before)
     turn_runs = find_turn_runs(folded.messages, [i for i, _ in folded.plan], horizon)
     if turn_runs:
         notes: NoteCache = {}
