@@ -13,6 +13,8 @@ reading the request's bytes from the client and writing them to the upstream
 (`bench/gateway_growth.py` measures those through a real server).
 
     python -m bench.gateway_steps [--bypass] [--edge 20] [--repeat 3]
+    python -m bench.gateway_steps --queue /tmp/toolathlon/toolathlon-deepseek-v3.2-exp-queue
+        # the longest session of a corpus folder (JSONL), each call as the replay sends it
     PYTHONPATH=/path/to/other/checkout python -m bench.gateway_steps ...  # its steps
 """
 
@@ -155,6 +157,18 @@ def install(extra: list[str]) -> list[str]:
     return wrapped
 
 
+def _queue_calls(folder: Path) -> list[dict[str, Any]]:
+    """The calls of the longest session (most calls) of a corpus folder in the JSONL format,
+    each as `bench/timing.py --queue` sends it (the SDK's order: the model first)."""
+    from bench.corpora import jsonl
+    from bench.corpus_run import request
+    from bench.yardstick import call_ends
+
+    session = max(jsonl(folder.name, folder.parent), key=lambda s: len(call_ends(s.messages)))
+    calls = [request(session, end) for end in call_ends(session.messages)]
+    return [call if "model" in call else {"model": "gpt-4o-mini", **call} for call in calls]
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     from bench.memgrowth import Upstream
     from bench.wire_convert import CONVERTERS
@@ -165,7 +179,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     from tests.sessions import synthetic_session
 
     wrapped = install(args.step)
-    calls = calls_from_messages(synthetic_session(args.seed, args.turns)[1], "gpt-4o-mini")
+    if args.queue is not None:
+        calls = _queue_calls(args.queue)
+    else:
+        calls = calls_from_messages(synthetic_session(args.seed, args.turns)[1], "gpt-4o-mini")
     convert = CONVERTERS.get(args.format, lambda call: call)
     bodies = [orjson.dumps(convert(call)) for call in calls]
     path = PATHS[args.format]
@@ -226,6 +243,8 @@ def main() -> None:
     parser.add_argument("--bypass", action="store_true", help="send x-ctxgate-bypass")
     parser.add_argument("--format", choices=sorted(PATHS), default="chat",
                         help="send the session in this wire format (bench/wire_convert.py)")
+    parser.add_argument("--queue", type=Path, default=None,
+                        help="the longest session of this corpus folder instead")
     parser.add_argument("--step", action="append", default=[],
                         help="another step to time, as module:Class.function")
     args = parser.parse_args()

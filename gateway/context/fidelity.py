@@ -390,6 +390,10 @@ class Haystack:
         self.runs: dict[int, bytes] = {}
         self.run_hashes: dict[int, bytes] = {}
         self.runs_stale = 0
+        # `_kept_runs`' last answer: for which `lost` (and its size) and texts read
+        self._runs_for: tuple[Mapping[int, str | None], int, int,
+                              list[tuple[int, int]]] | None = None
+        self.scans = 0  # searches of `joined` by `holders` (read by tests and benches)
 
     def lost_after(self, count: int, plan: Plan | None) -> tuple[dict[int, str | None], bool]:
         """`lost_messages(count, plan)`, and whether `found_raw` is its JSON (it is the one
@@ -491,23 +495,70 @@ class Haystack:
 
     def holders(self, value: str, lost: Mapping[int, str | None]) -> tuple[bool, bool]:
         """Whether a message `cover` read holds `value` (a non-empty text), and whether one
-        outside `lost` does: `joined` searched from the end at C speed, each occurrence
-        placed in its message by `starts` (one spanning two messages counts for neither),
-        the search going on before a message that is lost. As many scans as lost messages
-        hold the value, where a pass per message read each one's text."""
-        joined, starts, slots, sizes = self.joined, self.starts, self.slots, self.sizes
+        outside `lost` does: `joined` searched from the end at C speed to the latest
+        occurrence inside one message (one spanning two messages counts for neither); when
+        that message is lost, only the messages before it outside `lost` are searched
+        further (`_kept_before`), not every lost message that holds the value: late in a
+        session most messages are lost and a value the agent re-types from an old output
+        occurs in many of them (a scan per such message, back to the history's start)."""
+        joined, starts, sizes = self.joined, self.starts, self.sizes
         raw = value.encode("utf-8", "surrogatepass")
-        n, end, seen = len(raw), len(joined), False
-        while (pos := joined.rfind(raw, 0, end)) >= 0:
+        n, end = len(raw), len(joined)
+        while True:
+            self.scans += 1
+            pos = joined.rfind(raw, 0, end)
+            if pos < 0:
+                return False, False
             k = bisect_right(starts, pos) - 1
-            i = slots[k]
             if pos + n <= starts[k] + sizes[k]:
-                if i not in lost:
-                    return True, True
-                seen, end = True, starts[k]
-            else:
+                break
+            end = pos + n - 1
+        if self.slots[k] not in lost:
+            return True, True
+        return True, self._kept_before(raw, k, lost)
+
+    def _kept_before(self, raw: bytes, k: int, lost: Mapping[int, str | None]) -> bool:
+        """Whether one of the texts before the k-th (a lost message's) outside `lost`
+        holds `raw`: each run of consecutive such texts searched back as one span, an
+        occurrence counted only inside one text."""
+        joined, starts, sizes = self.joined, self.starts, self.sizes
+        runs = self._kept_runs(lost)
+        n = len(raw)
+        for first, last in reversed(runs[:bisect_left(runs, (k, k))]):
+            lo, end = starts[first], starts[last] + sizes[last]
+            while True:
+                self.scans += 1
+                pos = joined.rfind(raw, lo, end)
+                if pos < 0:
+                    break
+                at = bisect_right(starts, pos) - 1
+                if pos + n <= starts[at] + sizes[at]:
+                    return True
                 end = pos + n - 1
-        return seen, False
+        return False
+
+    def _kept_runs(self, lost: Mapping[int, str | None]) -> list[tuple[int, int]]:
+        """The runs of consecutive texts (first, last, as indexes of `starts`) whose
+        messages are outside `lost`, in order; kept for the very `lost` object and texts
+        read (a call's `lost` is a new mapping whenever it changes: `lost_after`,
+        `Record.load`), so each call's values share one walk of the texts."""
+        memo = self._runs_for
+        if memo is not None and memo[0] is lost and memo[1] == len(self.slots) \
+                and memo[2] == len(lost):
+            return memo[3]
+        runs: list[tuple[int, int]] = []
+        first = -1
+        for k, i in enumerate(self.slots):
+            if i in lost:
+                if first >= 0:
+                    runs.append((first, k - 1))
+                    first = -1
+            elif first < 0:
+                first = k
+        if first >= 0:
+            runs.append((first, len(self.slots) - 1))
+        self._runs_for = (lost, len(self.slots), len(lost), runs)
+        return runs
 
 
 class _Lazy(dict[int, str | None]):
