@@ -476,6 +476,7 @@ class Haystack:
         if count < len(self.texts):  # a shorter history than the one read: read it anew
             self.texts, self.joined, self.system, self.rewrites = [], bytearray(), [], {}
             self.starts, self.sizes, self.slots = [], [], []
+            self._runs_for = None
         start = len(self.texts)
         added = [None if is_system(m) else searchable_text(m) for m in messages[start:count]]
         if added:
@@ -519,23 +520,33 @@ class Haystack:
 
     def _kept_before(self, raw: bytes, k: int, lost: Mapping[int, str | None]) -> bool:
         """Whether one of the texts before the k-th (a lost message's) outside `lost`
-        holds `raw`: each run of consecutive such texts searched back as one span, an
-        occurrence counted only inside one text."""
-        joined, starts, sizes = self.joined, self.starts, self.sizes
-        runs = self._kept_runs(lost)
-        n = len(raw)
-        for first, last in reversed(runs[:bisect_left(runs, (k, k))]):
-            lo, end = starts[first], starts[last] + sizes[last]
+        holds `raw`: searched back from the end of the last run of such texts before it,
+        an occurrence counted only inside one text; one inside a lost text sends the
+        search on from the end of the run before that text (the lost texts between are
+        not searched)."""
+        joined, starts, sizes, slots = self.joined, self.starts, self.sizes, self.slots
+        runs = self._kept_runs(lost)  # runs of texts outside `lost`: (first, last)
+        n, r = len(raw), bisect_left(runs, (k, k))
+        if not r:
+            return False
+        lo = starts[runs[0][0]]
+        while True:
+            last = runs[r - 1][1]
+            end = starts[last] + sizes[last]
             while True:
                 self.scans += 1
                 pos = joined.rfind(raw, lo, end)
                 if pos < 0:
-                    break
+                    return False
                 at = bisect_right(starts, pos) - 1
                 if pos + n <= starts[at] + sizes[at]:
-                    return True
+                    break
                 end = pos + n - 1
-        return False
+            if slots[at] not in lost:
+                return True
+            r = bisect_left(runs, (at, at))
+            if not r:
+                return False
 
     def _kept_runs(self, lost: Mapping[int, str | None]) -> list[tuple[int, int]]:
         """The runs of consecutive texts (first, last, as indexes of `starts`) whose

@@ -125,3 +125,32 @@ def test_a_value_placed_by_its_occurrences_in_the_joined_texts_is_found_as_per_m
         holding = [i for i, t in enumerate(texts) if t is not None and value in t]
         assert haystack.holders(value, dict.fromkeys(lost)) == (
             bool(holding), any(i not in lost for i in holding))
+
+
+def test_a_value_held_only_by_lost_messages_is_not_searched_lost_message_by_lost_message(
+) -> None:
+    """Late in a session most messages are lost (rewritten or left out) and a value the
+    agent re-types from an old output occurs in many of them. `Haystack.holders` finds the
+    latest occurrence and then searches only the messages outside `lost` before it, not
+    on from each lost message that holds the value back to the history's start (on main:
+    one search per lost holder, 401 here); the answer is testing every message's text."""
+    value = "FMR, LLC"
+    messages = [{"role": "system", "content": "You are an agent."},
+                {"role": "user", "content": "Summarise the holders of NVDA."}]
+    messages += [{"role": "user" if n % 2 else "assistant",
+                  "content": f"holder {n}: {value} holds {n * 7} shares"} for n in range(400)]
+    messages += [{"role": "assistant", "content": f"noted {n}"} for n in range(10)]
+    messages.append({"role": "user", "content": f"again: {value}"})
+    haystack = Haystack()
+    texts = haystack.cover(messages, len(messages))
+    lost = dict.fromkeys([*range(2, 402), len(messages) - 1])
+    holding = [i for i, t in enumerate(texts) if t is not None and value in t]
+    assert len(holding) == 401
+    before = haystack.scans
+    assert haystack.holders(value, lost) == (True, False)
+    assert haystack.scans - before <= 3
+    # one kept message among the lost ones that holds it: found, in as few searches
+    kept = {i: None for i in lost if i != 200}
+    assert haystack.holders(value, kept) == (True, True)
+    assert haystack.holders("absent", lost) == (False, False)
+    assert haystack.holders("noted 3", lost) == (True, True)
