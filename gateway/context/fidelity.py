@@ -520,33 +520,25 @@ class Haystack:
 
     def _kept_before(self, raw: bytes, k: int, lost: Mapping[int, str | None]) -> bool:
         """Whether one of the texts before the k-th (a lost message's) outside `lost`
-        holds `raw`: searched back from the end of the last run of such texts before it,
-        an occurrence counted only inside one text; one inside a lost text sends the
-        search on from the end of the run before that text (the lost texts between are
-        not searched)."""
-        joined, starts, sizes, slots = self.joined, self.starts, self.sizes, self.slots
+        holds `raw`: each run of consecutive such texts searched back on its own, from the
+        latest run (the lost texts between runs are not searched), an occurrence counted
+        only inside one text."""
+        joined, starts, sizes = self.joined, self.starts, self.sizes
         runs = self._kept_runs(lost)  # runs of texts outside `lost`: (first, last)
-        n, r = len(raw), bisect_left(runs, (k, k))
-        if not r:
-            return False
-        lo = starts[runs[0][0]]
-        while True:
-            last = runs[r - 1][1]
-            end = starts[last] + sizes[last]
-            while True:
+        n = len(raw)
+        for r in range(bisect_left(runs, (k, k)) - 1, -1, -1):
+            first, last = runs[r]
+            lo, end = starts[first], starts[last] + sizes[last]
+            while end - lo >= n:
                 self.scans += 1
                 pos = joined.rfind(raw, lo, end)
                 if pos < 0:
-                    return False
+                    break
                 at = bisect_right(starts, pos) - 1
                 if pos + n <= starts[at] + sizes[at]:
-                    break
+                    return True
                 end = pos + n - 1
-            if slots[at] not in lost:
-                return True
-            r = bisect_left(runs, (at, at))
-            if not r:
-                return False
+        return False
 
     def _kept_runs(self, lost: Mapping[int, str | None]) -> list[tuple[int, int]]:
         """The runs of consecutive texts (first, last, as indexes of `starts`) whose
