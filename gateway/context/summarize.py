@@ -355,11 +355,10 @@ def _short_fence(fence: str) -> str:
 _SHELL_INFOS = frozenset({"", "bash", "sh", "shell", "zsh", "console"})
 
 
-def shell_commands(text: str) -> list[str]:
-    """The command line of each fenced shell block of an assistant turn (`$ sed -n 10,20p
-    a.py`; a longer block, a heredoc, its first line and how many lines follow). Fences are
-    paired in order, so the closing fence of a ```` ```python ```` block never opens one."""
-    out: list[str] = []
+def _shell_blocks(text: str) -> list[list[str]]:
+    """The lines of each fenced shell block of an assistant turn. Fences are paired in
+    order, so the closing fence of a ```` ```python ```` block never opens one."""
+    out: list[list[str]] = []
     info: str | None = None  # the open fence's info string
     body: list[str] = []
     for line in text.splitlines():
@@ -371,11 +370,38 @@ def shell_commands(text: str) -> list[str]:
             info, body = line[3:].strip().lower(), []
             continue
         if info in _SHELL_INFOS and body:
-            first = _BLOB.sub(lambda m: f"{m[0][:40]}…({len(m[0])} chars)", body[0])
-            more = f" […{len(body) - 1} lines]" if len(body) > 1 else ""
-            out.append(f"$ {_cut(first)}{more}")
+            out.append(body)
         info = None
     return out
+
+
+def shell_commands(text: str) -> list[str]:
+    """The command line of each fenced shell block of an assistant turn (`$ sed -n 10,20p
+    a.py`; a longer block, a heredoc, its first line and how many lines follow)."""
+    out: list[str] = []
+    for body in _shell_blocks(text):
+        first = _BLOB.sub(lambda m: f"{m[0][:40]}…({len(m[0])} chars)", body[0])
+        more = f" […{len(body) - 1} lines]" if len(body) > 1 else ""
+        out.append(f"$ {_cut(first)}{more}")
+    return out
+
+
+# The mention list of a masked text-tool turn is a level-2 digest's (MENTION_CAP: 6 values,
+# not growing with the turn's length): a longer one left the mask too little to save.
+MASK_LEVEL = 2
+
+
+def shell_digest(text: str, known: frozenset[str] = frozenset(), original: str = "") -> str:
+    """An aged text-tool turn's commands as its mask keeps them: each block's command line
+    (`shell_commands` of `text`, the turn as last sent), then the notable values the rest of
+    the blocks of `original` (the turn as the client sent it; `text` if empty) name that the
+    model sees nowhere else (a heredoc script's names, an edit's line numbers), as a digest
+    lists a turn's omitted values: what the agent re-types from its own script later."""
+    lines = "\n".join(shell_commands(text))
+    if not lines:
+        return ""
+    bodies = "\n".join(line for body in _shell_blocks(original or text) for line in body[1:])
+    return _mentions(bodies, lines, known, MASK_LEVEL, True) if bodies else lines
 
 
 def _codey(sentences: list[str], known: frozenset[str]) -> list[str]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from gateway.context.engine import CallContext, ContextEngine
-from gateway.context.summarize import shell_commands
+from gateway.context.summarize import shell_commands, shell_digest
 from tests.context.test_shell_blocks import _session
 
 
@@ -30,17 +30,34 @@ def test_shell_commands_are_each_blocks_command_line() -> None:
     assert shell_commands("```bash\nls\n") == []  # never closed
 
 
-async def test_a_masked_shell_turn_keeps_its_command(engine: ContextEngine) -> None:
+def test_shell_digest_lists_the_names_its_blocks_bodies_carry() -> None:
+    text = ("THOUGHT: write the script.\n\n```bash\ncat <<'EOF' > check_it.py\n"
+            "from django.db import connection\n"
+            "with connection.schema_editor() as schema_editor:\n"
+            "    schema_editor.create_model(Foo)\nEOF\npython check_it.py\n```")
+    digest = shell_digest(text)
+    head, mentions = digest.split("\n")
+    assert head == "$ cat <<'EOF' > check_it.py […5 lines]"
+    assert "schema_editor.create_model" in mentions and "django.db" in mentions
+    assert "write the script" not in digest  # the prose goes
+    # what the model reads elsewhere (the system prompt, the task) is not listed again
+    assert "django.db" not in shell_digest(text, frozenset({"django.db"}))
+    assert shell_digest("```bash\nls -la\n```") == "$ ls -la"  # a one-line command: itself
+    assert shell_digest("no block") == ""
+
+
+async def test_a_masked_shell_turn_keeps_its_scripts_names(engine: ContextEngine) -> None:
     messages = _session(70, _reply)
-    headers = {"x-ctxgate-session-id": "shell-mask", "x-ctxgate-task-class": "default"}
-    fitted = None
+    headers = {"x-ctxgate-session-id": "shell-mask-names", "x-ctxgate-task-class": "default"}
+    masked: list[str] = []
     for end in range(2, len(messages) + 1, 2):
-        fitted = await engine.fit({"messages": messages[:end]}, CallContext("t-shm", "s", headers))
-    assert fitted is not None
-    sent = fitted.body["messages"]
-    masked = [(i, str(m["content"])) for i, m in enumerate(sent)
-              if m["role"] == "assistant" and str(m["content"]).startswith("[ctxgate: omitted")]
-    assert masked  # old turns were masked
-    for _, text in masked:
-        assert "axis of the sliced WCS" not in text  # the prose went
+        fitted = await engine.fit({"messages": messages[:end]},
+                                  CallContext("t-shn", "s", headers))
+        masked += [str(m["content"]) for m in fitted.body["messages"] if m["role"] == "assistant"
+                   and str(m["content"]).startswith("[ctxgate: omitted")]
+    assert masked  # old turns were masked on some call
+    for text in masked:
+        # the prose went, the command line and the names its script carries stay
+        assert "axis of the sliced WCS" not in text
         assert re.search(r"\$ cat <<'EOF' > check_axis_\d+\.py \[…\d+ lines\]", text)
+        assert re.search(r"\[omitted text mentions: .*wcs\.world_to_pixel_values_\d+_\d+", text)

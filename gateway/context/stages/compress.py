@@ -24,7 +24,7 @@ from gateway.context.session import Decision
 from gateway.context.stages.base import StageContext, StageResult, decide
 from gateway.context.stages.ladder import cut
 from gateway.context.steps import ages_out, source_block, undecided, whole_block
-from gateway.context.summarize import shell_commands
+from gateway.context.summarize import shell_digest
 from gateway.context.taskclass import CompressOptions
 
 EXPIRED_MIN_TOKENS = 60  # a shorter digest is left as it is: a placeholder saves too little
@@ -89,7 +89,7 @@ def _expired_digests(
                 and made.reason == MINIFIED_KEPT else item.tokens)
         if digest and size >= EXPIRED_MIN_TOKENS:
             expired[item.id] = Decision("compress", "mask", "aged", "mask", 1,
-                                        text=_masked_commands(item, opts))
+                                        text=_masked_commands(item, opts, ctx))
             oldest = max(oldest, 2 * after if before else aged)
         elif (item.tokens >= EXPIRED_MIN_TOKENS and item.message_index < ctx.horizon
               and undecided(item, ctx.decisions) and item.rewritable
@@ -127,7 +127,7 @@ def _expired_digests(
     return expired
 
 
-def _masked_commands(item: Item, opts: CompressOptions) -> str | None:
+def _masked_commands(item: Item, opts: CompressOptions, ctx: StageContext) -> str | None:
     """What an aged turn of an agent whose tools are text (`text_tools_aging`: its results,
     the user turns, are not digested) is masked as when it ran shell commands in fenced
     blocks: its placeholder, then those commands as its digest kept them (a long block's
@@ -136,8 +136,8 @@ def _masked_commands(item: Item, opts: CompressOptions) -> str | None:
     placeholder) for any other item."""
     if item.kind != "assistant" or "user" in opts.kinds:
         return None
-    blocks = shell_commands(item.text)
-    return f"{placeholder(item)}\n" + "\n".join(blocks) if blocks else None
+    blocks = shell_digest(item.text, ctx.known, ctx.originals.get(item.id, item).text)
+    return f"{placeholder(item)}\n{blocks}" if blocks else None
 
 
 def _aged_digest(made: Decision | None) -> bool:
