@@ -18,6 +18,7 @@ older one's long commands their first and last lines.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -386,22 +387,43 @@ def shell_commands(text: str) -> list[str]:
     return out
 
 
-# The mention list of a masked text-tool turn is a level-2 digest's (MENTION_CAP: 6 values,
-# not growing with the turn's length): a longer one left the mask too little to save.
-MASK_LEVEL = 2
+# The mention list of a masked text-tool turn: up to 6 values (a level-2 digest's cap, not
+# growing with the turn's length), and only values an earlier turn's shell blocks carried too
+# (`typed`): what the agent types again and again (a reproduction script's set-up names,
+# `INSTALLED_APPS`, `schema_editor.create_model`) it is likely to type once more; every value
+# of the bodies cost twice as much for a quarter more recall (bench/README.md, "A masked
+# text-tool turn keeps the names it typed before").
+MASK_VALUES = MENTION_CAP[2]
 
 
-def shell_digest(text: str, known: frozenset[str] = frozenset(), original: str = "") -> str:
+def shell_digest(text: str, known: frozenset[str] = frozenset(), original: str = "",
+                 typed: Callable[[str], bool] | None = None) -> str:
     """An aged text-tool turn's commands as its mask keeps them: each block's command line
     (`shell_commands` of `text`, the turn as last sent), then the notable values the rest of
     the blocks of `original` (the turn as the client sent it; `text` if empty) name that the
-    model sees nowhere else (a heredoc script's names, an edit's line numbers), as a digest
-    lists a turn's omitted values: what the agent re-types from its own script later."""
+    model sees nowhere else (a heredoc script's names, an edit's line numbers) and that
+    `typed` (an earlier turn typed them too; any value without it), names first."""
     lines = "\n".join(shell_commands(text))
     if not lines:
         return ""
-    bodies = "\n".join(line for body in _shell_blocks(original or text) for line in body[1:])
-    return _mentions(bodies, lines, known, MASK_LEVEL, True) if bodies else lines
+    seen = set(values(lines)) | known
+    source = _LINE_NO.sub(" ", _shell_bodies(original or text))
+    lost = sorted((v for v in (_long_path(v, source) for v in values(source))
+                   if v.lstrip("/") not in seen and _NOTABLE.search(v)
+                   and (v.startswith("/") or (len(v) <= 80 and not _HASH.search(v)))
+                   and (typed is None or typed(v))), key=_priority)
+    return f"{lines}\n{mentions_line(lost[:MASK_VALUES], MASK_VALUES)}" if lost else lines
+
+
+def _shell_bodies(text: str) -> str:
+    """The lines of a turn's fenced shell blocks after each block's command line."""
+    return "\n".join(line for body in _shell_blocks(text) for line in body[1:])
+
+
+@functools.lru_cache(maxsize=8192)
+def shell_values(text: str) -> frozenset[str]:
+    """The values the bodies of a turn's fenced shell blocks carry (`_shell_bodies`)."""
+    return frozenset(values(_LINE_NO.sub(" ", _shell_bodies(text))))
 
 
 def _codey(sentences: list[str], known: frozenset[str]) -> list[str]:

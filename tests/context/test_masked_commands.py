@@ -6,15 +6,17 @@ from __future__ import annotations
 import re
 
 from gateway.context.engine import CallContext, ContextEngine
-from gateway.context.summarize import shell_commands, shell_digest
+from gateway.context.summarize import shell_commands, shell_digest, shell_values
 from tests.context.test_shell_blocks import _session
 
 
 def _reply(k: int) -> str:
     body = "".join(f"print(wcs.world_to_pixel_values_{k}_{i}(0.5, 1.5, 1.05))\n" for i in range(16))
+    # every script opens with the same set-up, which the agent types again in the next
     return (f"THOUGHT: The slice still gives the wrong pixel on axis {k}; I check it again with "
             f"a script printing every axis of the sliced WCS.\n\n```bash\n"
-            f"cat <<'EOF' > check_axis_{k}.py\nimport astropy.wcs\n{body}EOF\n"
+            f"cat <<'EOF' > check_axis_{k}.py\nfrom astropy.wcs.wcsapi import SlicedLowLevelWCS\n"
+            f"wcs = SlicedLowLevelWCS(fits_wcs, slices=[0])\n{body}EOF\n"
             f"python check_axis_{k}.py\n```")
 
 
@@ -44,9 +46,23 @@ def test_shell_digest_lists_the_names_its_blocks_bodies_carry() -> None:
     assert "django.db" not in shell_digest(text, frozenset({"django.db"}))
     assert shell_digest("```bash\nls -la\n```") == "$ ls -la"  # a one-line command: itself
     assert shell_digest("no block") == ""
+    assert shell_values(text) == frozenset({"from", "django.db", "import", "connection", "with",
+                                            "connection.schema_editor", "as", "schema_editor",
+                                            "schema_editor.create_model", "Foo", "EOF",
+                                            "python", "check_it.py"})
 
 
-async def test_a_masked_shell_turn_keeps_its_scripts_names(engine: ContextEngine) -> None:
+def test_shell_digest_lists_only_values_typed_before() -> None:
+    text = ("```bash\ncat <<'EOF' > check_it.py\nfrom django.conf import settings\n"
+            "settings.configure(INSTALLED_APPS=['repro_app'])\nrun_check_42()\nEOF\n```")
+    typed = {"INSTALLED_APPS", "settings.configure"}.__contains__
+    head, mentions = shell_digest(text, typed=typed).split("\n")
+    assert mentions == "[omitted text mentions: settings.configure INSTALLED_APPS]"
+    assert "run_check_42" in shell_digest(text)  # no reading of earlier turns: every value
+    assert shell_digest(text, typed=lambda v: False) == head  # none typed before: no list
+
+
+async def test_a_masked_shell_turn_keeps_the_names_it_typed_before(engine: ContextEngine) -> None:
     messages = _session(70, _reply)
     headers = {"x-ctxgate-session-id": "shell-mask-names", "x-ctxgate-task-class": "default"}
     masked: list[str] = []
@@ -56,8 +72,14 @@ async def test_a_masked_shell_turn_keeps_its_scripts_names(engine: ContextEngine
         masked += [str(m["content"]) for m in fitted.body["messages"] if m["role"] == "assistant"
                    and str(m["content"]).startswith("[ctxgate: omitted")]
     assert masked  # old turns were masked on some call
+    listed = 0
     for text in masked:
-        # the prose went, the command line and the names its script carries stay
+        # the prose went, the command line and the set-up names it typed before stay
         assert "axis of the sliced WCS" not in text
         assert re.search(r"\$ cat <<'EOF' > check_axis_\d+\.py \[…\d+ lines\]", text)
-        assert re.search(r"\[omitted text mentions: .*wcs\.world_to_pixel_values_\d+_\d+", text)
+        if "check_axis_0.py" in text:
+            continue  # the first script: nothing typed before it
+        listed += 1
+        assert "[omitted text mentions: astropy.wcs.wcsapi SlicedLowLevelWCS" in text
+        assert "world_to_pixel_values" not in text  # its own names, typed this once only
+    assert listed

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 
@@ -24,7 +25,7 @@ from gateway.context.session import Decision
 from gateway.context.stages.base import StageContext, StageResult, decide
 from gateway.context.stages.ladder import cut
 from gateway.context.steps import ages_out, source_block, undecided, whole_block
-from gateway.context.summarize import shell_digest
+from gateway.context.summarize import shell_digest, shell_values
 from gateway.context.taskclass import CompressOptions
 
 EXPIRED_MIN_TOKENS = 60  # a shorter digest is left as it is: a placeholder saves too little
@@ -66,6 +67,7 @@ def _expired_digests(
     done = _done_task(items, opts)
     current = _current_task(items, opts)
     drawn = _drawn_blocks(items, ctx, opts)
+    typed = functools.cache(lambda: _typed(items, ctx))
     digests = any(_aged_digest(ctx.decisions.get(item.id)) and item.tokens >= EXPIRED_MIN_TOKENS
                   for item in items)
     for item in items:
@@ -89,7 +91,7 @@ def _expired_digests(
                 and made.reason == MINIFIED_KEPT else item.tokens)
         if digest and size >= EXPIRED_MIN_TOKENS:
             expired[item.id] = Decision("compress", "mask", "aged", "mask", 1,
-                                        text=_masked_commands(item, opts, ctx))
+                                        text=_masked_commands(item, opts, ctx, typed))
             oldest = max(oldest, 2 * after if before else aged)
         elif (item.tokens >= EXPIRED_MIN_TOKENS and item.message_index < ctx.horizon
               and undecided(item, ctx.decisions) and item.rewritable
@@ -127,17 +129,32 @@ def _expired_digests(
     return expired
 
 
-def _masked_commands(item: Item, opts: CompressOptions, ctx: StageContext) -> str | None:
+def _masked_commands(item: Item, opts: CompressOptions, ctx: StageContext,
+                     typed: Callable[[], dict[str, int]]) -> str | None:
     """What an aged turn of an agent whose tools are text (`text_tools_aging`: its results,
     the user turns, are not digested) is masked as when it ran shell commands in fenced
     blocks: its placeholder, then those commands as its digest kept them (a long block's
-    first and last lines). The prose goes, the commands stay, as an API agent's aged turn
-    keeps its tool calls (bench/README.md, "Aged turns that made tool calls"). None (a plain
-    placeholder) for any other item."""
+    first and last lines), then the notable values of its blocks' other lines (a heredoc
+    script's) that an earlier turn's blocks carried too (`typed`: each value's first turn),
+    as a value list (`summarize.shell_digest`). The prose goes, the commands stay, as an API
+    agent's aged turn keeps its tool calls (bench/README.md, "Aged turns that made tool
+    calls"). None (a plain placeholder) for any other item."""
     if item.kind != "assistant" or "user" in opts.kinds:
         return None
-    blocks = shell_digest(item.text, ctx.known, ctx.originals.get(item.id, item).text)
+    blocks = shell_digest(item.text, ctx.known, ctx.originals.get(item.id, item).text,
+                          lambda v: typed().get(v, item.message_index) < item.message_index)
     return f"{placeholder(item)}\n{blocks}" if blocks else None
+
+
+def _typed(items: list[Item], ctx: StageContext) -> dict[str, int]:
+    """Each value the agent's turns typed in a shell block's body, by its first turn."""
+    first: dict[str, int] = {}
+    for item in items:
+        if item.kind == "assistant":
+            for value in shell_values(ctx.originals.get(item.id, item).text):
+                if item.message_index < first.get(value, item.message_index + 1):
+                    first[value] = item.message_index
+    return first
 
 
 def _aged_digest(made: Decision | None) -> bool:
