@@ -387,13 +387,14 @@ def shell_commands(text: str) -> list[str]:
     return out
 
 
-# The mention list of a masked text-tool turn: up to 6 values (a level-2 digest's cap, not
+# The mention list of a masked text-tool turn: up to 10 values (a level-3 digest's cap, not
 # growing with the turn's length), and only values an earlier turn's shell blocks carried too
-# (`typed`): what the agent types again and again (a reproduction script's set-up names,
-# `INSTALLED_APPS`, `schema_editor.create_model`) it is likely to type once more; every value
-# of the bodies cost twice as much for a quarter more recall (bench/README.md, "A masked
-# text-tool turn keeps the names it typed before").
-MASK_VALUES = MENTION_CAP[2]
+# (`typed`): what the agent typed in two scripts (a reproduction script's set-up names,
+# `INSTALLED_APPS`, `schema_editor.create_model`) it is likely to type once more, a script's
+# one-off names rarely. Every value of the bodies, 6 of them, cost @0.1 -0.10 for recall
+# +0.12 on the mini-SWE queues' tune split; these 10 -0.06 for +0.13 (bench/README.md, "A
+# masked text-tool turn keeps the names it typed before").
+MASK_VALUES = MENTION_CAP[3]
 
 
 def shell_digest(text: str, known: frozenset[str] = frozenset(), original: str = "",
