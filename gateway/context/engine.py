@@ -90,6 +90,7 @@ from gateway.context.taskclass import (
     STAGE_ORDER,
     Compaction,
     TaskClass,
+    TextTools,
     agent_policy,
     load_task_classes,
 )
@@ -332,7 +333,8 @@ class ContextEngine:
             elif scan.text_tools(messages):  # is_text_tool_request
                 key = f"{named}\x00text"
                 cls = self._aging.get(key) or self._aging.setdefault(
-                    key, text_tools_aging(cls.aging_as(self.agent_policy)))
+                    key, text_tools_aging(cls.aging_as(self.agent_policy),
+                                          self.agent_policy.text_tools))
         return cls
 
     async def _forecast_caps(self, cls: TaskClass) -> tuple[TaskClass, bool]:
@@ -1140,15 +1142,26 @@ def _current_step(messages: list[Mapping[str, Any]]) -> str:
     return "\n".join(reversed(texts))
 
 
-def text_tools_aging(cls: TaskClass) -> TaskClass:
+def text_tools_aging(cls: TaskClass, text: TextTools | None = None) -> TaskClass:
     """The agent policy's aging for an agent whose tools are text (`is_text_tool_request`):
     its user turns, the results of its calls, are not digested (a digest kept too few of
-    the names a later patch quotes); its own turns age. On a long session old user turns
-    still go as gists with the digests' batches (`mask_turns_min_tokens`)."""
+    the names a later patch quotes); its own turns age. Old user turns go as gists with the
+    digests' batches (`mask_turns_min_tokens`), from the session turn the policy's
+    `text_tools` sets (`TextTools`): such results, never digested, were most of what a
+    short run re-sent at full price after each step (bench/README.md, "mini-SWE-agent
+    runs' cost @0.1: a text-tool agent's old results masked with the digests")."""
     compress = cls.stages.compress
     if compress is None:
         return cls
+    text = text or TextTools()
     kinds = tuple(k for k in compress.kinds if k != "user")
-    stages = cls.stages.model_copy(update={"compress": compress.model_copy(
-        update={"kinds": kinds})})
-    return cls.model_copy(update={"stages": stages})
+    update: dict[str, Any] = {"kinds": kinds}
+    if text.mask_after_turns is not None:
+        update["mask_after_turns"] = text.mask_after_turns
+    if text.mask_turns_from_turns is not None:
+        update["mask_turns_from_turns"] = text.mask_turns_from_turns
+    stages = cls.stages.model_copy(update={"compress": compress.model_copy(update=update)})
+    compaction = cls.compaction
+    if text.repay_calls is not None:
+        compaction = compaction.model_copy(update={"repay_calls": text.repay_calls})
+    return cls.model_copy(update={"stages": stages, "compaction": compaction})

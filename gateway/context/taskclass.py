@@ -319,7 +319,22 @@ class ForecastPolicy(_Settings):
     max_scale: Annotated[float, Field(ge=1, le=10)] = 2.0
 
 
-_SECTIONS = frozenset({"match", "budget", "compaction", "stages", "playbook", "forecast"})
+class TextTools(_Settings):
+    """How the agent policy ages an agent whose tools are text (`engine.text_tools_aging`:
+    its calls' results come as user turns and are never digested), where it differs from
+    the policy's own `compaction` and `stages.compress` (None: the policy's setting).
+    `mask_turns_from_turns`: from which session turn its results join the digests' mask
+    batches as gists; `mask_after_turns`: how old a digest or a result is when a batch
+    masks it; `repay_calls`: the calls to come a step's rewrites are weighed over, at least
+    (`steps.unrepaid`)."""
+
+    mask_after_turns: Count | None = None
+    mask_turns_from_turns: Count | None = None
+    repay_calls: Count | None = None
+
+
+_SECTIONS = frozenset({"match", "budget", "compaction", "stages", "playbook", "forecast",
+                       "text_tools"})
 
 
 class TaskClass(_Settings):
@@ -334,6 +349,7 @@ class TaskClass(_Settings):
     on_fit_timeout: Literal["passthrough", "refuse"] = "passthrough"
     playbook: ClassPlaybook = ClassPlaybook()
     forecast: ForecastPolicy = ForecastPolicy()
+    text_tools: TextTools = TextTools()  # the agent policy's: an agent whose tools are text
 
     @model_validator(mode="before")
     @classmethod
