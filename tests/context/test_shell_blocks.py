@@ -100,3 +100,36 @@ async def test_a_shell_session_ages_and_its_task_sections_keep_their_values(
     text = "\n".join(str(m["content"]) for m in sent)
     for value in ("CDELT3", "0.055", "Angstrom", "CRVAL3", "1.05"):
         assert value in text
+
+
+
+def _grep_reply(k: int) -> str:
+    """A turn whose digest is long enough to start a mask batch (its command line kept)."""
+    return (f"THOUGHT: I look for the offset of dimension {k} where the slice is built.\n\n"
+            "```bash\n" + " && ".join(
+                f'grep -n "pixel_n_dim_{k}_{i}" astropy/wcs/wcsapi/sliced_low_level_wcs_{i}.py'
+                for i in range(5)) + "\n```")
+
+
+async def test_a_short_shell_runs_old_outputs_go_with_the_digests_batch(
+    engine_without_young: ContextEngine,
+) -> None:
+    # a 45-turn run, under the agent policy's 60th turn: its old outputs, never digested,
+    # go as gists with the digests' mask batch (the policy's `text_tools`:
+    # `mask_turns_from_turns: 0`), those of the last 17 turns as written
+    # (`mask_after_turns: 17`); on main every output of a run this short went verbatim, and
+    # each step re-sent them at full price. Large calls not weighed (`engine_without_young`:
+    # this synthetic session's steps never repay)
+    engine = engine_without_young
+    messages = _session(45, _grep_reply)
+    headers = {"x-ctxgate-session-id": "shell-short", "x-ctxgate-task-class": "default"}
+    fitted = None
+    for end in range(2, len(messages) + 1, 2):  # each call ends with a user turn
+        fitted = await engine.fit({"messages": messages[:end]}, CallContext("t-sh", "s", headers))
+    assert fitted is not None and fitted.task_class == "default"
+    sent = [str(m["content"]) for m in fitted.body["messages"]]
+    assert [d for d in fitted.drops if d.kind == "user" and d.reason == "aged"]
+    assert _answer(0) not in sent and _answer(10) not in sent  # old outputs: gists
+    assert all(_answer(k) in sent for k in range(45 - 17, 45))  # the young ones whole
+    assert fitted.body["messages"][-1] == messages[-1]
+    assert sum(d.tokens_saved for d in fitted.drops) == fitted.tokens_before - fitted.tokens_after
