@@ -81,6 +81,7 @@ from gateway.context.steps import (
     on_first_task,
     stale_tokens,
     step_horizon,
+    text_tools_now,
     unrepaid,
     young,
 )
@@ -1029,6 +1030,9 @@ def _leave_unrepaid(
                      if messages[i].get("role") == "assistant"), len(messages))
     if len(before) != len(final) or {i.id for i in before} != {i.id for i in final}:
         return final, horizon, False  # a step that dropped or added items: left as it is
+    text = text_tools_now(ctx.task_class, before)
+    if text is not None and text.repay_calls is not None:
+        c = c.model_copy(update={"repay_calls": text.repay_calls})
     left = unrepaid(before, final, new_from, state.calls + 1, c)
     if not left:
         return final, horizon, False
@@ -1145,23 +1149,13 @@ def _current_step(messages: list[Mapping[str, Any]]) -> str:
 def text_tools_aging(cls: TaskClass, text: TextTools | None = None) -> TaskClass:
     """The agent policy's aging for an agent whose tools are text (`is_text_tool_request`):
     its user turns, the results of its calls, are not digested (a digest kept too few of
-    the names a later patch quotes); its own turns age. Old user turns go as gists with the
-    digests' batches (`mask_turns_min_tokens`), from the session turn the policy's
-    `text_tools` sets (`TextTools`): such results, never digested, were most of what a
-    short run re-sent at full price after each step (bench/README.md, "mini-SWE-agent
-    runs' cost @0.1: a text-tool agent's old results masked with the digests")."""
+    the names a later patch quotes); its own turns age. On a long session old user turns
+    still go as gists with the digests' batches (`mask_turns_min_tokens`); on its first
+    task, as the policy's `text_tools` sets (`TextTools`, `steps.text_tools_now`)."""
     compress = cls.stages.compress
     if compress is None:
         return cls
-    text = text or TextTools()
     kinds = tuple(k for k in compress.kinds if k != "user")
-    update: dict[str, Any] = {"kinds": kinds}
-    if text.mask_after_turns is not None:
-        update["mask_after_turns"] = text.mask_after_turns
-    if text.mask_turns_from_turns is not None:
-        update["mask_turns_from_turns"] = text.mask_turns_from_turns
-    stages = cls.stages.model_copy(update={"compress": compress.model_copy(update=update)})
-    compaction = cls.compaction
-    if text.repay_calls is not None:
-        compaction = compaction.model_copy(update={"repay_calls": text.repay_calls})
-    return cls.model_copy(update={"stages": stages, "compaction": compaction})
+    stages = cls.stages.model_copy(update={"compress": compress.model_copy(
+        update={"kinds": kinds})})
+    return cls.model_copy(update={"stages": stages, "text_tools": text or TextTools()})

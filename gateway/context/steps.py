@@ -20,7 +20,7 @@ from gateway.context.lines import STILL_AGES
 from gateway.context.session import Decision, SessionState
 from gateway.context.stale import stale_rule
 from gateway.context.summarize import envelope
-from gateway.context.taskclass import Compaction, CompressOptions, TaskClass
+from gateway.context.taskclass import Compaction, CompressOptions, TaskClass, TextTools
 
 
 def stale_tokens(
@@ -225,6 +225,20 @@ def on_first_task(items: Iterable[Item] = (), clock: Clock | None = None) -> boo
     clock = clock or next((item.clock for item in items), None)
     return (clock is not None and (clock.api_calls or clock.text_calls)
             and clock.task_start < 0)
+
+
+def text_tools_now(cls: TaskClass, items: Iterable[Item]) -> TextTools | None:
+    """The agent policy's `text_tools` settings where they apply (None elsewhere): an agent
+    whose tools are text (its class's `kinds` digest no user turn, `engine.text_tools_aging`)
+    on its first task (`on_first_task`): a short run, whose results, never digested, each
+    step re-sent at full price. A queue's later tasks age as the policy does (with the first
+    task's settings, the MedAgentBench queues' cost @0.1 fell 0.4-0.7 point; bench/README.md,
+    "mini-SWE-agent runs' cost @0.1: a text-tool agent's old results masked with the
+    digests")."""
+    opts = cls.stages.compress
+    if opts is None or "user" in opts.kinds or not on_first_task(items):
+        return None
+    return cls.text_tools
 
 
 def unrepaid(

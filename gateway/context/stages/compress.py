@@ -24,7 +24,13 @@ from gateway.context.lines import MINIFIED_JSON, MINIFIED_KEPT
 from gateway.context.session import Decision
 from gateway.context.stages.base import StageContext, StageResult, decide
 from gateway.context.stages.ladder import cut
-from gateway.context.steps import ages_out, source_block, undecided, whole_block
+from gateway.context.steps import (
+    ages_out,
+    source_block,
+    text_tools_now,
+    undecided,
+    whole_block,
+)
 from gateway.context.summarize import shell_digest, shell_values
 from gateway.context.taskclass import CompressOptions
 
@@ -59,6 +65,12 @@ def _expired_digests(
     In a session of 2+ user messages the current task's items join `mask_current_turns`
     old and start a batch `mask_after_turns` later (they age that much slower)."""
     after = opts.mask_after_turns
+    from_turns = opts.mask_turns_from_turns
+    text = text_tools_now(ctx.task_class, items)
+    if text is not None:  # a text-tool agent's first task: its results join from turn 0
+        after = after if text.mask_after_turns is None else text.mask_after_turns
+        from_turns = from_turns if text.mask_turns_from_turns is None else (
+            text.mask_turns_from_turns)
     if after is None or not ctx.task_class.compaction.ages:
         return {}
     expired = {}
@@ -99,7 +111,7 @@ def _expired_digests(
             # a short content block sent whole (`whole_block_tokens`) joins a batch as a
             # digest would, never starts one: the prefix changes no more often than without
             expired[item.id] = Decision("compress", "mask", "aged", "mask", 1)
-        elif _old_turn(item, ctx, opts, digest):  # joins a batch, never starts one...
+        elif _old_turn(item, ctx, opts, digest, from_turns):  # joins a batch, never starts one...
             expired[item.id] = Decision("compress", "mask", "aged", "mask", 1, arg=GIST)
             if ("user" not in opts.kinds and not digests
                     and item.message_index < item.clock.task_start):
@@ -246,16 +258,19 @@ def _done_task(items: list[Item], opts: CompressOptions) -> int | None:
     return users[-1].message_index
 
 
-def _old_turn(item: Item, ctx: StageContext, opts: CompressOptions, digest: bool) -> bool:
+def _old_turn(item: Item, ctx: StageContext, opts: CompressOptions, digest: bool,
+              from_turns: int) -> bool:
     """A user turn `_expired_digests` masks with the digests: its text at least
     `mask_turns_min_tokens` long and longer than its placeholder, sent verbatim (behind the
-    horizon) or as a digest, in a session of `mask_turns_from_turns` turns or more; also
+    horizon) or as a digest, in a session of `from_turns` turns or more
+    (`mask_turns_from_turns`, or the policy's `text_tools` on a text-tool agent's first
+    task, `steps.text_tools_now`); also
     where `kinds` digests no user turn (a text-tool agent's results, `text_tools_aging`)."""
     least = opts.mask_turns_min_tokens
     if (
         least is None
         or item.kind not in TURN_KINDS
-        or item.clock.turns < opts.mask_turns_from_turns
+        or item.clock.turns < from_turns
         or item.goal
         or not item.rewritable
         or item.tokens - item.fixed_tokens < least
