@@ -1150,7 +1150,7 @@ def text_tools_aging(cls: TaskClass, text: TextTools | None = None) -> TaskClass
     """The agent policy's aging for an agent whose tools are text (`is_text_tool_request`):
     its user turns, the results of its calls, are not digested (a digest kept too few of
     the names a later patch quotes); its own turns age. On a long session old user turns
-    still go as gists with the digests' batches (`mask_turns_min_tokens`); on its first
+    still go as gists with the digests' batches (`mask_turns_min_tokens`); on a run of one
     task, as the policy's `text_tools` sets (`TextTools`, `steps.text_tools_now`)."""
     compress = cls.stages.compress
     if compress is None:

@@ -230,15 +230,26 @@ def on_first_task(items: Iterable[Item] = (), clock: Clock | None = None) -> boo
 def text_tools_now(cls: TaskClass, items: Iterable[Item]) -> TextTools | None:
     """The agent policy's `text_tools` settings where they apply (None elsewhere): an agent
     whose tools are text (its class's `kinds` digest no user turn, `engine.text_tools_aging`)
-    on its first task (`on_first_task`): a short run, whose results, never digested, each
-    step re-sent at full price. A queue's later tasks age as the policy does (with the first
-    task's settings, the MedAgentBench queues' cost @0.1 fell 0.4-0.7 point; bench/README.md,
-    "mini-SWE-agent runs' cost @0.1: a text-tool agent's old results masked with the
-    digests")."""
+    on a run of one task (`one_run`), whose results, never digested, each step re-sent at
+    full price. A queue's tasks age as the policy does: with these settings, later batches
+    cost the MedAgentBench queues 0.4-0.7 point of cost @0.1; gated on `on_first_task`
+    instead, the mini-SWE-agent runs kept a quarter of the gain at less recall (a harness's
+    format reminder ends that first task; bench/README.md, "mini-SWE-agent runs' cost @0.1:
+    a text-tool agent's old results masked with the digests")."""
     opts = cls.stages.compress
-    if opts is None or "user" in opts.kinds or not on_first_task(items):
+    if opts is None or "user" in opts.kinds or not one_run(items):
         return None
     return cls.text_tools
+
+
+def one_run(items: Iterable[Item]) -> bool:
+    """Whether the session of `items` is a text-tool agent's run of one task: it has
+    answered a call written in prose (`Clock.text_calls`), none through the API, and no later
+    task opened as its first did (`Clock.queue_starts`; a harness's reply to a malformed
+    turn, which ends `on_first_task`'s first task, is none)."""
+    clock = next((item.clock for item in items), None)
+    return (clock is not None and clock.text_calls and not clock.api_calls
+            and not clock.queue_starts)
 
 
 def unrepaid(

@@ -67,7 +67,7 @@ def _expired_digests(
     after = opts.mask_after_turns
     from_turns = opts.mask_turns_from_turns
     text = text_tools_now(ctx.task_class, items)
-    if text is not None:  # a text-tool agent's first task: its results join from turn 0
+    if text is not None:  # a text-tool agent's run of one task: its results join earlier
         after = after if text.mask_after_turns is None else text.mask_after_turns
         from_turns = from_turns if text.mask_turns_from_turns is None else (
             text.mask_turns_from_turns)
@@ -263,8 +263,8 @@ def _old_turn(item: Item, ctx: StageContext, opts: CompressOptions, digest: bool
     """A user turn `_expired_digests` masks with the digests: its text at least
     `mask_turns_min_tokens` long and longer than its placeholder, sent verbatim (behind the
     horizon) or as a digest, in a session of `from_turns` turns or more
-    (`mask_turns_from_turns`, or the policy's `text_tools` on a text-tool agent's first
-    task, `steps.text_tools_now`); also
+    (`mask_turns_from_turns`, or the policy's `text_tools` on a text-tool agent's run of
+    one task, `steps.text_tools_now`); also
     where `kinds` digests no user turn (a text-tool agent's results, `text_tools_aging`)."""
     least = opts.mask_turns_min_tokens
     if (
