@@ -133,3 +133,22 @@ async def test_a_short_shell_runs_old_outputs_go_with_the_digests_batch(
     assert all(_answer(k) in sent for k in range(45 - 17, 45))  # the young ones whole
     assert fitted.body["messages"][-1] == messages[-1]
     assert sum(d.tokens_saved for d in fitted.drops) == fitted.tokens_before - fitted.tokens_after
+
+
+async def test_a_shell_queues_outputs_age_as_the_policys(
+    engine_without_young: ContextEngine,
+) -> None:
+    # a queue: a second task opens as the first did (`Clock.queue_starts`), so the policy's
+    # `text_tools` no longer apply (`steps.one_run`): under the policy's 60th turn no old
+    # output goes as a gist (with them, later batches cost MedAgentBench's queues)
+    engine = engine_without_young
+    first = _session(10, _grep_reply)[:-1]  # the run ends with the agent's last turn
+    second = _session(35, _grep_reply)[1:]  # the task statement again, then its turns
+    messages = first + second
+    headers = {"x-ctxgate-session-id": "shell-queue", "x-ctxgate-task-class": "default"}
+    fitted = None
+    for end in range(2, len(messages) + 1, 2):  # each call ends with a user turn
+        fitted = await engine.fit({"messages": messages[:end]}, CallContext("t-sh", "s", headers))
+    assert fitted is not None and fitted.task_class == "default"
+    assert not [d for d in fitted.drops if d.kind == "user" and d.reason == "aged"]
+    assert sum(d.tokens_saved for d in fitted.drops) == fitted.tokens_before - fitted.tokens_after
