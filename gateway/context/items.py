@@ -52,7 +52,9 @@ class Clock:
     `api_calls`: the agent made a tool call through the API (its outputs come as tool
     messages, so a user message after its answer is the user's: `steps.on_first_task`);
     `text_calls`: a user message answered a call the agent wrote in its turn
-    (`text_tool_result`: its outputs are such messages, any other is the user's).
+    (`text_tool_result`: its outputs are such messages, any other is the user's);
+    `text_results` of the `replies` user messages after the agent's first answer did
+    (`steps.one_run`: mini-SWE-agent's are nearly all, AutoCodeRover's one or two a run).
     `task_statement`: `task_start` when that user message reads as a new task's statement
     (`new_task_statement`: a long message after the agent worked through the API on its
     own for NEW_TASK_CALLS turns), else -1: a customer's reply in a conversation with an
@@ -61,8 +63,8 @@ class Clock:
     task's statement did (`Layout.task_starts`), in order: a queue harness's tasks, which a
     harness's reply to a malformed turn (`task_start`) does not start."""
 
-    __slots__ = ("api_calls", "named", "queue_starts", "task_start", "task_statement",
-                 "task_turns", "text_calls", "turns")
+    __slots__ = ("api_calls", "named", "queue_starts", "replies", "task_start",
+                 "task_statement", "task_turns", "text_calls", "text_results", "turns")
 
     def __init__(self, turns: int = 0) -> None:
         self.turns = turns
@@ -72,6 +74,8 @@ class Clock:
         self.task_turns = 0
         self.api_calls = False
         self.text_calls = False
+        self.text_results = 0
+        self.replies = 0
         self.queue_starts: list[tuple[int, int]] = []
 
 
@@ -255,10 +259,13 @@ class Layout:
                     self.first_line = first_line(text)
                 if self.first_answer is None:
                     self.task_files.update(_FILE_NAME.findall(text))
+                else:
+                    self.clock.replies += 1
                 if (self.open_from is None and self.said
                         and text_tool_result(self.said, text)):
                     self.open_from = self.turns[-1]  # the calls it wrote in prose are open
                     self.clock.text_calls = True
+                    self.clock.text_results += 1
                 elif self.first_answer is not None:
                     if messages[i - 1].get("role") != "user":  # a new task starts
                         self.current_files = set()
