@@ -152,3 +152,41 @@ async def test_a_shell_queues_outputs_age_as_the_policys(
     assert fitted is not None and fitted.task_class == "default"
     assert not [d for d in fitted.drops if d.kind == "user" and d.reason == "aged"]
     assert sum(d.tokens_saved for d in fitted.drops) == fitted.tokens_before - fitted.tokens_after
+
+
+def _prose_session(calls: int) -> list[dict[str, Any]]:
+    """An AutoCodeRover-like session: the agent names its search calls in prose, its harness
+    answers the first (`Result of search_class(...)`), then writes prose of its own."""
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a software developer maintaining a large project."},
+        {"role": "user", "content": TASK}]
+    for k in range(calls):
+        messages.append({"role": "assistant", "content": _grep_reply(k).replace(
+            "```bash", f'search_class("SlicedLowLevelWCS{k}")\n```')})
+        if k == 0:
+            answer = ('Result of search_class("SlicedLowLevelWCS0"):\n\n' + _answer(k))
+        else:
+            answer = (f"Based on your analysis {k}, write the patch where the offset is built."
+                      "\n" + _answer(k).replace("<returncode>0</returncode>", "Context:"))
+        messages.append({"role": "user", "content": answer})
+    return messages
+
+
+async def test_a_prose_tool_session_of_harness_replies_ages_as_the_policys(
+    engine_without_young: ContextEngine,
+) -> None:
+    # an agent that writes a call now and then (AutoCodeRover): one user message of the 45
+    # after its first answer answered a call, the rest are its harness's prose
+    # (`Clock.text_results` against `Clock.replies`), so the policy's `text_tools` do not
+    # apply (`steps.one_run`): under the policy's 60th turn no old message goes as a gist
+    # (with them, AutoCodeRover's queues lost 1.2-2.8 points of cost @0.1)
+    engine = engine_without_young
+    messages = _prose_session(45)
+    assert is_text_tool_request({"messages": messages})
+    headers = {"x-ctxgate-session-id": "prose-tools", "x-ctxgate-task-class": "default"}
+    fitted = None
+    for end in range(2, len(messages) + 1, 2):  # each call ends with a user turn
+        fitted = await engine.fit({"messages": messages[:end]}, CallContext("t-pr", "s", headers))
+    assert fitted is not None and fitted.task_class == "default"
+    assert not [d for d in fitted.drops if d.kind == "user" and d.reason == "aged"]
+    assert sum(d.tokens_saved for d in fitted.drops) == fitted.tokens_before - fitted.tokens_after
