@@ -10,7 +10,7 @@ import uuid
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from gateway.context import stages
@@ -103,9 +103,30 @@ async def test_a_short_first_call_at_90_percent_is_cut_just_enough(engine: Conte
     assert budget - BAND * tokens <= fitted.tokens_after <= budget
 
 
+# CI's shrunk case (session 49): the first user turn sent again as the last one, which
+# the cluster stage points to, and a budget the call then fits with no cut at all
+_TWICE = (
+    "0\n:0:0:0\n0:0\n000:0:0a0:0:0:0:0\n:0:0\n0:0:0:0:0:0:0\n:0\n0:0:0:0000b/0\n0\n:0b/0:0:0:0"
+    ":0:0:0:0000000\n0:0:0:0:0:0:0:0:0\n0\n:0:0:0a:0:0:0:0:0:0:0a0:0:0\n:0:0:0:0b0:0\n0:0:"
+    "0:0:0:0:0:0:0:0:0\n:0:0:0:0:0:0:0:0:0\n0:0b0:0a0"
+)
+_SENT_TWICE = [
+    {"role": "system", "content": (
+        "l.o71/jhd :io0ld/geei11.761f58b13.62o4\n50.n\ni2ad2p104579jnioeg 73n/7\ne2c"
+        "94c3 0180p3k3:3\n0b.o9m65efk290ji 92gao3983729:c72 n8cal:1 e ipe0fl05d\nh/"
+        "d8/o0fp8npm2pe3n23eocc3j9gj.\n\n4 696/.6b3icj04eib694pad8:e:m l4jiiea2f681"
+        "\n9.1epgg3hhnhcd14mn4pa1o20.fhbp: l5m07ln9719fcf 0l4mknppbf/9979cp/0j0"
+    )},
+    {"role": "user", "content": _TWICE},
+    {"role": "assistant", "content": "0" * 150},
+    {"role": "user", "content": _TWICE},
+]
+
+
 @settings(
     max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
+@example(msgs=_SENT_TWICE, share=0.9005620102589402, cls="default")
 @given(
     msgs=conversations(),
     share=st.floats(0.3, 0.95),
@@ -125,9 +146,13 @@ async def test_first_call_lands_in_band_or_is_refused_only_without_room(
         return
     assert fitted.tokens_after <= budget
     # room, and a band wider than the finest cut (an excerpt keeps EXCERPT_MIN tokens at
-    # least): cut just enough, no more
+    # least): cut just enough, no more. A repeat the cluster stage points to its earlier copy
+    # goes whatever the budget (nothing is lost), so the band is counted below what it saved:
+    # a call with a user turn sent twice can fit by that alone, under the band (CI, session 49)
+    repeats = sum(d.tokens_before - d.tokens_after for d in fitted.drops
+                  if d.action == "dedup")
     if pinned <= budget - BAND * tokens and BAND * tokens >= 2 * ladder.EXCERPT_MIN:
-        assert fitted.tokens_after >= budget - BAND * tokens
+        assert fitted.tokens_after >= budget - BAND * tokens - repeats
     _check_valid(fitted.body["messages"])  # tool calls and their results stay paired
     assert drops_add_up(fitted)
 
