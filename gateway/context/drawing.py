@@ -19,6 +19,13 @@ only beside a turn that read that result itself); a result credited by `MIN_TURN
 keeps its unused values until the agent stops drawing from it; the next step after that ages
 it as usual.
 
+On a later task of an API agent's queue (`later_task_outputs`), one turn is enough: a result
+of the current task from which the agent's newest tool-calling turn copied `LATEST_VALUES`
+values (as their latest holder) is drawn from while that turn is the newest. There the
+agent fills records one call at a time from an output it has just read (the oil-price
+summary's table, then its trades), and the step that comes right after its first row
+digested the rows left (bench/README.md, "Toolathlon queues' recall, part thirty-two").
+
 Only results still undecided (never aged) are read, with the ones since the horizon: a step
 reads the outputs of the turns since the last step and those it kept, never the whole
 history (per-call time grows with new content only).
@@ -61,6 +68,9 @@ SHARED_MAX_CHARS = 1000
 # than it. Its prose at least this long: a short remark restating one value is not a list.
 OWN_KINDS = frozenset({"assistant", "tool_call"})
 OWN_MIN_CHARS = 200
+# Values the newest tool-calling turn must copy from one of the current task's results, on
+# a later task of an API agent's queue, for that result to be drawn from on that turn alone.
+LATEST_VALUES = 2
 
 
 def recent_values(
@@ -101,6 +111,7 @@ def drawn_from(
     sources: Sequence[Item], messages: Sequence[Mapping[str, Any]], turns: int,
     known: frozenset[str] = frozenset(),
     eager: Collection[str] = frozenset(),
+    latest: Collection[str] = frozenset(),
 ) -> set[str]:
     """Ids of the tool results in `sources` that `MIN_TURNS` of the last `turns`
     tool-calling turns drew a value from: each value of those turns' arguments (not one of
@@ -108,7 +119,9 @@ def drawn_from(
     its turn whose text holds it. `sources`: the candidate results in message order (the
     caller passes only those still undecided, so this reads new content only). `eager`: ids
     of results one such turn makes drawn from (a document the task names, `steps.source_block`:
-    the agent copying from it once is working through it, as the task said)."""
+    the agent copying from it once is working through it, as the task said). `latest`:
+    ids of results the newest such turn makes drawn from when it copied `LATEST_VALUES` of
+    its values from one of them (`later_task_outputs`)."""
     if turns <= 0 or not sources:
         return set()
     results = [item for item in sources if item.kind == "tool_result"]
@@ -118,10 +131,12 @@ def drawn_from(
         return set()
     credits: dict[str, int] = {}  # id -> turns that drew from it
     direct: set[str] = set()  # ids a turn read a value in (its latest holder)
-    for index, found in recent_values(messages, turns):
+    newest: set[str] = set()  # ids the newest turn copied LATEST_VALUES values from
+    for pos, (index, found) in enumerate(recent_values(messages, turns)):
         before = [item for item in results if item.message_index < index]
         mine = [item for item in own if item.message_index < index]
         hit: set[str] = set()
+        copied: dict[str, int] = {}  # id -> values this turn read there (latest holder)
         shared: dict[str, int] = {}  # id -> values of this turn an older holder also has
         for value in found:
             if value in known:
@@ -132,6 +147,7 @@ def drawn_from(
                     continue
                 if read < 0:
                     hit.add(item.id)
+                    copied[item.id] = copied.get(item.id, 0) + 1
                     read = item.message_index
                 elif len(item.text) <= SHARED_MAX_CHARS:
                     shared[item.id] = shared.get(item.id, 0) + 1
@@ -146,13 +162,15 @@ def drawn_from(
         for item_id in hit:
             credits[item_id] = credits.get(item_id, 0) + 1
             direct.add(item_id)
+        if pos == 0 and latest:
+            newest = {i for i, n in copied.items() if n >= LATEST_VALUES and i in latest}
         for item_id, n in shared.items():
             if n >= MIN_SHARED and item_id not in hit:
                 credits[item_id] = credits.get(item_id, 0) + 1
     least = min(MIN_TURNS, turns)
     # an older holder's credit counts only beside a turn that read the output itself
     return {item_id for item_id, n in credits.items()
-            if (n >= least and item_id in direct) or item_id in eager}
+            if (n >= least and item_id in direct) or item_id in eager} | newest
 
 
 def _user_restated(
@@ -165,3 +183,13 @@ def _user_restated(
                and value in content_text(messages[i].get("content"))
                for i in range(start + 1, min(end, len(messages))))
 
+
+
+def later_task_outputs(sources: Sequence[Item]) -> set[str]:
+    """Ids of the tool results in `sources` of the current task when it is a later task of an
+    API agent's queue (after `Clock.task_statement`, with `Clock.api_calls`): the results
+    whose newest copy makes them drawn from (`drawn_from`'s `latest`). Empty on a first
+    task, a single run, a conversation and a text-tool agent's session."""
+    return {item.id for item in sources
+            if item.kind == "tool_result" and item.clock.api_calls
+            and 0 <= item.clock.task_statement < item.message_index}

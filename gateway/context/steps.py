@@ -14,7 +14,7 @@ from math import ceil
 from operator import attrgetter
 from typing import Any
 
-from gateway.context.drawing import drawn_from
+from gateway.context.drawing import drawn_from, later_task_outputs
 from gateway.context.items import Clock, Item
 from gateway.context.lines import STILL_AGES
 from gateway.context.session import Decision, SessionState
@@ -143,8 +143,8 @@ def lagging_tokens(
     if not behind:
         return 0
     eager = {item.id for item in waiting if source_block(item, opts)}
-    kept = (drawn_from(waiting, messages, opts.drawn_turns, known, eager)
-            if messages else set())
+    kept = (drawn_from(waiting, messages, opts.drawn_turns, known, eager,
+                       later_task_outputs(waiting)) if messages else set())
     return sum(item.tokens for item in behind if item.id not in kept)
 
 

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from gateway.context.apply import GIST, apply_decision, placeholder
-from gateway.context.drawing import drawn_from
+from gateway.context.drawing import drawn_from, later_task_outputs
 from gateway.context.forecast import Budget
 from gateway.context.items import Item
 from gateway.context.lines import MINIFIED_JSON, MINIFIED_KEPT
@@ -318,7 +318,8 @@ def _drawn(items: list[Item], due: list[Item], ctx: StageContext,
         item for item in items if item.message_index >= ctx.horizon
         and item.kind == "tool_result" and undecided(item, ctx.decisions)))]
     eager = {item.id for item in sources if source_block(item, opts)}
-    return drawn_from(sources, ctx.messages, opts.drawn_turns, ctx.known, eager)
+    return drawn_from(sources, ctx.messages, opts.drawn_turns, ctx.known, eager,
+                      later_task_outputs(sources))
 
 
 async def compress_items(items: list[Item], budget: Budget, ctx: StageContext) -> StageResult:
