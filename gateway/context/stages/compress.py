@@ -91,7 +91,8 @@ def _expired_digests(
                 or (task is not None and item.message_index > task)):
             continue
         if before and item.id in due and item.tokens >= EXPIRED_MIN_TOKENS:
-            expired[item.id] = Decision("compress", "mask", "aged", "mask", 1)
+            expired[item.id] = Decision("compress", "mask", "aged", "mask", 1,
+                                        text=_masked_commands(item, opts, ctx, typed))
             oldest = max(oldest, 2 * after)
             continue
         made = ctx.decisions.get(item.id)
