@@ -91,6 +91,10 @@ def _expired_digests(
                 or (task is not None and item.message_index > task)):
             continue
         if before and item.id in due and item.tokens >= EXPIRED_MIN_TOKENS:
+            # a finished task's shell turn keeps its command lines as an aged one does: the
+            # fold's notes of earlier tasks carry what their masks name, and a later task
+            # re-types a script's name, a `sed` range (mini-SWE-agent queues: recall +0.03,
+            # cost @0.1 -0.03; bench/README.md, "A finished task's masked shell turns")
             expired[item.id] = Decision("compress", "mask", "aged", "mask", 1,
                                         text=_masked_commands(item, opts, ctx, typed))
             oldest = max(oldest, 2 * after)
@@ -151,7 +155,8 @@ def _masked_commands(item: Item, opts: CompressOptions, ctx: StageContext,
     script's) that an earlier turn's blocks carried too (`typed`: each value's first turn),
     as a value list (`summarize.shell_digest`). The prose goes, the commands stay, as an API
     agent's aged turn keeps its tool calls (bench/README.md, "Aged turns that made tool
-    calls"). None (a plain placeholder) for any other item."""
+    calls"); a finished task's turns too, masked together as the task ends. None (a plain
+    placeholder) for any other item."""
     if item.kind != "assistant" or "user" in opts.kinds:
         return None
     blocks = shell_digest(item.text, ctx.known, ctx.originals.get(item.id, item).text,
