@@ -28,12 +28,14 @@ STALE = 100_000  # whether a stale pattern occurs in an item
 KNOWN = 10_000  # values of a session's constant context (system prompt, task statement)
 VALUES = 100_000  # values of a text, for summaries that skip what the model has read
 MINHASH = 50_000  # a text's MinHash, for near duplicates
+NORMAL = 50_000  # a text's digest with its whitespace normalised (cluster's exact duplicates)
 LSH_PARAMS = 64  # MinHash LSH band layout per threshold (one per class setting)
 # Bytes of text (as characters: exact for ASCII) each text-holding memo keeps at most, with
 # ENTRY_BYTES per entry for the objects around the text.
 PARTS_BYTES = 128 << 20
 REWRITTEN_BYTES = 64 << 20
 VALUES_BYTES = 64 << 20
+NORMAL_BYTES = 32 << 20
 KNOWN_BYTES = 16 << 20  # a session's constant context has ~100 values: ~5 kB an entry
 ENTRY_BYTES = 200
 TEXT_BYTES = 64  # a short text's own object, and its slot, inside a tuple or a set
@@ -157,4 +159,5 @@ class ContextCaches:
     known: LRU[str, frozenset[str]] = field(default_factory=_sized(KNOWN, KNOWN_BYTES))
     values: LRU[str, frozenset[str]] = field(default_factory=_sized(VALUES, VALUES_BYTES))
     minhash: LRU[str, MinHash] = field(default_factory=_lru(MINHASH))
+    normal: LRU[str, str] = field(default_factory=_sized(NORMAL, NORMAL_BYTES))
     lsh_params: LRU[float, tuple[int, int]] = field(default_factory=_lru(LSH_PARAMS))

@@ -78,6 +78,7 @@ reason `folded_exchange`.
 
 from __future__ import annotations
 
+import functools
 import re
 from bisect import bisect_left
 from collections.abc import Callable, Mapping, Sequence
@@ -90,7 +91,7 @@ import orjson
 from gateway.context.items import PINNED
 from gateway.context.render import Plan, with_content
 from gateway.context.summarize import notable, values
-from gateway.observability.droplog import DropEvent, Kind
+from gateway.observability.droplog import Action, DropEvent, Kind
 
 FOLD_REASON = "folded_exchange"
 FOLD_HEAD = "[ctxgate: calls after this, folded]"  # on every note: kept short
@@ -264,6 +265,31 @@ RunCache = dict[int, tuple[tuple[Mapping[str, Any], ...], RunParts]]
 UserCopies = dict[tuple[str, int], Mapping[str, Any]]  # (fold, client index) -> user message
 
 
+# The events a fold made for the messages it folded, by client index: the last fold's, and
+# this one's (`_event`).
+FoldEvents = tuple[dict[int, DropEvent], dict[int, DropEvent]]
+
+
+def _event(made: FoldEvents | None, i: int, action: Action, reason: str, item_id: str,
+           kind: Kind, before: int, after: int, text: str, step: int) -> DropEvent:
+    """Client message `i`'s fold event: the last fold's very object when it is equal (a
+    step folds the same old messages again: the drop log then resumes past them by
+    identity, and no event is built anew), put in `made`'s second map."""
+    if made is None:
+        return DropEvent(stage="compress", action=action, reason=reason, item_id=item_id,
+                         kind=kind, message_index=i, tokens_before=before, tokens_after=after,
+                         text=text, step=step)
+    old = made[0].get(i)
+    if (old is None or old.step != step or old.tokens_after != after
+            or old.tokens_before != before or old.action != action or old.reason != reason
+            or old.item_id != item_id or old.kind != kind or old.text != text):
+        old = DropEvent(stage="compress", action=action, reason=reason, item_id=item_id,
+                        kind=kind, message_index=i, tokens_before=before, tokens_after=after,
+                        text=text, step=step)
+    made[1][i] = old
+    return old
+
+
 def _user_copy(msg: Mapping[str, Any], key: tuple[str, int], text: str,
                users: tuple[UserCopies, UserCopies] | None) -> Mapping[str, Any]:
     """`msg` sent with `text` (its note added): an earlier fold's very copy when it is that
@@ -308,6 +334,7 @@ def fold_runs(
     cache: RunCache | None = None,
     users: tuple[UserCopies, UserCopies] | None = None,
     short_before: int = -1,
+    made_events: FoldEvents | None = None,
 ) -> tuple[Folded, RunCache]:
     """`messages` with `runs` folded: the messages, their plan (`entries`: the plan
     `messages` were rendered by, one entry per message), the events with each folded
@@ -316,7 +343,7 @@ def fold_runs(
     `users`: an earlier fold's user messages with their notes (by `_user_copy`'s keys), each
     taken again where it is the copy this fold makes (`render.with_content`), and where this
     fold's go. `short_before`: the runs ending before this client message have their call
-    lines short (`short_call`; -1: none)."""
+    lines short (`short_call`; -1: none). `made_events`: as `_event` takes them."""
     by_index: dict[int, list[DropEvent]] = {}
     for event in events:
         if event.message_index is not None:
@@ -339,12 +366,10 @@ def fold_runs(
                 range(run.start, run.end), parts, olds, strict=True):
             i = entries[k][0]
             msg = messages[k]
-            new_events[i] = DropEvent(
-                stage="compress", action="compress" if text is not None else "drop",
-                reason=FOLD_REASON, item_id=item_id,
-                kind="tool_call" if msg.get("role") == "assistant" else "tool_result",
-                message_index=i, tokens_before=before, tokens_after=after,
-                text=str(msg.get("content") or ""), step=step)
+            new_events[i] = _event(
+                made_events, i, "compress" if text is not None else "drop", FOLD_REASON,
+                item_id, "tool_call" if msg.get("role") == "assistant" else "tool_result",
+                before, after, str(msg.get("content") or ""), step)
             delta += after - (before - sum(e.tokens_saved for e in old))
         notes[run.user] = (run.end, "".join(p[2] for p in parts if p[2] is not None))
     out_messages: list[Mapping[str, Any]] = []
@@ -406,6 +431,8 @@ _OPENER = {")": "(", "]": "[", "}": "{", ">": "<"}  # a closing bracket: the one
 LONG_ARGS = 160  # a call line's values past this many characters: its prose pieces cut
 PROSE_PIECE = 40  # a value (a piece between ", ") longer than this is cut to its values
 _POINTER = ("repeats an earlier ", "nearly repeats an earlier ")  # `apply.pointer`, framed off
+WORDS_CACHED = 16_384  # distinct words whose value (`_value_word`) is kept, each of at most
+WORD_CHARS = 100  # characters (~5 MB in all); a longer word (a blob) is searched every time
 
 
 @dataclass(slots=True)
@@ -447,12 +474,26 @@ def _unframed(word: str) -> str:
     return head[:end]
 
 
+def _value_word(word: str) -> str | None:
+    """`word` (one of a text's whitespace-split words) without its frame (`_unframed`),
+    or None when it carries no notable value."""
+    unframed = _unframed(word)
+    return unframed if any(notable(v) for v in values(unframed)) else None
+
+
+# A pure function of the word, and a step's fold notes read the same words again and again
+# (a script's names and paths: 2,000 distinct words in 31,000 on the Toolathlon deepseek
+# queue's longest session): each distinct short word is framed and searched once
+# (bench/README.md, "part thirty-eight").
+_known_word = functools.lru_cache(maxsize=WORDS_CACHED)(_value_word)
+
+
 def value_words(text: str) -> list[str]:
     """The words of `text` that carry a notable value (`summarize.notable`), as written
     but for the markup and punctuation around them (`4G/5G.` keeps its period and
     `click[B0X]` its bracket: a value is re-typed as it was written), once each."""
-    words = map(_unframed, text.split())
-    return list(dict.fromkeys(w for w in words if any(notable(v) for v in values(w))))
+    words = (_known_word(w) if len(w) <= WORD_CHARS else _value_word(w) for w in text.split())
+    return list(dict.fromkeys(w for w in words if w is not None))
 
 
 def short_call(line: str) -> str:
@@ -549,13 +590,14 @@ def _turns_note(messages: Sequence[Mapping[str, Any]], run: Run, count: Callable
 def fold_turns(folded: Folded, runs: Sequence[Run], original: Original,
                count: Callable[[str], int], cache: NoteCache | None = None,
                made: NoteCache | None = None,
-               users: tuple[UserCopies, UserCopies] | None = None) -> Folded:
+               users: tuple[UserCopies, UserCopies] | None = None,
+               made_events: FoldEvents | None = None) -> Folded:
     """`folded` with each turns run's messages but its last reply gone and its first user
     message sent as the run's note (`turns_note`); every client message from that one to
     the last reply (the exchanges an earlier fold took included) gets one event, reason
     `folded_turns`: the first `compress`, down to the note's tokens, the others `drop`.
     `cache`: the notes of an earlier fold, by their runs' contents; the notes this fold
-    made or took go in `made`. `users`: as `fold_runs` takes it."""
+    made or took go in `made`. `users`, `made_events`: as `fold_runs` takes them."""
     messages, plan = folded.messages, folded.plan
     by_index: dict[int, list[DropEvent]] = {}
     for event in folded.events:
@@ -586,11 +628,10 @@ def fold_turns(folded: Folded, runs: Sequence[Run], original: Original,
             msg = sent.get(i)  # None: an exchange an earlier fold took (it has events)
             kind: Kind = olds[i][0].kind if olds[i] else (
                 "user" if msg is not None and msg.get("role") == "user" else "assistant")
-            new_events[i] = DropEvent(
-                stage="compress", action="compress" if i == first else "drop",
-                reason=TURNS_REASON, item_id=item_id, kind=kind, message_index=i,
-                tokens_before=before, tokens_after=tokens if i == first else 0,
-                text=str(msg.get("content") or "") if msg is not None else "", step=step)
+            new_events[i] = _event(
+                made_events, i, "compress" if i == first else "drop", TURNS_REASON, item_id,
+                kind, before, tokens if i == first else 0,
+                str(msg.get("content") or "") if msg is not None else "", step)
         delta += tokens - now
         notes[run.user] = (run.end, text)
         earlier.take(text)
@@ -640,6 +681,11 @@ class FoldMemo:
     # makes the very same copy sends that one again (the body encoder's runs and the short
     # ids' memo go by identity)
     users: UserCopies = field(default_factory=dict)
+    # the last fold's events of the messages it folded, by client index, of each level
+    # (`fold_runs`', `fold_turns`'): a step's fold that makes an equal one sends that one
+    # again (`_event`)
+    made: tuple[dict[int, DropEvent], dict[int, DropEvent]] = field(
+        default_factory=lambda: ({}, {}))
 
     def original(self, messages: Sequence[Mapping[str, Any]], encoding: str,
                  head: Callable[[int], tuple[str, int]]) -> Original:
@@ -748,13 +794,16 @@ def fold(
     # the last fold's note copies, and this one's (only these are kept)
     users: tuple[UserCopies, UserCopies] = (memo.users, {})
     memo.users = users[1]
+    made: tuple[FoldEvents, FoldEvents] = ((memo.made[0], {}), (memo.made[1], {}))
+    memo.made = (made[0][1], made[1][1])  # likewise its events
     if runs:
         folded, memo.runs = fold_runs(messages, entries, events, runs, original, count,
-                                      memo.runs, users, short_before)
+                                      memo.runs, users, short_before, made[0])
     turn_runs = find_turn_runs(folded.messages, [i for i, _ in folded.plan], horizon)
     if turn_runs:
         notes: NoteCache = {}
-        folded = fold_turns(folded, turn_runs, original, count, memo.notes, notes, users)
+        folded = fold_turns(folded, turn_runs, original, count, memo.notes, notes, users,
+                            made[1])
         memo.notes = notes
     if folded.messages is messages:
         return None

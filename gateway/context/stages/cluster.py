@@ -53,12 +53,20 @@ def _permutations() -> tuple[Any, str]:
 _PERMUTATIONS, _SCHEME = _permutations()
 
 
-def _normal(text: str) -> str:
-    return hashlib.blake2b(" ".join(text.split()).encode(), digest_size=12).hexdigest()
+def _normal(text: str, memo: MutableMapping[str, str] | None = None) -> str:
+    """A digest of `text` with its whitespace normalised; `memo`: by text (a step reads
+    every candidate of the session's history again, the same text objects)."""
+    found = memo.get(text) if memo is not None else None
+    if found is None:
+        found = hashlib.blake2b(" ".join(text.split()).encode(), digest_size=12).hexdigest()
+        if memo is not None:
+            memo[text] = found
+    return found
 
 
-def _minhash(text: str, memo: MutableMapping[str, MinHash]) -> MinHash:
-    key = _normal(text)
+def _minhash(text: str, memo: MutableMapping[str, MinHash], key: str | None = None) -> MinHash:
+    """`text`'s sketch, by its normal digest (`key`, when known)."""
+    key = _normal(text) if key is None else key
     found = memo.get(key)
     if found is None:
         words = _WORD.findall(text)
@@ -85,9 +93,9 @@ async def cluster_items(items: list[Item], budget: Budget, ctx: StageContext) ->
     chosen: dict[str, Decision] = {}
     by_id = {item.id: item for item in candidates}
     for item in candidates:
-        digest = _normal(item.text)
+        digest = _normal(item.text, ctx.caches.normal)
         rep = exact.get(digest)
-        mh = _minhash(item.text, memo)
+        mh = _minhash(item.text, memo, digest)
         if rep is None:
             near = lsh.query(mh)
             rep = min(near) if near else None
