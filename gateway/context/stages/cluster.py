@@ -94,22 +94,22 @@ async def cluster_items(items: list[Item], budget: Budget, ctx: StageContext) ->
     by_id = {item.id: item for item in candidates}
     for item in candidates:
         digest = _normal(item.text, ctx.caches.normal)
-        rep = exact.get(digest)
         mh = _minhash(item.text, memo, digest)
-        if rep is None:
-            near = lsh.query(mh)
-            rep = min(near) if near else None
-            reason = "near_duplicate"
-        else:
+        # only an item the step may change asks what it repeats (late in a session most
+        # are decided already: they only join the index, as they did)
+        if not item.pinned and item.id not in ctx.decisions and item.message_index < ctx.horizon:
+            rep = exact.get(digest)
             reason = "duplicate"
-        may_change = (
-            not item.pinned and item.id not in ctx.decisions and item.message_index < ctx.horizon
-        )
-        if rep is not None and may_change:
-            rep_item = by_id[rep.split("|")[1]]
-            chosen[item.id] = Decision("cluster", "dedup", reason, "dedup", arg=rep_item.id,
-                                       text=pointer(rep_item, reason == "near_duplicate"))
-            continue
+            if rep is None:
+                near = lsh.query(mh)
+                rep = min(near) if near else None
+                reason = "near_duplicate"
+            if rep is not None:
+                rep_item = by_id[rep.split("|")[1]]
+                chosen[item.id] = Decision(
+                    "cluster", "dedup", reason, "dedup", arg=rep_item.id,
+                    text=pointer(rep_item, reason == "near_duplicate"))
+                continue
         key = f"{item.message_index:09d}{item.segment:04d}|{item.id}"
         exact.setdefault(digest, key)
         lsh.insert(key, mh)
