@@ -78,6 +78,11 @@ class Clock:
         self.replies = 0
         self.queue_starts: list[tuple[int, int]] = []
 
+    def text_queue(self) -> bool:
+        """Whether the session is a text-tool agent's queue of tasks: no tool call through
+        the API, and a later task found by its statement (`queue_starts`)."""
+        return not self.api_calls and bool(self.queue_starts)
+
 
 # A user message after an answer is a new task's statement (`Clock.task_statement`) when the
 # agent made at least NEW_TASK_CALLS turns of API tool calls since the user's message before
