@@ -126,6 +126,10 @@ def decide(items: list[Item], chosen: Mapping[str, Decision], ctx: StageContext)
     small = ctx.total(items) <= ctx.task_class.compaction.early_max_tokens
     step = frozenset(values(ctx.query)) if ctx.target is None and small else frozenset()
     talk = [item.message_index for item in items if item.kind == "assistant"]
+    # an agent whose tools are text (its class digests no user turn, `text_tools_aging`): an
+    # aged turn's digest keeps the lines of code its prose named (`summarize.line_refs`)
+    opts = ctx.task_class.stages.compress
+    text_tools = opts is not None and "user" not in opts.kinds
     latest_talk = talk[-1] if talk else -1
     for pos, item in enumerate(items):
         decision = decisions.get(item.id)
@@ -144,6 +148,7 @@ def decide(items: list[Item], chosen: Mapping[str, Decision], ctx: StageContext)
                     whole_commands=(item.age <= RECENT_COMMAND_TURNS
                                     or item.message_index == ctx.held_turn),
                     step=step if item.message_index == latest_talk else frozenset(),
+                    named_lines=text_tools,
                 ),
             )
             if _saves_little(item, decision, ctx):
