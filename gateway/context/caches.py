@@ -17,8 +17,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
-    from datasketch import MinHash
-
     from gateway.context.items import Part
     from gateway.context.session import Decision
 
@@ -27,7 +25,7 @@ REWRITTEN = 200_000  # an item's text and tokens under a decision: re-applying c
 STALE = 100_000  # whether a stale pattern occurs in an item
 KNOWN = 10_000  # values of a session's constant context (system prompt, task statement)
 VALUES = 100_000  # values of a text, for summaries that skip what the model has read
-MINHASH = 50_000  # a text's MinHash, for near duplicates
+MINHASH = 50_000  # a text's MinHash (its hash values' bytes), for near duplicates
 NORMAL = 50_000  # a text's digest with its whitespace normalised (cluster's exact duplicates)
 LSH_PARAMS = 64  # MinHash LSH band layout per threshold (one per class setting)
 # Bytes of text (as characters: exact for ASCII) each text-holding memo keeps at most, with
@@ -158,6 +156,6 @@ class ContextCaches:
     stale: LRU[tuple[str, str], bool] = field(default_factory=_lru(STALE))
     known: LRU[str, frozenset[str]] = field(default_factory=_sized(KNOWN, KNOWN_BYTES))
     values: LRU[str, frozenset[str]] = field(default_factory=_sized(VALUES, VALUES_BYTES))
-    minhash: LRU[str, MinHash] = field(default_factory=_lru(MINHASH))
+    minhash: LRU[str, bytes] = field(default_factory=_lru(MINHASH))
     normal: LRU[str, str] = field(default_factory=_sized(NORMAL, NORMAL_BYTES))
     lsh_params: LRU[float, tuple[int, int]] = field(default_factory=_lru(LSH_PARAMS))

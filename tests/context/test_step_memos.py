@@ -10,7 +10,6 @@ import random
 from collections.abc import Mapping
 from typing import Any
 
-from datasketch import MinHashLSH
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -20,6 +19,7 @@ from gateway.context.fold import FoldMemo, fold, value_words
 from gateway.context.forecast import Budget
 from gateway.context.items import parse_request
 from gateway.context.session import Decision
+from gateway.context.stages import cluster as cluster_module
 from gateway.context.stages.base import StageContext
 from gateway.context.stages.cluster import cluster_items
 from gateway.context.taskclass import BudgetSplit, task_class
@@ -88,18 +88,18 @@ def _cluster(decided: int, queries: list[int]) -> dict[str, Decision]:
     ctx = StageContext(task_class=task_class("t", {}), counter=COUNTER, encoding="o200k_base",
                        embedder=None, fixed_tokens=3, horizon=len(messages), query="",
                        decisions=dict(decisions), originals={i.id: i for i in items})
-    query = MinHashLSH.query
+    query = cluster_module._Bands.query
 
-    def counted(self: MinHashLSH, minhash: Any) -> Any:
+    def counted(self: cluster_module._Bands, sketch: bytes) -> set[str]:
         queries.append(1)
-        return query(self, minhash)
+        return query(self, sketch)
 
-    MinHashLSH.query = counted
+    cluster_module._Bands.query = counted  # type: ignore[method-assign]
     try:
         budget = Budget(input=10**6, split=BudgetSplit())
         result = asyncio.run(cluster_items(items, budget, ctx))
     finally:
-        MinHashLSH.query = query
+        cluster_module._Bands.query = query  # type: ignore[method-assign]
     return {k: d for k, d in result.decisions.items() if k not in decisions}
 
 

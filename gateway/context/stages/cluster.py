@@ -19,9 +19,11 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Collection, MutableMapping
+from hashlib import sha1 as _sha1
 from typing import Any
 
-from datasketch import LeanMinHash, MinHash, MinHashLSH
+import numpy as np
+from datasketch import MinHash, MinHashLSH
 
 from gateway.context.apply import pointer
 from gateway.context.forecast import Budget
@@ -51,6 +53,8 @@ def _permutations() -> tuple[Any, str]:
 
 
 _PERMUTATIONS, _SCHEME = _permutations()
+_WIDTH = MinHash(num_perm=NUM_PERM, seed=7, permutations=_PERMUTATIONS,
+                 scheme=_SCHEME).hashvalues.itemsize  # bytes per hash value
 
 
 def _normal(text: str, memo: MutableMapping[str, str] | None = None) -> str:
@@ -64,18 +68,49 @@ def _normal(text: str, memo: MutableMapping[str, str] | None = None) -> str:
     return found
 
 
-def _minhash(text: str, memo: MutableMapping[str, MinHash], key: str | None = None) -> MinHash:
-    """`text`'s sketch, by its normal digest (`key`, when known)."""
+def _minhash(text: str, memo: MutableMapping[str, bytes], key: str | None = None) -> bytes:
+    """`text`'s sketch (its MinHash's hash values, as bytes), by its normal digest (`key`,
+    when known). Each shingle's SHA-1 is taken as datasketch's `sha1_hash32` takes it (the
+    digest's first 4 bytes, little-endian), in one pass: that function's per-shingle Python
+    call was most of a new sketch's time."""
     key = _normal(text) if key is None else key
     found = memo.get(key)
     if found is None:
-        words = _WORD.findall(text)
-        shingles = {" ".join(words[i : i + 5]).encode() for i in range(max(len(words) - 4, 1))}
-        sketch = MinHash(num_perm=NUM_PERM, seed=7, permutations=_PERMUTATIONS, scheme=_SCHEME)
-        sketch.update_batch(list(shingles))
+        # each word encoded once: a shingle's bytes are its five words' joined by b" "
+        words = [word.encode() for word in _WORD.findall(text)]
+        shingles = ({b" ".join(words)} if len(words) < 5 else
+                    set(map(b" ".join, zip(words, words[1:], words[2:], words[3:], words[4:],
+                                           strict=False))))
+        hashes = np.frombuffer(b"".join([_sha1(s).digest()[:4] for s in shingles]), "<u4")
+        sketch = MinHash(num_perm=NUM_PERM, seed=7, hashfunc=int,
+                         permutations=_PERMUTATIONS, scheme=_SCHEME)
+        sketch.update_batch(hashes.tolist())
         # Kept lean: its hash values only, not the 1 kB of permutations every MinHash has.
-        found = memo[key] = LeanMinHash(sketch)
+        found = memo[key] = sketch.hashvalues.tobytes()
     return found
+
+
+class _Bands:
+    """A MinHash LSH index as datasketch's `MinHashLSH` (with `layout`: `b` bands of `r`
+    values) answers it: the keys of the sketches sharing a band with the one asked about.
+    Each band is a slice of a sketch's bytes (`_minhash`) and each table a dict: an insert
+    is `b` dict updates, not datasketch's byte swaps and storage calls (a step inserts
+    every candidate of the history again)."""
+
+    def __init__(self, layout: tuple[int, int], width: int) -> None:
+        b, r = layout
+        self.ranges = [(i * r * width, (i + 1) * r * width) for i in range(b)]
+        self.tables: list[dict[bytes, list[str]]] = [{} for _ in range(b)]
+
+    def insert(self, key: str, sketch: bytes) -> None:
+        for (start, end), table in zip(self.ranges, self.tables, strict=True):
+            table.setdefault(sketch[start:end], []).append(key)
+
+    def query(self, sketch: bytes) -> set[str]:
+        near: set[str] = set()
+        for (start, end), table in zip(self.ranges, self.tables, strict=True):
+            near.update(table.get(sketch[start:end], ()))
+        return near
 
 
 async def cluster_items(items: list[Item], budget: Budget, ctx: StageContext) -> StageResult:
@@ -87,8 +122,12 @@ async def cluster_items(items: list[Item], budget: Budget, ctx: StageContext) ->
     memo = ctx.caches.minhash
     # Finding the band layout for a threshold integrates numerically: do it once.
     layouts = ctx.caches.lsh_params
-    lsh = MinHashLSH(threshold=threshold, num_perm=NUM_PERM, params=layouts.get(threshold))
-    layouts[threshold] = (lsh.b, lsh.r)
+    layout = layouts.get(threshold)
+    if layout is None:
+        lsh = MinHashLSH(threshold=threshold, num_perm=NUM_PERM)
+        layout = (lsh.b, lsh.r)
+    layouts[threshold] = layout
+    lsh_index = _Bands(layout, _WIDTH)
     exact: dict[str, str] = {}
     chosen: dict[str, Decision] = {}
     by_id = {item.id: item for item in candidates}
@@ -101,7 +140,7 @@ async def cluster_items(items: list[Item], budget: Budget, ctx: StageContext) ->
             rep = exact.get(digest)
             reason = "duplicate"
             if rep is None:
-                near = lsh.query(mh)
+                near = lsh_index.query(mh)
                 rep = min(near) if near else None
                 reason = "near_duplicate"
             if rep is not None:
@@ -112,7 +151,7 @@ async def cluster_items(items: list[Item], budget: Budget, ctx: StageContext) ->
                 continue
         key = f"{item.message_index:09d}{item.segment:04d}|{item.id}"
         exact.setdefault(digest, key)
-        lsh.insert(key, mh)
+        lsh_index.insert(key, mh)
     return decide(items, chosen, ctx)
 
 
