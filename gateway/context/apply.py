@@ -60,6 +60,17 @@ def placeholder(item: Item) -> str:
     return f"[ctxgate: {kind}omitted {excerpt(item, POINTER_EXCERPT)}]"
 
 
+def placeholder_saves(item: Item, chars: int) -> bool:
+    """Whether `item`'s text is more than `chars` characters longer than its placeholder.
+    A placeholder is at most `_PLACEHOLDER_MAX` characters and its kind's (its excerpt:
+    POINTER_EXCERPT and an ellipsis): a longer text is not measured against it (a step
+    asks this of every old user turn, `compress._old_turn`)."""
+    kind = 0 if item.kind in ROLE_KINDS else len(item.kind) + 1
+    if len(item.text) > _PLACEHOLDER_MAX + kind + chars:
+        return True
+    return len(item.text) > len(placeholder(item)) + chars
+
+
 GIST = "gist"  # a masked turn's decision arg: its placeholder lists the values it named
 GIST_VALUES = 12  # values a turn's gist lists at most
 
@@ -99,6 +110,7 @@ ROLE_KINDS = frozenset({"system", "user", "assistant", "tool_call", "tool_result
 # 41.4 / 41.7 / 42.0 / 42.2% at 32 / 24 / 16 / 8 (its outputs repeat often and are short),
 # the other corpora within 0.1 point; 16 still names most copies apart.
 POINTER_EXCERPT = 16
+_PLACEHOLDER_MAX = len("[ctxgate: omitted ]") + POINTER_EXCERPT + 1  # `placeholder`'s, but its kind
 
 
 def excerpt(item: Item, chars: int) -> str:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import orjson
@@ -94,6 +94,7 @@ def values(text: str) -> list[str]:
 _KEBAB = re.compile(r"[A-Za-z0-9]-[A-Za-z0-9]")
 
 
+@functools.lru_cache(maxsize=16384)  # a value's rank: the same names recur text after text
 def _priority(value: str) -> int:
     if any(c.isalpha() for c in value) and _NOTABLE.search(value):
         return 0  # snake_case, camelCase, dotted and path names, names with digits
@@ -209,7 +210,8 @@ def _extra(rest: list[str], names: Callable[[str], bool]) -> list[str]:
     return [v for v in rest if names(v)][:EXTRA_VALUES]
 
 
-def _whole_links(source: str) -> dict[str, str]:
+@functools.lru_cache(maxsize=16)  # read only: an aged turn's two value lists read it again
+def _whole_links(source: str) -> Mapping[str, str]:
     """The links and e-mail addresses of `source`, by the value the list would name them
     with (a link's host and path, an address's local part): listed whole, as written, they
     are what an agent opens or writes to next (`https://…/lineups/`, `laura.hall@mcp.com`);

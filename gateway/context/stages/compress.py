@@ -16,7 +16,7 @@ import functools
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 
-from gateway.context.apply import GIST, apply_decision, placeholder
+from gateway.context.apply import GIST, apply_decision, placeholder, placeholder_saves
 from gateway.context.drawing import drawn_from, later_task_outputs
 from gateway.context.forecast import Budget
 from gateway.context.items import Item
@@ -280,7 +280,7 @@ def _old_turn(item: Item, ctx: StageContext, opts: CompressOptions, digest: bool
         or item.goal
         or not item.rewritable
         or item.tokens - item.fixed_tokens < least
-        or len(item.text) <= len(placeholder(item)) + TURN_MASK_MARGIN
+        or not placeholder_saves(item, TURN_MASK_MARGIN)
     ):
         return False
     return digest or (undecided(item, ctx.decisions) and item.message_index < ctx.horizon)

@@ -1,16 +1,21 @@
-"""The cluster stage's sketches and band index answer as datasketch's `MinHash` and
-`MinHashLSH` do (bench/README.md, "Per-call time on long sessions, part thirty-nine"): a
-step re-inserts every candidate of the history, and a new text's sketch hashed each
-shingle through a Python call."""
+"""What a compaction step does over the whole history, done cheaper and the same
+(bench/README.md, "Per-call time on long sessions, part thirty-nine"): the cluster stage's
+sketches and band index answer as datasketch's `MinHash` and `MinHashLSH` do (a step
+re-inserted every candidate of the history, and a new text's sketch hashed each shingle
+through a Python call); an old user turn's placeholder is measured only when it can be
+as long as the turn."""
 
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 from datasketch import MinHash, MinHashLSH
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gateway.context.apply import placeholder, placeholder_saves
+from gateway.context.items import parse_request
 from gateway.context.stages.cluster import (
     _PERMUTATIONS,
     _SCHEME,
@@ -19,6 +24,7 @@ from gateway.context.stages.cluster import (
     _Bands,
     _minhash,
 )
+from gateway.context.tokens import TokenCounter
 
 _WORDS = st.sampled_from(["a", "bb", "é", "x_1", "日本", "{", "}", "0", "path/to"])
 _BLANK = st.sampled_from([" ", "\n", "\t", "\u00a0", "\u2028", "  "])
@@ -75,3 +81,18 @@ def test_the_band_index_answers_as_minhashlsh() -> None:
             bands.insert(key, sketch)
             lsh.insert(key, _datasketch(text))
         assert found > 20
+
+
+_ITEM = parse_request({"messages": [{"role": "user", "content": "x"}]}, TokenCounter(),
+                      "o200k_base").items[0]
+_LINES = st.lists(st.sampled_from(["", " ", "\n", "ab", "é" * 7, "x" * 20, '{"type":"text",',
+                                   '"text":"a b"}', "[", "\u2028"]), max_size=12).map("".join)
+
+
+@settings(max_examples=3000, deadline=None)
+@given(_LINES, st.sampled_from(["user", "tool_result", "document", "x"]),
+       st.integers(0, 40))
+def test_a_placeholder_is_measured_only_when_it_can_be_as_long(
+        text: str, kind: str, chars: int) -> None:
+    item = replace(_ITEM, text=text, kind=kind)  # type: ignore[arg-type]
+    assert placeholder_saves(item, chars) == (len(text) > len(placeholder(item)) + chars)
