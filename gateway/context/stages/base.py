@@ -80,6 +80,8 @@ def _by_unit(items: list[Item], chosen: Mapping[str, Decision]) -> dict[str, Dec
     """The decisions as they apply: a drop takes its whole unit, or becomes a mask where
     the message (or part of its unit) must stay."""
     chosen = dict(chosen)
+    if all(decision.method != "drop" for decision in chosen.values()):
+        return chosen  # no drop: nothing below changes (a step's digests and masks)
     for item in items:
         decision = chosen.get(item.id)
         if (
