@@ -190,6 +190,13 @@ _EXIT_STATUS = re.compile(r"\W*(?:return ?code|exit ?code|exit status)\W{0,3}-?\
                           re.IGNORECASE)
 
 
+# Code an agent wrote for its harness to run: an execution tag (CodeAct's `<execute>`,
+# `<execute_bash>`, `<execute_ipython>`) or a fenced code block; and the label such a harness
+# puts before what the code printed (`Observation:`, `OBSERVATION:`).
+_CODE_TO_RUN = re.compile(r"<execute(?:_\w+)?>|^```", re.MULTILINE)
+_CODE_OBSERVATION = re.compile(r"\W*observation(?: \d+)?:", re.IGNORECASE)
+
+
 def text_tool_result(assistant: str, user: str) -> bool:
     """Whether a user turn answers a call the assistant turn before it named in prose: it is
     long and its first line names that call (`Result of search_class("X"):`), or the HTTP
@@ -199,9 +206,13 @@ def text_tool_result(assistant: str, user: str) -> bool:
     (`click[Buy Now]`), as an agent harness that runs the model's calls writes it back; a
     person's reply rarely does. Or, however short, its first line reports the exit status
     of a shell command the assistant wrote in a fenced block (`<returncode>0</returncode>`
-    after ```` ```bash ````)."""
+    after ```` ```bash ````), or opens with an `Observation:` label after code the
+    assistant wrote to be run (`<execute>print(goto("drawer 1"))</execute>`, a fenced
+    block): a code-acting agent's harness answers so, a person does not."""
     head = user.lstrip()[:_HEAD_CHARS].split("\n", 1)[0]
     if "```" in assistant and _EXIT_STATUS.match(head) and _SHELL_BLOCK.search(assistant):
+        return True
+    if _CODE_OBSERVATION.match(head) and _CODE_TO_RUN.search(assistant):
         return True
     if len(user) < TEXT_RESULT_MIN_CHARS:
         return False
