@@ -29,7 +29,7 @@ def test_later_task_digest_lists_more_values() -> None:
     assert len(first) == MENTION_CAP[3]
     assert len(later) == MENTION_CAP[3] + LATER_TASK_VALUES
     assert first < later
-    assert "dev_05" in later and "dev_05" not in first
+    assert "dev_10" in later and "dev_10" not in first
 
 
 def test_prose_lists_no_more() -> None:
