@@ -77,6 +77,7 @@ from gateway.context.stages.cluster import arrival_duplicates
 from gateway.context.stages.ladder import give_back, step_target
 from gateway.context.stale import stale_rule, stale_text
 from gateway.context.steps import (
+    calls_left,
     lagging_tokens,
     on_first_task,
     stale_tokens,
@@ -1033,7 +1034,7 @@ def _leave_unrepaid(
     text = text_tools_now(ctx.task_class, before)
     if text is not None and text.repay_calls is not None:
         c = c.model_copy(update={"repay_calls": text.repay_calls})
-    left = unrepaid(before, final, new_from, state.calls + 1, c)
+    left = unrepaid(before, final, new_from, state.calls + 1, c, calls_left(messages))
     if not left:
         return final, horizon, False
     was = {item.id: item for item in before}

@@ -7,6 +7,7 @@ horizon of age-based compaction forward far enough to last a while.
 
 from __future__ import annotations
 
+import re
 from bisect import bisect_left
 from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from itertools import accumulate
@@ -15,7 +16,7 @@ from operator import attrgetter
 from typing import Any
 
 from gateway.context.drawing import drawn_from, later_task_outputs
-from gateway.context.items import Clock, Item
+from gateway.context.items import Clock, Item, content_text
 from gateway.context.lines import STILL_AGES
 from gateway.context.session import Decision, SessionState
 from gateway.context.stale import stale_rule
@@ -268,8 +269,28 @@ def one_run(items: Iterable[Item]) -> bool:
             and 2 * clock.text_results > clock.replies and not clock.queue_starts)
 
 
+# A harness's count of the calls its agent has left, in the turn it answers with ("You have
+# 4 steps left", "3 turns remaining"): the calls this one included that the session can
+# still make (`calls_left`).
+_CALLS_LEFT = re.compile(
+    r"\b(\d+)\s+(?:more\s+)?(?:steps?|turns?|calls?|attempts?|iterations?|rounds?|actions?)"
+    r"\s+(?:left|remaining)\b", re.IGNORECASE)
+
+
+def calls_left(messages: Sequence[Mapping[str, Any]]) -> int | None:
+    """The calls the session can still make, this one included, as its harness counts
+    them in its latest user message (`_CALLS_LEFT`; the smallest count named there), None
+    when it names none. A step's rewrites repay only over those calls (`unrepaid`)."""
+    latest = next((m for m in reversed(messages) if m.get("role") == "user"), None)
+    if latest is None:
+        return None
+    counts = [int(n) for n in _CALLS_LEFT.findall(content_text(latest.get("content")))]
+    return min(counts) if counts else None
+
+
 def unrepaid(
-    before: list[Item], after: list[Item], new_from: int, calls: int, c: Compaction
+    before: list[Item], after: list[Item], new_from: int, calls: int, c: Compaction,
+    left: int | None = None,
 ) -> set[int]:
     """The old messages whose rewrite by this step does not repay: those before its first
     change that does.
@@ -289,6 +310,12 @@ def unrepaid(
     first calls and end after 10-30, so a step's re-send there often outweighs what it takes
     over the calls left (Toolathlon runs, bench/README.md "Short runs' cost with large tool
     outputs").
+    A harness that counts the calls its agent has left (`left`, `calls_left`) bounds the
+    estimate: a step on a run's last calls does not repay what it re-sends, however its age
+    estimates the calls to come (MINT's code-acting runs of at most 5 calls, its harness
+    counting the steps left: cost @0.1 below no gateway's, weighed over 10 calls;
+    bench/README.md, "Short code-acting runs: a step weighed over the calls the harness
+    says are left").
     `new_from`: the first message index the last call did not send (billed in full anyway)."""
     if not c.repay_calls or (not young(calls, c, on_first_task(before))
                              and sum(item.tokens for item in before) > c.early_max_tokens):
@@ -305,6 +332,8 @@ def unrepaid(
     if not changed:
         return set()
     calls_to_come = max(calls, c.repay_calls)
+    if left is not None:
+        calls_to_come = min(calls_to_come, left)
     order = sorted(changed)
     # The net gain of a step whose first change is order[k]: every rewrite from it on
     # saves on each call to come; everything the last call sent from it on is re-sent.
