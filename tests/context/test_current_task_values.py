@@ -2,14 +2,16 @@
 values the first task's terms and the latest calls rank first, in main's order, under main's
 cap — and up to `EXTRA_VALUES` of the values they left out that name the current task's own
 terms follow them: a later task's words add values and push out none
-(`summarize._extra`; bench/README.md, "Toolathlon queues' recall, part twenty-six")."""
+(`summarize._extra`; bench/README.md, "Toolathlon queues' recall, part twenty-six"). An
+output's digest there lists `LATER_TASK_VALUES` more of main's order before those ("part
+thirty-three")."""
 
 from __future__ import annotations
 
 import orjson
 
 from gateway.context.focus import Focus
-from gateway.context.summarize import EXTRA_VALUES, summarize
+from gateway.context.summarize import EXTRA_VALUES, LATER_TASK_VALUES, summarize
 
 LEAD = frozenset({"format", "workspace"})
 HEADERS = ["University", "City", "Ranking", "Toefl_accepted", "Toefl_min_score",
@@ -27,21 +29,26 @@ def _header_cells() -> str:
 
 def _listed(digest: str) -> list[str]:
     line = next(ln for ln in digest.splitlines() if ln.startswith("[omitted text mentions:"))
-    return line.removeprefix("[omitted text mentions: ").split(" (+")[0].split()
+    return line.removeprefix("[omitted text mentions: ").split(" (+")[0].removesuffix("]").split()
 
 
 def test_a_header_the_current_task_names_follows_mains_list() -> None:
     # the value list of a header row's digest keeps 10 values, nearest the end first; `City`,
     # which the later task's statement names ("University name, city and ranking"), is the
-    # 14th: main left it out, a ranking by the union pushed `Toefl_accepted` out for it
+    # 15th: main left it out, a ranking by the union pushed `Toefl_accepted` out for it
     main = summarize(_header_cells(), "tool_result", 3, frozenset(), LEAD)
     later = summarize(_header_cells(), "tool_result", 3, frozenset(),
                       Focus(LEAD | {"city", "toefl", "university"}, LEAD))
     assert "City" not in _listed(main) and "Toefl_accepted" in _listed(main)
-    assert _listed(later) == [*_listed(main), "City"]
+    listed = _listed(later)
+    # main's list first, in main's order; then the next LATER_TASK_VALUES of that order,
+    # `City` the last of them
+    assert LATER_TASK_VALUES == 5
+    assert listed[:len(_listed(main))] == _listed(main)
+    assert listed == [*_listed(main), "D1", "C1", "B1", "Ranking", "City"]
     assert later.split("[omitted text mentions:")[0] == main.split("[omitted text mentions:")[0]
-    # the count says how many the list leaves out
-    assert main.endswith("(+5 more)]") and later.endswith("(+4 more)]")
+    # the count says how many the list leaves out: none once the later task's five follow
+    assert main.endswith("(+5 more)]") and later.endswith(" City]")
 
 
 def test_a_fields_line_is_mains_and_a_field_naming_the_current_task_follows() -> None:
