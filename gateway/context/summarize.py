@@ -153,6 +153,26 @@ def _absolute(source: str) -> set[str]:
     return out
 
 
+# A name written with a closing `/` (`tasks/gyy/robots-handler/`, `src/` in a listing): a
+# folder, which an agent types as written; the value list ends names before a `/`.
+_FOLDER = re.compile(r"(?<![\w.\-/])([A-Za-z0-9_][\w.\-/]*[A-Za-z0-9_])/(?![\w.\-/])", re.ASCII)
+
+
+def _folders(source: str) -> set[str]:
+    """The values of `source` (`values`) that it writes with a closing `/`: the list names
+    them with it."""
+    return set(_FOLDER.findall(_ESCAPED.sub(" ", source)))
+
+
+def _listed(value: str, whole: Mapping[str, str], absolute: set[str], folders: set[str]) -> str:
+    """`value` as the list names it: an absolute path with its leading `/`, else a link or
+    an address whole; a folder with its closing `/`."""
+    if value not in absolute and value in whole:
+        return whole[value]
+    lead = "/" if value in absolute else ""
+    return f"{lead}{value}/" if value in folders else f"{lead}{value}"
+
+
 def _mentions(
     original: str,
     compact: str,
@@ -164,10 +184,13 @@ def _mentions(
     """The values of the omitted text that appear nowhere else the model will see."""
     seen = set(values(compact)) | known
     source = _LINE_NO.sub(" ", original)
+    current = current_terms(focus)
+    later = level >= 3 and bool(current) and not notable_only  # a queue's later task
+    folders = _folders(source) - _folders(compact) if later else set()
     lost = [
         v
         for v in (_long_path(v, source) for v in values(source))
-        if v.lstrip("/") not in seen
+        if (v.lstrip("/") not in seen or v in folders)
         and (not notable_only or _NOTABLE.search(v))
         and (v.startswith("/") or (len(v) <= 80 and not _HASH.search(v)))
     ]
@@ -186,16 +209,15 @@ def _mentions(
     cap = MENTION_CAP.get(level, 30)
     if level >= 3:
         cap = max(cap, len(original) // MENTION_CHARS_PER_VALUE)
-    current = current_terms(focus)
-    if level >= 3 and current and not notable_only:
+    if later:
         cap += LATER_TASK_VALUES  # an output of a queue's later task (see below)
     extra = _extra(lost[cap:], lambda v: v.lower() in current)
     if extra:
         lost = lost[:cap] + extra + [v for v in lost[cap:] if v not in extra]
         cap += len(extra)
     absolute = _absolute(source)
-    if whole or absolute:
-        lost = [f"/{v}" if v in absolute else whole.get(v, v) for v in lost[:cap]] + lost[cap:]
+    if whole or absolute or folders:
+        lost = [_listed(v, whole, absolute, folders) for v in lost[:cap]] + lost[cap:]
     return f"{compact}\n{mentions_line(lost, cap)}"
 
 
