@@ -90,7 +90,7 @@ import orjson
 
 from gateway.context.items import PINNED
 from gateway.context.render import Plan, with_content
-from gateway.context.summarize import notable, values
+from gateway.context.summarize import notable, shell_commands, values
 from gateway.observability.droplog import Action, DropEvent, Kind
 
 FOLD_REASON = "folded_exchange"
@@ -496,6 +496,23 @@ def value_words(text: str) -> list[str]:
     return list(dict.fromkeys(w for w in words if w is not None))
 
 
+_PATTERN = re.compile(r"/[A-Za-z_]")  # a slash opening a name: `/def`, `:/if`, `/DEBUG:/d`
+
+
+def pattern_words(reply: str) -> list[str]:
+    """The words of a shell turn's command lines (a masked turn's `$ ` lines, its fenced
+    shell blocks' first lines, `summarize.shell_commands`) that open a `sed`/`grep` pattern
+    or address on a name (`sed -n '/def parse_expr/,/return/p'`: `/def`; `s/Q):/if x/`) and
+    carry no notable value besides, as written but for their frame, once each. The value
+    search (`value_words`) reads `/def` as the plain word `def` and leaves it out, though
+    the agent re-types its way of finding code in its next tasks (mini-SWE-agent queues:
+    `/def`, `/class`, `:/if` 0.06 point of the earlier tasks' loss; bench/README.md,
+    "mini-SWE-agent queues' recall, part 3")."""
+    lines = [line for line in reply.splitlines() if line.startswith("$ ")]
+    words = (_unframed(w) for line in [*lines, *shell_commands(reply)] for w in line.split())
+    return list(dict.fromkeys(w for w in words if _PATTERN.search(w) and _value_word(w) is None))
+
+
 def short_call(line: str) -> str:
     """A fold note's call line whose values run past `LONG_ARGS` characters, its free text
     (a summary, a message: a value past `PROSE_PIECE` characters, and the lower-case pieces
@@ -561,7 +578,8 @@ def turns_note(messages: Sequence[Mapping[str, Any]], run: Run,
                 add(short_call(line))
         add(" ".join(dict.fromkeys(v for v in named if not known(v))))
         reply = str(messages[k + 1].get("content") or "")
-        add(" ".join(w for w in value_words(reply) if not known(w)))
+        words = [*value_words(reply), *pattern_words(reply)]
+        add(" ".join(w for w in dict.fromkeys(words) if not known(w)))
     return f"[ctxgate: {(run.end - run.user + 1) // 2} turns folded]{note}"  # TURNS_HEAD
 
 
