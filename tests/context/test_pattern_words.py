@@ -23,7 +23,7 @@ def test_pattern_words_of_command_lines() -> None:
     assert pattern_words(digest) == ["/class"]  # `clean_password/p` is a value already
     # prose is not a command line, nor a python block's line
     assert pattern_words("THOUGHT: the /def line\n```python\nx = '/def'\n```") == []
-    # a closing tag in a command's output redirect is no pattern either way it is read
+    # a grep for a closing tag opens on a name as well
     assert pattern_words("$ grep -n '/body' a.html") == ["/body"]
 
 
