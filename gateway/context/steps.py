@@ -288,6 +288,17 @@ def calls_left(messages: Sequence[Mapping[str, Any]]) -> int | None:
     return min(counts) if counts else None
 
 
+def tail_mask_repays(tokens: int, masked: int, left: int, cached_price: float) -> bool:
+    """Whether masking an output as it stops being the newest (`engine._tail_masks`) repays
+    over the `left` calls the harness counts (this one included, `calls_left`): the rewrite
+    lands at the tail of what the last call sent, so it re-sends only its own `masked`
+    tokens at full price (what follows it is new to this call anyway) instead of the
+    output's `tokens` at the cached price, and saves the cached price of the difference on
+    each later call."""
+    gain = cached_price * (tokens - masked) * (left - 1)
+    return gain >= masked - cached_price * tokens
+
+
 def unrepaid(
     before: list[Item], after: list[Item], new_from: int, calls: int, c: Compaction,
     left: int | None = None,
