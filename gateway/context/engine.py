@@ -728,7 +728,10 @@ class ContextEngine:
         # A later call over the budget ages what is due (`step_horizon`); a first call has
         # no cached prefix to keep, and the ladder cuts it to the budget just enough.
         forced = over and not first_call
-        horizon = step_horizon(messages, parsed.items, state, cls, stale, forced=forced)
+        # a counted run's tail rewrites (`_tail_masks`) spend its instability budget
+        tails = _tail_steps(cls, messages, parsed.items, state)
+        horizon = step_horizon(messages, parsed.items, replace(state, steps=state.steps + tails)
+                               if tails else state, cls, stale, forced=forced)
         turns_step = horizon != state.horizon
         ctx = StageContext(
             task_class=cls,
@@ -774,8 +777,6 @@ class ContextEngine:
         if cls.compaction.ages:  # the instability budget counts this session's calls
             if horizon != state.horizon:
                 state.horizon = horizon
-                state.steps += 1
-            elif tailed:  # a prefix change: it counts against the instability budget
                 state.steps += 1
             state.calls += 1
             state.dirty.add("horizon")
@@ -1071,6 +1072,9 @@ def _leave_unrepaid(
     return kept, horizon, batch
 
 
+TAIL = "tail"  # the reason of a counted run's tail rewrite (`_tail_masks`)
+
+
 def _counted_text_run(cls: TaskClass, messages: list[Mapping[str, Any]]) -> bool:
     """Whether `_tail_masks` may act on this call: a class that ages an agent whose tools are
     text (its results, user turns, never digested: `text_tools_aging`) and a harness that
@@ -1078,6 +1082,18 @@ def _counted_text_run(cls: TaskClass, messages: list[Mapping[str, Any]]) -> bool
     opts = cls.stages.compress
     return (cls.compaction.ages and opts is not None and "user" not in opts.kinds
             and calls_left(messages) is not None)
+
+
+def _tail_steps(cls: TaskClass, messages: list[Mapping[str, Any]], items: list[Item],
+                state: SessionState) -> int:
+    """The calls that took a tail rewrite (`_tail_masks`) while the session is a counted
+    text-tool run of one task: each changed the prefix, so each counts as an aging step
+    against `max_step_share` (else the run's prefix stable fell to 78.8%, tune). Not once
+    a later task opens (a queue's: `steps.text_tools_now`), whose steps then come as
+    without them: counted for good, they cost MINT's queues 0.17 point of cost @0.1 (tune)."""
+    if not _counted_text_run(cls, messages) or text_tools_now(cls, items) is None:
+        return 0
+    return len({made.step for made in state.decisions.values() if made.reason == TAIL})
 
 
 def _tail_masks(
@@ -1090,9 +1106,9 @@ def _tail_masks(
     where this rewrite lands at the tail of what the last call sent (that result) and
     re-sends only itself. The result goes as a gist (`apply.gist`) when the gist lists every
     notable value it names that the task statement does not, else as its digest (the values
-    the model has not read above; `summarize`): keep-1's placeholder keeps none. The
-    rewrite counts as a step against the instability budget (`max_step_share`), so the
-    session's next aging step waits for the share. MINT runs (1-5 calls), tune, late /
+    the model has not read above; `summarize`): keep-1's placeholder keeps none. While the
+    run is counted, each such rewrite counts as a step against the instability budget
+    (`_tail_steps`), so its next aging step waits for the share. MINT runs (1-5 calls), tune, late /
     recall / cost @0.1: 2.62 / 99.98 / 1.59 -> 6.66 / 99.99 / 1.79, prefix stable 98.2 ->
     80.4% (bench/README.md, "Short runs beside masking at equal recall"). Also whether a
     result was rewritten."""
@@ -1114,9 +1130,9 @@ def _tail_masks(
                 or not undecided(item, ctx.decisions)):
             continue
         named = {v for v in summarize_values(original.text) if notable(v)} - ctx.known
-        chosen[item.id] = (Decision("compress", "mask", "tail", "mask", 1, arg=GIST)
+        chosen[item.id] = (Decision("compress", "mask", TAIL, "mask", 1, arg=GIST)
                            if len(named) <= GIST_VALUES else
-                           Decision("compress", "compress", "aged", "summary", opts.level))
+                           Decision("compress", "compress", TAIL, "summary", opts.level))
     if not chosen:
         return final, False
     probe = replace(ctx, decisions=dict(ctx.decisions))  # decided only if it repays
