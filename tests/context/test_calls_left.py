@@ -74,13 +74,15 @@ def test_a_step_is_weighed_over_the_calls_left_at_most() -> None:
 
 
 async def _prefix_changes(engine: ContextEngine, messages: list[dict[str, Any]], sid: str) -> int:
+    """Calls that changed a message before the last one the previous call sent (a step; a
+    counted run's tail rewrite of that last one, `engine._tail_masks`, is not counted)."""
     headers = {"x-ctxgate-session-id": sid, "x-ctxgate-task-class": "default"}
     sent: list[str] | None = None
     changes = 0
     for end in [i for i, m in enumerate(messages) if m["role"] == "assistant"]:
         fitted = await engine.fit({"messages": messages[:end]}, CallContext("t-left", "s", headers))
         now = [str(m["content"]) for m in fitted.body["messages"]]
-        if sent is not None and now[: len(sent)] != sent:
+        if sent is not None and now[: len(sent) - 1] != sent[:-1]:
             changes += 1
         sent = now
     return changes
