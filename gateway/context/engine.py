@@ -1108,10 +1108,10 @@ def _tail_masks(
     notable value it names that the task statement does not, else as its digest (the values
     the model has not read above; `summarize`): keep-1's placeholder keeps none. While the
     run is counted, each such rewrite counts as a step against the instability budget
-    (`_tail_steps`), so its next aging step waits for the share. MINT runs (1-5 calls), tune, late /
-    recall / cost @0.1: 2.62 / 99.98 / 1.59 -> 6.66 / 99.99 / 1.79, prefix stable 98.2 ->
-    80.4% (bench/README.md, "Short runs beside masking at equal recall"). Also whether a
-    result was rewritten."""
+    (`_tail_steps`), so its next aging step waits for the share. MINT runs (1-5 calls),
+    tune, late / recall / cost @0.1: 2.62 / 99.98 / 1.59 -> 6.67 / 99.99 / 1.81, prefix
+    stable 98.2 -> 80.4% (bench/README.md, "Short runs beside masking at equal recall").
+    Also whether a result was rewritten."""
     opts = ctx.task_class.stages.compress
     left = calls_left(messages) if _counted_text_run(ctx.task_class, messages) else None
     if opts is None or left is None or text_tools_now(ctx.task_class, final) is None:
