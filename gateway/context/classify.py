@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from gateway.context.items import content_text, text_tool_result
+from gateway.context.items import content_text, json_step_result, text_tool_result
 from gateway.context.taskclass import DEFAULT_CLASS, TaskClass
 
 if TYPE_CHECKING:
@@ -88,12 +88,15 @@ class RequestScan:
         """`is_text_tool_request` of `messages` (those read before, then new ones)."""
         if not self.text:
             assistant = self.assistant
-            for msg in messages[self.text_count:]:
+            for i in range(self.text_count, len(messages)):
+                msg = messages[i]
                 role = msg.get("role")
                 if role == "assistant":
                     assistant = content_text(msg.get("content"))
-                elif role == "user" and assistant and text_tool_result(
-                        assistant, content_text(msg.get("content"))):
+                elif role == "user" and assistant and (
+                        text_tool_result(assistant, text := content_text(msg.get("content")))
+                        or (i > 0 and messages[i - 1].get("role") == "assistant"
+                            and json_step_result(assistant, text))):
                     self.text = True
                     break
             self.assistant = assistant

@@ -224,6 +224,25 @@ def text_tool_result(assistant: str, user: str) -> bool:
     return any(m.group(1) in words for m in _HTTP_CALL.finditer(assistant))
 
 
+def json_step_result(assistant: str, user: str) -> bool:
+    """Whether a user turn right after an assistant turn answers it as a harness answers an
+    agent that writes its steps as JSON: both turns are each one JSON object and nothing
+    else (`{"kind": "search_action", ...}` then `{"kind": "search_results_observation",
+    ...}`). A person's reply is not a JSON object; the caller checks the turn follows the
+    assistant's at once (a later task's statement may be one too)."""
+    return _json_object(assistant) and _json_object(user)
+
+
+def _json_object(text: str) -> bool:
+    body = text.strip()
+    if not (body.startswith("{") and body.endswith("}")):
+        return False
+    try:
+        return isinstance(orjson.loads(body), dict)
+    except orjson.JSONDecodeError:
+        return False
+
+
 def first_line(text: str) -> str:
     """A message's first non-blank line, stripped: a queue harness opens every task's
     statement with its template's (`<pr_description>`, `Webshop`), never a reply of its own
@@ -257,6 +276,7 @@ class Layout:
     # at (`fold.task_bound`)
     task_starts: list[int] = field(default_factory=list)
     first_line: str | None = None  # the first user message's first line
+    user_texts: set[str] = field(default_factory=set)  # the user messages' texts so far
 
     def extend(self, messages: Sequence[Mapping[str, Any]]) -> list[str]:
         """Walk messages[count:]; returns their units."""
@@ -270,15 +290,19 @@ class Layout:
             if role == "user":
                 self.latest_user = i
                 text = content_text(msg.get("content"))
-                opens = self.first_line is not None and first_line(text) == self.first_line
+                opens = (self.first_line is not None and first_line(text) == self.first_line
+                         and not _repeats(messages, i, self.user_texts))
                 if self.first_line is None:
                     self.first_line = first_line(text)
+                self.user_texts.add(text)
                 if self.first_answer is None:
                     self.task_files.update(_FILE_NAME.findall(text))
                 else:
                     self.clock.replies += 1
                 if (self.open_from is None and self.said
-                        and text_tool_result(self.said, text)):
+                        and (text_tool_result(self.said, text)
+                             or (messages[i - 1].get("role") == "assistant"
+                                 and json_step_result(self.said, text)))):
                     self.open_from = self.turns[-1]  # the calls it wrote in prose are open
                     self.clock.text_calls = True
                     self.clock.text_results += 1
@@ -342,6 +366,20 @@ class Layout:
         an unpinned item of this layout's stays so (only pins lapse as messages are added:
         the latest user message and the open exchange move on to new messages)."""
         return not item.pinned and item.clock is self.clock
+
+
+def _repeats(messages: Sequence[Mapping[str, Any]], i: int, said: set[str]) -> bool:
+    """Whether the user messages from i to the next assistant message (those the request
+    ends with) each repeat an earlier user message word for word: a harness re-sending the
+    instructions of a step it runs again (an agent's node that sends its own schema turn,
+    which opens as the first task's statement did), not a later task, which brings a
+    statement of its own."""
+    for msg in messages[i:]:
+        if msg.get("role") == "assistant":
+            break
+        if msg.get("role") == "user" and content_text(msg.get("content")) not in said:
+            return False
+    return True
 
 
 def _names_file(call: Mapping[str, Any], files: set[str]) -> bool:

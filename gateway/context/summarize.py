@@ -80,11 +80,27 @@ SHORT_LINES = {1: 6, 2: 3}  # shorter texts are only trimmed of prompts and long
 _ESCAPED = re.compile(r"\\[nrt]")  # "\n" spelled out inside quoted or serialized text
 
 
+# A value with a digit, `_` or `/` that ends a sentence (`Retrieved 28 April 2018.`, `as of
+# 2021."`): listed with its period as written, so a list names it as a later turn quoting
+# the sentence writes it (the period, not a separator, is what follows the value there).
+_SENTENCE_END = re.compile(r"\.(?=[\s\"'\\)\]]|$)")
+_MARKED = re.compile(r"[\d_/]")
+
+
 def values(text: str) -> list[str]:
     """Identifier-like values (names, paths, numbers) in order of first appearance. An
-    escaped newline is a separator, not the start of a name ("\\nDavid" is "David")."""
+    escaped newline is a separator, not the start of a name ("\\nDavid" is "David"). A
+    value with a digit, `_` or `/` that ends a sentence keeps its period (`_SENTENCE_END`)."""
     text = _ESCAPED.sub(" ", text)
-    return list(dict.fromkeys(v for v in _VALUE.findall(text) if len(v) >= 2))
+    out = []
+    for m in _VALUE.finditer(text):
+        v = m.group()
+        if len(v) < 2:
+            continue
+        if _SENTENCE_END.match(text, m.end()) and _MARKED.search(v):
+            v += "."
+        out.append(v)
+    return list(dict.fromkeys(out))
 
 
 # A name joined by hyphens (`wenshuo-dev`, a branch, a slug, a kebab-case key): an identifier
