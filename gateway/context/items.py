@@ -63,13 +63,15 @@ class Clock:
     task's statement did (`Layout.task_starts`), in order: a queue harness's tasks, which a
     harness's reply to a malformed turn (`task_start`) does not start."""
 
-    __slots__ = ("api_calls", "named", "queue_starts", "replies", "task_start",
-                 "task_statement", "task_turns", "text_calls", "text_results", "turns")
+    __slots__ = ("api_calls", "called_start", "named", "queue_starts", "replies",
+                 "task_start", "task_statement", "task_turns", "template_turns", "text_calls",
+                 "text_results", "turns")
 
     def __init__(self, turns: int = 0) -> None:
         self.turns = turns
         self.named: set[int] = set()
         self.task_start = -1
+        self.called_start = -1  # the latest `task_start` after a call answered in prose
         self.task_statement = -1
         self.task_turns = 0
         self.api_calls = False
@@ -77,6 +79,9 @@ class Clock:
         self.text_results = 0
         self.replies = 0
         self.queue_starts: list[tuple[int, int]] = []
+        # user messages after the first answer that open as the first one did (its first
+        # line: a harness's template), a later task's statement or not (`steps.queue_statement`)
+        self.template_turns: set[int] = set()
 
     def text_queue(self) -> bool:
         """Whether the session is a text-tool agent's queue of tasks: no tool call through
@@ -277,6 +282,10 @@ class Layout:
     task_starts: list[int] = field(default_factory=list)
     first_line: str | None = None  # the first user message's first line
     user_texts: set[str] = field(default_factory=set)  # the user messages' texts so far
+    first_run: int = 0  # user messages before the first answer (the first task's statement)
+    # user messages before the agent's first call that open as the first one did: the
+    # harness's further instructions for the task (a step schema), its statement too
+    set_up: set[int] = field(default_factory=set)
 
     def extend(self, messages: Sequence[Mapping[str, Any]]) -> list[str]:
         """Walk messages[count:]; returns their units."""
@@ -290,13 +299,20 @@ class Layout:
             if role == "user":
                 self.latest_user = i
                 text = content_text(msg.get("content"))
-                opens = (self.first_line is not None and first_line(text) == self.first_line
+                template = self.first_line is not None and first_line(text) == self.first_line
+                if template and self.first_answer is not None:
+                    self.clock.template_turns.add(i)
+                    if not (self.clock.api_calls or self.clock.text_calls):
+                        self.set_up.add(i)
+                opens = (template
+                         and _run_length(messages, i) >= self.first_run
                          and not _repeats(messages, i, self.user_texts))
                 if self.first_line is None:
                     self.first_line = first_line(text)
                 self.user_texts.add(text)
                 if self.first_answer is None:
                     self.task_files.update(_FILE_NAME.findall(text))
+                    self.first_run += 1
                 else:
                     self.clock.replies += 1
                 if (self.open_from is None and self.said
@@ -310,6 +326,8 @@ class Layout:
                     if messages[i - 1].get("role") != "user":  # a new task starts
                         self.current_files = set()
                         self.clock.task_start = i
+                        if self.clock.text_calls:
+                            self.clock.called_start = i
                         if opens:
                             self.task_starts.append(i)
                             self.clock.queue_starts.append((i, len(self.turns)))
@@ -366,6 +384,16 @@ class Layout:
         an unpinned item of this layout's stays so (only pins lapse as messages are added:
         the latest user message and the open exchange move on to new messages)."""
         return not item.pinned and item.clock is self.clock
+
+
+def _run_length(messages: Sequence[Mapping[str, Any]], i: int) -> int:
+    """The user messages from i to the next assistant message."""
+    n = 0
+    for msg in messages[i:]:
+        if msg.get("role") == "assistant":
+            break
+        n += msg.get("role") == "user"
+    return n
 
 
 def _repeats(messages: Sequence[Mapping[str, Any]], i: int, said: set[str]) -> bool:
@@ -547,7 +575,7 @@ def message_items(
                     rewritable=rewritable,
                     # the task statement's sections too (an issue's `### Steps to
                     # Reproduce`): their identifiers are the task's
-                    goal=role == "user" and i < first_answer,
+                    goal=role == "user" and (i < first_answer or i in layout.set_up),
                     clock=clock,
                 )
             )

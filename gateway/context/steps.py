@@ -61,7 +61,9 @@ def queue_statement(item: Item) -> bool:
     98.71 / 77.53 -> 89.43 / 98.82 / 77.56 (bench/README.md, "A text-tool queue's current
     task keeps its statement")."""
     clock = item.clock
-    return clock.text_queue() and item.message_index == clock.queue_starts[-1][0]
+    if clock.api_calls or item.message_index not in clock.template_turns:
+        return False
+    return item.message_index >= (clock.queue_starts[-1][0] if clock.queue_starts else 0)
 
 
 def whole_block(item: Item, opts: CompressOptions) -> bool:
@@ -238,8 +240,9 @@ def on_first_task(items: Iterable[Item] = (), clock: Clock | None = None) -> boo
     ends the first task (mini-SWE-agent runs' cost @0.1 up; bench/README.md, "The newest
     corpora's short runs…", session 48)."""
     clock = clock or next((item.clock for item in items), None)
-    return (clock is not None and (clock.api_calls or clock.text_calls)
-            and clock.task_start < 0)
+    if clock is None or not (clock.api_calls or clock.text_calls):
+        return False
+    return clock.task_start < 0 if clock.api_calls else clock.called_start < 0
 
 
 def text_tools_now(cls: TaskClass, items: Iterable[Item]) -> TextTools | None:
