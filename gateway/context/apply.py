@@ -79,7 +79,9 @@ def gist(item: Item, known: frozenset[str] = frozenset()) -> str:
     """What an old conversational turn is masked as: its placeholder and the notable values
     it named (ids, dates, amounts a later step may re-type) that the model sees anyway only
     if `known` has them. Deterministic in the item's text and `known`."""
-    named = [v for v in values(item.text) if notable(v) and v not in known][:GIST_VALUES]
+    periods = item.clock.json_steps
+    named = [v for v in values(item.text, periods)
+             if notable(v) and v not in known][:GIST_VALUES]
     head = placeholder(item)
     return f"{head[:-1]}; mentions: {' '.join(named)}]" if named else head
 
@@ -143,7 +145,8 @@ def rewritten_text(
     if method == "strip" and decision.arg:
         return re.sub(decision.arg, "", item.text)
     if method == "summary":
-        return summarize(item.text, item.kind, decision.level, known)
+        return summarize(item.text, item.kind, decision.level, known,
+                         periods=item.clock.json_steps)
     if method == "args":  # only the tool calls' arguments are cut: the text stays
         return item.text
     raise ValueError(f"unknown decision method {method!r}")

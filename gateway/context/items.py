@@ -63,7 +63,7 @@ class Clock:
     task's statement did (`Layout.task_starts`), in order: a queue harness's tasks, which a
     harness's reply to a malformed turn (`task_start`) does not start."""
 
-    __slots__ = ("api_calls", "called_start", "named", "queue_starts", "replies",
+    __slots__ = ("api_calls", "called_start", "json_steps", "named", "queue_starts", "replies",
                  "task_start", "task_statement", "task_turns", "template_turns", "text_calls",
                  "text_results", "turns")
 
@@ -76,6 +76,7 @@ class Clock:
         self.task_turns = 0
         self.api_calls = False
         self.text_calls = False
+        self.json_steps = False  # a call's result was a JSON step's (`json_step_result`)
         self.text_results = 0
         self.replies = 0
         self.queue_starts: list[tuple[int, int]] = []
@@ -315,10 +316,13 @@ class Layout:
                     self.first_run += 1
                 else:
                     self.clock.replies += 1
+                json_step = (self.open_from is None and bool(self.said)
+                             and messages[i - 1].get("role") == "assistant"
+                             and json_step_result(self.said, text))
+                if json_step:
+                    self.clock.json_steps = True
                 if (self.open_from is None and self.said
-                        and (text_tool_result(self.said, text)
-                             or (messages[i - 1].get("role") == "assistant"
-                                 and json_step_result(self.said, text)))):
+                        and (json_step or text_tool_result(self.said, text))):
                     self.open_from = self.turns[-1]  # the calls it wrote in prose are open
                     self.clock.text_calls = True
                     self.clock.text_results += 1

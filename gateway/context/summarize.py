@@ -81,17 +81,21 @@ _ESCAPED = re.compile(r"\\[nrt]")  # "\n" spelled out inside quoted or serialize
 
 
 # A value with a digit, `_` or `/` that ends a sentence (`Retrieved 28 April 2018.`, `as of
-# 2021."`): listed with its period as written, so a list names it as a later turn quoting
-# the sentence writes it (the period, not a separator, is what follows the value there).
+# 2021."`), in the value lists of an agent that writes its steps as JSON (`Clock.json_steps`):
+# listed with its period as written. Such an agent quotes the prose of the pages it read
+# into its next steps' JSON strings, period included (`"as of 2021."`), which the list
+# without it did not hold (bench/README.md, "The ninth agent kind, part two").
 _SENTENCE_END = re.compile(r"\.(?=[\s\"'\\)\]]|$)")
 _MARKED = re.compile(r"[\d_/]")
 
 
-def values(text: str) -> list[str]:
+def values(text: str, periods: bool = False) -> list[str]:
     """Identifier-like values (names, paths, numbers) in order of first appearance. An
-    escaped newline is a separator, not the start of a name ("\\nDavid" is "David"). A
-    value with a digit, `_` or `/` that ends a sentence keeps its period (`_SENTENCE_END`)."""
+    escaped newline is a separator, not the start of a name ("\\nDavid" is "David"). With
+    `periods`, a value with a digit, `_` or `/` that ends a sentence keeps its period."""
     text = _ESCAPED.sub(" ", text)
+    if not periods:
+        return list(dict.fromkeys(v for v in _VALUE.findall(text) if len(v) >= 2))
     out = []
     for m in _VALUE.finditer(text):
         v = m.group()
@@ -202,16 +206,18 @@ def _mentions(
     level: int,
     notable_only: bool,
     focus: frozenset[str] = frozenset(),
+    periods: bool = False,
 ) -> str:
-    """The values of the omitted text that appear nowhere else the model will see."""
-    seen = set(values(compact)) | known
+    """The values of the omitted text that appear nowhere else the model will see
+    (`periods`: `values`'s)."""
+    seen = set(values(compact, periods)) | known
     source = _LINE_NO.sub(" ", original)
     current = current_terms(focus)
     later = level >= 3 and bool(current) and not notable_only  # a queue's later task
     folders = _folders(source) - _folders(compact) if later else set()
     lost = [
         v
-        for v in (_long_path(v, source) for v in values(source))
+        for v in (_long_path(v, source) for v in values(source, periods))
         if (v.lstrip("/") not in seen or v in folders)
         and (not notable_only or _NOTABLE.search(v))
         and (v.startswith("/") or (len(v) <= 80 and not _HASH.search(v)))
@@ -1121,8 +1127,10 @@ def summarize(
     whole_commands: bool = False,
     step: frozenset[str] = frozenset(),
     named_lines: bool = False,
+    periods: bool = False,
 ) -> str:
-    """A shorter rendering of `text`; values it leaves out are listed unless `known`.
+    """A shorter rendering of `text`; values it leaves out are listed unless `known`
+    (`periods`: a value ending a sentence listed with its period, `values`).
     `focus` (lower-cased terms of the task and the latest tool calls, see focus.py): a
     digest keeps the lines that carry most of them and lists their values first.
     `whole_commands`: an assistant turn's digest keeps its commands whole (one of the
@@ -1168,7 +1176,7 @@ def summarize(
             compact = _with_line(compact, "omitted fields",
                                  _lost_keyed(source, compact, known, focus), FIELD_MIN,
                                  current_terms(focus))
-    out = _mentions(source, compact, known, level, notable_only, focus)
+    out = _mentions(source, compact, known, level, notable_only, focus, periods)
     if kind == "tool_call" and level >= 3 and not _FENCE.search(text):
         # An aged turn that made tool calls and ran no command keeps none of its prose, only
         # the notable values it names: its calls (sent whole) say what it did, and its
@@ -1176,7 +1184,7 @@ def summarize(
         # blocks, web's reasoning before each click). The shorter of the two, so a turn of
         # a few words is not replaced by a longer list. Issue-7 yardstick (bench/README.md,
         # "Aged turns that made tool calls"): agentdojo holdout late 24.5% -> 26.8%.
-        calls_only = _mentions(source, "", known, level, notable_only, focus).lstrip("\n")
+        calls_only = _mentions(source, "", known, level, notable_only, focus, periods).lstrip("\n")
         return min(out, calls_only, key=len)
     return f"{head}\n{out}" if head else out
 

@@ -409,7 +409,8 @@ class Ladder:
             # The task statement's own values are `known` (it is the session's constant
             # context) until it is cut: its identifiers are listed by `_keep_leaned`.
             listed = item_values(original.text, self.ctx) if original.goal else seen
-            text = summarize(original.text, original.kind, decision.level, listed)
+            text = summarize(original.text, original.kind, decision.level, listed,
+                             periods=original.clock.json_steps)
             decision = replace(decision, text=text)
         ctx = self.ctx
         new = apply_decision(
