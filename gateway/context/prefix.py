@@ -577,8 +577,6 @@ class Prefix:
         cuts: dict[str, Decision] = {}
         pending: dict[str, Item] = {}
         repeats = 0
-        clock = self.layout.clock
-        task = clock.queue_starts[-1][0] if clock.text_queue() else -1
         step = 0
         for item in tail:
             made = decisions.get(item.id)
@@ -591,9 +589,6 @@ class Prefix:
                 continue
             new = item.message_index >= start and item.rewritable
             rep = verbatim.get(item.text) if verbatim is not None else None
-            if new and rep is not None and rep.message_index < task <= item.message_index:
-                rep = None  # the current task's own copy (`cluster._task_start`)
-                verbatim[item.text] = item  # type: ignore[index]
             if new and rep is not None:
                 cut: Decision | None = Decision("cluster", "dedup", "duplicate", "dedup",
                                                 arg=rep.id, text=pointer(rep))

@@ -131,7 +131,6 @@ async def cluster_items(items: list[Item], budget: Budget, ctx: StageContext) ->
     exact: dict[str, str] = {}
     chosen: dict[str, Decision] = {}
     by_id = {item.id: item for item in candidates}
-    task = _task_start(items)
     for item in candidates:
         digest = _normal(item.text, ctx.caches.normal)
         mh = _minhash(item.text, memo, digest)
@@ -144,11 +143,8 @@ async def cluster_items(items: list[Item], budget: Budget, ctx: StageContext) ->
                 near = lsh_index.query(mh)
                 rep = min(near) if near else None
                 reason = "near_duplicate"
-            rep_item = by_id[rep.split("|")[1]] if rep is not None else None
-            if rep_item is not None and rep_item.message_index < task <= item.message_index:
-                exact[digest] = f"{item.message_index:09d}{item.segment:04d}|{item.id}"
-                rep_item = None  # the current task's own copy (`_task_start`)
-            if rep_item is not None:
+            if rep is not None:
+                rep_item = by_id[rep.split("|")[1]]
                 chosen[item.id] = Decision(
                     "cluster", "dedup", reason, "dedup", arg=rep_item.id,
                     text=pointer(rep_item, reason == "near_duplicate"))
@@ -174,7 +170,6 @@ def arrival_duplicates(
     if opts is None or not opts.on_arrival:
         return StageResult(items, {})
     minify = opts.arrival_json and not over
-    task = _task_start(items)
     verbatim: dict[str, Item] = {}  # text -> the first copy sent as is (or minified)
     lines: LineIndex | None = {} if opts.arrival_lines else None
     chosen: dict[str, Decision] = {}
@@ -193,11 +188,6 @@ def arrival_duplicates(
             continue
         new = item.message_index >= start and item.rewritable
         rep = verbatim.get(original.text)
-        if new and rep is not None and rep.message_index < task <= item.message_index:
-            verbatim[original.text] = item  # the current task's own copy (`_task_start`)
-            if lines is not None:
-                index_lines(lines, item)
-            continue
         if new and rep is not None:
             chosen[item.id] = Decision("cluster", "dedup", "duplicate", "dedup", arg=rep.id,
                                        text=pointer(rep))
@@ -215,14 +205,3 @@ def arrival_duplicates(
             if lines is not None:
                 index_lines(lines, item)
     return decide(items, chosen, ctx)
-
-
-def _task_start(items: list[Item]) -> int:
-    """The first message of the current task of a text-tool agent's queue (`Clock.
-    text_queue`: a later task found by its statement), -1 elsewhere. A turn of it that
-    repeats one of an earlier task (a harness re-sending its instructions with each task)
-    is sent as is, not as a pointer to that copy: an earlier task's messages are digested
-    once it is done, and the pointer would then name a digest (the step schemas a
-    JSON-step agent's answer needs, lost from every later task)."""
-    clock = next((item.clock for item in items), None)
-    return clock.queue_starts[-1][0] if clock is not None and clock.text_queue() else -1
