@@ -282,7 +282,6 @@ class Layout:
     # at (`fold.task_bound`)
     task_starts: list[int] = field(default_factory=list)
     first_line: str | None = None  # the first user message's first line
-    user_texts: set[str] = field(default_factory=set)  # the user messages' texts so far
     first_run: int = 0  # user messages before the first answer (the first task's statement)
     # user messages before the agent's first call that open as the first one did: the
     # harness's further instructions for the task (a step schema), its statement too
@@ -301,16 +300,13 @@ class Layout:
                 self.latest_user = i
                 text = content_text(msg.get("content"))
                 template = self.first_line is not None and first_line(text) == self.first_line
+                opens = template and _run_length(messages, i) >= self.first_run
                 if template and self.first_answer is not None:
                     self.clock.template_turns.add(i)
-                    if not (self.clock.api_calls or self.clock.text_calls):
+                    if not (opens or self.clock.api_calls or self.clock.text_calls):
                         self.set_up.add(i)
-                opens = (template
-                         and _run_length(messages, i) >= self.first_run
-                         and not _repeats(messages, i, self.user_texts))
                 if self.first_line is None:
                     self.first_line = first_line(text)
-                self.user_texts.add(text)
                 if self.first_answer is None:
                     self.task_files.update(_FILE_NAME.findall(text))
                     self.first_run += 1
@@ -398,20 +394,6 @@ def _run_length(messages: Sequence[Mapping[str, Any]], i: int) -> int:
             break
         n += msg.get("role") == "user"
     return n
-
-
-def _repeats(messages: Sequence[Mapping[str, Any]], i: int, said: set[str]) -> bool:
-    """Whether the user messages from i to the next assistant message (those the request
-    ends with) each repeat an earlier user message word for word: a harness re-sending the
-    instructions of a step it runs again (an agent's node that sends its own schema turn,
-    which opens as the first task's statement did), not a later task, which brings a
-    statement of its own."""
-    for msg in messages[i:]:
-        if msg.get("role") == "assistant":
-            break
-        if msg.get("role") == "user" and content_text(msg.get("content")) not in said:
-            return False
-    return True
 
 
 def _names_file(call: Mapping[str, Any], files: set[str]) -> bool:

@@ -242,7 +242,7 @@ def on_first_task(items: Iterable[Item] = (), clock: Clock | None = None) -> boo
     clock = clock or next((item.clock for item in items), None)
     if clock is None or not (clock.api_calls or clock.text_calls):
         return False
-    return clock.task_start < 0 if clock.api_calls else clock.called_start < 0
+    return (clock.called_start if clock.json_steps else clock.task_start) < 0
 
 
 def text_tools_now(cls: TaskClass, items: Iterable[Item]) -> TextTools | None:
