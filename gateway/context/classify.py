@@ -73,6 +73,7 @@ class RequestScan:
     text_count: int = 0  # messages `text_tools` read
     text: bool = False  # one of them is a text tool's result (`is_text_tool_request`)
     assistant: str = ""  # the text of the last assistant message read by `text_tools`
+    after_assistant: bool = False  # the last message `text_tools` read was an assistant's
 
     def agent_history(self, messages: Sequence[Mapping[str, Any]]) -> bool:
         """Whether `messages` (those read before, then new ones) carry tool history."""
@@ -87,19 +88,18 @@ class RequestScan:
     def text_tools(self, messages: Sequence[Mapping[str, Any]]) -> bool:
         """`is_text_tool_request` of `messages` (those read before, then new ones)."""
         if not self.text:
-            assistant = self.assistant
-            for i in range(self.text_count, len(messages)):
-                msg = messages[i]
+            assistant, after = self.assistant, self.after_assistant
+            for msg in messages[self.text_count:]:
                 role = msg.get("role")
                 if role == "assistant":
                     assistant = content_text(msg.get("content"))
                 elif role == "user" and assistant and (
                         text_tool_result(assistant, text := content_text(msg.get("content")))
-                        or (i > 0 and messages[i - 1].get("role") == "assistant"
-                            and json_step_result(assistant, text))):
+                        or (after and json_step_result(assistant, text))):
                     self.text = True
                     break
-            self.assistant = assistant
+                after = role == "assistant"
+            self.assistant, self.after_assistant = assistant, after
         self.text_count = len(messages)
         return self.text
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from gateway.context.classify import RequestScan
 from gateway.context.items import Layout, json_step_result, parse_request
 from gateway.context.steps import on_first_task
 from gateway.context.summarize import summarize, values
@@ -66,6 +67,10 @@ def test_a_json_step_answered_by_a_json_observation_is_a_call() -> None:
     layout.extend([SYSTEM, *task("When did the first edition appear?")])
     clock = layout.clock
     assert clock.text_calls and clock.json_steps and clock.text_results == 2
+    messages = [SYSTEM, *task("When did the first edition appear?")]
+    scan = RequestScan()  # read on call by call, each call only its new messages
+    assert not scan.text_tools(messages[:10])
+    assert scan.text_tools(messages[:11])
 
 
 def test_a_node_s_instructions_are_the_task_s_statement_not_a_later_task() -> None:
