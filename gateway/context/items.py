@@ -61,7 +61,12 @@ class Clock:
     agent (tau-bench), or a text-tool agent's observation, starts no task statement.
     `queue_starts`: (index, turns walked) of each later task's start that opens as the first
     task's statement did (`Layout.task_starts`), in order: a queue harness's tasks, which a
-    harness's reply to a malformed turn (`task_start`) does not start."""
+    harness's reply to a malformed turn (`task_start`) does not start, nor a run of user
+    messages shorter than the first task's statement (`Layout.first_run`: a harness's
+    instructions for one node of its agent, opening with the same template line).
+    `called_start`: `task_start` when the agent had made a call answered in prose;
+    `json_steps`: one such call was a JSON step answered by a JSON observation
+    (`json_step_result`)."""
 
     __slots__ = ("api_calls", "called_start", "json_steps", "named", "queue_starts", "replies",
                  "task_start", "task_statement", "task_turns", "template_turns", "text_calls",

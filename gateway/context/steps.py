@@ -59,7 +59,11 @@ def queue_statement(item: Item) -> bool:
     the next task opens, it ages as any earlier task's message. mini-SWE-agent queues, late /
     recall / cost @0.1, tune 89.86 / 98.78 / 78.10 -> 89.77 / 98.88 / 78.14, holdout 89.56 /
     98.71 / 77.53 -> 89.43 / 98.82 / 77.56 (bench/README.md, "A text-tool queue's current
-    task keeps its statement")."""
+    task keeps its statement"). So is any user message of the current task (of a run: of
+    the session) that opens as that statement did (`Clock.template_turns`): a harness that
+    sends each node of its agent its own step schema, opening with the statement's
+    template, re-sends it with every task (bench/README.md, "The ninth agent kind, part
+    two")."""
     clock = item.clock
     if clock.api_calls or item.message_index not in clock.template_turns:
         return False
@@ -238,7 +242,11 @@ def on_first_task(items: Iterable[Item] = (), clock: Clock | None = None) -> boo
     points weighed; bench/README.md, "Short runs' cost @0.1, part nine"). One answered call
     in prose is enough, as one through the API is: the next user message that answers none
     ends the first task (mini-SWE-agent runs' cost @0.1 up; bench/README.md, "The newest
-    corpora's short runs…", session 48)."""
+    corpora's short runs…", session 48). An agent that writes its steps as JSON
+    (`Clock.json_steps`) gets its harness's instructions for a step (a plan, a list of
+    facts) before its first call: only a user message after that call ends its first task
+    (`Clock.called_start`; TapeAgents' GAIA runs, cost @0.1 holdout −19.5 -> +0.2,
+    bench/README.md, "The ninth agent kind, part two")."""
     clock = clock or next((item.clock for item in items), None)
     if clock is None or not (clock.api_calls or clock.text_calls):
         return False
