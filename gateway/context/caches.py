@@ -11,7 +11,7 @@ alone would let 100,000 of them stay (measured: bench/memgrowth.py, bench/README
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterator, MutableMapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -28,6 +28,9 @@ VALUES = 100_000  # values of a text, for summaries that skip what the model has
 MINHASH = 50_000  # a text's MinHash (its hash values' bytes), for near duplicates
 NORMAL = 50_000  # a text's digest with its whitespace normalised (cluster's exact duplicates)
 LSH_PARAMS = 64  # MinHash LSH band layout per threshold (one per class setting)
+# the values of the items before a step's first decision, counted (`base.decide`), by the
+# session's constant values: the next step's head differs from it by a few texts
+SEEN_HEADS = 16
 # Bytes of text (as characters: exact for ASCII) each text-holding memo keeps at most, with
 # ENTRY_BYTES per entry for the objects around the text.
 PARTS_BYTES = 128 << 20
@@ -148,6 +151,16 @@ def _sized(entries: int, max_bytes: int,
 
 
 @dataclass(frozen=True, slots=True)
+class SeenHead:
+    """A run of items' texts (with their multiplicity) and how many of them hold each value:
+    a later run is counted from it by the texts that left and came (`base._head_values`).
+    Never changed once made (a fit on another thread may read it)."""
+
+    texts: Counter[str]
+    counts: Counter[str]
+
+
+@dataclass(frozen=True, slots=True)
 class ContextCaches:
     parts: LRU[tuple[Any, ...], list[Part]] = field(
         default_factory=_sized(PARTS, PARTS_BYTES, _parts_bytes))
@@ -159,3 +172,4 @@ class ContextCaches:
     minhash: LRU[str, bytes] = field(default_factory=_lru(MINHASH))
     normal: LRU[str, str] = field(default_factory=_sized(NORMAL, NORMAL_BYTES))
     lsh_params: LRU[float, tuple[int, int]] = field(default_factory=_lru(LSH_PARAMS))
+    seen_heads: LRU[frozenset[str], SeenHead] = field(default_factory=_lru(SEEN_HEADS))

@@ -7,12 +7,13 @@ drop-log line per affected item, so a decision made once is rendered the same wa
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from gateway.context.apply import apply_decision, kept_cells
-from gateway.context.caches import ContextCaches
+from gateway.context.caches import ContextCaches, SeenHead
 from gateway.context.forecast import Budget
 from gateway.context.items import Item
 from gateway.context.session import Decision
@@ -120,9 +121,15 @@ def decide(items: list[Item], chosen: Mapping[str, Decision], ctx: StageContext)
     if not chosen:
         return StageResult(items, {})
     decisions = _by_unit(items, chosen)
-    kept: list[Item] = []
-    seen: set[str] = set(ctx.known)  # values the model reads before the current item
     until = _last_summary(items, decisions, ctx)  # no summary after it reads `seen`
+    # the items before the first decision are kept as they are: their values counted from
+    # the last step's (a step decides a few young items; its head differs by a few texts)
+    head = 0
+    if until > 0:
+        head = next(pos for pos, item in enumerate(items) if item.id in decisions)
+    kept: list[Item] = items[:head]
+    seen: set[str] = set(ctx.known)  # values the model reads before the current item
+    seen.update(_head_values(items, head, ctx))
     # the latest talk turn, aged on a small call with no target, keeps its lines closing on the
     # current step's values (summarize._valued)
     small = ctx.total(items) <= ctx.task_class.compaction.early_max_tokens
@@ -133,7 +140,8 @@ def decide(items: list[Item], chosen: Mapping[str, Decision], ctx: StageContext)
     opts = ctx.task_class.stages.compress
     text_tools = opts is not None and "user" not in opts.kinds
     latest_talk = talk[-1] if talk else -1
-    for pos, item in enumerate(items):
+    for pos in range(head, len(items)):
+        item = items[pos]
         decision = decisions.get(item.id)
         if decision is None:
             kept.append(item)
@@ -231,6 +239,39 @@ def item_values(text: str, ctx: StageContext) -> frozenset[str]:
     if found is None:
         found = memo[text] = frozenset(values(text))
     return found
+
+
+def _head_values(items: list[Item], head: int, ctx: StageContext) -> Counter[str]:
+    """The values of `items[:head]`'s texts, each with how many of them hold it: the union
+    `decide` would make item by item. Counted from the session's last head (`SeenHead`, by
+    its constant values) when few texts left or came since; else from the texts."""
+    if head == 0:
+        return Counter()
+    texts = Counter(item.text for item in items[:head])
+    last = ctx.caches.seen_heads.get(ctx.known)
+    if last is not None:
+        gone = last.texts - texts
+        came = texts - last.texts
+        if gone.total() + came.total() < texts.total() // 2:
+            counts = last.counts.copy()
+            for text, n in gone.items():
+                for value in item_values(text, ctx):
+                    left = counts[value] - n
+                    if left:
+                        counts[value] = left
+                    else:
+                        del counts[value]
+            for text, n in came.items():
+                for _ in range(n):
+                    counts.update(item_values(text, ctx))
+            ctx.caches.seen_heads[ctx.known] = SeenHead(texts, counts)
+            return counts
+    counts = Counter()
+    for text, n in texts.items():
+        for _ in range(n):
+            counts.update(item_values(text, ctx))
+    ctx.caches.seen_heads[ctx.known] = SeenHead(texts, counts)
+    return counts
 
 
 def unit_pinned(items: list[Item]) -> set[str]:
