@@ -199,6 +199,27 @@ def _listed(value: str, whole: Mapping[str, str], absolute: set[str], folders: s
     return f"{lead}{value}/" if value in folders else f"{lead}{value}"
 
 
+# A value an agent's own turn writes with a leading `-` or a closing `:` or `.` (`while
+# max_heap:`, `(-prev_freq, char)`, `as schema_editor:`, `is 140.`): a text-tool agent re-types
+# its own code and prose as written, and a value list that names `max_heap` bare has lost the
+# token `max_heap:` its next turn types. The list of such a turn's digest (a text-tool
+# agent's: `summarize`'s `named_lines`, `shell_digest`) names the value as written (each
+# written form once: each holds the bare value). Issue-7 yardstick (bench/README.md, "Text-tool
+# agents' own code turns keep their values as written").
+_WRITTEN = re.compile(r"(?<![A-Za-z0-9_./:-])(-?)([A-Za-z0-9_][A-Za-z0-9_.\-/]*[A-Za-z0-9_])"
+                      r"([:.]?)(?![A-Za-z0-9_./:-])")
+
+
+def _written_forms(source: str) -> Mapping[str, str]:
+    """The values `source` writes with a leading `-` or a closing `:` or `.`, by value: its
+    written forms (`-prev_freq`, `max_heap:`), space-separated, in order of appearance."""
+    forms: dict[str, dict[str, None]] = {}
+    for m in _WRITTEN.finditer(_ESCAPED.sub(" ", source)):
+        if m[1] or m[3]:
+            forms.setdefault(m[2], {})[m[0]] = None
+    return {v: " ".join(f) for v, f in forms.items()}
+
+
 def _mentions(
     original: str,
     compact: str,
@@ -207,9 +228,10 @@ def _mentions(
     notable_only: bool,
     focus: frozenset[str] = frozenset(),
     periods: bool = False,
+    written: bool = False,
 ) -> str:
     """The values of the omitted text that appear nowhere else the model will see
-    (`periods`: `values`'s)."""
+    (`periods`: `values`'s); `written`: listed as the text writes them (`_written_forms`)."""
     seen = set(values(compact, periods)) | known
     source = _LINE_NO.sub(" ", original)
     current = current_terms(focus)
@@ -246,6 +268,8 @@ def _mentions(
     absolute = _absolute(source)
     if whole or absolute or folders:
         lost = [_listed(v, whole, absolute, folders) for v in lost[:cap]] + lost[cap:]
+    if written and (forms := _written_forms(source)):
+        lost = [forms.get(v, v) for v in lost[:cap]] + lost[cap:]
     return f"{compact}\n{mentions_line(lost, cap)}"
 
 
@@ -479,7 +503,10 @@ def shell_digest(text: str, known: frozenset[str] = frozenset(), original: str =
                    if v.lstrip("/") not in seen and _NOTABLE.search(v)
                    and (v.startswith("/") or (len(v) <= 80 and not _HASH.search(v)))
                    and (typed is None or typed(v))), key=_priority)
-    return f"{lines}\n{mentions_line(lost[:MASK_VALUES], MASK_VALUES)}" if lost else lines
+    if not lost:
+        return lines
+    forms = _written_forms(source)
+    return f"{lines}\n{mentions_line([forms.get(v, v) for v in lost[:MASK_VALUES]], MASK_VALUES)}"
 
 
 def _shell_bodies(text: str) -> str:
@@ -1176,7 +1203,8 @@ def summarize(
             compact = _with_line(compact, "omitted fields",
                                  _lost_keyed(source, compact, known, focus), FIELD_MIN,
                                  current_terms(focus))
-    out = _mentions(source, compact, known, level, notable_only, focus, periods)
+    out = _mentions(source, compact, known, level, notable_only, focus, periods,
+                    named_lines and prose)
     if kind == "tool_call" and level >= 3 and not _FENCE.search(text):
         # An aged turn that made tool calls and ran no command keeps none of its prose, only
         # the notable values it names: its calls (sent whole) say what it did, and its
