@@ -1,0 +1,59 @@
+"""A text-tool agent's aged own turn lists its values as written (`summarize._written_forms`):
+the agent re-types its code and prose as it wrote them (`while max_heap:`, `(-prev_freq,
+char)`, `as schema_editor:`), and a value list naming `max_heap` bare lost the token its
+next turn types (bench/README.md, "Text-tool agents' own code turns keep their values as
+written")."""
+
+from __future__ import annotations
+
+from gateway.context.engine import CallContext, ContextEngine
+from gateway.context.summarize import shell_digest, summarize
+from tests.context.test_shell_blocks import _session
+
+CODE = ("Assistant:\n<thought> I count each character and build the string from a heap. "
+        "</thought>\n<execute>\nimport heapq\n\ndef rearrange_string(s):\n    max_heap = []\n"
+        "    prev_char, prev_freq = '', 0\n    while max_heap:\n"
+        "        freq, char = heapq.heappop(max_heap)\n        if prev_char and -prev_freq > 0:\n"
+        "            heapq.heappush(max_heap, (prev_freq, prev_char))\n"
+        "    return ''\n</execute>\n")
+
+
+def test_a_text_tool_turns_list_names_values_as_written() -> None:
+    digest = summarize(CODE, "assistant", 3, named_lines=True)
+    assert "max_heap:" in digest and "-prev_freq" in digest
+    assert "heapq.heappop" in digest and "rearrange_string" in digest
+    # another agent's turn: the list as before
+    other = summarize(CODE, "assistant", 3)
+    assert "max_heap:" not in other and "-prev_freq" not in other and "prev_freq" in other
+    # a masked shell turn's list (a heredoc script's names)
+    turn = ("```bash\ncat <<'EOF' > repro.py\nwith connection.schema_editor() as schema_editor:"
+            "\n    schema_editor.create_model(Pony)\nEOF\n```")
+    assert "schema_editor:" in shell_digest(turn).splitlines()[-1]
+
+
+def _reply(k: int) -> str:
+    prose = " ".join(["I rewrite the loop over the pending items so that the heap stays bounded,"
+                      " then run the check again with the same inputs as before."] * 6)
+    return (f"THOUGHT: {prose}\n\n```bash\ncat <<'EOF' > check.py\nimport heapq\n"
+            f"while wq{k}_items:\n    item = pop_next(wq{k}_items, -offset{k}_min)\n"
+            + "    total = total + item\n" * 6 + "    print(total)\nEOF\npython check.py\n```")
+
+
+async def test_an_aged_shell_turn_lists_what_it_typed_as_written(
+        engine: ContextEngine) -> None:
+    messages = _session(40, _reply)
+    headers = {"x-ctxgate-session-id": "written-values", "x-ctxgate-task-class": "default"}
+    aged = 0
+    for end in range(3, len(messages), 2):  # each call ends on a command's result
+        fitted = await engine.fit({"messages": messages[:end]},
+                                  CallContext("t-wv", "s", headers))
+        sent = "\n".join(str(m.get("content")) for m in fitted.body["messages"])
+        for k in range((end - 1) // 2):
+            listed = f"while wq{k}_items:\n" not in sent and f"wq{k}_items" in sent
+            aged += listed
+            # a turn aged to a digest listing what it typed lists it as typed
+            if listed:
+                assert f"wq{k}_items:" in sent and f"-offset{k}_min" in sent, (end, k)
+        assert sum(d.tokens_saved for d in fitted.drops) == (
+            fitted.tokens_before - fitted.tokens_after)
+    assert aged
