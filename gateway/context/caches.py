@@ -38,6 +38,9 @@ REWRITTEN_BYTES = 64 << 20
 VALUES_BYTES = 64 << 20
 NORMAL_BYTES = 32 << 20
 KNOWN_BYTES = 16 << 20  # a session's constant context has ~100 values: ~5 kB an entry
+# a long session's head holds its history's texts (up to ~1 MB): the memo keeps them alive
+# until evicted, so it is bounded by their size too, not by SEEN_HEADS alone
+SEEN_HEADS_BYTES = 64 << 20
 ENTRY_BYTES = 200
 TEXT_BYTES = 64  # a short text's own object, and its slot, inside a tuple or a set
 
@@ -145,6 +148,11 @@ def _lru(size: int) -> Callable[[], LRU[Any, Any]]:
     return lambda: LRU(maxsize=size)
 
 
+def _seen_head_bytes(key: frozenset[str], head: SeenHead) -> int:
+    """A `SeenHead`'s size: its key's values, its texts and its counted values."""
+    return text_bytes(key, tuple(head.texts), tuple(head.counts))
+
+
 def _sized(entries: int, max_bytes: int,
            size_of: Callable[[Any, Any], int] = text_bytes) -> Callable[[], SizedLRU[Any, Any]]:
     return lambda: SizedLRU(entries, max_bytes, size_of)
@@ -172,4 +180,5 @@ class ContextCaches:
     minhash: LRU[str, bytes] = field(default_factory=_lru(MINHASH))
     normal: LRU[str, str] = field(default_factory=_sized(NORMAL, NORMAL_BYTES))
     lsh_params: LRU[float, tuple[int, int]] = field(default_factory=_lru(LSH_PARAMS))
-    seen_heads: LRU[frozenset[str], SeenHead] = field(default_factory=_lru(SEEN_HEADS))
+    seen_heads: LRU[frozenset[str], SeenHead] = field(
+        default_factory=_sized(SEEN_HEADS, SEEN_HEADS_BYTES, _seen_head_bytes))

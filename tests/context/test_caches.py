@@ -2,7 +2,19 @@
 
 from __future__ import annotations
 
-from gateway.context.caches import ENTRY_BYTES, LRU, TEXT_BYTES, SizedLRU, text_bytes
+from collections import Counter
+
+from gateway.context.caches import (
+    ENTRY_BYTES,
+    LRU,
+    SEEN_HEADS,
+    SEEN_HEADS_BYTES,
+    TEXT_BYTES,
+    ContextCaches,
+    SeenHead,
+    SizedLRU,
+    text_bytes,
+)
 from gateway.context.tokens import TokenCounter
 
 
@@ -68,3 +80,16 @@ def test_a_replaced_entry_is_sized_anew() -> None:
     assert cache.currsize == ENTRY_BYTES + 1 + 10
     del cache["k"]
     assert cache.currsize == 0 and len(cache) == 0
+
+
+def test_a_step_head_memo_is_bounded_by_the_size_of_the_texts_it_holds() -> None:
+    """`seen_heads` keeps a session's history texts alive until evicted: a few long sessions
+    fill its byte bound before its 16 entries (the texts held are counted, not only entries)."""
+    caches = ContextCaches()
+    text_size = SEEN_HEADS_BYTES // 4  # each head holds a quarter of the bound in texts
+    for n in range(SEEN_HEADS):
+        texts = Counter({f"{n}-{k}-" + "x" * (text_size // 8): 1 for k in range(8)})
+        caches.seen_heads[frozenset({f"session-{n}"})] = SeenHead(texts, Counter({"value": 8}))
+    assert 1 <= len(caches.seen_heads) < 4  # the byte bound evicted, not the entry count
+    assert caches.seen_heads.currsize <= SEEN_HEADS_BYTES
+    assert frozenset({f"session-{SEEN_HEADS - 1}"}) in caches.seen_heads  # the newest stays
