@@ -55,13 +55,18 @@ def _key(message: dict[str, Any]) -> str:
 
 def run_starts(queue: Session, runs: Sequence[Session]) -> list[int]:
     """Indexes of the queue session's messages at which each joined run starts: at each
-    position, the run whose messages after its system prompt follow there (the longest,
-    should two match). Raises ValueError where no run of `runs` matches."""
+    position, the run whose messages after its system prompt follow there, or its whole
+    messages with the system prompt as a user turn (a queue without a system message whose
+    runs each had their own, `bench.dacode`); the longest, should two match. Raises
+    ValueError where no run of `runs` matches."""
     by_first: dict[str, list[list[str]]] = {}
     for run in runs:
-        body = run.messages[1:] if run.messages[0].get("role") == "system" else run.messages
-        keys = [_key(m) for m in body]
-        by_first.setdefault(keys[0], []).append(keys)
+        head, *rest = run.messages
+        bodies = ([rest, [{**head, "role": "user"}, *rest]] if head.get("role") == "system"
+                  else [run.messages])
+        for body in bodies:
+            keys = [_key(m) for m in body]
+            by_first.setdefault(keys[0], []).append(keys)
     msgs = queue.messages
     keys = [_key(m) for m in msgs]
     at = 1 if msgs and msgs[0].get("role") == "system" else 0

@@ -36,6 +36,16 @@ def test_run_starts_finds_each_joined_run() -> None:
     assert run_starts(queue, runs) == [1, 5]
 
 
+def test_run_starts_finds_runs_whose_system_prompt_came_as_a_user_turn() -> None:
+    # a queue without a system message, each run's own system prompt joined as a user turn
+    first = [{"role": "system", "content": "Task A rules"}, *_run("go", "ORDER-1", "c1")]
+    second = [{"role": "system", "content": "Task B rules"}, *_run("go", "ORDER-2", "c2")]
+    runs = [Session("r/a", first), Session("r/b", second)]
+    as_user = [{**first[0], "role": "user"}, *first[1:], {**second[0], "role": "user"},
+               *second[1:]]
+    assert run_starts(Session("q/ab", as_user), runs) == [0, 5]
+
+
 def test_a_queue_with_a_message_of_no_run_is_refused() -> None:
     queue, runs = _queue()
     queue.messages[6] = {**queue.messages[6], "tool_calls": [
