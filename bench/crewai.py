@@ -71,6 +71,8 @@ MIN_CALLS = 3
 CHAT = "/chat/completions"
 OBSERVATION = "\nObservation:"
 LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+NOT_ONE_CHAT = ("executions not one chat (requests not its prefixes, or the last reply calls "
+                "a tool)")
 
 
 def is_cassette(path: str) -> bool:
@@ -294,7 +296,7 @@ def load(reader: RepoReader, rev: str) -> tuple[list[dict[str, Any]], Counter[st
                 continue
             chat = chat_of(run)
             if chat is None:
-                counts["executions not one chat (requests not its prefixes, or the last reply calls a tool)"] += 1
+                counts[NOT_ONE_CHAT] += 1
                 continue
             key = hashlib.blake2b(orjson.dumps([chat, run["tools"]]), digest_size=16).digest()
             if key in seen:
@@ -334,7 +336,7 @@ def tally(runs: Sequence[Mapping[str, Any]]) -> dict[str, int]:
     return dict(out)
 
 
-README = """# crewAI agent executions from its test cassettes (ReAct text, observations inside assistant turns): {shape}
+README = """# crewAI agents from its test cassettes (observations in assistant turns): {shape}
 
 Converted by `bench/crewai.py` (ctxgate) from every version of every cassette
 (`**/cassettes/**/*.yaml`) reachable from commit `{commit}` of {source}. Licence of the
