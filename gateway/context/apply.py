@@ -146,7 +146,7 @@ def rewritten_text(
         return re.sub(decision.arg, "", item.text)
     if method == "summary":
         return summarize(item.text, item.kind, decision.level, known,
-                         periods=item.clock.json_steps)
+                         periods=item.periods)
     if method == "args":  # only the tool calls' arguments are cut: the text stays
         return item.text
     raise ValueError(f"unknown decision method {method!r}")

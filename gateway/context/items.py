@@ -112,6 +112,15 @@ def new_task_statement(api_turns: int, text: str) -> bool:
 STILL = Clock()  # the clock of items made outside a layout (never moves): age = -turn
 
 
+# An agent that calls its tools through the API re-types its own prose: a customer-service
+# agent ends its confirmations on the record they name (`from order #W5565470.`) and its next
+# turn says the same. Its aged turns' value lists name such a value with its period (each such
+# value listed, the bare value known or not): the list without it no longer held the token
+# its next turn types. Issue-7 yardstick (bench/README.md, "tau2 retail queues' recall: an
+# API-tool agent's aged turn lists its sentence-ending values with their period").
+OWN_TURN_KINDS = frozenset({"assistant", "tool_call"})
+
+
 @dataclass(frozen=True, slots=True)
 class Item:
     """One piece of the context that is kept, rewritten or dropped as a whole."""
@@ -135,6 +144,14 @@ class Item:
     def age(self) -> int:
         """Assistant turns after this message, in the messages its layout has walked."""
         return self.clock.turns - self.turn
+
+    @property
+    def periods(self) -> bool:
+        """Whether its digest's and gist's value lists name a value that ends a sentence
+        with its period (`summarize.values`' `periods`): every item of an agent that writes
+        its steps as JSON (`Clock.json_steps`), and an API-tool agent's own turns
+        (`OWN_TURN_KINDS`)."""
+        return self.clock.json_steps or (self.clock.api_calls and self.kind in OWN_TURN_KINDS)
 
 
 @dataclass(frozen=True, slots=True)

@@ -159,7 +159,7 @@ def decide(items: list[Item], chosen: Mapping[str, Decision], ctx: StageContext)
                                     or item.message_index == ctx.held_turn),
                     step=step if item.message_index == latest_talk else frozenset(),
                     named_lines=text_tools,
-                    periods=original.clock.json_steps,
+                    periods=original.periods,
                 ),
             )
             if _saves_little(item, decision, ctx):

@@ -410,7 +410,7 @@ class Ladder:
             # context) until it is cut: its identifiers are listed by `_keep_leaned`.
             listed = item_values(original.text, self.ctx) if original.goal else seen
             text = summarize(original.text, original.kind, decision.level, listed,
-                             periods=original.clock.json_steps)
+                             periods=original.periods)
             decision = replace(decision, text=text)
         ctx = self.ctx
         new = apply_decision(
