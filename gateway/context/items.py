@@ -112,13 +112,16 @@ def new_task_statement(api_turns: int, text: str) -> bool:
 STILL = Clock()  # the clock of items made outside a layout (never moves): age = -turn
 
 
-# An agent that calls its tools through the API re-types its own prose: a customer-service
-# agent ends its confirmations on the record they name (`from order #W5565470.`) and its next
-# turn says the same. Its aged turns' value lists name such a value with its period (each such
-# value listed, the bare value known or not): the list without it no longer held the token
-# its next turn types. Issue-7 yardstick (bench/README.md, "tau2 retail queues' recall: an
-# API-tool agent's aged turn lists its sentence-ending values with their period").
-OWN_TURN_KINDS = frozenset({"assistant", "tool_call"})
+# An agent that calls its tools through the API re-types its own replies: a customer-service
+# agent ends a confirmation on the record it names (`from order #W5565470.`) and its next
+# reply says the same, period included. An aged reply's digest (a turn with no tool call, not
+# a call's plan) lists a value that ends one of its sentences with its period (`summarize`'s
+# `periods`), the bare value known elsewhere or not: the list that left it out as known
+# (the order id kept in a call's arguments) no longer held the token the next reply types.
+# Issue-7 yardstick (bench/README.md, "tau2 retail queues' recall: an API-tool agent's aged
+# reply lists its sentence-ending values with their period"); a call's plan too cost
+# tau-bench airline runs 0.15 point of cost @0.1 (a step moved) for no recall on tau2.
+OWN_TURN_KINDS = frozenset({"assistant"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,10 +150,9 @@ class Item:
 
     @property
     def periods(self) -> bool:
-        """Whether its digest's and gist's value lists name a value that ends a sentence
-        with its period (`summarize.values`' `periods`): every item of an agent that writes
-        its steps as JSON (`Clock.json_steps`), and an API-tool agent's own turns
-        (`OWN_TURN_KINDS`)."""
+        """Whether its digest's value list names a value that ends a sentence with its period
+        (`summarize.values`' `periods`): every item of an agent that writes its steps as
+        JSON (`Clock.json_steps`), and an API-tool agent's own replies (`OWN_TURN_KINDS`)."""
         return self.clock.json_steps or (self.clock.api_calls and self.kind in OWN_TURN_KINDS)
 
 
