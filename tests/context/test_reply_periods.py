@@ -16,7 +16,7 @@ from tests.context.sessions import fit_each_call
 
 TOOLS = [{"type": "function", "function": {"name": name, "parameters": {"type": "object"}}}
          for name in ("get_order_details", "return_delivered_order_items")]
-REPLY = ("Thank you for the details! I found the order with the kettle and the keyboard. "
+REPLY = ("Thank you, customer {k}! I found the order with the kettle and the keyboard. "
          "To proceed, I need to confirm:\n- You want to return the Electric Kettle from "
          "order #{order}.\n- The refund goes to your original payment method, as the policy "
          "says for every return of a delivered order.\n\nPlease confirm that these details "
@@ -50,7 +50,7 @@ def _customer_queue(tickets: int) -> list[dict[str, Any]]:
                 {"id": call, "type": "function", "function": {
                     "name": "get_order_details", "arguments": f'{{"order_id": "#{order}"}}'}}]},
             {"role": "tool", "tool_call_id": call, "content": _record(k)},
-            {"role": "assistant", "content": REPLY.format(order=order)},
+            {"role": "assistant", "content": REPLY.format(k=k, order=order)},
             {"role": "user", "content": "Yes, please go ahead."},
             {"role": "assistant", "content": None, "tool_calls": [
                 {"id": f"{call}r", "type": "function", "function": {
@@ -65,7 +65,7 @@ def _customer_queue(tickets: int) -> list[dict[str, Any]]:
 def test_an_api_agents_reply_marks_its_values_with_their_period() -> None:
     api = Clock()
     api.api_calls = True
-    reply = REPLY.format(order="W1000003")
+    reply = REPLY.format(k=3, order="W1000003")
 
     def item(kind: Any, clock: Clock) -> Item:
         return Item("i", kind, "u", 3, 0, reply, 100, 0, 1, False, True, clock=clock)
@@ -91,12 +91,12 @@ async def test_an_aged_reply_keeps_the_token_its_next_reply_types(
         sent = "\n".join(str(m.get("content")) for m in fitted.body["messages"])
         for k in range(tickets):
             order = _order(k)
-            if REPLY.format(order=order) not in [m.get("content") for m in messages[:end]]:
+            if REPLY.format(k=k, order=order) not in [m.get("content") for m in messages[:end]]:
                 continue  # not replied yet
             if f"return the Electric Kettle from order #{order}." in sent:
                 continue  # the reply goes whole
-            if "Thank you for the details!" not in sent:
-                continue
+            if f"Thank you, customer {k}!" not in sent:
+                continue  # the reply is gone (folded with its exchange)
             digested += 1
             # an aged reply's digest names the order as the reply wrote it
             assert f"{order}." in sent, (end, k)
