@@ -104,7 +104,11 @@ MIN_TURNS = 2  # turns a turns run folds at least (one turn gains nothing)
 # retail-4.1 queues' cost @0.1 64.5 -> 58.5%; bench/README.md, "Old turns folded").
 TURNS_BLOCK = 64
 TURNS_HEAD = re.compile(r"\[ctxgate: \d+ turns folded\]")  # a turns note's first line
-_DIGEST_ONLY = re.compile(r"\[…\d+ lines\]")  # a digest that kept no line names nothing
+_DIGEST_ONLY = re.compile(r"\[…\d+ lines\]")  # a digest's cut: it names nothing
+# A digest's list of what it left out (`summarize._mentions`, `_with_line`), and its count of
+# the rest
+_LIST_LINE = re.compile(r"\[(omitted text mentions|omitted fields|records): (.*)\]")
+_MORE = re.compile(r" \(\+\d+ more\)$")
 _PLACEHOLDER = "[ctxgate: "
 
 # Per client message index: its head item's id and its tokens as the client sent it.
@@ -540,6 +544,28 @@ def short_call(line: str) -> str:
     return f"{m.group(1)}({', '.join(out)})" + (f" → {result}" if result is not None else "")
 
 
+def digest_values(text: str) -> list[str] | None:
+    """What a turns note names of a digest (`summarize`'s: a text with a `[…N lines]` cut or
+    a list of what it left out; None: `text` is none): the words of its kept lines that
+    carry a notable value (`value_words`) and the values its mention list names, in order;
+    its cuts and its lists of omitted fields and records go. A turns note is what is left
+    of turns the agent acted on long ago (a queue's earlier tasks, mostly): a digest kept
+    whole there re-sent a 32k page's ~8k of field and record lists on every later call
+    (TapeAgents' GAIA queues: 13 pages of one old task, a 56k note; bench/README.md,
+    "Digests in a turns note")."""
+    lines = text.split("\n")
+    if not any(_DIGEST_ONLY.fullmatch(line) or _LIST_LINE.fullmatch(line) for line in lines):
+        return None
+    out: list[str] = []
+    for line in lines:
+        listed = _LIST_LINE.fullmatch(line)
+        if listed is None:
+            out += [] if _DIGEST_ONLY.fullmatch(line) else value_words(line)
+        elif listed.group(1) == "omitted text mentions":
+            out += _MORE.sub("", listed.group(2)).split()
+    return out
+
+
 def turns_note(messages: Sequence[Mapping[str, Any]], run: Run,
                earlier: Earlier | None = None) -> str:
     """What a turns run is sent as: a header and what its turns named, once each in the
@@ -570,7 +596,9 @@ def turns_note(messages: Sequence[Mapping[str, Any]], run: Run,
         named: list[str] = []
         if said.startswith("omitted; mentions: "):
             named += said.removeprefix("omitted; mentions: ").split()
-        elif said != "omitted" and not _DIGEST_ONLY.fullmatch(said):
+        elif (digest := digest_values(said)) is not None:
+            named += digest
+        elif said != "omitted":
             add(said)
         for line in calls.split("\n"):
             line = line.strip()
