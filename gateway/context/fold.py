@@ -544,26 +544,27 @@ def short_call(line: str) -> str:
     return f"{m.group(1)}({', '.join(out)})" + (f" → {result}" if result is not None else "")
 
 
-def digest_values(text: str) -> list[str] | None:
-    """What a turns note names of a digest (`summarize`'s: a text with a `[…N lines]` cut or
-    a list of what it left out; None: `text` is none): the words of its kept lines that
-    carry a notable value (`value_words`) and the values its mention list names, in order;
-    its cuts and its lists of omitted fields and records go. A turns note is what is left
-    of turns the agent acted on long ago (a queue's earlier tasks, mostly): a digest kept
-    whole there re-sent a 32k page's ~8k of field and record lists on every later call
-    (TapeAgents' GAIA queues: 13 pages of one old task, a 56k note; bench/README.md,
-    "Digests in a turns note")."""
+def digest_values(text: str) -> str | None:
+    """What a turns note sends of a digest (`summarize`'s: a text with a `[…N lines]` cut or
+    a list of what it left out; None: `text` is none): the lines it kept, as they are; the
+    values its mention list names go on the note's values line (`turns_note`), as a
+    placeholder's do; its cuts and its lists of omitted fields and records go. A turns note
+    is what is left of turns the agent acted on long ago (a queue's earlier tasks, mostly):
+    a digest kept whole there re-sent a 32k page's ~8k of field and record lists on every
+    later call (TapeAgents' GAIA queues: 13 pages of one old task, a 56k note;
+    bench/README.md, "Digests in a turns note")."""
     lines = text.split("\n")
     if not any(_DIGEST_ONLY.fullmatch(line) or _LIST_LINE.fullmatch(line) for line in lines):
         return None
-    out: list[str] = []
-    for line in lines:
-        listed = _LIST_LINE.fullmatch(line)
-        if listed is None:
-            out += [] if _DIGEST_ONLY.fullmatch(line) else value_words(line)
-        elif listed.group(1) == "omitted text mentions":
-            out += _MORE.sub("", listed.group(2)).split()
-    return out
+    return "\n".join(line for line in lines
+                     if not _DIGEST_ONLY.fullmatch(line) and not _LIST_LINE.fullmatch(line))
+
+
+def mentioned(text: str) -> list[str]:
+    """The values a digest's mention list names (`[omitted text mentions: a b (+N more)]`)."""
+    return [v for line in text.split("\n") if (listed := _LIST_LINE.fullmatch(line))
+            and listed.group(1) == "omitted text mentions"
+            for v in _MORE.sub("", listed.group(2)).split()]
 
 
 def turns_note(messages: Sequence[Mapping[str, Any]], run: Run,
@@ -596,8 +597,9 @@ def turns_note(messages: Sequence[Mapping[str, Any]], run: Run,
         named: list[str] = []
         if said.startswith("omitted; mentions: "):
             named += said.removeprefix("omitted; mentions: ").split()
-        elif (digest := digest_values(said)) is not None:
-            named += digest
+        elif (kept := digest_values(said)) is not None:
+            add(kept)
+            named += mentioned(said)
         elif said != "omitted":
             add(said)
         for line in calls.split("\n"):
