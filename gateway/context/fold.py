@@ -42,10 +42,11 @@ after it so roles still alternate:
     P1001 5GB.
 
 It keeps every value a placeholder or note names: a placeholder's mentions, a user text the
-engine sent as it is, the fold notes' call lines (without their header; a free-text value
-of 160+ characters of arguments cut to its start and its values), the words of a reply that
-carry a notable value (`summarize.notable`), as written; a placeholder's excerpt, a digest
-that kept no line and a reply's other words go. A line already in the note, or in an
+engine sent as it is (a digest: the lines it kept and its mentions, `digest_values`), the
+fold notes' call lines (without their header; a free-text value of 160+ characters of
+arguments cut to its start and its values), the words of a reply that carry a notable value
+(`summarize.notable`), as written; a placeholder's excerpt, a digest's cuts and its lists of
+omitted fields and records, and a reply's other words go. A line already in the note, or in an
 earlier turns note of the call, is not repeated, nor a value it already has, nor a call
 already there whose result named nothing new (bench/README.md, "Turns notes that repeat
 nothing": telecom-4o's queue 71.4 -> 76.3% late). Every client message from the first
@@ -571,7 +572,8 @@ def turns_note(messages: Sequence[Mapping[str, Any]], run: Run,
                earlier: Earlier | None = None) -> str:
     """What a turns run is sent as: a header and what its turns named, once each in the
     call (`earlier`: the call's turns notes before it) — a user text as sent (a
-    placeholder: only the values it mentions; a digest that kept no line: nothing), the
+    placeholder: only the values it mentions; a digest: its kept lines and its mentions,
+    `digest_values`), the
     fold notes' lines (a call already there whose result named nothing new: gone), the
     words of a reply that carry a notable value (`summarize.notable`), as written; the
     rest of a reply's words and a placeholder's excerpt go."""
