@@ -85,6 +85,7 @@ from gateway.context.steps import (
     on_first_task,
     stale_tokens,
     step_horizon,
+    stated_left,
     tail_mask_repays,
     text_tools_now,
     undecided,
@@ -1047,7 +1048,8 @@ def _leave_unrepaid(
     text = text_tools_now(ctx.task_class, before)
     if text is not None and text.repay_calls is not None:
         c = c.model_copy(update={"repay_calls": text.repay_calls})
-    left = unrepaid(before, final, new_from, state.calls + 1, c, calls_left(messages))
+    left = unrepaid(before, final, new_from, state.calls + 1, c, calls_left(messages),
+                    stated_left(messages))
     if not left:
         return final, horizon, False
     was = {item.id: item for item in before}

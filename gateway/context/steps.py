@@ -299,6 +299,38 @@ def calls_left(messages: Sequence[Mapping[str, Any]]) -> int | None:
     return min(counts) if counts else None
 
 
+# A maximum of the calls a session may make, as its system prompt or first user turn states
+# it ("The maximum number of steps you can take is 20", "at most 30 turns", "You have 5
+# chances to interact"): the limit's number (`stated_left`). Not a count per turn or in
+# parallel ("up to 5 tool calls per turn"), nor one of what is left (`calls_left`).
+_CALL_NOUN = (r"(?:(?:tool|function|api|model)\s+)?(?:steps?|turns?|calls?|attempts?|iterations?"
+              r"|rounds?|actions?|chances?|interactions?)")
+_STATED_MAX = re.compile(
+    rf"\bmax(?:imum)?\s+(?:number\s+of\s+)?{_CALL_NOUN}\b[^.\n\d]{{0,40}}?\b(?:is|of|:)\s*(\d+)\b"
+    rf"|\b{_CALL_NOUN}\s+limit\s+(?:is\s+|of\s+|:\s*)(\d+)\b"
+    rf"|\b(?:at\s+most|up\s+to|no\s+more\s+than|a\s+maximum\s+of|a\s+limit\s+of|you\s+have)"
+    rf"\s+(\d+)\s+{_CALL_NOUN}\b(?!\s+(?:left|remaining|per|each|in\s+parallel|at\s+(?:once"
+    rf"|a\s+time)))", re.IGNORECASE)
+
+
+def stated_left(messages: Sequence[Mapping[str, Any]]) -> int | None:
+    """The calls the session can still make, this one included, by the maximum its system
+    prompt or first user turn states (`_STATED_MAX`; the smallest stated there) less the
+    assistant turns made so far; None when none is stated, or when the session has made
+    that many already (it outlived the limit: a queue of tasks each stating it, a count
+    of something else). A session known to be that short weighs a step's rewrites over
+    its age, not at least `repay_calls` (`unrepaid`)."""
+    first_user = next((m for m in messages if m.get("role") == "user"), None)
+    stating = [m for m in messages if m.get("role") == "system"]
+    stating += [first_user] if first_user is not None else []
+    stated = [int(n) for m in stating for match in _STATED_MAX.findall(
+        content_text(m.get("content"))) for n in match if n]
+    if not stated:
+        return None
+    left = min(stated) - sum(1 for m in messages if m.get("role") == "assistant")
+    return left if left > 0 else None
+
+
 def tail_mask_repays(tokens: int, masked: int, left: int, cached_price: float) -> bool:
     """Whether masking an output as it stops being the newest (`engine._tail_masks`) repays
     over the `left` calls the harness counts (this one included, `calls_left`): the rewrite
@@ -312,7 +344,7 @@ def tail_mask_repays(tokens: int, masked: int, left: int, cached_price: float) -
 
 def unrepaid(
     before: list[Item], after: list[Item], new_from: int, calls: int, c: Compaction,
-    left: int | None = None,
+    left: int | None = None, stated: int | None = None,
 ) -> set[int]:
     """The old messages whose rewrite by this step does not repay: those before its first
     change that does.
@@ -353,7 +385,7 @@ def unrepaid(
                                            + old.tokens - item.tokens)
     if not changed:
         return set()
-    calls_to_come = max(calls, c.repay_calls)
+    calls_to_come = max(calls, c.repay_calls) if stated is None else min(calls, stated)
     if left is not None:
         calls_to_come = min(calls_to_come, left)
     order = sorted(changed)
