@@ -33,7 +33,10 @@ def _observation(k: int, left: int) -> str:
 
 
 def _run(counted: bool) -> list[dict[str, Any]]:
-    messages: list[dict[str, Any]] = [{"role": "user", "content": RULES + "Task: sum the units."}]
+    # uncounted: no count in the turns, nor a maximum stated up front (`stated_left`)
+    rules = RULES if counted else RULES.replace(" You have 5 chances to interact "
+                                                "with the environment.", "")
+    messages: list[dict[str, Any]] = [{"role": "user", "content": rules + "Task: sum the units."}]
     for k in range(5):
         messages.append({"role": "assistant", "content": _turn(k)})
         text = _observation(k, 4 - k)
