@@ -20,7 +20,7 @@ from gateway.context.apply import GIST, apply_decision, placeholder, placeholder
 from gateway.context.drawing import drawn_from, later_task_outputs
 from gateway.context.forecast import Budget
 from gateway.context.items import Item
-from gateway.context.lines import MINIFIED_JSON, MINIFIED_KEPT
+from gateway.context.lines import MINIFIED_JSON, MINIFIED_KEPT, STILL_AGES
 from gateway.context.session import Decision
 from gateway.context.stages.base import StageContext, StageResult, decide
 from gateway.context.stages.ladder import cut
@@ -73,16 +73,29 @@ def _expired_digests(
             text.mask_turns_from_turns)
     if after is None or not ctx.task_class.compaction.ages:
         return {}
-    expired = {}
+    # the items due, each with its mask's form (a gist's `arg`; `commands`: the text
+    # `_masked_commands` gives it), made into decisions only when the batch comes (a step
+    # walks every digest of the history, and most steps mask none)
+    expired: dict[str, tuple[Item, str | None, bool]] = {}
     oldest = 0
     task = _young_task(items, opts)
     done = _done_task(items, opts)
     current = _current_task(items, opts)
     drawn = _drawn_blocks(items, ctx, opts)
     typed = functools.cache(lambda: _typed(items, ctx))
-    digests = any(_aged_digest(ctx.decisions.get(item.id)) and item.tokens >= EXPIRED_MIN_TOKENS
-                  for item in items)
+    # read only where a result's gist may start a batch (a pass over the history otherwise)
+    digests = functools.cache(lambda: any(
+        _aged_digest(ctx.decisions.get(item.id)) and item.tokens >= EXPIRED_MIN_TOKENS
+        for item in items))
+    decisions = ctx.decisions
     for item in items:
+        made = decisions.get(item.id)
+        if (made is not None and made.reason not in STILL_AGES and made.reason != MINIFIED_KEPT
+                and not (made.method == "summary" and made.reason == "aged")
+                and item.id not in due):
+            # decided for good (masked, pointed to, dropped) and no digest: none of the
+            # branches below takes it (a step walks the whole history, mostly such items)
+            continue
         before = done is not None and item.message_index < done
         # the current task's items age slower: they join at `mask_current_turns`
         aged = (item.age - (opts.mask_current_turns or 0) + after
@@ -95,11 +108,9 @@ def _expired_digests(
             # fold's notes of earlier tasks carry what their masks name, and a later task
             # re-types a script's name, a `sed` range (mini-SWE-agent queues: recall +0.03,
             # cost @0.1 -0.03; bench/README.md, "A finished task's masked shell turns")
-            expired[item.id] = Decision("compress", "mask", "aged", "mask", 1,
-                                        text=_masked_commands(item, opts, ctx, typed))
+            expired[item.id] = (item, None, True)
             oldest = max(oldest, 2 * after)
             continue
-        made = ctx.decisions.get(item.id)
         digest = made is not None and (
             (made.method == "summary" and made.reason == "aged") or made.reason == MINIFIED_KEPT)
         # an output kept as first sent counts as the client sent it: leaving out its layout
@@ -107,18 +118,17 @@ def _expired_digests(
         size = (ctx.originals.get(item.id, item).tokens if made is not None
                 and made.reason == MINIFIED_KEPT else item.tokens)
         if digest and size >= EXPIRED_MIN_TOKENS:
-            expired[item.id] = Decision("compress", "mask", "aged", "mask", 1,
-                                        text=_masked_commands(item, opts, ctx, typed))
+            expired[item.id] = (item, None, True)
             oldest = max(oldest, 2 * after if before else aged)
         elif (item.tokens >= EXPIRED_MIN_TOKENS and item.message_index < ctx.horizon
               and undecided(item, ctx.decisions) and item.rewritable
               and whole_block(item, opts) and item.id not in drawn):
             # a short content block sent whole (`whole_block_tokens`) joins a batch as a
             # digest would, never starts one: the prefix changes no more often than without
-            expired[item.id] = Decision("compress", "mask", "aged", "mask", 1)
+            expired[item.id] = (item, None, False)
         elif _old_turn(item, ctx, opts, digest, from_turns):  # joins a batch, never starts one...
-            expired[item.id] = Decision("compress", "mask", "aged", "mask", 1, arg=GIST)
-            if ("user" not in opts.kinds and not digests
+            expired[item.id] = (item, GIST, False)
+            if ("user" not in opts.kinds and not digests()
                     and item.message_index < item.clock.task_start):
                 # ... but where user turns are never digested (a text-tool agent's results,
                 # `text_tools_aging`), a result's gist starts the batch its digest would
@@ -142,8 +152,10 @@ def _expired_digests(
         # runs' cost @0.1, part five").
         least = oldest - after
         age = {item.id: item.age for item in items}
-        expired = {k: d for k, d in expired.items() if age[k] >= least}
-    return expired
+        expired = {k: v for k, v in expired.items() if age[k] >= least}
+    return {k: Decision("compress", "mask", "aged", "mask", 1, arg=arg,
+                        text=_masked_commands(item, opts, ctx, typed) if commands else None)
+            for k, (item, arg, commands) in expired.items()}
 
 
 def _masked_commands(item: Item, opts: CompressOptions, ctx: StageContext,
