@@ -46,7 +46,7 @@ import gzip
 import hashlib
 import subprocess
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -79,15 +79,16 @@ def is_cassette(path: str) -> bool:
     return "/cassettes/" in f"/{path}" and path.endswith((".yaml", ".yml"))
 
 
-def cassette_blobs(reader: RepoReader, rev: str) -> list[tuple[str, str]]:
-    """`(blob, path)` of every cassette version reachable from `rev`, as `git rev-list`
-    lists them (newest commit first), each blob once."""
+def cassette_blobs(reader: RepoReader, rev: str,
+                   keep: Callable[[str], bool] = is_cassette) -> list[tuple[str, str]]:
+    """`(blob, path)` of every version of the files `keep` selects (cassettes) reachable
+    from `rev`, as `git rev-list` lists them (newest commit first), each blob once."""
     listing = reader._git("rev-list", "--objects", "--missing=allow-any", rev)
     seen: set[str] = set()
     out = []
     for line in listing.splitlines():
         blob, _, path = line.partition(" ")
-        if path and is_cassette(path) and blob not in seen:
+        if path and keep(path) and blob not in seen:
             seen.add(blob)
             out.append((blob, path))
     return out

@@ -48,26 +48,34 @@ from bench.chat_corpus import (
     RepoReader,
     converter_main,
     corpus_stats,
-    n_calls,
     write_corpus,
 )
+from bench.crewai import cassette_blobs, read_blobs
 
 SOURCE = "OpenBMB/ToolBench"
 REV = "d56fdd89faf8c91fa135090b212bb9057ee5cfc2"
-ANSWERS = "data_example/answer"
 CORPUS = "toolbench"
 MODEL = "gpt-3.5-turbo-16k"
 MIN_CALLS = 3
 FINISH = "Finish"
 
 
-def answer_paths(reader: RepoReader, rev: str) -> list[str]:
-    """The answer files under `ANSWERS`, in path order."""
-    if reader.git:
-        names = reader._git("ls-tree", "-r", "--name-only", rev, "--", ANSWERS).split()
-    else:
-        names = [str(p.relative_to(reader.root)) for p in (reader.root / ANSWERS).rglob("*")]
-    return sorted(n for n in names if n.endswith(".json"))
+def is_answer(path: str) -> bool:
+    return "answer" in path and path.endswith(".json")
+
+
+def answer_files(reader: RepoReader, rev: str) -> list[tuple[str, bytes | None]]:
+    """`(path, bytes)` of every version of every answer file (`is_answer`) reachable from
+    `rev` (git, as `git rev-list` lists them, each blob once; `None` for a blob the
+    snapshot lacks), or of a checkout's files; then in path order."""
+    if not reader.git:
+        return sorted((str(p.relative_to(reader.root)), p.read_bytes())
+                      for p in reader.root.rglob("*.json")
+                      if is_answer(str(p.relative_to(reader.root))))
+    blobs = [(blob, path) for blob, path in cassette_blobs(reader, rev, is_answer)]
+    found = zip([p for _, p in blobs], read_blobs(reader.root, [b for b, _ in blobs]),
+                strict=True)
+    return sorted(found, key=lambda x: x[0])
 
 
 def chat_of(steps: Sequence[Sequence[Mapping[str, Any]]]) -> list[Message] | None:
@@ -117,12 +125,29 @@ def tools_of(functions: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         for f in functions]
 
 
+def model_of(path: str) -> str:
+    """The model a file's path names: ToolBench's ChatGPT, or its ToolLLaMA (`toolllama`
+    folders holding no ChatGPT answer)."""
+    low = path.lower()
+    return "ToolLLaMA" if "toolllama" in low and "chatgpt" not in low else MODEL
+
+
 def load(reader: RepoReader, rev: str) -> tuple[list[dict[str, Any]], Counter[str]]:
+    """The kept answers, in path order (versions as `git rev-list` lists them), and what was
+    counted on the way."""
     counts: Counter[str] = Counter()
     runs = []
-    for path in answer_paths(reader, rev):
-        counts["answer files"] += 1
-        gen = orjson.loads(reader.read(path, rev)).get("answer_generation") or {}
+    seen: set[bytes] = set()
+    for path, data in answer_files(reader, rev):
+        counts["answer file versions"] += 1
+        if data is None:
+            counts["absent from the snapshot"] += 1
+            continue
+        doc = orjson.loads(data)
+        gen = doc.get("answer_generation") if isinstance(doc, dict) else None
+        if not isinstance(gen, dict):
+            counts["not an answer (no answer_generation)"] += 1
+            continue
         steps = gen.get("train_messages") or []
         if not steps:
             counts["without train_messages (no valid path found)"] += 1
@@ -134,35 +159,44 @@ def load(reader: RepoReader, rev: str) -> tuple[list[dict[str, Any]], Counter[st
         if chat is None:
             counts["steps not one chat's prefixes"] += 1
             continue
-        group, name = Path(path).parts[-2:]
-        runs.append({"id": f"{CORPUS}/{group.split('_')[0]}/{name.split('_')[0]}",
-                     "path": path, "tools": tools_of(gen.get("function") or []),
-                     "messages": chat, "finish": gen.get("finish_type"),
+        tools = tools_of(gen.get("function") or [])
+        key = orjson.dumps([chat, tools])
+        if key in seen:
+            counts["seen already"] += 1
+            continue
+        seen.add(key)
+        runs.append({"id": f"{CORPUS}/{path.removesuffix('.json')}", "path": path,
+                     "model": model_of(path), "tools": tools, "messages": chat,
+                     "method": "CoT" if "CoT" in Path(path).name else "DFSDT",
+                     "finish": gen.get("finish_type"),
                      "backtracked": sum(1 for m in chat[2:] if m["role"] == "user"),
                      "queries": gen.get("query_count")})
     return runs, counts
 
 
-README = """# ToolBench DFSDT answers (ChatGPT over RapidAPI tools): one session per query
+README = """# ToolBench answers (ChatGPT / ToolLLaMA over RapidAPI tools): one session per query
 
-Converted by `bench/toolbench.py` (ctxgate) from `{answers}/` at commit `{commit}` of
-{source}. Licence of the source: Apache-2.0 (its `LICENSE`). Used for measurement only; not
-part of the ctxgate repository; do not commit it there.
+Converted by `bench/toolbench.py` (ctxgate) from every version of every answer file
+(`*answer*.json`: `data_example/answer/`, and `data/toolllama/*_answer/` of the history)
+reachable from commit `{commit}` of {source}. Licence of the source: Apache-2.0 (its
+`LICENSE`). Used for measurement only; not part of the ctxgate repository; do not commit it
+there.
 
 {stats}.
 
 - Each answer file's `answer_generation.train_messages`: the message lists of the steps of
-  the answer's path as sent to ChatGPT (`{model}`, the repository's README; function
-  calling), each with the reply. Kept: {kept} files of at least {min_calls} steps whose
-  requests are exactly the prefixes of the last step's list. Counted: {counts}.
+  the answer's path as sent to the model (function calling), each with the reply. Kept:
+  {kept} files of at least {min_calls} steps whose requests are exactly the prefixes of the
+  last step's list, each chat once. Counted: {counts}.
+- Models (from the file's path): {models}. Methods: {methods}.
 - `function_call` -> tool call `call_N`, `function` message -> `tool` message; the query's
   `function` list -> `tools`. The last reply's `Finish` call (never answered by a message)
   is written as its text: `Finish(<arguments>)`.
 - Finish: {finish}. {backtracked} sessions carry a DFSDT backtracking user turn (the
-  failed candidates listed); the whole search made {queries} model calls for these
-  queries, of which the sessions hold the answer path's.
+  failed candidates listed); the whole searches made {queries} model calls, of which the
+  sessions hold the answer paths'.
 - Tool answers are as ToolBench recorded them (cut to about 1,000 characters).
-- One session per query, files in path order. No queue folder: each query's system prompt
+- One session per answer file, in path order. No queue folder: each query's system prompt
   lists its own tools.
 """
 
@@ -177,18 +211,21 @@ def convert(repo: Path, out: Path, *, rev: str = REV, queue_calls: int = 0
         raise ValueError(f"{repo}@{rev}: no answer of {MIN_CALLS} steps or more")
     source = f"{SOURCE}@{commit[:7]}"
     sessions = [{"id": r["id"], "source": source, "path": r["path"],
-                 "agent": "ToolBench DFSDT (function calling over RapidAPI)", "model": MODEL,
-                 "task_id": None, "tools": r["tools"], "messages": r["messages"]}
+                 "agent": f"ToolBench {r['method']} (function calling over RapidAPI)",
+                 "model": r["model"], "task_id": None, "tools": r["tools"],
+                 "messages": r["messages"]}
                 for r in runs]
+
+    def tally(key: str) -> str:
+        return ", ".join(f"`{k}` {v}" for k, v in
+                         Counter(str(r[key]) for r in runs).most_common())
+
     readme = README.format(
-        answers=ANSWERS, commit=commit, source=SOURCE, stats=corpus_stats(sessions),
-        model=MODEL, kept=len(runs), min_calls=MIN_CALLS,
-        counts="; ".join(f"{k} {v}" for k, v in sorted(counts.items())),
-        finish=", ".join(f"`{k}` {v}" for k, v in
-                         Counter(str(r["finish"]) for r in runs).most_common()),
+        commit=commit, source=SOURCE, stats=corpus_stats(sessions), kept=len(runs),
+        min_calls=MIN_CALLS, counts="; ".join(f"{k} {v}" for k, v in sorted(counts.items())),
+        models=tally("model"), methods=tally("method"), finish=tally("finish"),
         backtracked=sum(1 for r in runs if r["backtracked"]),
         queries=sum(int(r["queries"] or 0) for r in runs))
-    assert all(n_calls(s["messages"]) >= MIN_CALLS for s in sessions)
     return {CORPUS: write_corpus(out / CORPUS, sessions, readme)}
 
 

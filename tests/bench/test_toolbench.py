@@ -1,9 +1,10 @@
 """`bench/toolbench.py` on tiny ToolBench answer files committed to a git repository written
-here (not the real data): a file is kept when its steps are one chat's prefixes (3 steps or
-more), function calls become tool calls answered by tool messages, the last `Finish` call
-becomes text; a backtracked step off the final path, a file without `train_messages` and a
-2-step file are left out; and, where the mirror of `OpenBMB/ToolBench` is on this machine,
-the real answers."""
+here (not the real data), in two commits: every version of every answer file is read, a
+file is kept when its steps are one chat's prefixes (3 steps or more), function calls
+become tool calls answered by tool messages, the last `Finish` call becomes text; a
+backtracked step off the final path, a file without `train_messages`, a 2-step file, a
+non-answer file and a chat seen already are left out; and, where the mirror of
+`OpenBMB/ToolBench` is on this machine, the real answers."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 
 from bench import corpora, toolbench
 from bench.yardstick import call_ends
-from tests.bench.converted import committed, rows
+from tests.bench.converted import committed, git, rows
 
 MIRROR = Path("/work/.mirror/OpenBMB+ToolBench/repo")
 SYSTEM = {"role": "system", "content": "You are AutoGPT, you can use many tools(functions)."}
@@ -72,7 +73,21 @@ def source(tmp_path: Path) -> tuple[Path, str]:
     write(g2, "5_ChatGPT_DFS_woFilter_w2.json", None)
     write(g2, "6_ChatGPT_DFS_woFilter_w2.json", [CHAT[:3], CHAT[:5]])
     (repo / "README.md").write_text("ToolBench\n")
-    return committed(repo, "answers")
+    committed(repo, "answers")
+    # second commit: the first file's chat copied to another file (kept once: the version
+    # `git rev-list` lists first), a ToolLLaMA answer, a processed file that is no answer
+    moved = g1 / "10_ChatGPT_DFS_woFilter_w2.json"
+    (g1 / "10_copy_DFS_woFilter_w2.json").write_text(json.dumps(json.loads(moved.read_text()),
+                                                                indent=1))
+    moved.unlink()
+    llama = repo / "data/toolllama/pipeline_answer/toolllama"
+    write(llama, "7_DFS_woFilter_w2.json",
+          steps([*CHAT[:-1], call("Finish", {"return_type": "give_up_and_restart"})]))
+    (repo / "data/toolllama/processed_answer").mkdir(parents=True)
+    (repo / "data/toolllama/processed_answer/G1.json").write_text("[]")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "more")
+    return repo / ".git", git(repo, "rev-parse", "HEAD")
 
 
 def test_converts_answer_paths_that_the_replay_reads(source: tuple[Path, str],
@@ -82,10 +97,15 @@ def test_converts_answer_paths_that_the_replay_reads(source: tuple[Path, str],
 
     written = toolbench.convert(repo, out, rev=rev)
 
-    assert written == {"toolbench": 2}
+    assert written == {"toolbench": 3}
     assert corpora.extra_jsonl(out) == ["toolbench"]
     runs = corpora.load("toolbench", out)
-    assert [s.id for s in runs] == ["toolbench/G1/10", "toolbench/G2/3"]
+    assert [s.id for s in runs] == [
+        "toolbench/data/toolllama/pipeline_answer/toolllama/7_DFS_woFilter_w2",
+        "toolbench/data_example/answer/G1_answer/10_ChatGPT_DFS_woFilter_w2",
+        "toolbench/data_example/answer/G2_answer/3_ChatGPT_DFS_woFilter_w2"]
+    llama, runs = runs[0], runs[1:]
+    assert [len(call_ends(llama.messages))] == [3]
     first = runs[0].messages
     assert first[:2] == [SYSTEM, QUERY]
     assert first[2] == {"role": "assistant", "content": None, "tool_calls": [
@@ -102,13 +122,15 @@ def test_converts_answer_paths_that_the_replay_reads(source: tuple[Path, str],
     # the backtracking turn kept as a user turn, without its `valid` field
     assert runs[1].messages[4] == {"role": "user", "content": BACK["content"]}
     lines = rows(out, "toolbench")
-    assert {s["model"] for s in lines} == {"gpt-3.5-turbo-16k"}
-    assert lines[0]["tools"][0] == {"type": "function", "function": {
+    assert [s["model"] for s in lines] == ["ToolLLaMA", "gpt-3.5-turbo-16k",
+                                           "gpt-3.5-turbo-16k"]
+    assert lines[1]["tools"][0] == {"type": "function", "function": {
         "name": "weather_for_w", "description": "weather of a city",
         "parameters": FUNCTIONS[0]["parameters"]}}
     readme = (out / "toolbench" / "README.md").read_text()
     assert "Apache-2.0" in readme and f"`{rev}`" in readme
-    assert "answer files 5" in readme and "of fewer than 3 steps 1" in readme
+    assert "answer file versions 8" in readme and "of fewer than 3 steps 1" in readme
+    assert "seen already 1" in readme and "not an answer (no answer_generation) 1" in readme
     assert "steps not one chat's prefixes 1" in readme
     assert "without train_messages (no valid path found) 1" in readme
     assert "1 sessions carry a DFSDT backtracking user turn" in readme
@@ -117,7 +139,7 @@ def test_converts_answer_paths_that_the_replay_reads(source: tuple[Path, str],
 @pytest.mark.skipif(not MIRROR.is_dir(), reason=f"no mirror of OpenBMB/ToolBench at {MIRROR}")
 def test_the_recorded_answers(tmp_path: Path) -> None:
     written = toolbench.convert(MIRROR, tmp_path)
-    assert written == {"toolbench": 9}
+    assert written == {"toolbench": 13}
     runs = corpora.load("toolbench", tmp_path)
-    assert sum(len(call_ends(s.messages)) for s in runs) == 35
+    assert sum(len(call_ends(s.messages)) for s in runs) == 52
     assert all(s.messages[-1]["role"] == "assistant" for s in runs)
