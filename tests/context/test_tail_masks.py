@@ -16,7 +16,10 @@ from tests.context.test_calls_left import _run
 def test_a_tail_rewrite_repays_over_the_calls_left() -> None:
     # 400 tokens cached at 0.1 (40) -> 40 at full price now, 360 * 0.1 saved on each later call
     assert tail_mask_repays(400, 40, 2, 0.1)
-    assert tail_mask_repays(400, 40, 1, 0.1)  # even on the last call: 40 <= 40
+    # never on the last call: it would save on that call alone (here 40 <= 40 cached) and
+    # still change the cached prefix
+    assert not tail_mask_repays(400, 40, 1, 0.1)
+    assert not tail_mask_repays(400, 4, 1, 0.1)
     assert not tail_mask_repays(400, 60, 1, 0.1)
     assert not tail_mask_repays(100, 60, 2, 0.1)
     assert tail_mask_repays(100, 20, 4, 0.1)
