@@ -14,7 +14,7 @@ import hashlib
 import logging
 import time
 from bisect import bisect_left
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -52,6 +52,7 @@ from gateway.context.fold import FoldMemo, fold, task_bound
 from gateway.context.forecast import Budget, ForecastStore, forecast_budget
 from gateway.context.injection import InjectedBlock, PlaybookSource, inject_block
 from gateway.context.items import (
+    PINNED,
     Item,
     Layout,
     ParsedRequest,
@@ -512,6 +513,9 @@ class ContextEngine:
         """Every item: remembered decisions, a compaction step when due, render."""
         parsed = r.parsed or self._parsed(r)
         pinned = r.fixed + sum(item.tokens for item in parsed.items if item.pinned)
+        if pinned > r.budget.input:
+            parsed = _text_call_unpinned(r.messages, parsed)
+            pinned = r.fixed + sum(item.tokens for item in parsed.items if item.pinned)
         if pinned > r.budget.input:
             return await self._overflow(r, parsed, pinned)
         final, ctx, stepped, applied = await self._fit_items(
@@ -1249,3 +1253,21 @@ def text_tools_aging(cls: TaskClass, text: TextTools | None = None) -> TaskClass
     stages = cls.stages.model_copy(update={"compress": compress.model_copy(
         update={"kinds": kinds})})
     return cls.model_copy(update={"stages": stages, "text_tools": text or TextTools()})
+
+
+def _text_call_unpinned(
+    messages: Sequence[Mapping[str, Any]], parsed: ParsedRequest
+) -> ParsedRequest:
+    """`parsed` with the text call the latest observation answers unpinned: an agent that
+    acts in prose (`Action: Bash(code=...)` answered by a user turn) has its latest such
+    turn pinned as an open exchange, but no protocol ties the observation to it, so when
+    the pinned content alone is over the budget it is cut as any older turn rather than
+    the call refused (issue 7: a refusal only when nothing else works)."""
+    items = [
+        replace(item, pinned=False)
+        if (item.pinned and item.kind == "assistant"
+            and not messages[item.message_index].get(PINNED))
+        else item
+        for item in parsed.items
+    ]
+    return replace(parsed, items=items)
