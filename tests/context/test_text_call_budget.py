@@ -1,0 +1,107 @@
+"""Under a budget, an agent acting in prose (DA-Code's `Action: Python(file_path=...)`
+answered by an `Observation:` user turn, no API tools) has the text call its latest
+observation answers cut like any other turn when the pinned content alone is over the
+budget, instead of the call being refused (issue 7: a refusal only when nothing else
+works; bench/README.md, "Under a budget, a text call's turn is cut, not the call
+refused"). An API tool call the call ends on stays pinned: its results need it."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+
+from gateway.context.engine import CallContext, ContextEngine
+from gateway.context.items import parse_request
+from gateway.errors import ContextBudgetExceeded
+from tests.context.sessions import drops_add_up
+
+SYSTEM = (
+    "# CONTEXT #\nYou are a data scientist proficient in analyzing data. You act with Bash "
+    "commands and Python code.\n# ACTION SPACE #\n## Bash Action\n* Signature: "
+    'Bash(code="shell_command")\n## Python Action\n* Signature: '
+    'Python(file_path="path/to/python_file"):\n```python\nexecutable_python_code\n```\n'
+    "# TASK #\nTest whether frog B and frog D have the same mean impact force with a "
+    "two-sample bootstrap test and write the p-value to result.csv.\n"
+)
+CODE = "\n".join(
+    f"bs_replicates_{k} = draw_bs_reps(frog_shifted_{k}, np.mean, size=10000)"
+    for k in range(40)
+)
+ACTION = (
+    "Thought: The dataset is frog_tongue.csv. I will run the bootstrap test in Python.\n\n"
+    'Action: Python(file_path="./analyze_frog_data.py"):\n```python\nimport numpy as np\n'
+    f"{CODE}\nresult.to_csv('result.csv', index=False)\n```"
+)
+OBSERVATION = (
+    "Observation: Traceback (most recent call last):\n"
+    '  File "/workspace/./analyze_frog_data.py", line 13, in <module>\n'
+    "    df = pd.read_csv('frog_tongue.csv')\nFileNotFoundError: frog_tongue.csv"
+)
+
+
+def _text_call() -> list[dict[str, Any]]:
+    return [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": "Observation: You are in the folder now."},
+        {"role": "assistant", "content": 'Thought: I list the files.\n\nAction: Bash(code="ls")'},
+        {"role": "user", "content": "Observation: README.md  frog.csv  tips.md"},
+        {"role": "assistant", "content": ACTION},
+        {"role": "user", "content": OBSERVATION},
+    ]
+
+
+def _call(budget: int) -> CallContext:
+    return CallContext("t-text-budget", uuid.uuid4().hex, {
+        "x-ctxgate-session-id": uuid.uuid4().hex,
+        "x-ctxgate-budget-tokens": str(budget),
+        "x-ctxgate-task-class": "default",
+    })
+
+
+def _sizes(engine: ContextEngine, body: dict[str, Any]) -> tuple[int, dict[int, int], int]:
+    """The call's tokens, each message's, and what the engine pins."""
+    parsed = parse_request(body, engine.counter, "o200k_base")
+    per: dict[int, int] = {}
+    for item in parsed.items:
+        per[item.message_index] = per.get(item.message_index, 0) + item.tokens
+    return parsed.tokens, per, parsed.base_tokens + sum(
+        i.tokens for i in parsed.items if i.pinned)
+
+
+async def test_a_text_call_over_the_budget_is_cut_not_refused(engine: ContextEngine) -> None:
+    body = {"messages": _text_call()}
+    tokens, per, pinned = _sizes(engine, body)
+    assert pinned >= tokens - per[1] - per[2] - per[3]  # the action its observation answers
+    # room for the system prompt and the latest observation, not for the action as sent
+    budget = pinned - per[4] // 2
+    fitted = await engine.fit(body, _call(budget))
+    assert fitted.tokens_after <= budget
+    out = fitted.body["messages"]
+    assert out[0]["content"] == SYSTEM and out[-1]["content"] == OBSERVATION
+    action = next(m["content"] for m in out if "Action: Python" in m["content"])
+    assert 'Python(file_path="./analyze_frog_data.py")' in action  # a digest, not a drop
+    assert len(action) < len(ACTION)
+    assert drops_add_up(fitted)
+
+
+async def test_what_the_protocol_needs_still_refuses(engine: ContextEngine) -> None:
+    """Over the budget with the system prompt and the latest observation alone: refused."""
+    body = {"messages": _text_call()}
+    _, per, _ = _sizes(engine, body)
+    with pytest.raises(ContextBudgetExceeded):
+        await engine.fit(body, _call(per[0] + per[5] - 5))
+    # an API tool call the call ends on stays pinned with its result
+    calls = [{"id": "c1", "type": "function",
+              "function": {"name": "python", "arguments": '{"code": "' + CODE + '"}'}}]
+    api = {"messages": [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": "Test the frogs' mean impact force."},
+        {"role": "assistant", "content": "I run the test.", "tool_calls": calls},
+        {"role": "tool", "tool_call_id": "c1", "content": OBSERVATION},
+    ]}
+    _, _, pinned = _sizes(engine, api)
+    with pytest.raises(ContextBudgetExceeded) as info:
+        await engine.fit(api, _call(pinned - 20))
+    assert info.value.needed >= pinned - 20
