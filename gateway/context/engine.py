@@ -52,7 +52,6 @@ from gateway.context.fold import FoldMemo, fold, task_bound
 from gateway.context.forecast import Budget, ForecastStore, forecast_budget
 from gateway.context.injection import InjectedBlock, PlaybookSource, inject_block
 from gateway.context.items import (
-    PINNED,
     Item,
     Layout,
     ParsedRequest,
@@ -1258,15 +1257,22 @@ def text_tools_aging(cls: TaskClass, text: TextTools | None = None) -> TaskClass
 def _text_call_unpinned(
     messages: Sequence[Mapping[str, Any]], parsed: ParsedRequest
 ) -> ParsedRequest:
-    """`parsed` with the text call the latest observation answers unpinned: an agent that
-    acts in prose (`Action: Bash(code=...)` answered by a user turn) has its latest such
-    turn pinned as an open exchange, but no protocol ties the observation to it, so when
-    the pinned content alone is over the budget it is cut as any older turn rather than
-    the call refused (issue 7: a refusal only when nothing else works)."""
+    """`parsed` with the text call the latest observation answers unpinned. An agent that
+    acts in prose (`Action: Bash(code=...)`, `search_class("X")`, answered by user turns)
+    has its latest such exchange pinned as an open one (`Layout.open_from`), but no protocol
+    ties those user turns to the call (an API tool result needs its call, a user turn does
+    not): when the pinned content alone is over the budget, the exchange's turns but the
+    latest user message are cut as any older turn rather than the call refused (issue 7: a
+    refusal only when nothing else works)."""
+    layout = parsed.layout
+    start = layout.open_from if layout is not None else None
+    if layout is None or start is None or messages[start].get("tool_calls"):
+        return parsed
     items = [
         replace(item, pinned=False)
-        if (item.pinned and item.kind == "assistant"
-            and not messages[item.message_index].get(PINNED))
+        if (item.pinned and item.message_index >= start and item.kind != "system"
+            and item.message_index not in layout.pins
+            and not (item.message_index == layout.latest_user and item.kind != "knowledge"))
         else item
         for item in parsed.items
     ]
