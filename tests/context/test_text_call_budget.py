@@ -105,3 +105,31 @@ async def test_what_the_protocol_needs_still_refuses(engine: ContextEngine) -> N
     with pytest.raises(ContextBudgetExceeded) as info:
         await engine.fit(api, _call(pinned - 20))
     assert info.value.needed >= pinned - 20
+
+
+async def test_a_text_exchange_before_the_latest_user_turn_is_cut_too(
+    engine: ContextEngine,
+) -> None:
+    """AutoCodeRover: the harness answers the agent's `search_class("Parent")` with a long
+    result, then asks for an analysis in a short user turn. The result, pinned with the
+    exchange, is cut rather than the call refused; the latest user turn stays."""
+    code = "\n".join(f"<file>tests/app_{k}/models.py</file> <code>class Parent{k}(Model): "
+                     f"name_{k} = CharField(max_length={k})</code>" for k in range(60))
+    messages = [
+        {"role": "system", "content": "You are a software developer maintaining a project."},
+        {"role": "user", "content": "<issue>Inherited model ignores -pk ordering.</issue>"},
+        {"role": "assistant", "content": 'I will search for the class.\nsearch_class("Parent")'},
+        {"role": "user", "content": f'Result of search_class("Parent"):\n{code}'},
+        {"role": "user", "content": "Let's analyze collected context first"},
+    ]
+    body = {"messages": messages}
+    tokens, per, pinned = _sizes(engine, body)
+    assert pinned >= per[0] + per[2] + per[3] + per[4]  # the exchange is pinned as sent
+    budget = int(0.6 * tokens)
+    assert per[0] + per[4] < budget < pinned
+    fitted = await engine.fit(body, _call(budget))
+    assert fitted.tokens_after <= budget
+    out = fitted.body["messages"]
+    assert out[-1]["content"] == messages[-1]["content"]
+    assert any(m["content"].startswith('Result of search_class("Parent")') for m in out)
+    assert drops_add_up(fitted)
