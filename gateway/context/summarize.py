@@ -25,6 +25,7 @@ from typing import Any
 
 import orjson
 
+from gateway.context.encoded import describe, without_encoded
 from gateway.context.focus import current_terms, focus_hits, focus_parts, lead_terms
 
 _ERROR = re.compile(
@@ -233,7 +234,7 @@ def _mentions(
     """The values of the omitted text that appear nowhere else the model will see
     (`periods`: `values`'s); `written`: listed as the text writes them (`_written_forms`)."""
     seen = set(values(compact, periods)) | known
-    source = _LINE_NO.sub(" ", original)
+    source = _LINE_NO.sub(" ", without_encoded(original))  # no pieces of encoded data
     current = current_terms(focus)
     later = level >= 3 and bool(current) and not notable_only  # a queue's later task
     folders = _folders(source) - _folders(compact) if later else set()
@@ -498,7 +499,7 @@ def shell_digest(text: str, known: frozenset[str] = frozenset(), original: str =
     if not lines:
         return ""
     seen = set(values(lines)) | known
-    source = _LINE_NO.sub(" ", _shell_bodies(original or text))
+    source = _LINE_NO.sub(" ", without_encoded(_shell_bodies(original or text)))
     lost = sorted((v for v in (_long_path(v, source) for v in values(source))
                    if v.lstrip("/") not in seen and _NOTABLE.search(v)
                    and (v.startswith("/") or (len(v) <= 80 and not _HASH.search(v)))
@@ -1175,6 +1176,9 @@ def summarize(
         # the text as a content block's (its lines, its fields, the links naming records)
         head, text = record
         payload = text
+    if not prose:  # encoded data (base64, a `data:` URI) kept as what it is and how long
+        text = describe(text)
+        payload = text if payload is not None else None
     source = text if prose else _PROMPT.sub("", text)
     # A turn's prose lists only the notable values it omits (names with digits, `_`, `.`, `/`,
     # camelCase), at the digest level too: an aged turn is re-sent at full price once, at
