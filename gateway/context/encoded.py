@@ -27,7 +27,10 @@ _ENCODED = re.compile(
     # a run standing alone: after a space, quote, `:` or an escaped newline, never inside
     # a path, a URL's segment or query (`/`, `=`, `.`), or a longer name
     r"|(?:(?<![\w+/=.\\-])|(?<=\\[nrt]))"
-    r"(?P<run>[A-Za-z0-9+/]{60,}(?:(?:\r?\n|\\n)[A-Za-z0-9+/]{60,})*={0,2}"
+    # wrapped (MIME, PEM: lines of 64 or 76), its last line shorter where padded (`=`: a
+    # short line of text after the run is not taken for it)
+    r"(?P<run>[A-Za-z0-9+/]{60,}(?:(?:(?:\r?\n|\\n)[A-Za-z0-9+/]{60,})+"
+    r"(?:(?:\r?\n|\\n)[A-Za-z0-9+/]{1,59}(?==))?)?={0,2}"
     r"|[A-Za-z0-9_-]{100,}={0,2})(?![\w+/=.-])"
 )
 _SEPARATORS = re.compile(r"\s|\\[nrt]")
