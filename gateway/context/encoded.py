@@ -13,6 +13,7 @@ words), a CamelCase or Title-Case name (a change of case per word, not every oth
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 
 ENCODED_MIN_CHARS = 100  # shorter runs are ids, keys, tokens: listed like any value
@@ -56,7 +57,7 @@ def looks_encoded(run: str) -> bool:
     if upper < ENCODED_CASE_SHARE * n or lower < ENCODED_CASE_SHARE * n or upper + lower == n:
         return False  # no capitals (hex, a path), no small letters, or no digits at all
     kinds = [_kind(c) for c in alnum]
-    changes = sum(a != b for a, b in zip(kinds, kinds[1:], strict=False))
+    changes = sum(a != b for a, b in itertools.pairwise(kinds))
     return changes >= ENCODED_CHANGES * n
 
 

@@ -62,7 +62,8 @@ def test_structure_decides_not_words() -> None:
 def test_wrapped_base64_and_data_uris_are_said_too() -> None:
     payload = base64.encodebytes(bytes(range(256)) * 3 + b"x").decode()  # 76-char lines, padded
     escaped = "certificate-data:\\n" + payload.replace("\n", "\\n") + "done"
-    assert describe(escaped) == f"certificate-data:\\n[base64 data, {len(payload) - payload.count(chr(10)):,} chars]\\ndone"
+    chars = len(payload) - payload.count("\n")
+    assert describe(escaped) == f"certificate-data:\\n[base64 data, {chars:,} chars]\\ndone"
     uri = f'<img src="data:image/png;base64,{VIDEO[:400]}"> logo'
     assert describe(uri) == '<img src="data:image/png;base64,[base64 data, 400 chars]"> logo'
     url = f"https://shop.example/filter/{VIDEO[:200]}=/page"  # a URL's segment: not touched
@@ -72,7 +73,8 @@ def test_wrapped_base64_and_data_uris_are_said_too() -> None:
 async def test_an_old_base64_result_is_digested_to_what_it_is(engine: ContextEngine) -> None:
     tools = [{"type": "function", "function": {"name": "read_file",
                                                 "parameters": {"type": "object"}}}]
-    results = [video_result()] + [f"notes {k}: the clip is {k + 3} seconds long." for k in range(12)]
+    notes = [f"notes {k}: the clip is {k + 3} seconds long." for k in range(12)]
+    results = [video_result(), *notes]
     messages = reading_session("Describe the video and its notes.", results, "read_file",
                                say="Next.", closing="Reading it.")
     fits = await fit_each_call(engine, messages, tools, "t-b64", "b64")
