@@ -34,6 +34,8 @@ _ENCODED = re.compile(
     r"(?:(?:\r?\n|\\n)[A-Za-z0-9+/]{1,59}(?==))?)?={0,2}"
     r"|[A-Za-z0-9_-]{100,}={0,2})(?![\w+/=.-])"
 )
+# A cheap first look: a text without such a stretch has no encoded run (most tool texts).
+_CANDIDATE = re.compile(r"[A-Za-z0-9+/_-]{60}|data:")
 _SEPARATORS = re.compile(r"\s|\\[nrt]")
 # What a digest keeps of a run: what it is and how long (`describe`); never listed as values.
 _MARKER = re.compile(r"\[base64 data, [\d,]+ chars\]")
@@ -69,7 +71,7 @@ def _chars(payload: str) -> str:
 def describe(text: str) -> str:
     """`text` with each encoded run (`looks_encoded`, a `data:` URI's payload) replaced by
     what it is and how long: `[base64 data, 13,368 chars]`."""
-    if len(text) < ENCODED_MIN_CHARS:
+    if len(text) < ENCODED_MIN_CHARS or not _CANDIDATE.search(text):
         return text
 
     def said(m: re.Match[str]) -> str:
