@@ -639,7 +639,7 @@ class ContextEngine:
             memo.original(messages, encoding, lambda i: message_head(
                 i, messages[i], self.counter, encoding, parts)),
             lambda text: self.counter.count(text, encoding), memo, gate,
-            layout.clock.task_statement if layout.clock.api_calls else -1)
+            layout.clock.task_statement if layout.clock.api_calls else -1, messages)
         if folded is None:
             return fitted
         return replace(fitted, messages=folded.messages, plan=folded.plan, changed=True,

@@ -104,6 +104,10 @@ MIN_TURNS = 2  # turns a turns run folds at least (one turn gains nothing)
 # (one run from the session's start made every step re-send the whole call: tau2-bench
 # retail-4.1 queues' cost @0.1 64.5 -> 58.5%; bench/README.md, "Old turns folded").
 TURNS_BLOCK = 64
+# An aged reply's code words a turns note names: those the agent's code typed in at least
+# this many replies so far (`code_words`)
+TYPED = 2
+CODE_WORDS = 4  # and at most this many a note, the most typed first
 TURNS_HEAD = re.compile(r"\[ctxgate: \d+ turns folded\]")  # a turns note's first line
 _DIGEST_ONLY = re.compile(r"\[…\d+ lines\]")  # a digest's cut: it names nothing
 # A digest's list of what it left out (`summarize._mentions`, `_with_line`), and its count of
@@ -518,6 +522,31 @@ def pattern_words(reply: str) -> list[str]:
     return list(dict.fromkeys(w for w in words if _PATTERN.search(w) and _value_word(w) is None))
 
 
+_NAME_CUT = re.compile(r"[^\w./-]+")  # what joins a code word's names: `=`, `(`, quotes
+_COMPOUND = re.compile(r"[A-Za-z][_./]\w|\w[_./][A-Za-z]")  # `test_size`, `df.fit`, `./a.py`
+_CALLS = re.compile(r"\w\(")  # a line outside a fence that calls something: `f(x=1)`
+
+
+@functools.lru_cache(maxsize=4096)
+def code_words(reply: str) -> tuple[str, ...]:
+    """The words that carry a notable value (`value_words`) of a reply's code lines as the
+    client sent it: its fenced blocks' lines and the lines outside a fence that call
+    something (a text action, `run(file="./a.py")`), once each. A turns note reads the
+    reply as last sent, which an aged reply's placeholder or digest had cut to nothing: the
+    agent re-types its own code words (`random_state`, `test_size`, its script names) in
+    its next tasks (DA-Code queues; bench/README.md, "A turns note keeps its code words")."""
+    lines: list[str] = []
+    fenced = False
+    for line in reply.splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        elif fenced or _CALLS.search(line):
+            lines.append(line)
+    return tuple(dict.fromkeys(
+        n for w in value_words("\n".join(lines)) for n in _NAME_CUT.split(w)
+        if _COMPOUND.search(n) and _value_word(n) is not None))
+
+
 def short_call(line: str) -> str:
     """A fold note's call line whose values run past `LONG_ARGS` characters, its free text
     (a summary, a message: a value past `PROSE_PIECE` characters, and the lower-case pieces
@@ -569,18 +598,24 @@ def mentioned(text: str) -> list[str]:
 
 
 def turns_note(messages: Sequence[Mapping[str, Any]], run: Run,
-               earlier: Earlier | None = None) -> str:
+               earlier: Earlier | None = None, written: Sequence[str] = (),
+               typed: Mapping[str, int] | None = None) -> str:
     """What a turns run is sent as: a header and what its turns named, once each in the
     call (`earlier`: the call's turns notes before it) — a user text as sent (a
     placeholder: only the values it mentions; a digest: its kept lines and its mentions,
     `digest_values`), the
     fold notes' lines (a call already there whose result named nothing new: gone), the
     words of a reply that carry a notable value (`summarize.notable`), as written; the
-    rest of a reply's words and a placeholder's excerpt go."""
+    rest of a reply's words and a placeholder's excerpt go. `written`: the run's messages
+    as the client sent them (from `run.user`; empty: not known): a reply sent aged also
+    names its code words as written (`code_words`) that are `typed` (in two replies'
+    code so far: what the agent types again; its scripts' one-off names rarely)."""
     before = earlier or Earlier()
     lines: list[str] = []
     seen: set[str] = set(before.lines)
     note = ""
+    code: list[str] = []  # the aged replies' typed code words (`written`)
+    times = typed or {}
 
     def add(line: str) -> None:
         nonlocal note
@@ -612,6 +647,11 @@ def turns_note(messages: Sequence[Mapping[str, Any]], run: Run,
         reply = str(messages[k + 1].get("content") or "")
         words = [*value_words(reply), *pattern_words(reply)]
         add(" ".join(w for w in dict.fromkeys(words) if not known(w)))
+        client = written[k + 1 - run.user] if k + 1 - run.user < len(written) else reply
+        if client != reply:
+            code += (w for w in code_words(client) if w in times)
+    code = [w for w in dict.fromkeys(code) if not known(w)]
+    add(" ".join(sorted(code, key=lambda w: -times[w])[:CODE_WORDS]))
     return f"[ctxgate: {(run.end - run.user + 1) // 2} turns folded]{note}"  # TURNS_HEAD
 
 
@@ -622,15 +662,17 @@ NoteCache = dict[tuple[Any, ...], tuple[str, int]]
 
 def _turns_note(messages: Sequence[Mapping[str, Any]], run: Run, count: Callable[[str], int],
                 cache: NoteCache | None, made: NoteCache | None,
-                earlier: Earlier) -> tuple[str, int]:
+                earlier: Earlier, written: Sequence[str] = (),
+                typed: Mapping[str, int] | None = None) -> tuple[str, int]:
     """`turns_note` of `run` and its tokens, taken from `cache` when the run's contents and
     the notes before it are the ones it was made from (a step re-makes only the notes of
     the runs it changed and after: the older blocks' stay byte for byte), else made; put
     in `made`."""
-    key = (earlier.text, *(m.get("content") for m in messages[run.user:run.end + 1]))
+    key = (earlier.text, *(m.get("content") for m in messages[run.user:run.end + 1]),
+           *written, *sorted((typed or {}).items()))
     known = cache.get(key) if cache is not None else None
     if known is None:
-        text = turns_note(messages, run, earlier)
+        text = turns_note(messages, run, earlier, written, typed)
         known = (text, count(text))
     if made is not None:
         made[key] = known
@@ -641,7 +683,8 @@ def fold_turns(folded: Folded, runs: Sequence[Run], original: Original,
                count: Callable[[str], int], cache: NoteCache | None = None,
                made: NoteCache | None = None,
                users: tuple[UserCopies, UserCopies] | None = None,
-               made_events: FoldEvents | None = None) -> Folded:
+               made_events: FoldEvents | None = None,
+               client: Sequence[Mapping[str, Any]] = ()) -> Folded:
     """`folded` with each turns run's messages but its last reply gone and its first user
     message sent as the run's note (`turns_note`); every client message from that one to
     the last reply (the exchanges an earlier fold took included) gets one event, reason
@@ -659,9 +702,24 @@ def fold_turns(folded: Folded, runs: Sequence[Run], original: Original,
     delta = folded.delta
     floating = set(folded.floating)
     earlier = Earlier()
+    times: dict[str, int] = {}  # per code word: the client replies so far whose code has it
+    read = 0  # the client messages `times` has counted
     for run in runs:
         first, last = plan[run.user][0], plan[run.end][0]
-        text, tokens = _turns_note(messages, run, count, cache, made, earlier)
+        written: tuple[str, ...] = ()
+        typed: dict[str, int] = {}
+        if client:
+            written = tuple(str(client[plan[p][0]].get("content") or "")
+                            for p in range(run.user, run.end + 1))
+            for reply in client[read:plan[run.end][0] + 1]:
+                if reply.get("role") == "assistant":
+                    for word in code_words(str(reply.get("content") or "")):
+                        times[word] = times.get(word, 0) + 1
+            read = max(read, plan[run.end][0] + 1)
+            typed = {w: times[w] for text in written[1::2] for w in code_words(text)
+                     if times.get(w, 0) >= TYPED}
+        text, tokens = _turns_note(messages, run, count, cache, made, earlier, written,
+                                   typed)
         olds: dict[int, Sequence[DropEvent]] = {
             i: by_index.get(i, []) for i in range(first, last)}
         heads = {i: original(i) for i in range(first, last)}
@@ -810,6 +868,7 @@ def fold(
     memo: FoldMemo,
     gate: Callable[[], bool] = lambda: True,
     short_before: int = -1,
+    client: Sequence[Mapping[str, Any]] = (),
 ) -> Folded | None:
     """The forwarded `messages` (rendered by `plan`; None: all as sent) with the runs
     behind `horizon` folded, or None when there is none or `gate` (asked only when the
@@ -853,7 +912,7 @@ def fold(
     if turn_runs:
         notes: NoteCache = {}
         folded = fold_turns(folded, turn_runs, original, count, memo.notes, notes, users,
-                            made[1])
+                            made[1], client)
         memo.notes = notes
     if folded.messages is messages:
         return None
