@@ -107,7 +107,7 @@ TURNS_BLOCK = 64
 # An aged reply's code words a turns note names: those the agent's code typed in at least
 # this many replies so far (`code_words`)
 TYPED = 2
-CODE_WORDS = 4  # and at most this many a note, the most typed first
+CODE_WORDS = 2  # and at most this many a note, the most typed first
 TURNS_HEAD = re.compile(r"\[ctxgate: \d+ turns folded\]")  # a turns note's first line
 _DIGEST_ONLY = re.compile(r"\[…\d+ lines\]")  # a digest's cut: it names nothing
 # A digest's list of what it left out (`summarize._mentions`, `_with_line`), and its count of
