@@ -613,7 +613,9 @@ class ContextEngine:
         (`fold.task_bound`): an API agent's fold notes keep each call's values and result
         (tau2-bench telecom's queue, recall 100, lost 0.48 of cost @0.1 with the bound).
         In an API agent's queue on a later task (`Clock.task_statement`), the earlier
-        tasks' notes go with their long call lines short (`fold.short_call`)."""
+        tasks' notes go with their long call lines short (`fold.short_call`). In a queue
+        on a later task (`Layout.task_starts`), an earlier task's aged replies are noted
+        with the code words the agent typed again (`fold.fold_turns`)."""
         opts = r.cls.stages.compress
         least = opts.fold_from_turns if opts is not None and r.cls.compaction.ages else None
         horizon = r.state.horizon
@@ -639,7 +641,8 @@ class ContextEngine:
             memo.original(messages, encoding, lambda i: message_head(
                 i, messages[i], self.counter, encoding, parts)),
             lambda text: self.counter.count(text, encoding), memo, gate,
-            layout.clock.task_statement if layout.clock.api_calls else -1, messages)
+            layout.clock.task_statement if layout.clock.api_calls else -1, messages,
+            layout.task_starts[-1] if layout.task_starts else -1)
         if folded is None:
             return fitted
         return replace(fitted, messages=folded.messages, plan=folded.plan, changed=True,

@@ -104,8 +104,9 @@ MIN_TURNS = 2  # turns a turns run folds at least (one turn gains nothing)
 # (one run from the session's start made every step re-send the whole call: tau2-bench
 # retail-4.1 queues' cost @0.1 64.5 -> 58.5%; bench/README.md, "Old turns folded").
 TURNS_BLOCK = 64
-# An aged reply's code words a turns note names: those the agent's code typed in at least
-# this many replies so far (`code_words`)
+# An aged reply's code words a turns note names (a reply of a queue's earlier task only,
+# `fold_turns`): those the agent's code typed in at least this many replies so far
+# (`code_words`)
 TYPED = 2
 CODE_WORDS = 2  # and at most this many a note, the most typed first
 TURNS_HEAD = re.compile(r"\[ctxgate: \d+ turns folded\]")  # a turns note's first line
@@ -684,13 +685,20 @@ def fold_turns(folded: Folded, runs: Sequence[Run], original: Original,
                made: NoteCache | None = None,
                users: tuple[UserCopies, UserCopies] | None = None,
                made_events: FoldEvents | None = None,
-               client: Sequence[Mapping[str, Any]] = ()) -> Folded:
+               client: Sequence[Mapping[str, Any]] = (), task: int = -1) -> Folded:
     """`folded` with each turns run's messages but its last reply gone and its first user
     message sent as the run's note (`turns_note`); every client message from that one to
     the last reply (the exchanges an earlier fold took included) gets one event, reason
     `folded_turns`: the first `compress`, down to the note's tokens, the others `drop`.
     `cache`: the notes of an earlier fold, by their runs' contents; the notes this fold
-    made or took go in `made`. `users`, `made_events`: as `fold_runs` takes them."""
+    made or took go in `made`. `users`, `made_events`: as `fold_runs` takes them.
+    `client`: the client's messages; `task`: a queue's current task's start (client index,
+    `Layout.task_starts`; -1: the first task). A reply before it, of a task that has ended,
+    is noted with its typed code words as written (`turns_note`): the agent retypes an
+    earlier task's names in the next ones (DA-Code queues), while inside one task its
+    recent code still carries them: words added there cost AutoCodeRover's queues up to
+    0.13 point of cost @0.1 for no recall (bench/README.md, "Code words of a queue's
+    earlier tasks only")."""
     messages, plan = folded.messages, folded.plan
     by_index: dict[int, list[DropEvent]] = {}
     for event in folded.events:
@@ -708,9 +716,9 @@ def fold_turns(folded: Folded, runs: Sequence[Run], original: Original,
         first, last = plan[run.user][0], plan[run.end][0]
         written: tuple[str, ...] = ()
         typed: dict[str, int] = {}
-        if client:
-            written = tuple(str(client[plan[p][0]].get("content") or "")
-                            for p in range(run.user, run.end + 1))
+        if client and first < task:
+            written = tuple(str((client[plan[p][0]] if plan[p][0] < task else messages[p])
+                                .get("content") or "") for p in range(run.user, run.end + 1))
             for reply in client[read:plan[run.end][0] + 1]:
                 if reply.get("role") == "assistant":
                     for word in code_words(str(reply.get("content") or "")):
@@ -869,12 +877,15 @@ def fold(
     gate: Callable[[], bool] = lambda: True,
     short_before: int = -1,
     client: Sequence[Mapping[str, Any]] = (),
+    task: int = -1,
 ) -> Folded | None:
     """The forwarded `messages` (rendered by `plan`; None: all as sent) with the runs
     behind `horizon` folded, or None when there is none or `gate` (asked only when the
     horizon or the messages before it changed) says no. `memo` is read and updated.
     `short_before`: an API agent's queue's current task statement (client index, -1:
-    none), the runs before it noted with their call lines short (`short_call`)."""
+    none), the runs before it noted with their call lines short (`short_call`).
+    `client`, `task`: the client's messages and a queue's current task's start, the runs'
+    replies before it noted with their code words (`fold_turns`)."""
     n, last = len(memo.source), memo.folded
     if (memo.horizon == horizon and 0 < n <= len(messages)
             and _same_start(memo.source, messages)
@@ -912,7 +923,7 @@ def fold(
     if turn_runs:
         notes: NoteCache = {}
         folded = fold_turns(folded, turn_runs, original, count, memo.notes, notes, users,
-                            made[1], client)
+                            made[1], client, task)
         memo.notes = notes
     if folded.messages is messages:
         return None

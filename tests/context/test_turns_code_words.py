@@ -1,6 +1,6 @@
 """A turns note names an aged reply's code words as the client wrote them (`fold.turns_note`)."""
 
-from gateway.context.fold import Run, code_words, turns_note
+from gateway.context.fold import Folded, Run, code_words, fold_turns, turns_note
 
 REPLY = ('Action: Python(file_path="./train.py"):\n'
          "```python\nsplit(x, test_size=0.2, random_state=42)\n```")
@@ -21,3 +21,28 @@ def test_an_aged_reply_keeps_its_typed_code_words_capped() -> None:
     assert "test_size random_state" in note  # the most typed first, at most 2
     assert "./train.py" not in note
     assert "test_size" not in turns_note(messages, Run(0, 0, 3))  # as last sent: nothing
+
+
+def _fold(task: int) -> str:
+    """The note of a run of three turns whose first two replies went aged, with the
+    client's queue at its later task `task` (-1: none, one run)."""
+    replies = {1: REPLY, 3: "```python\nsplit(y, test_size=0.3, random_state=7)\n```"}
+    client = [{"role": "user", "content": "Observation: start"}, {"role": "assistant"},
+              {"role": "user", "content": "Observation: ok"}, {"role": "assistant"},
+              {"role": "user", "content": "Observation: done"},
+              {"role": "assistant", "content": "Thought: done"},
+              {"role": "user", "content": "Task: load the data"}]
+    sent = [dict(m) for m in client]
+    for i, text in replies.items():
+        client[i] = {**client[i], "content": text}
+        sent[i] = {**sent[i], "content": "[ctxgate: omitted Action: Python…]"}
+    folded = Folded(sent, [(i, None) for i in range(len(sent))], [], 0)
+    out = fold_turns(folded, [Run(0, 1, 5)], lambda i: (f"m{i}", 200),
+                     lambda text: len(text) // 4, client=client, task=task)
+    return str(out.messages[0]["content"])
+
+
+def test_only_a_queues_earlier_task_keeps_its_code_words() -> None:
+    assert "test_size random_state" in _fold(6)  # the run's task ended: a later one began
+    assert "test_size" not in _fold(-1)  # one run (no later task): as sent
+    assert "test_size" not in _fold(0)  # the run is in the current task
