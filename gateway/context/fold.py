@@ -109,6 +109,9 @@ TURNS_BLOCK = 64
 # (`code_words`)
 TYPED = 2
 CODE_WORDS = 2  # and at most this many a note, the most typed first
+# past those, up to this many a note of the words typed in at least `TYPED_MORE` replies
+CODE_MORE = 4
+TYPED_MORE = 3
 TURNS_HEAD = re.compile(r"\[ctxgate: \d+ turns folded\]")  # a turns note's first line
 _DIGEST_ONLY = re.compile(r"\[…\d+ lines\]")  # a digest's cut: it names nothing
 # A digest's list of what it left out (`summarize._mentions`, `_with_line`), and its count of
@@ -652,7 +655,8 @@ def turns_note(messages: Sequence[Mapping[str, Any]], run: Run,
         if client != reply:
             code += (w for w in code_words(client) if w in times)
     code = [w for w in dict.fromkeys(code) if not known(w)]
-    add(" ".join(sorted(code, key=lambda w: -times[w])[:CODE_WORDS]))
+    ranked = sorted(code, key=lambda w: -times[w])[:CODE_MORE]
+    add(" ".join(w for n, w in enumerate(ranked) if n < CODE_WORDS or times[w] >= TYPED_MORE))
     return f"[ctxgate: {(run.end - run.user + 1) // 2} turns folded]{note}"  # TURNS_HEAD
 
 
