@@ -46,3 +46,17 @@ def test_only_a_queues_earlier_task_keeps_its_code_words() -> None:
     assert "test_size random_state" in _fold(6)  # the run's task ended: a later one began
     assert "test_size" not in _fold(-1)  # one run (no later task): as sent
     assert "test_size" not in _fold(0)  # the run is in the current task
+
+
+def test_past_two_words_a_note_names_only_those_typed_three_times() -> None:
+    reply = ('Action: Python(file_path="./train.py"):\n'
+             "```python\nsplit(x, test_size=0.2, random_state=42, n_jobs=4, max_iter=9)\n```")
+    messages = [{"role": "user", "content": "Observation: ok"},
+                {"role": "assistant", "content": "[ctxgate: omitted Thought: I will…]"},
+                {"role": "user", "content": "Observation: done"},
+                {"role": "assistant", "content": "Thought: done"}]
+    written = ["Observation: ok", reply, "Observation: done", "Thought: done"]
+    typed = {"test_size": 5, "random_state": 4, "n_jobs": 3, "max_iter": 2, "./train.py": 2}
+    note = turns_note(messages, Run(0, 0, 3), None, written, typed)
+    assert "test_size random_state n_jobs" in note  # the third: typed in 3 replies
+    assert "max_iter" not in note and "./train.py" not in note  # past two, typed twice
