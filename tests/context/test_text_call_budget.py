@@ -133,3 +133,39 @@ async def test_a_text_exchange_before_the_latest_user_turn_is_cut_too(
     assert out[-1]["content"] == messages[-1]["content"]
     assert any(m["content"].startswith('Result of search_class("Parent")') for m in out)
     assert drops_add_up(fitted)
+
+
+async def test_the_task_statement_is_dropped_only_after_the_latest_result_is_cut(
+    engine: ContextEngine,
+) -> None:
+    """AutoCodeRover `django-12470` at 80%: the issue (the first user turn, the task every
+    step serves) was dropped while a large search result, the latest exchange's, was sent
+    nearly whole. A budget's cut digests or masks the task with the old turns (its rewrite
+    lists its identifiers) but drops it only after the latest exchange is cut."""
+    issue = (
+        "<issue>Inherited model doesn't correctly order by \"-pk\" when specified on "
+        "Parent.Meta.ordering.\nGiven class Parent(models.Model) with Meta.ordering = [\"-pk\"]"
+        "\nand class Child(Parent), Child.objects.all() orders by myapp_parent.id ASC\nin "
+        "django/db/models/sql/compiler.py instead of DESC.</issue>"
+    )
+    code = "\n".join(f"<file>tests/app_{k}/models.py</file> <code>class Parent{k}(Model): "
+                     f"name_{k} = CharField(max_length={k})</code>" for k in range(60))
+    messages = [
+        {"role": "system", "content": "You are a software developer maintaining a project."},
+        {"role": "user", "content": issue},
+        {"role": "assistant", "content": 'I will search for the class.\nsearch_class("Parent")'},
+        {"role": "user", "content": f'Result of search_class("Parent"):\n{code}'},
+        {"role": "user", "content": "Let's analyze collected context first"},
+    ]
+    body = {"messages": messages}
+    tokens, per, _ = _sizes(engine, body)
+    assert per[3] > 10 * per[1]  # the result dwarfs the task
+    budget = int(0.8 * tokens)
+    fitted = await engine.fit(body, _call(budget))
+    assert budget - 0.1 * tokens <= fitted.tokens_after <= budget
+    assert not any(d.action == "drop" and d.message_index == 1 for d in fitted.drops)
+    sent = "\n".join(str(m["content"]) for m in fitted.body["messages"])
+    for value in ("Parent.Meta.ordering", "myapp_parent.id", "django/db/models/sql/compiler.py"):
+        assert value in sent
+    assert messages[3]["content"] not in sent  # the result is what was shortened
+    assert drops_add_up(fitted)

@@ -8,7 +8,8 @@ the most recent exchange, nor above the budget.
 Cut. Candidates are ordered least useful first (lowest rerank score, oldest, the task
 statement last; a first call's cut to a budget: oldest turn first, by score within a turn;
 the most recent exchange only once all else is cut, but for a first call's digests of
-its tool outputs, which come before any drop); pass k of the ladder
+its tool outputs, which come before any drop, and the task statement, which it digests
+and masks with the old turns but drops only after the most recent exchange); pass k of the ladder
 summary → strict summary → digest → mask → (under a budget) arguments → drop takes every
 candidate that stands above rung k down to it, stopping as soon as the total is at the
 target: everything is digested before anything is masked, masked before anything is
@@ -670,8 +671,16 @@ def cut(
     # agent was about to copy from (claude queues' tune recall 99.10 -> 98.91%).
     start = later_start(items) if reason == "history_cap" and not by_age else -1
     earlier = [p for p in old if items[p].message_index < start]
+    # A budget's cut digests and masks the task statement with the old items (a rewrite of
+    # it lists its identifiers) but drops it only after the latest exchange has gone down
+    # the rungs (`latest` then the task): among the old items it was dropped while a large
+    # newest text result stood whole (AutoCodeRover `django-12470` at 80%: the issue text
+    # gone, a 4,157-token search result sent nearly whole).
+    if by_age:
+        latest = [*latest, *(p for p in old if items[p].goal)]
+        old, digest_old = [p for p in old if not items[p].goal], old
     passes = (
-        [*((old, to, True, False) for to in rungs if to <= MASK),
+        [*((digest_old, to, True, False) for to in rungs if to <= MASK),
          *((outputs, to, True, False) for to in rungs if to < MASK),
          *((old, to, True, False) for to in rungs if to > MASK),
          *((latest, to, True, False) for to in rungs)]
