@@ -9,7 +9,8 @@ Cut. Candidates are ordered least useful first (lowest rerank score, oldest, the
 statement last; a first call's cut to a budget: oldest turn first, by score within a turn;
 the most recent exchange only once all else is cut, but for a first call's digests of
 its tool outputs, which come before any drop, and the task statement, which it digests
-and masks with the old turns but drops only after the most recent exchange); pass k of the ladder
+and masks with the old turns but drops only after the most recent exchange's results);
+pass k of the ladder
 summary → strict summary → digest → mask → (under a budget) arguments → drop takes every
 candidate that stands above rung k down to it, stopping as soon as the total is at the
 target: everything is digested before anything is masked, masked before anything is
@@ -672,18 +673,24 @@ def cut(
     start = later_start(items) if reason == "history_cap" and not by_age else -1
     earlier = [p for p in old if items[p].message_index < start]
     # A budget's cut digests and masks the task statement with the old items (a rewrite of
-    # it lists its identifiers) but drops it only after the latest exchange has gone down
-    # the rungs (`latest` then the task): among the old items it was dropped while a large
-    # newest text result stood whole (AutoCodeRover `django-12470` at 80%: the issue text
-    # gone, a 4,157-token search result sent nearly whole).
+    # it lists its identifiers) but drops it only after the latest exchange's results have
+    # gone down the rungs (the agent's own latest turn still after it): among the old items
+    # it was dropped while a large newest text result stood whole (AutoCodeRover
+    # `django-12470` at 80%: the issue text gone, a 4,157-token search result sent nearly
+    # whole). Behind the agent's turn too, a first user turn that is no task (DA-Code's
+    # "You are in the folder now.") took the place of the turn naming the files.
+    dropped = latest
     if by_age:
-        latest = [*latest, *(p for p in old if items[p].goal)]
+        goals = [p for p in old if items[p].goal]
+        own = [p for p in latest if items[p].kind in ("assistant", "tool_call")]
+        dropped = [*(p for p in latest if p not in own), *goals, *own]
+        latest = [*latest, *goals]
         old, digest_old = [p for p in old if not items[p].goal], old
     passes = (
         [*((digest_old, to, True, False) for to in rungs if to <= MASK),
          *((outputs, to, True, False) for to in rungs if to < MASK),
          *((old, to, True, False) for to in rungs if to > MASK),
-         *((latest, to, True, False) for to in rungs)]
+         *((dropped if to == DROP else latest, to, True, False) for to in rungs)]
         if by_age else
         [*((earlier, to, True, False) for to in rungs),
          (earlier, DROP, False, False),
