@@ -1,0 +1,298 @@
+"""OpenHands' recorded agent prompts (the mock LLM logs of its integration tests) as corpus
+folders `bench/replay.py` reads.
+
+OpenHands (formerly OpenDevin, `All-Hands-AI/OpenHands`, MIT) ran its integration tests
+against a mock LLM that answers from recorded logs: per agent and test,
+`tests/integration/mock/[<runtime>/]<Agent>/<test>/prompt_NNN.log` is **the N-th prompt the
+agent sent**, its messages' contents flattened (each preceded by the separator
+`\\n\\n----------\\n\\n`, roles not written), and `response_NNN.log` the model's recorded
+answer. The logs were re-recorded as the agents changed (each version another recorded run
+of the test, by a real model: the logs do not name it). The chat agents (CodeActAgent,
+CodeActSWEAgent) send a system prompt, the in-context example and the task as user turns
+("NOW, LET'S START! ..."), then per step the model's reply (assistant: text with
+`<execute_bash>`, `<execute_ipython>`, `<execute_browse>` blocks or `<finish>`) and the
+observation (user: `OBSERVATION: ...`); the newest observation carries "ENVIRONMENT
+REMINDER: You have N turns left ...", which the agent **removes again on the next call** (the
+reminder is only ever on the last turn). The other agents (PlannerAgent, MonologueAgent,
+BrowsingAgent, DelegatorAgent, ManagerAgent, SWEAgent) write one fresh prompt per step:
+not a growing chat, not kept.
+
+The source is every version of the mock folders in the history of `REV` (`git log REV --
+tests/integration/mock`; `--rev --all`: every ref of the mirror), read from a mirror/bare git
+directory (`--repo`). Per commit, each test folder's set of logs is one recorded run (a set
+seen at an earlier commit is not read again). A run is kept when its prompts are
+`prompt_001 ... prompt_N` with `response_001 ... response_N`, N >= `MIN_CALLS`, and each
+prompt is the previous one plus two messages (the reply, the next observation), the previous
+prompt's last message allowed to lose an appended "ENVIRONMENT REMINDER" paragraph and the
+line end its log file closed with (nothing else). The chat is the last prompt (the first
+message the system prompt, the rest of the first prompt user turns, then assistant and user
+in turn) and `response_N` as the last assistant turn. So every replayed call is the
+recorded prompt as sent, except that the reminder on its last turn (calls 1 .. N-1) is
+absent. Identical chats (a folder copied to another runtime, or re-recorded unchanged) are
+kept once.
+
+This converter writes, outside the repository,
+
+- `<out>/openhands/sessions.jsonl`: each kept run as its own session, in folder path order,
+  versions oldest first;
+- `<out>/openhands-queue/sessions.jsonl`: per agent and system prompt, its runs in the same
+  order, one after another in one conversation (the system prompt once), cut at the run
+  boundaries nearest each 1/N of the group's calls, N = calls / `--queue-calls` rounded
+  (`bench.chat_corpus.join_queues`);
+
+each with a `README.md` saying where it came from and how it was converted:
+
+    python -m bench.openhands --repo /work/.mirror/All-Hands-AI+OpenHands/repo --out /tmp/gen55
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import re
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from bench.chat_corpus import (
+    Message,
+    RepoReader,
+    converter_main,
+    join_queues,
+    n_calls,
+    write_runs_and_queues,
+)
+from bench.crewai import read_blobs
+
+SOURCE = "All-Hands-AI/OpenHands"
+REV = "156d0686c46aafb0fa9d291da6421fb6f64dddc0"
+CORPUS = "openhands"
+MOCK = "tests/integration/mock"
+MIN_CALLS = 3
+SEPARATOR = "\n\n----------\n\n"
+REMINDER = re.compile(r"(\s*ENVIRONMENT REMINDER: You have \d+ turns? left[^\n]*)?\n?")
+LOG = re.compile(r"(prompt|response)_(\d{3})\.log")
+NOT_ONE_CHAT = "runs whose prompts are not one growing chat"
+
+
+def messages_of(text: str) -> list[str] | None:
+    """A prompt log's message contents (line ends `\\r\\n` read as `\\n`), `None` if it is
+    not laid out as separator-led messages."""
+    text = text.replace("\r\n", "\n")
+    if not text.startswith(SEPARATOR):
+        return None
+    return text[len(SEPARATOR):].split(SEPARATOR)
+
+
+def chat_of(prompts: Sequence[str], response: str) -> list[Message] | None:
+    """The run as one chat (module docstring), `None` if its prompts are not one growing
+    chat: each the previous plus a reply and an observation, the previous last message
+    differing at most by a trailing environment reminder and the line end the log file
+    ended with."""
+    blocks = [messages_of(p) for p in prompts]
+    first = blocks[0]
+    if first is None or len(first) < 2 or not response.strip():
+        return None
+    for before, after in itertools.pairwise(blocks):
+        if before is None or after is None or len(after) != len(before) + 2:
+            return None
+        n = len(before) - 1
+        if after[:n] != before[:n]:
+            return None
+        kept, sent = after[n], before[n]
+        if sent != kept and not (sent.startswith(kept)
+                                 and REMINDER.fullmatch(sent[len(kept):])):
+            return None
+    last = blocks[-1]
+    assert last is not None
+    chat: list[Message] = [{"role": "system", "content": last[0]}]
+    chat += [{"role": "user", "content": c} for c in last[1:len(first)]]
+    for k, content in enumerate(last[len(first):]):
+        chat.append({"role": "user" if k % 2 else "assistant", "content": content})
+    chat.append({"role": "assistant", "content": response.replace("\r\n", "\n")})
+    return chat
+
+
+def folder_versions(reader: RepoReader, rev: str
+                    ) -> list[tuple[str, str, str, dict[str, str]]]:
+    """`(folder, commit, date, {log name: blob})` of every version of every mock test
+    folder in the history of `rev` (oldest commit first), each set of blobs once."""
+    revs = ["--all"] if rev == "--all" else [rev]
+    log = reader._git("log", "--format=%H %cs", *revs, "--", MOCK).split()
+    commits = list(zip(log[::2], log[1::2], strict=True))[::-1]
+    seen: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
+    out = []
+    for commit, date in commits:
+        folders: dict[str, dict[str, str]] = {}
+        for line in reader._git("ls-tree", "-r", commit, "--", MOCK).splitlines():
+            meta, _, path = line.partition("\t")
+            folder, _, name = path.rpartition("/")
+            folders.setdefault(folder, {})[name] = meta.split()[2]
+        for folder, files in sorted(folders.items()):
+            key = (folder, tuple(sorted(files.items())))
+            if key not in seen:
+                seen.add(key)
+                out.append((folder, commit, date, files))
+    return out
+
+
+def agent_of(folder: str) -> str:
+    """`[<runtime>/]<Agent>` of a mock test folder."""
+    return folder[len(MOCK) + 1:].rpartition("/")[0]
+
+
+def load(reader: RepoReader, rev: str) -> tuple[list[dict[str, Any]], Counter[str]]:
+    """The kept runs, in folder path order (versions oldest first), and what was counted on
+    the way (per agent, why a run was left out)."""
+    counts: Counter[str] = Counter()
+    versions = folder_versions(reader, rev)
+    wanted = sorted({blob for *_, files in versions for blob in files.values()})
+    texts = {blob: (data or b"").decode("utf-8", "replace")
+             for blob, data in zip(wanted, read_blobs(reader.root, wanted), strict=True)}
+    runs: list[dict[str, Any]] = []
+    seen: set[bytes] = set()
+    for folder, commit, date, files in versions:
+        agent = agent_of(folder)
+        counts["runs"] += 1
+        logs: dict[str, dict[int, str]] = {"prompt": {}, "response": {}}
+        for name, blob in files.items():
+            if m := LOG.fullmatch(name):
+                logs[m[1]][int(m[2])] = texts[blob]
+        n = len(logs["prompt"])
+        if not n or set(logs["prompt"]) != set(range(1, n + 1)) or set(logs["response"]) != \
+                set(range(1, n + 1)):
+            counts[f"{agent}: prompt/response logs not numbered 1..N"] += 1
+            continue
+        if n < MIN_CALLS:
+            counts[f"{agent}: fewer than {MIN_CALLS} calls"] += 1
+            continue
+        chat = chat_of([logs["prompt"][k] for k in range(1, n + 1)], logs["response"][n])
+        if chat is None:
+            counts[f"{agent}: {NOT_ONE_CHAT}"] += 1
+            continue
+        key = hashlib.blake2b(orjson.dumps(chat), digest_size=16).digest()
+        if key in seen:
+            counts[f"{agent}: chat seen already"] += 1
+            continue
+        seen.add(key)
+        test = folder.rpartition("/")[2]
+        runs.append({"id": f"{CORPUS}/{agent}/{test}/{commit[:10]}", "path": folder,
+                     "agent": agent, "commit": commit, "date": date, "messages": chat})
+    runs.sort(key=lambda r: r["path"])  # stable: versions stay oldest first
+    return runs, counts
+
+
+def tally(runs: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """Assistant turns by the action they carry, and the observations carrying a
+    reminder."""
+    out: Counter[str] = Counter()
+    for r in runs:
+        for m in r["messages"]:
+            content = m["content"]
+            if m["role"] == "assistant":
+                out["assistant"] += 1
+                out["bash"] += "<execute_bash>" in content
+                out["ipython"] += "<execute_ipython>" in content
+                out["browse"] += "<execute_browse>" in content
+                out["finish"] += "<finish>" in content
+            elif m["role"] == "user":
+                out["reminder"] += "ENVIRONMENT REMINDER" in content
+    return dict(out)
+
+
+README = """# OpenHands chat agents from its integration tests' mock LLM logs: {shape}
+
+Converted by `bench/openhands.py` (ctxgate) from every version of `{mock}/**/prompt_NNN.log`
+and `response_NNN.log` in the history of `{commit}` of {source}. Licence of the source:
+MIT (its `LICENSE`). Used for measurement only; not part of the ctxgate repository; do not
+commit it there.
+
+{stats}.
+
+- One recorded run per (test folder, version of its logs); kept: {kept} runs of at least
+  {min_calls} calls whose prompts are one growing chat (each prompt the previous plus the
+  reply and the next observation; the previous last turn may lose its appended
+  "ENVIRONMENT REMINDER", which the agent keeps on the newest turn only, and the line end
+  its log file closed with). The chat is the
+  last prompt (system prompt, then the example and task as user turns, then assistant and
+  user in turn) plus `response_N` as the last reply: every replayed call is the recorded
+  prompt, except that calls 1 .. N-1 lack the reminder their last turn carried. Left out,
+  per agent: {counts}.
+- Kept per agent: {agents}. Test versions from {first} to {last}.
+- `model` is `null` (the logs do not name it). **No `tools`, no `tool_calls`, no `tool`
+  messages**: actions are text blocks in the assistant turns, observations user turns.
+- Assistant turns: {assistant}; with `<execute_bash>` {bash}, `<execute_ipython>`
+  {ipython}, `<execute_browse>` {browse}, `<finish>` {finish}. User turns with a reminder
+  (the last one of each run): {reminder}.
+- The tasks are the test suite's (fix typos in a file, write a script, use IPython, install
+  a module, browse a local page, reject a task): small contexts.
+{join}"""
+
+JOIN_RUNS = ("- One session per run, test folders in path order, versions oldest first.\n")
+JOIN_QUEUE = """- Queues: per agent and system prompt, its runs in the same order, cut at the run
+  boundaries nearest each 1/N of the group's calls, N = calls / {queue_calls} rounded. A
+  session is the system prompt once, then each run's messages after it in order, nothing
+  added: the next run's example and task follow the previous run's last reply.
+"""
+
+
+def convert(repo: Path, out: Path, *, rev: str = REV, queue_calls: int = 250
+            ) -> dict[str, int]:
+    reader = RepoReader(repo, "README.md")
+    if not reader.git:
+        raise ValueError(f"{repo}: a git directory is needed (every version of the logs)")
+    commit = "every ref" if rev == "--all" else reader._git("rev-parse", rev).strip()
+    runs, counts = load(reader, rev)
+    if not runs:
+        raise ValueError(f"{repo}@{rev}: no chat run of {MIN_CALLS} calls or more")
+
+    def session(sid: str, r: Mapping[str, Any], messages: list[Message]) -> dict[str, Any]:
+        return {"id": sid, "source": f"{SOURCE}@{r['commit'][:7]}",
+                "path": r["path"] if sid == r["id"] else None,
+                "agent": f"OpenHands {r['agent'].rpartition('/')[2]} (text actions)",
+                "model": None, "task_id": r["path"].rpartition("/")[2], "tools": [],
+                "messages": messages}
+
+    per_run = [session(r["id"], r, r["messages"]) for r in runs]
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in runs:
+        groups.setdefault((r["agent"].rpartition("/")[2], r["messages"][0]["content"]),
+                          []).append(r)
+    by_name = {f"{agent}/s{i:03d}": group
+               for i, ((agent, _), group) in enumerate(groups.items())}
+    joined, _ = join_queues(
+        by_name, calls=lambda r: n_calls(r["messages"]),
+        parts=lambda total: round(total / queue_calls),
+        system=lambda r: str(r["messages"][0]["content"]),
+        messages=lambda r, _ids: list(r["messages"][1:]),
+        name=lambda key, q, _g: f"{CORPUS}-queue/{key}/q{q:02d}",
+    )
+    queues = []
+    for sid, messages in joined:
+        first = by_name[sid.split("/", 1)[1].rpartition("/")[0]][0]
+        queues.append(session(sid, first, messages))
+    per_agent: Counter[str] = Counter(r["agent"] for r in runs)
+    fields = {
+        "mock": MOCK, "source": SOURCE, "commit": commit, "kept": len(runs),
+        "min_calls": MIN_CALLS,
+        "counts": "; ".join(f"{k} {v:,}" for k, v in sorted(counts.items()) if k != "runs")
+                  + f" (of {counts['runs']:,} runs)",
+        "agents": ", ".join(f"`{a}` {n}" for a, n in sorted(per_agent.items())),
+        "first": min(r["date"] for r in runs), "last": max(r["date"] for r in runs),
+        **{k: tally(runs).get(k, 0) for k in
+           ("assistant", "bash", "ipython", "browse", "finish", "reminder")},
+    }
+    return write_runs_and_queues(out, CORPUS, per_run, queues, README,
+                                 (JOIN_RUNS, JOIN_QUEUE.format(queue_calls=queue_calls)),
+                                 **fields)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return converter_main(argv, __doc__ or "", SOURCE, "/tmp/gen55", REV, 250, convert)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
