@@ -40,13 +40,21 @@ This converter writes, outside the repository,
   boundaries nearest each 1/N of the group's calls, N = calls / `--queue-calls` rounded
   (`bench.chat_corpus.join_queues`);
 
-each with a `README.md` saying where it came from and how it was converted:
+each with a `README.md` saying where it came from and how it was converted. With
+`--reminders`, the folders are `openhands-reminders` and `openhands-reminders-queue`, the same
+runs and ids with each turn keeping the reminder it was sent with while it was the newest: then
+every replayed call's last turn is the recorded one (the count of turns left, which the engine
+reads, on every call), and its older turns carry reminders the agent had removed. The one
+chat the corpora hold cannot carry both (the agent rewrote its previous last turn each call):
 
     python -m bench.openhands --repo /work/.mirror/All-Hands-AI+OpenHands/repo --out /tmp/gen55
+    python -m bench.openhands --repo /work/.mirror/All-Hands-AI+OpenHands/repo --out /tmp/gen55 \
+        --reminders
 """
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import itertools
 import re
@@ -60,9 +68,9 @@ import orjson
 from bench.chat_corpus import (
     Message,
     RepoReader,
-    converter_main,
     join_queues,
     n_calls,
+    run_conversion,
     write_runs_and_queues,
 )
 from bench.crewai import read_blobs
@@ -87,15 +95,18 @@ def messages_of(text: str) -> list[str] | None:
     return text[len(SEPARATOR):].split(SEPARATOR)
 
 
-def chat_of(prompts: Sequence[str], response: str) -> list[Message] | None:
+def chat_of(prompts: Sequence[str], response: str, *, reminders: bool = False
+            ) -> list[Message] | None:
     """The run as one chat (module docstring), `None` if its prompts are not one growing
     chat: each the previous plus a reply and an observation, the previous last message
     differing at most by a trailing environment reminder and the line end the log file
-    ended with."""
+    ended with. With `reminders`, each turn keeps the reminder it was sent with when it was
+    the newest (the later prompts had removed it)."""
     blocks = [messages_of(p) for p in prompts]
     first = blocks[0]
     if first is None or len(first) < 2 or not response.strip():
         return None
+    added: dict[int, str] = {}
     for before, after in itertools.pairwise(blocks):
         if before is None or after is None or len(after) != len(before) + 2:
             return None
@@ -103,11 +114,14 @@ def chat_of(prompts: Sequence[str], response: str) -> list[Message] | None:
         if after[:n] != before[:n]:
             return None
         kept, sent = after[n], before[n]
-        if sent != kept and not (sent.startswith(kept)
-                                 and REMINDER.fullmatch(sent[len(kept):])):
+        cut = REMINDER.fullmatch(sent[len(kept):]) if sent.startswith(kept) else None
+        if sent != kept and cut is None:
             return None
+        if reminders and cut is not None and cut[1]:
+            added[n] = cut[1]
     last = blocks[-1]
     assert last is not None
+    last = [c + added.get(n, "") for n, c in enumerate(last)]
     chat: list[Message] = [{"role": "system", "content": last[0]}]
     chat += [{"role": "user", "content": c} for c in last[1:len(first)]]
     for k, content in enumerate(last[len(first):]):
@@ -144,9 +158,11 @@ def agent_of(folder: str) -> str:
     return folder[len(MOCK) + 1:].rpartition("/")[0]
 
 
-def load(reader: RepoReader, rev: str) -> tuple[list[dict[str, Any]], Counter[str]]:
-    """The kept runs, in folder path order (versions oldest first), and what was counted on
-    the way (per agent, why a run was left out)."""
+def load(reader: RepoReader, rev: str, *, reminders: bool = False
+         ) -> tuple[list[dict[str, Any]], Counter[str]]:
+    """The kept runs (`chat_of`), in folder path order (versions oldest first), and what was
+    counted on the way (per agent, why a run was left out). The ids are the same with and
+    without `reminders` (the replay's split follows the id)."""
     counts: Counter[str] = Counter()
     versions = folder_versions(reader, rev)
     wanted = sorted({blob for *_, files in versions for blob in files.values()})
@@ -169,7 +185,8 @@ def load(reader: RepoReader, rev: str) -> tuple[list[dict[str, Any]], Counter[st
         if n < MIN_CALLS:
             counts[f"{agent}: fewer than {MIN_CALLS} calls"] += 1
             continue
-        chat = chat_of([logs["prompt"][k] for k in range(1, n + 1)], logs["response"][n])
+        chat = chat_of([logs["prompt"][k] for k in range(1, n + 1)], logs["response"][n],
+                       reminders=reminders)
         if chat is None:
             counts[f"{agent}: {NOT_ONE_CHAT}"] += 1
             continue
@@ -218,19 +235,22 @@ commit it there.
   "ENVIRONMENT REMINDER", which the agent keeps on the newest turn only, and the line end
   its log file closed with). The chat is the
   last prompt (system prompt, then the example and task as user turns, then assistant and
-  user in turn) plus `response_N` as the last reply: every replayed call is the recorded
-  prompt, except that calls 1 .. N-1 lack the reminder their last turn carried. Left out,
-  per agent: {counts}.
+  user in turn) plus `response_N` as the last reply{turns} Left out, per agent: {counts}.
 - Kept per agent: {agents}. Test versions from {first} to {last}.
 - `model` is `null` (the logs do not name it). **No `tools`, no `tool_calls`, no `tool`
   messages**: actions are text blocks in the assistant turns, observations user turns.
 - Assistant turns: {assistant}; with `<execute_bash>` {bash}, `<execute_ipython>`
   {ipython}, `<execute_browse>` {browse}, `<finish>` {finish}. User turns with a reminder
-  (the last one of each run): {reminder}.
+  {reminder}.
 - The tasks are the test suite's (fix typos in a file, write a script, use IPython, install
   a module, browse a local page, reject a task): small contexts.
 {join}"""
 
+STRIPPED = (": every replayed call is the recorded prompt, except that calls 1 .. N-1 "
+            "lack the reminder their last turn carried.")
+KEPT = (", each turn with the reminder it carried while it was the newest: every replayed "
+        "call's last turn is the recorded one, and its older turns carry the reminders the "
+        "agent had removed.")
 JOIN_RUNS = ("- One session per run, test folders in path order, versions oldest first.\n")
 JOIN_QUEUE = """- Queues: per agent and system prompt, its runs in the same order, cut at the run
   boundaries nearest each 1/N of the group's calls, N = calls / {queue_calls} rounded. A
@@ -239,13 +259,14 @@ JOIN_QUEUE = """- Queues: per agent and system prompt, its runs in the same orde
 """
 
 
-def convert(repo: Path, out: Path, *, rev: str = REV, queue_calls: int = 250
-            ) -> dict[str, int]:
+def convert(repo: Path, out: Path, *, rev: str = REV, queue_calls: int = 250,
+            reminders: bool = False) -> dict[str, int]:
     reader = RepoReader(repo, "README.md")
     if not reader.git:
         raise ValueError(f"{repo}: a git directory is needed (every version of the logs)")
     commit = "every ref" if rev == "--all" else reader._git("rev-parse", rev).strip()
-    runs, counts = load(reader, rev)
+    corpus = f"{CORPUS}-reminders" if reminders else CORPUS
+    runs, counts = load(reader, rev, reminders=reminders)
     if not runs:
         raise ValueError(f"{repo}@{rev}: no chat run of {MIN_CALLS} calls or more")
 
@@ -277,7 +298,7 @@ def convert(repo: Path, out: Path, *, rev: str = REV, queue_calls: int = 250
     per_agent: Counter[str] = Counter(r["agent"] for r in runs)
     fields = {
         "mock": MOCK, "source": SOURCE, "commit": commit, "kept": len(runs),
-        "min_calls": MIN_CALLS,
+        "min_calls": MIN_CALLS, "turns": KEPT if reminders else STRIPPED,
         "counts": "; ".join(f"{k} {v:,}" for k, v in sorted(counts.items()) if k != "runs")
                   + f" (of {counts['runs']:,} runs)",
         "agents": ", ".join(f"`{a}` {n}" for a, n in sorted(per_agent.items())),
@@ -285,13 +306,24 @@ def convert(repo: Path, out: Path, *, rev: str = REV, queue_calls: int = 250
         **{k: tally(runs).get(k, 0) for k in
            ("assistant", "bash", "ipython", "browse", "finish", "reminder")},
     }
-    return write_runs_and_queues(out, CORPUS, per_run, queues, README,
+    return write_runs_and_queues(out, corpus, per_run, queues, README,
                                  (JOIN_RUNS, JOIN_QUEUE.format(queue_calls=queue_calls)),
                                  **fields)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return converter_main(argv, __doc__ or "", SOURCE, "/tmp/gen55", REV, 250, convert)
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--repo", type=Path, required=True, help=f"{SOURCE} git directory")
+    parser.add_argument("--out", type=Path, default=Path("/tmp/gen55"))
+    parser.add_argument("--rev", default=REV, help="history read (`--all`: every ref)")
+    parser.add_argument("--queue-calls", type=int, default=250)
+    parser.add_argument("--reminders", action="store_true",
+                        help="keep each turn's reminder (`openhands-reminders` folders)")
+    args = parser.parse_args(argv)
+    run_conversion(parser, args.repo, args.out, lambda: convert(
+        args.repo, args.out, rev=args.rev, queue_calls=args.queue_calls,
+        reminders=args.reminders))
+    return 0
 
 
 if __name__ == "__main__":

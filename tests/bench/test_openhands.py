@@ -118,6 +118,26 @@ def test_converts_runs_and_queues_that_the_replay_reads(source: tuple[Path, str]
     assert "Queues" in (out / "openhands-queue" / "README.md").read_text()
 
 
+def test_reminders_kept_on_the_turns_that_were_sent_with_them(source: tuple[Path, str],
+                                                               tmp_path: Path) -> None:
+    repo, rev = source
+    out = tmp_path / "out"
+
+    written = openhands.convert(repo, out, rev=rev, queue_calls=10, reminders=True)
+
+    assert written == {"openhands-reminders": 2, "openhands-reminders-queue": 1}
+    runs = corpora.load("openhands-reminders", out)
+    # the task and the first observation keep the reminder each carried while it was the
+    # newest turn (not the log file's line end); the last turn as recorded; the same ids
+    kept = [dict(m) for m in CHAT]
+    kept[2]["content"] += reminder(20)
+    kept[4]["content"] += reminder(19)
+    assert runs[0].messages == [*kept, {"role": "assistant", "content": FINAL}]
+    assert runs[0].id == "openhands/CodeActAgent/test_edits/" + runs[0].id.rsplit("/", 1)[1]
+    readme = (out / "openhands-reminders" / "README.md").read_text()
+    assert "older turns carry the reminders the agent had removed" in readme
+
+
 def test_a_prompt_that_rewrites_more_than_the_reminder_is_not_one_chat() -> None:
     logs = prompts([SYSTEM, EXAMPLE, TASK], STEPS)
     assert openhands.chat_of(logs, FINAL) is not None
