@@ -642,7 +642,7 @@ class ContextEngine:
                 i, messages[i], self.counter, encoding, parts)),
             lambda text: self.counter.count(text, encoding), memo, gate,
             layout.clock.task_statement if layout.clock.api_calls else -1, messages,
-            layout.task_starts[-1] if layout.task_starts else -1)
+            layout.task_starts[-1] if layout.task_starts else -1, layout.task_starts)
         if folded is None:
             return fitted
         return replace(fitted, messages=folded.messages, plan=folded.plan, changed=True,

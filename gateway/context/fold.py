@@ -81,9 +81,10 @@ from __future__ import annotations
 
 import functools
 import re
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from itertools import pairwise
 from operator import attrgetter, is_
 from typing import Any
 
@@ -112,6 +113,15 @@ CODE_WORDS = 2  # and at most this many a note, the most typed first
 # past those, up to this many a note of the words typed in at least `TYPED_MORE` replies
 CODE_MORE = 4
 TYPED_MORE = 3
+# An agent that retypes its ended tasks' code words: of the code words (`code_words`) of each
+# ended task, the share its replies of the next task typed again, over at least
+# `RETYPED_WORDS` words. From `RETYPED_SHARE` on, an aged reply's note names every code word
+# of it (no `TYPED` count, no cap): DA-Code's data-science agent retypes 29% of the words it
+# typed once in a task in the very next one (`random_state`, `./load_data.py`; a queue's
+# share 11-58%), mini-SWE-agent 6% (its tasks are other repositories; 18 of its 442 later
+# tasks pass) (bench/README.md, "An agent that retypes its ended tasks' words").
+RETYPED_SHARE = 0.15
+RETYPED_WORDS = 20
 TURNS_HEAD = re.compile(r"\[ctxgate: \d+ turns folded\]")  # a turns note's first line
 _DIGEST_ONLY = re.compile(r"\[…\d+ lines\]")  # a digest's cut: it names nothing
 # A digest's list of what it left out (`summarize._mentions`, `_with_line`), and its count of
@@ -603,7 +613,7 @@ def mentioned(text: str) -> list[str]:
 
 def turns_note(messages: Sequence[Mapping[str, Any]], run: Run,
                earlier: Earlier | None = None, written: Sequence[str] = (),
-               typed: Mapping[str, int] | None = None) -> str:
+               typed: Mapping[str, int] | None = None, every: bool = False) -> str:
     """What a turns run is sent as: a header and what its turns named, once each in the
     call (`earlier`: the call's turns notes before it) — a user text as sent (a
     placeholder: only the values it mentions; a digest: its kept lines and its mentions,
@@ -613,7 +623,9 @@ def turns_note(messages: Sequence[Mapping[str, Any]], run: Run,
     rest of a reply's words and a placeholder's excerpt go. `written`: the run's messages
     as the client sent them (from `run.user`; empty: not known): a reply sent aged also
     names its code words as written (`code_words`) that are `typed` (in two replies'
-    code so far: what the agent types again; its scripts' one-off names rarely)."""
+    code so far: what the agent types again; its scripts' one-off names rarely), at most
+    `CODE_WORDS` (`CODE_MORE`) a note; `every`: all of them (an agent that retypes its
+    earlier tasks' words, `retyped`)."""
     before = earlier or Earlier()
     lines: list[str] = []
     seen: set[str] = set(before.lines)
@@ -655,8 +667,9 @@ def turns_note(messages: Sequence[Mapping[str, Any]], run: Run,
         if client != reply:
             code += (w for w in code_words(client) if w in times)
     code = [w for w in dict.fromkeys(code) if not known(w)]
-    ranked = sorted(code, key=lambda w: -times[w])[:CODE_MORE]
-    add(" ".join(w for n, w in enumerate(ranked) if n < CODE_WORDS or times[w] >= TYPED_MORE))
+    ranked = sorted(code, key=lambda w: -times[w])
+    add(" ".join(w for n, w in enumerate(ranked) if every or (
+        n < CODE_MORE and (n < CODE_WORDS or times[w] >= TYPED_MORE))))
     return f"[ctxgate: {(run.end - run.user + 1) // 2} turns folded]{note}"  # TURNS_HEAD
 
 
@@ -668,20 +681,42 @@ NoteCache = dict[tuple[Any, ...], tuple[str, int]]
 def _turns_note(messages: Sequence[Mapping[str, Any]], run: Run, count: Callable[[str], int],
                 cache: NoteCache | None, made: NoteCache | None,
                 earlier: Earlier, written: Sequence[str] = (),
-                typed: Mapping[str, int] | None = None) -> tuple[str, int]:
+                typed: Mapping[str, int] | None = None,
+                every: bool = False) -> tuple[str, int]:
     """`turns_note` of `run` and its tokens, taken from `cache` when the run's contents and
     the notes before it are the ones it was made from (a step re-makes only the notes of
     the runs it changed and after: the older blocks' stay byte for byte), else made; put
     in `made`."""
     key = (earlier.text, *(m.get("content") for m in messages[run.user:run.end + 1]),
-           *written, *sorted((typed or {}).items()))
+           *written, *sorted((typed or {}).items()), every)
     known = cache.get(key) if cache is not None else None
     if known is None:
-        text = turns_note(messages, run, earlier, written, typed)
+        text = turns_note(messages, run, earlier, written, typed, every)
         known = (text, count(text))
     if made is not None:
         made[key] = known
     return known
+
+
+def retyped(client: Sequence[Mapping[str, Any]], starts: Sequence[int],
+            task: int) -> list[bool]:
+    """Per task of a queue up to the current one (`starts`: each later task's first client
+    message, `Layout.task_starts`; `task`: the current one's), whether by then the agent
+    had shown it retypes its ended tasks' code words: of the code words (`code_words`) of
+    each task before it, the share the next task's replies typed again is at least
+    `RETYPED_SHARE`, over `RETYPED_WORDS` words or more. It reads only tasks that have
+    ended, so a task's answer stays as the queue goes on (its notes do not change)."""
+    tasks: list[set[str]] = [set() for _ in range(bisect_right(starts, task) + 1)]
+    for i, message in enumerate(client[:task]):
+        if message.get("role") == "assistant":
+            tasks[bisect_right(starts, i)].update(code_words(str(message.get("content") or "")))
+    out = [False]
+    words = again = 0
+    for before, after in pairwise(tasks[:-1]):
+        words += len(before)
+        again += len(before & after)
+        out.append(words >= RETYPED_WORDS and again >= RETYPED_SHARE * words)
+    return out
 
 
 def fold_turns(folded: Folded, runs: Sequence[Run], original: Original,
@@ -689,7 +724,8 @@ def fold_turns(folded: Folded, runs: Sequence[Run], original: Original,
                made: NoteCache | None = None,
                users: tuple[UserCopies, UserCopies] | None = None,
                made_events: FoldEvents | None = None,
-               client: Sequence[Mapping[str, Any]] = (), task: int = -1) -> Folded:
+               client: Sequence[Mapping[str, Any]] = (), task: int = -1,
+               starts: Sequence[int] = ()) -> Folded:
     """`folded` with each turns run's messages but its last reply gone and its first user
     message sent as the run's note (`turns_note`); every client message from that one to
     the last reply (the exchanges an earlier fold took included) gets one event, reason
@@ -702,7 +738,8 @@ def fold_turns(folded: Folded, runs: Sequence[Run], original: Original,
     earlier task's names in the next ones (DA-Code queues), while inside one task its
     recent code still carries them: words added there cost AutoCodeRover's queues up to
     0.13 point of cost @0.1 for no recall (bench/README.md, "Code words of a queue's
-    earlier tasks only")."""
+    earlier tasks only"). `starts`: every later task's start (`Layout.task_starts`): an
+    agent that retypes its ended tasks' words gets all of an aged reply's noted."""
     messages, plan = folded.messages, folded.plan
     by_index: dict[int, list[DropEvent]] = {}
     for event in folded.events:
@@ -716,11 +753,14 @@ def fold_turns(folded: Folded, runs: Sequence[Run], original: Original,
     earlier = Earlier()
     times: dict[str, int] = {}  # per code word: the client replies so far whose code has it
     read = 0  # the client messages `times` has counted
+    shown = retyped(client, starts, task) if client and starts else []
     for run in runs:
         first, last = plan[run.user][0], plan[run.end][0]
         written: tuple[str, ...] = ()
         typed: dict[str, int] = {}
+        every = False
         if client and first < task:
+            every = bool(shown) and shown[bisect_right(starts, first)]
             written = tuple(str((client[plan[p][0]] if plan[p][0] < task else messages[p])
                                 .get("content") or "") for p in range(run.user, run.end + 1))
             for reply in client[read:plan[run.end][0] + 1]:
@@ -729,9 +769,9 @@ def fold_turns(folded: Folded, runs: Sequence[Run], original: Original,
                         times[word] = times.get(word, 0) + 1
             read = max(read, plan[run.end][0] + 1)
             typed = {w: times[w] for text in written[1::2] for w in code_words(text)
-                     if times.get(w, 0) >= TYPED}
+                     if every or times.get(w, 0) >= TYPED}
         text, tokens = _turns_note(messages, run, count, cache, made, earlier, written,
-                                   typed)
+                                   typed, every)
         olds: dict[int, Sequence[DropEvent]] = {
             i: by_index.get(i, []) for i in range(first, last)}
         heads = {i: original(i) for i in range(first, last)}
@@ -882,6 +922,7 @@ def fold(
     short_before: int = -1,
     client: Sequence[Mapping[str, Any]] = (),
     task: int = -1,
+    starts: Sequence[int] = (),
 ) -> Folded | None:
     """The forwarded `messages` (rendered by `plan`; None: all as sent) with the runs
     behind `horizon` folded, or None when there is none or `gate` (asked only when the
@@ -927,7 +968,7 @@ def fold(
     if turn_runs:
         notes: NoteCache = {}
         folded = fold_turns(folded, turn_runs, original, count, memo.notes, notes, users,
-                            made[1], client, task)
+                            made[1], client, task, starts)
         memo.notes = notes
     if folded.messages is messages:
         return None
