@@ -41,13 +41,26 @@ _JSON_SPACE = re.compile(r'("(?:[^"\\]|\\.)*")|\s+')
 MARKER_EXCERPT = 32
 
 LineIndex = dict[str, Item]  # a non-blank line -> the first verbatim item that has it
+# Before a line of the task statement in a `LineIndex` (`index_lines`): such a line is
+# read only by a text that opens as the statement does
+GOAL_LINE = "\x00goal\x00"
 
 
 def arrival_item(item: Item, min_chars: int, marked: Collection[int]) -> bool:
     """Whether repeats on arrival look at `item`: an output or a user turn of `min_chars`
-    or more, not the task statement, not in a message a wire adapter pinned."""
-    return (len(item.text) >= min_chars and item.kind in ARRIVAL_KINDS and not item.goal
+    or more, not in a message a wire adapter pinned. The task statement is one they may
+    point to (`arrival_target`), never one they rewrite (`arrival_new`)."""
+    return (len(item.text) >= min_chars and item.kind in ARRIVAL_KINDS
             and item.message_index not in marked)
+
+
+def arrival_new(item: Item) -> bool:
+    """Whether a repeat on arrival may rewrite `item` (an `arrival_item` of the call's new
+    messages): not the task statement, which the model reads as the client wrote it. A
+    queue's later task that re-sends it (an agent's worked example and instructions before
+    each task: OpenHands' CodeAct) points to it instead (bench/README.md, "The task
+    statement as a copy repeats on arrival point to")."""
+    return item.rewritable and not item.goal
 
 
 def verbatim_index(
@@ -84,10 +97,14 @@ def verbatim_items(
 
 
 def index_lines(index: LineIndex, item: Item) -> None:
-    """Add `item`'s lines to `index` (earlier items keep the lines they had first)."""
+    """Add `item`'s lines to `index` (earlier items keep the lines they had first). The
+    task statement's lines go under keys of their own (`GOAL_LINE` before the line): a run
+    of an output's lines repeats the outputs it came from, as before, and only a text that
+    opens as the statement does reads them (`_runs`)."""
+    prefix = GOAL_LINE if item.goal else ""
     for line in item.text.splitlines():
         if line.strip():
-            index.setdefault(line, item)
+            index.setdefault(prefix + line, item)
 
 
 def _marker(n: int, rep: Item) -> str:
@@ -97,22 +114,49 @@ def _marker(n: int, rep: Item) -> str:
 
 def _runs(lines: list[str], index: LineIndex) -> list[tuple[int, int, Item]]:
     """Maximal runs [start, end) of lines each blank or found in one same item (a run
-    starts and ends on a found line)."""
+    starts and ends on a found line). A line the task statement alone has counts only in
+    a text that opens as that statement does (its first line: a queue's later task that
+    re-sends the harness's template, `_opens_as`), never in an output; there it comes
+    first, so the template's lines make one run rather than break where an output of an
+    earlier task has one of them too."""
+    head = next((line.strip() for line in lines if line.strip()), "")
+    opens: dict[str, bool] = {}
+
+    def found(line: str) -> Item | None:
+        goal = index.get(GOAL_LINE + line)
+        if goal is not None:
+            same = opens.get(goal.id)
+            if same is None:
+                same = opens[goal.id] = _opens_as(goal.text, head)
+            if same:
+                return goal
+        return index.get(line)
+
     runs = []
     i, n = 0, len(lines)
     while i < n:
-        rep = index.get(lines[i]) if lines[i].strip() else None
+        rep = found(lines[i]) if lines[i].strip() else None
         if rep is None:
             i += 1
             continue
         end = j = i + 1
-        while j < n and (not lines[j].strip() or index.get(lines[j]) is rep):
+        while j < n and (not lines[j].strip() or found(lines[j]) is rep):
             j += 1
             if lines[j - 1].strip():
                 end = j
         runs.append((i, end, rep))
         i = end
     return runs
+
+
+def _opens_as(text: str, head: str) -> bool:
+    """Whether `text`'s first non-blank line, stripped, is `head` (`items.first_line`,
+    without copying the rest of a long task statement)."""
+    start = len(text) - len(text.lstrip()) if text[:1].isspace() else 0
+    if not head or not text.startswith(head, start):
+        return False
+    rest = text[start + len(head): start + len(head) + 200]
+    return rest.split("\n", 1)[0].strip() == ""
 
 
 def without_repeated_lines(

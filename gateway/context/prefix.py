@@ -39,6 +39,7 @@ from gateway.context.lines import (
     MINIFIED_JSON,
     LineIndex,
     arrival_item,
+    arrival_new,
     index_lines,
     lines_decision,
     minified_decision,
@@ -587,7 +588,7 @@ class Prefix:
             if made is not None:  # sent minified: a repeat of it points to it
                 verbatim.setdefault(item.text, item)  # type: ignore[union-attr]
                 continue
-            new = item.message_index >= start and item.rewritable
+            new = item.message_index >= start and arrival_new(item)
             rep = verbatim.get(item.text) if verbatim is not None else None
             if new and rep is not None:
                 cut: Decision | None = Decision("cluster", "dedup", "duplicate", "dedup",

@@ -32,6 +32,7 @@ from gateway.context.lines import (
     MINIFIED_JSON,
     LineIndex,
     arrival_item,
+    arrival_new,
     index_lines,
     lines_decision,
     minified_decision,
@@ -186,7 +187,7 @@ def arrival_duplicates(
         if made is not None:
             verbatim.setdefault(original.text, item)
             continue
-        new = item.message_index >= start and item.rewritable
+        new = item.message_index >= start and arrival_new(item)
         rep = verbatim.get(original.text)
         if new and rep is not None:
             chosen[item.id] = Decision("cluster", "dedup", "duplicate", "dedup", arg=rep.id,
