@@ -132,12 +132,14 @@ async def cluster_items(items: list[Item], budget: Budget, ctx: StageContext) ->
     exact: dict[str, str] = {}
     chosen: dict[str, Decision] = {}
     by_id = {item.id: item for item in candidates}
+    named = _named_statements(candidates, ctx)
     for item in candidates:
         digest = _normal(item.text, ctx.caches.normal)
         mh = _minhash(item.text, memo, digest)
         # only an item the step may change asks what it repeats (late in a session most
         # are decided already: they only join the index, as they did)
-        if not item.pinned and item.id not in ctx.decisions and item.message_index < ctx.horizon:
+        if (not item.pinned and item.id not in ctx.decisions and item.message_index < ctx.horizon
+                and item.id not in named):
             rep = exact.get(digest)
             reason = "duplicate"
             if rep is None:
@@ -156,6 +158,17 @@ async def cluster_items(items: list[Item], budget: Budget, ctx: StageContext) ->
     return decide(items, chosen, ctx)
 
 
+
+
+def _named_statements(candidates: list[Item], ctx: StageContext) -> set[str]:
+    """The ids of the task statement's items that a repeat on arrival points to (a queue's
+    later task re-sending its template, `lines.arrival_new`): they stay as sent, the copy
+    those pointers and markers name, rather than become a pointer to a later copy."""
+    goals = {item.id for item in candidates if item.goal}
+    if not goals:
+        return set()
+    return {made.arg for made in ctx.decisions.values()
+            if made.stage == "cluster" and made.arg in goals}
 
 
 def arrival_duplicates(
