@@ -69,14 +69,16 @@ def _engine(settings: Settings, embedder: Any, cache: bool) -> ContextEngine:
                          sessions=MemorySessionStore(), prefix_cache_size=1024 if cache else 0)
 
 
-def _queue(tasks: list[str]) -> list[dict[str, Any]]:
+def _queue(tasks: list[str], rows: int = 0) -> list[dict[str, Any]]:
     messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM}]
     for k, task in enumerate(tasks):
         messages.append({"role": "user", "content": EXAMPLE + task})
         call = f"<execute_bash>\ncat task{k}.txt\n</execute_bash>"
         messages.append({"role": "assistant", "content": f"Let me look.\n{call}"})
         messages.append({"role": "user",
-                         "content": f"OBSERVATION:\ncontents of task{k}.txt\n[exit code 0]"})
+                         "content": "\n".join([f"OBSERVATION:\ncontents of task{k}.txt", *(
+                             f"row {r} of task{k}.txt: value {r * (k + 3)}" for r in range(rows)),
+                             "[exit code 0]"])})
         messages.append({"role": "assistant", "content": f"Task {k} is done.\n<finish></finish>"})
     return messages
 
@@ -108,3 +110,25 @@ async def test_a_queue_s_later_template_goes_as_a_marker_from_its_first_call(
     assert previous is not None
     assert previous[1]["content"] == EXAMPLE + tasks[0]  # the statement stays as sent
     assert [d.reason for d in fitted.drops if d.message_index == 5] == ["repeated_lines"]
+
+
+async def test_the_statement_the_markers_name_stays_as_sent_at_the_next_step(
+    settings: Settings, embedder: Any
+) -> None:
+    """A step on the call a later task arrives on finds that task's statement verbatim
+    (arrival comes after the stages): the first task's statement, which earlier markers
+    name, is not made a near-duplicate pointer to it (it was, before `_named_statements`),
+    and every line of the template is still sent on every call."""
+    tasks = [f"Task {k}: write script{k}.sh that prints the number {k} twice." for k in range(10)]
+    messages = _queue(tasks, rows=150)
+    engine = _engine(settings, embedder, True)
+    session = uuid.uuid4().hex
+    ends = [i + 1 for i, m in enumerate(messages) if m["role"] == "user"]
+    for end in ends:
+        call = CallContext("t-goal", uuid.uuid4().hex, {"x-ctxgate-session-id": session})
+        fitted = await engine.fit({"messages": messages[:end]}, call)
+        forwarded = fitted.body["messages"]
+        assert forwarded[1]["content"] == EXAMPLE + tasks[0]
+        sent = "\n".join(str(m["content"]) for m in forwarded)
+        assert all(line in sent for line in EXAMPLE.splitlines())
+    assert sum(d.reason == "repeated_lines" for d in fitted.drops) >= 5
