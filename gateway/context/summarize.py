@@ -46,6 +46,10 @@ _TIMESTAMP = re.compile(
     r"^\s*(DEBUG|INFO|WARN|WARNING|ERROR|TRACE)\b"
 )
 _FENCE = re.compile(r"```.*?```", re.DOTALL)
+# The code an aged assistant turn keeps as written: a fenced block, or the tag-delimited code
+# a CodeAct harness runs (`<execute_bash>` ./hello.sh `</execute_bash>`, MINT's `<execute>`):
+# the agent re-types its own commands, which a digest of the turn's first sentence lost.
+_CODE = re.compile(r"```.*?```|<(execute(?:_\w+)?)>.*?</\1>", re.DOTALL)
 # A time of day (`03:00`, `9:45`) is one value an agent re-tells, not two bare numbers
 # (`03`, `00`); longer colon runs (log timestamps `10:02:14`, `file.py:12:5`) split as before,
 # so a log's every second does not become a value of its own.
@@ -576,8 +580,8 @@ def _assistant(
     text: str, level: int, whole_commands: bool = False, known: frozenset[str] = frozenset(),
     step: frozenset[str] = frozenset(), named_lines: bool = False,
 ) -> str:
-    fences = _FENCE.findall(text)
-    prose = _FENCE.sub(" ", text).strip()
+    fences = [m.group(0) for m in _CODE.finditer(text)]
+    prose = _CODE.sub(" ", text).strip()
     sentences = [x for x in re.split(r"(?<=[.!?:])\s+", prose) if x.strip()] if prose else []
     parts: list[str] = []
     if level == 1 and sentences:
