@@ -106,6 +106,17 @@ def memory_engine(settings: Settings, embedder: Any, cache: bool) -> ContextEngi
                          sessions=MemorySessionStore(), prefix_cache_size=1024 if cache else 0)
 
 
+async def fit_agreed(cached: ContextEngine, plain: ContextEngine, body: dict[str, Any],
+                     call: CallContext) -> FittedCall:
+    """The call fitted by an engine with its prefix cache, checked against the full path
+    (`plain`, no cache) on the same call: both must forward and log the same."""
+    fitted = await cached.fit(body, call)
+    again = await plain.fit(body, call)
+    assert (again.body, again.drops, again.tokens_after) == (
+        fitted.body, fitted.drops, fitted.tokens_after)
+    return fitted
+
+
 def drops_add_up(fit: FittedCall) -> bool:
     """Whether the call's drop log accounts for every token the call saved."""
     return sum(d.tokens_before - d.tokens_after for d in fit.drops) == (

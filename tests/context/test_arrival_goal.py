@@ -17,7 +17,7 @@ from gateway.context.session import MemorySessionStore
 from gateway.observability.droplog import DropLog
 from gateway.observability.metrics import Metrics
 from gateway.settings import Settings
-from tests.context.sessions import drops_add_up
+from tests.context.sessions import drops_add_up, fit_agreed
 
 HEAD = "Here is an example of how you can interact with the environment for task solving:"
 SHARED = ("File updated. Please review the changes and make sure they are correct (correct "
@@ -95,10 +95,7 @@ async def test_a_queue_s_later_template_goes_as_a_marker_from_its_first_call(
     for end in ends:
         call = CallContext("t-goal", uuid.uuid4().hex, {"x-ctxgate-session-id": session})
         body = {"messages": messages[:end]}
-        fitted = await cached.fit(body, call)
-        again = await plain.fit(body, call)  # the full path on every call
-        assert (again.body, again.drops, again.tokens_after) == (
-            fitted.body, fitted.drops, fitted.tokens_after)
+        fitted = await fit_agreed(cached, plain, body, call)  # the full path agrees
         forwarded = fitted.body["messages"]
         if previous is not None:
             assert forwarded[: len(previous)] == previous  # nothing sent before changes

@@ -16,7 +16,7 @@ from gateway.context.session import MemorySessionStore
 from gateway.observability.droplog import DropLog
 from gateway.observability.metrics import Metrics
 from gateway.settings import Settings
-from tests.context.sessions import drops_add_up
+from tests.context.sessions import drops_add_up, fit_agreed
 
 from .conftest import without_credit
 
@@ -96,10 +96,7 @@ async def test_a_page_repeating_the_menu_is_cut_on_arrival_and_kept_so(
     for end in range(4, len(messages) + 1, 2):
         body = {"messages": messages[:end], "tools": TOOLS}
         call = CallContext("t-lines", uuid.uuid4().hex, {"x-ctxgate-session-id": session})
-        fitted = await cached.fit(body, call)
-        again = await plain.fit(body, call)  # the full path on every call
-        assert (again.body, again.drops, again.tokens_after) == (
-            fitted.body, fitted.drops, fitted.tokens_after)
+        fitted = await fit_agreed(cached, plain, body, call)  # the full path agrees
         forwarded = fitted.body["messages"]
         if previous is not None:
             assert forwarded[: len(previous)] == previous
