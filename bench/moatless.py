@@ -193,13 +193,17 @@ def load(reader: RepoReader, rev: str) -> tuple[list[dict[str, Any]], Counter[st
         agent = doc.get("agent") or {}
         instance = str((doc.get("metadata") or {}).get("instance_id")
                        or path.split("/")[-2])
-        runs.append({"id": f"{CORPUS}/{instance}", "path": path, "instance": instance,
+        run = {"id": f"{CORPUS}/{instance}", "path": path, "instance": instance,
                      "system": str(agent["system_prompt"]), "sent": sent,
                      "reply": calls[-1]["response"],
                      "model": calls[-1].get("model")
                      or (agent.get("completion") or {}).get("model"),
                      "inner": sum(1 for n in doc.get("nodes") or []
-                                  if (n.get("completions") or {}).get("execute_action"))})
+                                  if (n.get("completions") or {}).get("execute_action"))}
+        if len(calls) > run_calls(run):
+            counts["calls sent again with the same messages (kept once)"] += (
+                len(calls) - run_calls(run))
+        runs.append(run)
     return runs, counts
 
 
