@@ -501,6 +501,17 @@ class TraceSink:
             self._count("trace_write", records)
 
     async def _send(self, records: list[TraceRecord]) -> None:
+        """Store `records` (their pieces, then the traces), and only then announce the ones
+        that teach on the trace stream (`_announce`): a worker must never take an entry
+        whose trace it cannot read yet. One pipeline for both is ordered on one Redis (one
+        connection), not on a cluster: the stream and the tenant's keys live on different
+        nodes, written at once, a failed node's commands retried apart. An entry read before
+        its trace was stored (the trace's node restarting; its connection still connecting)
+        was learned as "expired" and acknowledged, and it had claimed the trace
+        (`keys.trace_learned`): the entry the write-back queued again was skipped as a
+        duplicate, and the citation credit was lost (bench/README.md, "Redis Cluster: a
+        trace announced before it was stored"). A write that fails after its entries landed
+        is held and written again: the entries it adds are duplicates of a stored trace."""
         pieces: dict[tuple[str, str], bytes] = {}  # the batch's account pieces, once each
         now = time.monotonic()  # before any command is sent: a refresh happens after it
         async with self._redis.pipeline(transaction=False) as pipe:
@@ -512,13 +523,6 @@ class TraceSink:
                     pipe.hset(trace_key, ACCOUNT_FIELD, record.account)
                     pipe.set(keys.trace_owner(record.trace_id), record.tenant, ex=self._ttl_s)
                 pipe.expire(trace_key, self._ttl_s)
-                if not record.teaches:
-                    continue  # stored for feedback; nothing for a worker to do now
-                pipe.xadd(
-                    keys.trace_stream(keys.trace_shard(record.tenant, self._shards)),
-                    {"kind": "trace", "tenant": record.tenant, "trace_id": record.trace_id},
-                    maxlen=self._maxlen, approximate=True,
-                )
             replies = await pipe.execute()
         lost = _lost_pieces(checks, replies)
         if lost:  # gone since this process wrote them (restart, flush, eviction): again
@@ -534,6 +538,20 @@ class TraceSink:
             self._written.move_to_end(piece)
         while len(self._written) > PIECES_REMEMBERED:
             self._written.popitem(last=False)
+        await self._announce([record for record in records if record.teaches])
+
+    async def _announce(self, records: list[TraceRecord]) -> None:
+        """Queue `records` for the workers, once every one of them is stored (`_send`)."""
+        if not records:
+            return  # stored for feedback; nothing for a worker to do now
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for record in records:
+                pipe.xadd(
+                    keys.trace_stream(keys.trace_shard(record.tenant, self._shards)),
+                    {"kind": "trace", "tenant": record.tenant, "trace_id": record.trace_id},
+                    maxlen=self._maxlen, approximate=True,
+                )
+            await pipe.execute()
 
     def _queue_pieces(self, pipe: Any, records: list[TraceRecord],
                       pieces: dict[tuple[str, str], bytes], now: float) -> list[_Check]:
