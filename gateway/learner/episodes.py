@@ -92,11 +92,12 @@ class TraceLearner:
         self._delta_ttl_s = delta_ttl_s
         self._classes: dict[str, ClassPlaybook] = {}  # validated once, not per entry
 
-    async def handle(self, fields: dict[str, str]) -> list[Operation]:
-        """Learn from one entry; returns the delta merged (empty: no signal, no learning)."""
+    async def handle(self, fields: dict[str, str]) -> list[Operation] | None:
+        """Learn from one entry; returns the delta merged (empty: no signal, no learning),
+        or None when its trace is not stored (expired, or not written yet): nothing read."""
         loaded = await load_trace(self._redis, fields["tenant"], fields["trace_id"])
         if loaded is None:
-            return []  # expired or never written: nothing to learn from
+            return None
         event, feedback = loaded
         cls = self._classes.get(event.task_class)
         if cls is None:

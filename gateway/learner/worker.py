@@ -11,7 +11,13 @@ and the outage buffer writes it again): the first entry of a trace (per kind: tr
 feedback) to be taken claims it (`keys.trace_learned`, SET NX, kept as long as traces are);
 any other entry for it is acknowledged unlearned and counted as
 `ctxgate_worker_failures_total{reason="duplicate_trace"}`. The claiming entry's own
-redeliveries (a worker that died mid-job) are still learned from.
+redeliveries (a worker that died mid-job) are still learned from. An entry whose trace is
+not stored (expired, or announced before it was written) is acknowledged unlearned, logged
+and counted as `{reason="trace_missing"}`, and gives its claim back: a later entry for the
+trace, once it is stored, is learned from, not skipped as a duplicate (a Redis Cluster
+primary's restart once cost a citation credit so, bench/README.md, "Redis Cluster: a
+trace announced before it was stored"; the trace writer now announces a trace only once
+it is stored).
 
 A long-running worker outlives anything that goes wrong around a job: it never exits but
 on `stop` (burst mode, a one-shot drain, still raises). A store outage or failover (a
@@ -85,6 +91,11 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'EX', ARGV[2]) then return 1 end
 if redis.call('GET', KEYS[1]) == ARGV[1] then return 1 end
 return 0
 """
+# Give the claim of entry ARGV[1] back (its trace was not stored): only if it holds it.
+RELEASE_TRACE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
 
 
 def _entry(raw_id: Any, raw_fields: dict[Any, Any]) -> Entry:
@@ -121,6 +132,7 @@ class StreamConsumer:
         self.in_flight: str | None = None  # the entry being learned from, if any
         self._depth_reported = 0.0
         self._claim_trace = redis.register_script(CLAIM_TRACE)
+        self._release_trace = redis.register_script(RELEASE_TRACE)
 
     async def reclaim(self) -> list[Entry]:
         """Entries idle past the reclaim time, now ours."""
@@ -183,7 +195,7 @@ class StreamConsumer:
         done = asyncio.Event()
         heartbeat = asyncio.create_task(self._keep_claimed(entry_id, done))
         try:
-            await self._learner.handle(fields)
+            learned = await self._learner.handle(fields)
         except MalformedOutput as exc:
             await self.dead_letter(entry_id, fields, f"malformed_output: {exc}")
             return
@@ -198,17 +210,35 @@ class StreamConsumer:
         finally:
             done.set()
             heartbeat.cancel()
+        if learned is None:  # before the ack: a failed release leaves the entry pending
+            await self._give_back(entry_id, fields)
+            log.warning("%s names a trace that is not stored (expired, or not written "
+                        "yet): acknowledged unlearned", entry_id,
+                        extra={"trace_id": fields.get("trace_id"),
+                               "tenant": fields.get("tenant"), "kind": fields.get("kind")})
+            self.failed("trace_missing")
         await self._redis.xack(self._stream, keys.TRACE_GROUP, entry_id)
+
+    def _claim_key(self, fields: dict[str, str]) -> str | None:
+        tenant, trace_id = fields.get("tenant"), fields.get("trace_id")
+        if not tenant or not trace_id:
+            return None  # nothing to key it by: the learner finds no trace either
+        return keys.trace_learned(tenant, trace_id, fields.get("kind", "trace"))
 
     async def _first_for_trace(self, entry_id: str, fields: dict[str, str]) -> bool:
         """Whether `entry_id` is the entry its trace is learned from (see the module doc)."""
-        tenant, trace_id = fields.get("tenant"), fields.get("trace_id")
-        if not tenant or not trace_id:
-            return True  # nothing to key it by: the learner finds no trace either
-        key = keys.trace_learned(tenant, trace_id, fields.get("kind", "trace"))
+        key = self._claim_key(fields)
+        if key is None:
+            return True
         first = await self._claim_trace(keys=[key],
                                         args=[entry_id, self._settings.trace_ttl_s])
         return bool(first)
+
+    async def _give_back(self, entry_id: str, fields: dict[str, str]) -> None:
+        """`entry_id` learned nothing (its trace is not stored): its claim is given back."""
+        key = self._claim_key(fields)
+        if key is not None:
+            await self._release_trace(keys=[key], args=[entry_id])
 
     async def dead_letter(self, entry_id: str, fields: dict[str, str], reason: str) -> None:
         parked = {**fields, "entry_id": entry_id, "reason": reason[:500],

@@ -258,6 +258,39 @@ async def test_a_trace_queued_twice_is_learned_from_once(
     assert (await lredis.xpending(keys.TRACE_STREAM, keys.TRACE_GROUP))["pending"] == 0
 
 
+async def test_an_entry_read_before_its_trace_was_stored_gives_its_claim_back(
+    lredis: aioredis.Redis, upstream: Upstream, models: tuple[str, str], tmp_path: Path
+) -> None:
+    """An entry whose trace is not stored yet (on a Redis Cluster the stream and the trace
+    are on different nodes: a writer that announced both at once) is acknowledged
+    unlearned, and the entry queued once the trace is stored is learned from, not skipped
+    as a duplicate of it: the citation is credited, once."""
+    tenant = "t" + uuid.uuid4().hex[:8]
+    store = PlaybookStore(lredis)
+    [seed] = await store.merge(tenant, "code", [
+        Operation("ADD", "seed", section="tool_usage", content="Run pytest -x.")])
+    event = failed_step_event(tenant, "tr-early", injected=[seed.bullet_id],
+                              said=f"Per [{seed.bullet_id}] I run pytest -x.",
+                              tool_output="5 passed in 0.1s")
+    await ensure_group(lredis)
+    await lredis.xadd(keys.TRACE_STREAM, {"kind": "trace", "tenant": tenant,
+                                          "trace_id": "tr-early"})
+    services = make_services(make_settings(upstream, models, tmp_path), lredis, tmp_path)
+    await run_worker(services, stop=asyncio.Event(), burst=True, consumer="w1")
+    assert (await lredis.xpending(keys.TRACE_STREAM, keys.TRACE_GROUP))["pending"] == 0
+    registry = services.metrics.registry
+    assert registry.get_sample_value("ctxgate_worker_failures_total",
+                                     {"reason": "trace_missing"}) == 1
+    await publish(lredis, [event])  # stored, then queued again
+    for _ in range(2):
+        await run_worker(services, stop=asyncio.Event(), burst=True, consumer="w1")
+        bullet = await store.get(tenant, "code", seed.bullet_id)
+        assert bullet is not None and bullet.helpful == 1
+    assert registry.get_sample_value("ctxgate_worker_failures_total",
+                                     {"reason": "duplicate_trace"}) is None
+    assert (await lredis.xpending(keys.TRACE_STREAM, keys.TRACE_GROUP))["pending"] == 0
+
+
 def _answers(url: str) -> bool:
     try:
         return httpx.get(url, timeout=1.0).status_code == 200
