@@ -201,16 +201,19 @@ def deployment(request: pytest.FixtureRequest) -> Iterator[tuple[Deployment, lis
             stop(process)
 
 
-def cite_and_succeed(gateway: Gateway, upstream: Upstream, token: str, session: str) -> None:
-    """A new session gets the bullet; its next step cites it and the tool call succeeds."""
+def cite_and_succeed(gateway: Gateway, upstream: Upstream, token: str, session: str) -> str:
+    """A new session gets the bullet; its next step cites it and the tool call succeeds.
+    Returns the citing step's trace id (its entry credits the bullet)."""
     opening = failed_step()[:2]
     call(gateway, upstream, token, session, opening)
     install = {"name": "bash", "arguments": '{"command": "pip install pyyaml"}'}
-    call(gateway, upstream, token, session,
-         [*opening, {"role": "assistant", "content": "Per [err-00001], installing.",
-                     "tool_calls": [{"id": "call_9", "type": "function", "function": install}]},
-          {"role": "tool", "tool_call_id": "call_9",
-           "content": "Successfully installed PyYAML-6.0.1"}])
+    citing, _ = call(gateway, upstream, token, session,
+                     [*opening, {"role": "assistant", "content": "Per [err-00001], installing.",
+                                 "tool_calls": [{"id": "call_9", "type": "function",
+                                                 "function": install}]},
+                      {"role": "tool", "tool_call_id": "call_9",
+                       "content": "Successfully installed PyYAML-6.0.1"}])
+    return citing
 
 
 @pytest.mark.timeout(600)  # the models' loads above, then learning (seconds), in one item
@@ -243,9 +246,12 @@ def test_playbooks_exact_across_a_primary_restart(
     wait_explained(lambda: all(learned(t, 0) for t in taught), 180, explain)
     print(f"taught: {time.time() - deploy.started:.1f} s after the start")
 
+    # Each citing step is reported too (its entries, its claim, its credit applied or not):
+    # a tenant one credit short once left no trace of which step lost it.
     for r in range(ROUNDS):
         for n, token in enumerate(tokens):
-            cite_and_succeed(gw[(n + r) % 2], upstream, token, f"cite-{n}-{r}")
+            jobs.append(Job(tenant_of_token(token), cite_and_succeed(
+                gw[(n + r) % 2], upstream, token, f"cite-{n}-{r}"), "trace"))
     time.sleep(0.3)  # the traces are written in the background, within milliseconds
     deploy.kill_target.kill()  # SIGKILL while the workers credit the citations
     time.sleep(1.0)
@@ -253,7 +259,8 @@ def test_playbooks_exact_across_a_primary_restart(
     deploy.restart()
     for r in range(ROUNDS, 2 * ROUNDS):
         for n, token in enumerate(tokens):
-            cite_and_succeed(gw[(n + r) % 2], upstream, token, f"cite-{n}-{r}")
+            jobs.append(Job(tenant_of_token(token), cite_and_succeed(
+                gw[(n + r) % 2], upstream, token, f"cite-{n}-{r}"), "trace"))
 
     wait_explained(lambda: all(learned(t, 2 * ROUNDS) for t in taught), 180, explain)
     print(f"credited: {time.time() - deploy.started:.1f} s after the start")
