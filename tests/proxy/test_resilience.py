@@ -171,11 +171,13 @@ def test_traces_made_during_an_outage_are_written_once_redis_answers(
     assert last.task_class == "coding_agent"  # by the class rules (its bash tool)
     assert last.messages == made[1][1]
     assert last.response["content"].startswith("echo: ")
+    # The buffer empties once a batch is stored and then queued (a trace is queued only
+    # after it is stored: its entry comes a round trip after the trace itself).
+    wait_metric(server, "ctxgate_trace_outage_buffered", 0)
     # In order, and both queued for the workers (each may teach: a failed tool result).
     entries = redis.Redis(port=store.port).xrange(keys.TRACE_STREAM)
     queued = [fields[b"trace_id"].decode() for _, fields in entries]
     assert queued == [trace_id for trace_id, _ in made]
-    wait_metric(server, "ctxgate_trace_outage_buffered", 0)
     feedback = post_feedback(server, key, made[0][0])
     assert feedback.status_code == 202, feedback.text
     assert feedback.json() == {"status": "accepted", "trace_id": made[0][0]}
