@@ -3,6 +3,14 @@
 
 Every session is put in a *tune* or a *holdout* half by a hash of its id, so that settings
 tuned on one half can be checked on the other.
+
+A session's *calls* (`session_calls`): by default each prefix of its `messages` that ends right
+before an assistant message, answered by that message (one growing chat). A JSONL session may
+instead carry `calls`, each `{"messages": [...], "reply": {...}}`: the message list that call
+sent, as the client sent it (a client that edits or removes its earlier turns sends lists that
+are not prefixes of one another), and the assistant message that answered it; then its calls
+are those, in order (*per-call* mode; `per_call=False` on loading ignores them and replays the
+prefixes of `messages`).
 """
 
 from __future__ import annotations
@@ -14,6 +22,7 @@ from typing import Any
 
 import orjson
 
+from bench.yardstick import call_ends
 from gateway.context.replay import openai_message
 from tests.sessions import synthetic_session as tests_synthetic_session
 
@@ -21,6 +30,7 @@ CORPORA = Path(__file__).resolve().parents[2] / "shared" / "corpora"
 JSONL_CORPORA = ("webchorearena", "agentdojo", "intercode")
 CORPUS_NAMES = ("swe-agent", *JSONL_CORPORA, "synthetic")
 SPLITS = ("tune", "holdout")
+Call = tuple[list[dict[str, Any]], dict[str, Any]]  # the messages a call sent, its reply
 
 
 def split_of(session_id: str) -> str:
@@ -34,6 +44,7 @@ class Session:
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]] | None = None
     raw: list[dict[str, Any]] = field(default_factory=list)  # as recorded (legacy figures)
+    calls: list[Call] | None = None  # per-call message lists as sent (module docstring)
 
     @property
     def split(self) -> str:
@@ -48,12 +59,22 @@ def swe_agent(root: Path = CORPORA) -> list[Session]:
     return out
 
 
-def jsonl(name: str, root: Path = CORPORA) -> list[Session]:
+def session_calls(session: Session) -> list[Call]:
+    """The session's calls in order: `(messages sent, reply)` (module docstring)."""
+    if session.calls is not None:
+        return session.calls
+    return [(session.messages[:end], session.messages[end]) for end in call_ends(session.messages)]
+
+
+def jsonl(name: str, root: Path = CORPORA, *, per_call: bool = True) -> list[Session]:
     out = []
     for line in (root / name / "sessions.jsonl").read_bytes().splitlines():
         if line.strip():
             s = orjson.loads(line)
-            out.append(Session(s["id"], s["messages"], s.get("tools") or None, raw=s["messages"]))
+            calls = [(c["messages"], c["reply"]) for c in s["calls"]] \
+                if per_call and s.get("calls") is not None else None
+            out.append(Session(s["id"], s["messages"], s.get("tools") or None, raw=s["messages"],
+                               calls=calls))
     return out
 
 
@@ -66,11 +87,12 @@ def extra_jsonl(root: Path) -> list[str]:
                   if p.parent.name not in CORPUS_NAMES)
 
 
-def load(name: str, root: Path = CORPORA, *, synthetic: int = 3, turns: int = 100) -> list[Session]:
+def load(name: str, root: Path = CORPORA, *, synthetic: int = 3, turns: int = 100,
+         per_call: bool = True) -> list[Session]:
     if name == "swe-agent":
         return swe_agent(root)
     if name in JSONL_CORPORA or (name != "synthetic" and (root / name / "sessions.jsonl").exists()):
-        return jsonl(name, root)
+        return jsonl(name, root, per_call=per_call)
     if name == "synthetic":
         return [synthetic_session(seed, turns) for seed in range(synthetic)]
     raise ValueError(f"unknown corpus {name!r}")

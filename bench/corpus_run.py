@@ -5,6 +5,11 @@ per-session state between calls) and measures, on the same calls, no gateway and
 keep-K. `budget_calls` sends sampled calls as the first call of a new session under a budget
 of 80% and 60% of their own size, against the plain fit. Both return per-call records;
 `bench/figures.py` turns them into the reported figures.
+
+A session's calls are `bench.corpora.session_calls`: the prefixes of one growing chat, or,
+for a session recorded per call, each call's own message list as the client sent it (same
+session key, in order). Each method's cached prefix is the one it shares with its own
+previous call: no gateway pays the client's own edits of its earlier turns too.
 """
 
 from __future__ import annotations
@@ -15,12 +20,11 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 from bench.baselines import mask_keep, plain_fit
-from bench.corpora import Session
+from bench.corpora import Session, session_calls
 from bench.wire_convert import CONVERTERS
 from bench.yardstick import (
     cached_chars,
     call_chars,
-    call_ends,
     haystack,
     late_calls,
     needed_values,
@@ -41,7 +45,11 @@ TENANT = "bench"
 
 
 def request(session: Session, end: int) -> dict[str, Any]:
-    body: dict[str, Any] = {"messages": session.messages[:end]}
+    return call_request(session, session.messages[:end])
+
+
+def call_request(session: Session, messages: list[dict[str, Any]]) -> dict[str, Any]:
+    body: dict[str, Any] = {"messages": messages}
     if session.tools:
         body["tools"] = session.tools
     return body
@@ -56,11 +64,11 @@ async def late_fits(name: str, sessions: Sequence[Session], split: str = "all",
     engine = build_engine(Settings())
     try:
         for session in sessions:
-            ends = call_ends(session.messages)
-            late = late_calls(len(ends))
+            calls = session_calls(session)
+            late = late_calls(len(calls))
             headers = {"x-ctxgate-session-id": f"{name}:{session.id}"}
-            for k, end in enumerate(ends):
-                body = request(session, end)
+            for k, (sent, _) in enumerate(calls):
+                body = call_request(session, sent)
                 fitted = await engine.fit(body, CallContext(tenant=TENANT, trace_id=f"l{k}",
                                                             headers=headers))
                 total = call_chars(body["messages"])
@@ -102,25 +110,50 @@ async def fit_in_format(
             unmarked(wire.view(forwarded).body["messages"]))
 
 
+def first_change(previous: Sequence[Mapping[str, Any]],
+                 current: Sequence[Mapping[str, Any]]) -> int | None:
+    """The index of the first message of `previous` that `current` does not repeat, None
+    when `current` starts with all of `previous`."""
+    for i, message in enumerate(previous):
+        if i >= len(current) or current[i] != message:
+            return i
+    return None
+
+
+def breaks_before(previous_sent: Sequence[Mapping[str, Any]],
+                  sent: Sequence[Mapping[str, Any]],
+                  previous_forwarded: Sequence[Mapping[str, Any]],
+                  forwarded: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether the forwarded request changes a message of the previous forwarded one before
+    the first message the client itself changed in its own request (none: the client's
+    request repeats its previous one, so any change of the forwarded prefix counts). Message
+    indexes are compared as they are: a message the engine left out moves its break earlier
+    (counted against the engine)."""
+    engine = first_change(previous_forwarded, forwarded)
+    client = first_change(previous_sent, sent)
+    return engine is not None and (client is None or engine < client)
+
+
 async def replay_session(
     engine: ContextEngine, session: Session, *, corpus: str, wire_format: str = "chat"
 ) -> list[dict[str, Any]]:
     """Per call: the session's position, the needed values and each method's figures."""
-    ends = call_ends(session.messages)
-    late = late_calls(len(ends))
+    calls = session_calls(session)
+    late = late_calls(len(calls))
     headers = {"x-ctxgate-session-id": f"{corpus}:{session.id}"}
     previous: dict[str, list[str] | None] = {}
     last_forwarded: list[Mapping[str, Any]] | None = None
+    last_sent: list[Mapping[str, Any]] | None = None
     records = []
-    for k, end in enumerate(ends):
-        body = request(session, end)
+    for k, (sent_messages, reply) in enumerate(calls):
+        body = call_request(session, sent_messages)
         start = time.perf_counter()
         fitted, prefix, forwarded = await fit_in_format(
             engine, body, CallContext(tenant=TENANT, trace_id=f"{corpus}-{k}", headers=headers),
             wire_format,
         )
         seconds = time.perf_counter() - start
-        needed = needed_values(session.messages[end], prefix)
+        needed = needed_values(reply, prefix)
         methods: dict[str, Any] = {}
         candidates = {"none": prefix, "ctxgate": forwarded}
         candidates.update({f"keep-{n}": mask_keep(prefix, n) for n in MASK_KEEPS})
@@ -134,7 +167,7 @@ async def replay_session(
                 "session": session.id,
                 "split": session.split,
                 "call": k,
-                "calls": len(ends),
+                "calls": len(calls),
                 "late": late[k],
                 "needed": len(needed),
                 "methods": methods,
@@ -147,11 +180,20 @@ async def replay_session(
                     "extends_previous": None
                     if last_forwarded is None
                     else list(forwarded[: len(last_forwarded)]) == last_forwarded,
+                    # the client's own request repeats its previous one (always, for the
+                    # prefixes of one chat; not where it edited an earlier turn)
+                    "client_extends_previous": None
+                    if last_sent is None
+                    else list(prefix[: len(last_sent)]) == last_sent,
+                    "breaks_before_client": None
+                    if last_sent is None or last_forwarded is None
+                    else breaks_before(last_sent, prefix, last_forwarded, forwarded),
                     "engine_prefix_stable": fitted.prefix_stable,
                 },
             }
         )
         last_forwarded = list(forwarded)
+        last_sent = list(prefix)
     return records
 
 
@@ -169,7 +211,7 @@ async def replay_corpus(
 def sample_calls(sessions: Sequence[Session], per_split: int) -> list[tuple[Session, int]]:
     """Up to `per_split` calls of each half, deterministic and spread over session positions:
     all calls ordered by relative position in their session (ties by a hash), then evenly
-    spaced picks."""
+    spaced picks. A call is `(session, k)`: the k-th of `session_calls(session)`."""
     out: list[tuple[Session, int]] = []
     if per_split <= 0:
         return out
@@ -178,10 +220,10 @@ def sample_calls(sessions: Sequence[Session], per_split: int) -> list[tuple[Sess
         for s in sessions:
             if s.split != split:
                 continue
-            ends = call_ends(s.messages)
-            for k, end in enumerate(ends):
+            n = len(session_calls(s))
+            for k in range(n):
                 tie = hashlib.blake2b(f"{s.id}:{k}".encode(), digest_size=4).hexdigest()
-                calls.append(((k + 1) / len(ends), tie, s, end))
+                calls.append(((k + 1) / n, tie, s, k))
         calls.sort(key=lambda c: (c[0], c[1]))
         if len(calls) > per_split:
             step = len(calls) / per_split
@@ -206,16 +248,19 @@ def _message_tokens(
 async def budget_call(
     engine: ContextEngine,
     session: Session,
-    end: int,
+    k: int,
     *,
     corpus: str,
     memo: dict[Any, Any],
     fractions: Sequence[float] = BUDGET_FRACTIONS,
 ) -> dict[str, Any]:
-    """One call under budgets of each fraction of its size, as a new session's first call."""
-    body = request(session, end)
+    """Call k of the session under budgets of each fraction of its size, as a new session's
+    first call."""
+    sent, reply = session_calls(session)[k]
+    body = call_request(session, sent)
     prefix = body["messages"]
-    needed = needed_values(session.messages[end], prefix)
+    end = len(prefix)  # its position in the chat, for a session of prefixes
+    needed = needed_values(reply, prefix)
     encoding = engine.models.lookup(body.get("model")).encoding
     base, sizes, pinned = _message_tokens(engine, body, encoding, memo)
     tokens = base + sum(sizes)
@@ -278,6 +323,6 @@ async def budget_calls(
 ) -> list[dict[str, Any]]:
     memo: dict[Any, Any] = {}
     return [
-        await budget_call(engine, s, end, corpus=corpus, memo=memo, fractions=fractions)
-        for s, end in sample_calls(sessions, per_split)
+        await budget_call(engine, s, k, corpus=corpus, memo=memo, fractions=fractions)
+        for s, k in sample_calls(sessions, per_split)
     ]

@@ -14,6 +14,13 @@
   most at any recall (keep-1 on every corpus so far) with its recall. Keeping every output
   (keep-K for a K above the session's outputs) is no gateway, so `none` is a candidate too:
   recall 100%, nothing saved.
+- prefix stable: the share of calls (not a session's first) whose forwarded messages start
+  with the previous call's; *client prefix stable* the same of the messages the client sent
+  (100% for one growing chat; below where a client recorded per call edited an earlier
+  turn), and *prefix stable up to the client's break*: the share of calls whose forwarded
+  messages change none of the previous call's forwarded ones before the first message the
+  client itself changed (`corpus_run.breaks_before`; equal to prefix stable where the client
+  never edits).
 """
 
 from __future__ import annotations
@@ -69,6 +76,9 @@ def engine_row(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     eng = [r["engine"] for r in records]
     extends = [e["extends_previous"] for e in eng if e["extends_previous"] is not None]
     flagged = [e["engine_prefix_stable"] for e in eng if e["engine_prefix_stable"] is not None]
+    client = [e.get("client_extends_previous") for e in eng]
+    before = [not e["breaks_before_client"] for e in eng
+              if e.get("breaks_before_client") is not None]
     by_session: dict[str, list[float]] = {}
     for r in records:
         by_session.setdefault(r["session"], []).append(r["engine"]["ms"])
@@ -85,6 +95,8 @@ def engine_row(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "sessions": len(by_session),
         "classes": dict(Counter(e["class"] for e in eng).most_common()),
         "prefix_stable": _mean(extends),
+        "client_prefix_stable": _mean(c for c in client if c is not None),
+        "prefix_stable_to_client_break": _mean(before),
         "engine_prefix_stable": _mean(flagged),
         "droplog_violations": sum(not e["droplog_ok"] for e in eng),
         "median_ms": statistics.median(e["ms"] for e in eng) if eng else None,
@@ -224,7 +236,8 @@ def print_tables(report: dict[str, dict[str, Any]], splits: Sequence[str]) -> No
                                             else " (recall below ours)")]
             print("| " + " | ".join(str(c) for c in cells) + " |")
     print("\n### Engine checks")
-    head = ("corpus", "split", "sessions", "calls", "prefix stable", "drop-log violations",
+    head = ("corpus", "split", "sessions", "calls", "prefix stable",
+            "client prefix stable (engine up to the client's break)", "drop-log violations",
             "median ms", "last-20/first-20 time (300+ calls), mean (median)", "classes")
     print("| " + " | ".join(head) + " |\n|" + "---|" * len(head))
     for corpus, figs in report.items():
@@ -237,6 +250,8 @@ def print_tables(report: dict[str, dict[str, Any]], splits: Sequence[str]) -> No
             )
             classes = ", ".join(f"{k} {v}" for k, v in e["classes"].items())
             cells = [corpus, split, e["sessions"], e["calls"], _cell(e["prefix_stable"]) + "%",
+                     f"{_cell(e.get('client_prefix_stable'))}% "
+                     f"({_cell(e.get('prefix_stable_to_client_break'))}%)",
                      e["droplog_violations"], _cell(e["median_ms"], 2), ratios or "–", classes]
             print("| " + " | ".join(str(c) for c in cells) + " |")
     print("\n### Budget mode: each sampled call as a new session's first call")

@@ -45,11 +45,20 @@ each with a `README.md` saying where it came from and how it was converted. With
 runs and ids with each turn keeping the reminder it was sent with while it was the newest: then
 every replayed call's last turn is the recorded one (the count of turns left, which the engine
 reads, on every call), and its older turns carry reminders the agent had removed. The one
-chat the corpora hold cannot carry both (the agent rewrote its previous last turn each call):
+chat the corpora hold cannot carry both (the agent rewrote its previous last turn each call).
+With `--per-call`, the folders are `openhands-percall` and `openhands-percall-queue`: the
+same runs, ids and `messages` as the default folders, each session also carrying `calls`
+(`bench/corpora.py`): per call, the recorded prompt's messages exactly as sent (the reminder
+on its newest turn, gone from that turn on the next call) and the recorded response; in a
+queue, a run's calls follow the earlier runs' chats as `messages` holds them. The replay
+replays those lists call by call (`--prefix-replay`: the prefixes of `messages`, as
+`openhands`):
 
     python -m bench.openhands --repo /work/.mirror/All-Hands-AI+OpenHands/repo --out /tmp/gen55
     python -m bench.openhands --repo /work/.mirror/All-Hands-AI+OpenHands/repo --out /tmp/gen55 \
         --reminders
+    python -m bench.openhands --repo /work/.mirror/All-Hands-AI+OpenHands/repo --out /tmp/gen55 \
+        --per-call
 """
 
 from __future__ import annotations
@@ -70,6 +79,7 @@ from bench.chat_corpus import (
     RepoReader,
     join_queues,
     n_calls,
+    queue_slices,
     run_conversion,
     write_runs_and_queues,
 )
@@ -122,12 +132,33 @@ def chat_of(prompts: Sequence[str], response: str, *, reminders: bool = False
     last = blocks[-1]
     assert last is not None
     last = [c + added.get(n, "") for n, c in enumerate(last)]
-    chat: list[Message] = [{"role": "system", "content": last[0]}]
-    chat += [{"role": "user", "content": c} for c in last[1:len(first)]]
-    for k, content in enumerate(last[len(first):]):
-        chat.append({"role": "user" if k % 2 else "assistant", "content": content})
+    chat = roles_of(last, len(first))
     chat.append({"role": "assistant", "content": response.replace("\r\n", "\n")})
     return chat
+
+
+def roles_of(blocks: Sequence[str], first: int) -> list[Message]:
+    """A prompt's message contents as chat messages: the system prompt, the first prompt's
+    other `first - 1` messages as user turns, then assistant and user in turn."""
+    out: list[Message] = [{"role": "system", "content": blocks[0]}]
+    out += [{"role": "user", "content": c} for c in blocks[1:first]]
+    for k, content in enumerate(blocks[first:]):
+        out.append({"role": "user" if k % 2 else "assistant", "content": content})
+    return out
+
+
+def calls_of(prompts: Sequence[str], responses: Sequence[str]) -> list[dict[str, Any]]:
+    """Per call of a run `chat_of` accepts: the prompt's messages as sent and the response
+    (`{"messages", "reply"}`, `bench/corpora.py`'s per-call shape)."""
+    blocks = [messages_of(p) for p in prompts]
+    first = blocks[0]
+    assert first is not None
+    out = []
+    for block, response in zip(blocks, responses, strict=True):
+        assert block is not None
+        out.append({"messages": roles_of(block, len(first)),
+                    "reply": {"role": "assistant", "content": response.replace("\r\n", "\n")}})
+    return out
 
 
 def folder_versions(reader: RepoReader, rev: str
@@ -158,11 +189,12 @@ def agent_of(folder: str) -> str:
     return folder[len(MOCK) + 1:].rpartition("/")[0]
 
 
-def load(reader: RepoReader, rev: str, *, reminders: bool = False
+def load(reader: RepoReader, rev: str, *, reminders: bool = False, per_call: bool = False
          ) -> tuple[list[dict[str, Any]], Counter[str]]:
     """The kept runs (`chat_of`), in folder path order (versions oldest first), and what was
     counted on the way (per agent, why a run was left out). The ids are the same with and
-    without `reminders` (the replay's split follows the id)."""
+    without `reminders` (the replay's split follows the id); with `per_call`, each run
+    also has its `calls` (`calls_of`)."""
     counts: Counter[str] = Counter()
     versions = folder_versions(reader, rev)
     wanted = sorted({blob for *_, files in versions for blob in files.values()})
@@ -198,6 +230,9 @@ def load(reader: RepoReader, rev: str, *, reminders: bool = False
         test = folder.rpartition("/")[2]
         runs.append({"id": f"{CORPUS}/{agent}/{test}/{commit[:10]}", "path": folder,
                      "agent": agent, "commit": commit, "date": date, "messages": chat})
+        if per_call:
+            runs[-1]["calls"] = calls_of([logs["prompt"][k] for k in range(1, n + 1)],
+                                         [logs["response"][k] for k in range(1, n + 1)])
     runs.sort(key=lambda r: r["path"])  # stable: versions stay oldest first
     return runs, counts
 
@@ -251,6 +286,10 @@ STRIPPED = (": every replayed call is the recorded prompt, except that calls 1 .
 KEPT = (", each turn with the reminder it carried while it was the newest: every replayed "
         "call's last turn is the recorded one, and its older turns carry the reminders the "
         "agent had removed.")
+PER_CALL = (STRIPPED + " **Per call:** each session also has `calls`, per call the recorded "
+            "prompt's messages exactly as sent (the reminder on its newest turn, removed again "
+            "on the next call) and the recorded response as `reply`; a queue's calls follow the "
+            "earlier runs' chats as `messages` holds them. `bench/replay.py` replays those.")
 JOIN_RUNS = ("- One session per run, test folders in path order, versions oldest first.\n")
 JOIN_QUEUE = """- Queues: per agent and system prompt, its runs in the same order, cut at the run
   boundaries nearest each 1/N of the group's calls, N = calls / {queue_calls} rounded. A
@@ -260,45 +299,62 @@ JOIN_QUEUE = """- Queues: per agent and system prompt, its runs in the same orde
 
 
 def convert(repo: Path, out: Path, *, rev: str = REV, queue_calls: int = 250,
-            reminders: bool = False) -> dict[str, int]:
+            reminders: bool = False, per_call: bool = False) -> dict[str, int]:
     reader = RepoReader(repo, "README.md")
     if not reader.git:
         raise ValueError(f"{repo}: a git directory is needed (every version of the logs)")
     commit = "every ref" if rev == "--all" else reader._git("rev-parse", rev).strip()
-    corpus = f"{CORPUS}-reminders" if reminders else CORPUS
-    runs, counts = load(reader, rev, reminders=reminders)
+    if reminders and per_call:
+        raise ValueError("--reminders and --per-call are two different folders: one at a time")
+    corpus = f"{CORPUS}-reminders" if reminders else f"{CORPUS}-percall" if per_call else CORPUS
+    runs, counts = load(reader, rev, reminders=reminders, per_call=per_call)
     if not runs:
         raise ValueError(f"{repo}@{rev}: no chat run of {MIN_CALLS} calls or more")
 
-    def session(sid: str, r: Mapping[str, Any], messages: list[Message]) -> dict[str, Any]:
-        return {"id": sid, "source": f"{SOURCE}@{r['commit'][:7]}",
-                "path": r["path"] if sid == r["id"] else None,
-                "agent": f"OpenHands {r['agent'].rpartition('/')[2]} (text actions)",
-                "model": None, "task_id": r["path"].rpartition("/")[2], "tools": [],
-                "messages": messages}
+    def session(sid: str, r: Mapping[str, Any], messages: list[Message],
+                calls: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        out = {"id": sid, "source": f"{SOURCE}@{r['commit'][:7]}",
+               "path": r["path"] if sid == r["id"] else None,
+               "agent": f"OpenHands {r['agent'].rpartition('/')[2]} (text actions)",
+               "model": None, "task_id": r["path"].rpartition("/")[2], "tools": [],
+               "messages": messages}
+        if calls is not None:
+            out["calls"] = calls
+        return out
 
-    per_run = [session(r["id"], r, r["messages"]) for r in runs]
+    per_run = [session(r["id"], r, r["messages"], r.get("calls")) for r in runs]
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in runs:
         groups.setdefault((r["agent"].rpartition("/")[2], r["messages"][0]["content"]),
                           []).append(r)
     by_name = {f"{agent}/s{i:03d}": group
                for i, ((agent, _), group) in enumerate(groups.items())}
+    def parts(total: int) -> int:
+        return round(total / queue_calls)
+
     joined, _ = join_queues(
-        by_name, calls=lambda r: n_calls(r["messages"]),
-        parts=lambda total: round(total / queue_calls),
+        by_name, calls=lambda r: n_calls(r["messages"]), parts=parts,
         system=lambda r: str(r["messages"][0]["content"]),
         messages=lambda r, _ids: list(r["messages"][1:]),
         name=lambda key, q, _g: f"{CORPUS}-queue/{key}/q{q:02d}",
     )
+    slices = queue_slices(by_name, lambda r: n_calls(r["messages"]), parts)
     queues = []
-    for sid, messages in joined:
+    for (sid, messages), (_, _, group) in zip(joined, slices, strict=True):
         first = by_name[sid.split("/", 1)[1].rpartition("/")[0]][0]
-        queues.append(session(sid, first, messages))
+        queue_calls_: list[dict[str, Any]] | None = None
+        if per_call:  # each run's calls after the earlier runs' chats, the system prompt once
+            queue_calls_, before = [], [messages[0]]
+            for r in group:
+                queue_calls_ += [{**c, "messages": before + c["messages"][1:]}
+                                 for c in r["calls"]]
+                before = before + r["messages"][1:]
+            assert before == messages  # the last call and its reply are the joined chat
+        queues.append(session(sid, first, messages, queue_calls_))
     per_agent: Counter[str] = Counter(r["agent"] for r in runs)
     fields = {
         "mock": MOCK, "source": SOURCE, "commit": commit, "kept": len(runs),
-        "min_calls": MIN_CALLS, "turns": KEPT if reminders else STRIPPED,
+        "min_calls": MIN_CALLS, "turns": KEPT if reminders else PER_CALL if per_call else STRIPPED,
         "counts": "; ".join(f"{k} {v:,}" for k, v in sorted(counts.items()) if k != "runs")
                   + f" (of {counts['runs']:,} runs)",
         "agents": ", ".join(f"`{a}` {n}" for a, n in sorted(per_agent.items())),
@@ -319,10 +375,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--queue-calls", type=int, default=250)
     parser.add_argument("--reminders", action="store_true",
                         help="keep each turn's reminder (`openhands-reminders` folders)")
+    parser.add_argument("--per-call", action="store_true",
+                        help="each session with its calls as sent (`openhands-percall` folders)")
     args = parser.parse_args(argv)
     run_conversion(parser, args.repo, args.out, lambda: convert(
         args.repo, args.out, rev=args.rev, queue_calls=args.queue_calls,
-        reminders=args.reminders))
+        reminders=args.reminders, per_call=args.per_call))
     return 0
 
 

@@ -26,9 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from bench import corpora
-from bench.corpora import CORPORA, Session
-from bench.corpus_run import TENANT, request
-from bench.yardstick import call_ends
+from bench.corpora import CORPORA, Session, session_calls
+from bench.corpus_run import TENANT, call_request
 from gateway.context.engine import CallContext, ContextEngine
 from gateway.context.replay import build_engine
 from gateway.observability.droplog import DropEvent
@@ -76,7 +75,7 @@ async def session_breaks(engine: ContextEngine, session: Session, corpus: str,
                          ) -> tuple[int, list[Break]]:
     """The session replayed call by call as a live session: its calls after the first and
     the breaks among them."""
-    ends = call_ends(session.messages)
+    calls = session_calls(session)
     call = CallContext(tenant=TENANT, trace_id=corpus,
                        headers={"x-ctxgate-session-id": f"{corpus}:{session.id}"})
     previous: list[Any] | None = None
@@ -84,19 +83,19 @@ async def session_breaks(engine: ContextEngine, session: Session, corpus: str,
     steps = 0
     last_break: int | None = None
     breaks = []
-    for k, end in enumerate(ends):
-        fitted = await engine.fit(request(session, end), call)
+    for k, (sent, _) in enumerate(calls):
+        fitted = await engine.fit(call_request(session, sent), call)
         forwarded = fitted.body["messages"]
         after = events(fitted.drops)
         now = (await engine.sessions.load(TENANT, fitted.session_id)).steps
         first = None if previous is None else first_change(previous, forwarded)
         if first is not None:
-            breaks.append(Break(session.id, session.split, k, len(ends), first,
-                                new_causes(before, after, ends[k - 1]), now > steps,
+            breaks.append(Break(session.id, session.split, k, len(calls), first,
+                                new_causes(before, after, len(calls[k - 1][0])), now > steps,
                                 None if last_break is None else k - last_break))
             last_break = k
         previous, before, steps = list(forwarded), after, now
-    return max(0, len(ends) - 1), breaks
+    return max(0, len(calls) - 1), breaks
 
 
 def load(corpus: str, root: Path) -> list[Session]:

@@ -21,6 +21,10 @@ with `--against DIR` another checkout's code in the same run, rounds interleaved
         [--turns N] [--seeds N] [--web N] [--queue DIR/NAME ...] [--longest N] [--json OUT]
         [--wire chat|responses|messages ...]
 
+A session recorded per call (a JSONL `calls` list, `bench/corpora.py`) is replayed call by
+call as the client sent each call; `--prefix-replay` replays the prefixes of its `messages`
+instead (one growing chat, as before).
+
 `--format` sends each corpus call in that wire format (converted by `bench/wire_convert.py`,
 fitted through the format's adapter as its route does, the forwarded request read back as
 chat messages for the yardstick); budget mode and the earlier figures stay in chat form.
@@ -343,6 +347,9 @@ def main() -> int:
     parser.add_argument("--json", type=Path)
     parser.add_argument("--format", choices=("chat", "responses", "messages"), default="chat",
                         help="the wire format each corpus call is sent in")
+    parser.add_argument("--prefix-replay", action="store_true",
+                        help="replay the prefixes of `messages` even where a session has "
+                        "per-call `calls`")
     timing = parser.add_argument_group("time per call (--timing)")
     timing.add_argument("--timing", action="store_true", help="only time per call")
     timing.add_argument("--against", type=Path, help="also time this checkout's code")
@@ -381,7 +388,7 @@ def main() -> int:
             group = [corpora.synthetic_session(seed) for seed in range(args.synthetic)]
             group += [corpora.synthetic_session(seed, 300) for seed in range(args.long)]
         elif (args.corpora / name).exists():
-            group = corpora.load(name, args.corpora)
+            group = corpora.load(name, args.corpora, per_call=not args.prefix_replay)
         else:
             print(f"corpus {args.corpora / name} not found: skipped", file=sys.stderr)
             continue
