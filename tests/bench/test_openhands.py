@@ -158,3 +158,38 @@ def test_the_recorded_logs(tmp_path: Path) -> None:
     assert all(s.messages[0]["role"] == "system" and s.messages[-1]["role"] == "assistant"
                for s in runs)
     assert sum(len(call_ends(s.messages)) for s in runs) == 617
+
+
+def test_per_call_folders_carry_each_prompt_as_sent(source: tuple[Path, str],
+                                                    tmp_path: Path) -> None:
+    repo, rev = source
+    out = tmp_path / "out"
+
+    written = openhands.convert(repo, out, rev=rev, queue_calls=10, per_call=True)
+
+    assert written == {"openhands-percall": 2, "openhands-percall-queue": 1}
+    runs = corpora.load("openhands-percall", out)
+    plain = openhands.convert(repo, tmp_path / "plain", rev=rev, queue_calls=10)
+    assert plain == {"openhands": 2, "openhands-queue": 1}
+    same = corpora.load("openhands", tmp_path / "plain")
+    # the same ids and chats as the default folders, each with its calls as sent
+    assert [(s.id, s.messages) for s in runs] == [(s.id, s.messages) for s in same]
+    calls = corpora.session_calls(runs[0])
+    assert len(calls) == 3
+    # call 2: the task and the first observation without their reminders, its newest turn
+    # with the reminder it was sent with (and the log file's line end); the reply recorded
+    sent, reply = calls[1]
+    assert sent == [*CHAT[:3], CHAT[3], {"role": "user",
+                                         "content": STEPS[0][1] + reminder(19) + "\n"}]
+    assert reply == {"role": "assistant", "content": STEPS[1][0]}
+    assert calls[0][0][2]["content"] == TASK + reminder(20) + "\n"
+    assert [*calls[-1][0], calls[-1][1]] == runs[0].messages
+    # a queue: each run's calls after the earlier runs' chats, the system prompt once
+    [queue] = corpora.load("openhands-percall-queue", out)
+    qcalls = corpora.session_calls(queue)
+    assert len(qcalls) == 6
+    assert qcalls[3][0] == [*runs[0].messages, *corpora.session_calls(runs[1])[0][0][1:]]
+    assert [*qcalls[-1][0], qcalls[-1][1]] == queue.messages
+    # the prefix replay of the same folder is the default folder's
+    assert [s.calls for s in corpora.load("openhands-percall", out, per_call=False)] == [None] * 2
+    assert "**Per call:**" in (out / "openhands-percall" / "README.md").read_text()
