@@ -39,13 +39,22 @@ This converter writes, outside the repository,
   after another, cut at the run boundaries nearest each 1/N of the group's calls, N = calls /
   `--queue-calls` rounded;
 
-each with a `README.md` saying where it came from and how it was converted:
+each with a `README.md` saying where it came from and how it was converted. With
+`--per-call`, instead `<out>/moatless-redo/sessions.jsonl`: the runs left out as not one chat
+(the agent redid an earlier step), each with its recorded calls as sent (`calls`,
+`bench/corpora.py`'s per-call shape: per call its message list, ids made unique within the
+call in order, so an unchanged part of the history keeps its ids, and the reply that answered
+it; the last reply as in the default folders), `messages` the last call and its reply:
 
     python -m bench.moatless --repo /work/.mirror/aorwall+moatless-tools/repo --out /tmp/gen56
+    python -m bench.moatless --repo /work/.mirror/aorwall+moatless-tools/repo --out /tmp/gen56 \
+        --per-call
 """
 
 from __future__ import annotations
 
+import argparse
+import itertools
 import json
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -59,8 +68,10 @@ from bench.chat_corpus import (
     Message,
     RepoReader,
     assistant_message,
-    converter_main,
+    corpus_stats,
     join_queues,
+    run_conversion,
+    write_corpus,
     write_runs_and_queues,
 )
 from bench.crewai import read_blobs
@@ -171,8 +182,33 @@ def is_tree(doc: Mapping[str, Any]) -> bool:
                for i, n in enumerate(nodes))
 
 
-def load(reader: RepoReader, rev: str) -> tuple[list[dict[str, Any]], Counter[str]]:
-    """The kept runs, in instance order, and what was counted on the way."""
+def reply_of(response: Mapping[str, Any], ids: CallIds) -> Message:
+    """A call's recorded reply as an assistant message (its thoughts, its tool calls), ids
+    made unique by `ids` (those of the call's own messages)."""
+    blocks = response.get("content") or []
+    calls = [(str(b["id"]), str(b["name"]), arguments(b))
+             for b in blocks if b.get("type") == "tool_use"]
+    return assistant_message(text_of(blocks) or None, calls, ids, {})
+
+
+def per_call(system: str, calls: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Each call as sent (`{"messages", "reply"}`): the system prompt, its messages (ids
+    unique within the call, in order) and its reply; the last reply as `last_reply`."""
+    out = []
+    for k, c in enumerate(calls):
+        ids = CallIds()
+        messages = [{"role": "system", "content": system},
+                    *messages_of(uncached(c["input"]), ids)]
+        reply = last_reply(c["response"]) if k == len(calls) - 1 else \
+            reply_of(c["response"], ids)
+        out.append({"messages": messages, "reply": reply})
+    return out
+
+
+def load(reader: RepoReader, rev: str, *, redo: bool = False
+         ) -> tuple[list[dict[str, Any]], Counter[str]]:
+    """The kept runs, in instance order, and what was counted on the way. With `redo`,
+    instead the runs left out as not one chat, each with its calls as sent (`per_call`)."""
     counts: Counter[str] = Counter()
     runs = []
     for path, data in trajectory_files(reader, rev):
@@ -189,8 +225,19 @@ def load(reader: RepoReader, rev: str) -> tuple[list[dict[str, Any]], Counter[st
         if sent is None:
             counts["not one chat (an older turn differs in a later call"
                    + (", node tree branching)" if is_tree(doc) else ")")] += 1
+            if not redo:
+                continue
+        elif redo:
             continue
         agent = doc.get("agent") or {}
+        if redo:
+            instance = str((doc.get("metadata") or {}).get("instance_id")
+                           or path.split("/")[-2])
+            runs.append({"id": f"{CORPUS}-redo/{instance}", "path": path,
+                         "model": calls[-1].get("model")
+                         or (agent.get("completion") or {}).get("model"),
+                         "calls": per_call(str(agent["system_prompt"]), calls)})
+            continue
         instance = str((doc.get("metadata") or {}).get("instance_id")
                        or path.split("/")[-2])
         run = {"id": f"{CORPUS}/{instance}", "path": path, "instance": instance,
@@ -305,8 +352,57 @@ def convert(repo: Path, out: Path, *, rev: str = REV, queue_calls: int = 250
                                  **fields)
 
 
+REDO_README = """# Moatless Tools runs that redo a step (SWE-bench Lite), per call
+
+Converted by `bench/moatless.py --per-call` (ctxgate) from `{evaluation}/*/trajectory.json` at
+commit `{commit}` of {source}. Licence of the source: MIT (its `LICENSE`). Used for
+measurement only; not part of the ctxgate repository; do not commit it there.
+
+{stats} (of the last call's history); {calls} recorded calls, {edits} of them not an extension
+of the previous call's list.
+
+- The {kept} runs of at least {min_calls} calls that the `moatless` folder leaves out because
+  a later call's message list differs at an older turn (the agent went back and redid a
+  step). Each session carries `calls`: per recorded `build_action` call, the system prompt
+  and its message list as sent (without `cache_control`; tool-call ids made unique within the
+  call, in order) and the reply that answered it (its thoughts and tool calls; the last
+  reply's tool call written as text, `Name(<arguments>)`). `messages` is the last call and its
+  reply. `bench/replay.py` replays the calls (`--prefix-replay`: the prefixes of `messages`).
+"""
+
+
+def convert_redo(repo: Path, out: Path, *, rev: str = REV) -> dict[str, int]:
+    reader = RepoReader(repo, "README.md")
+    commit = reader._git("rev-parse", rev).strip() if reader.git else rev
+    runs, _ = load(reader, rev, redo=True)
+    sessions = [{"id": r["id"], "source": f"{SOURCE}@{commit[:7]}", "path": r["path"],
+                 "agent": AGENT, "model": r["model"], "task_id": r["id"].split("/", 1)[1],
+                 "tools": [], "messages": [*r["calls"][-1]["messages"], r["calls"][-1]["reply"]],
+                 "calls": r["calls"]} for r in runs]
+    folder = f"{CORPUS}-redo"
+    text = REDO_README.format(evaluation=EVALUATION, commit=commit, source=SOURCE,
+                              stats=corpus_stats(sessions), kept=len(sessions),
+                              min_calls=MIN_CALLS, calls=sum(len(r["calls"]) for r in runs),
+                              edits=sum(1 for r in runs
+                                        for a, b in itertools.pairwise(r["calls"])
+                                        if b["messages"][:len(a["messages"])] != a["messages"]))
+    return {folder: write_corpus(out / folder, sessions, text)}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    return converter_main(argv, __doc__ or "", SOURCE, "/tmp/gen56", REV, 250, convert)
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--repo", type=Path, required=True,
+                        help=f"{SOURCE} git directory (or a checkout of --rev)")
+    parser.add_argument("--out", type=Path, default=Path("/tmp/gen56"))
+    parser.add_argument("--rev", default=REV, help="commit holding the runs (git only)")
+    parser.add_argument("--queue-calls", type=int, default=250)
+    parser.add_argument("--per-call", action="store_true",
+                        help="the runs that redo a step, per call (`moatless-redo`)")
+    args = parser.parse_args(argv)
+    run_conversion(parser, args.repo, args.out, lambda: (
+        convert_redo(args.repo, args.out, rev=args.rev) if args.per_call else
+        convert(args.repo, args.out, rev=args.rev, queue_calls=args.queue_calls)))
+    return 0
 
 
 if __name__ == "__main__":
