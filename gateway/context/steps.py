@@ -158,7 +158,8 @@ def lagging_tokens(
         # lagging: there they still do (counted as not lagging, tau2 retail gpt-4.1 runs'
         # holdout recall fell 100 -> 99.87%, tau-bench runs' cost @0.1 7.2 -> 6.7%;
         # bench/README.md, "Short runs' cost @0.1: a young session's large calls").
-        opened = next((i for i in range(state.horizon - 1, -1, -1)
+        # a client that went back (redid a step) may send fewer messages than the horizon
+        opened = next((i for i in range(min(state.horizon, len(messages)) - 1, -1, -1)
                        if messages[i].get("role") == "assistant"), 0)
         behind = [item for item in behind if item.message_index >= opened]
     if not behind:

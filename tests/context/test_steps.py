@@ -169,6 +169,12 @@ def test_a_young_sessions_left_out_output_does_not_hasten_the_next_step() -> Non
     lag = lagging_tokens(items, state, cls, msgs, call_tokens=large)
     assert horizon_after(turns, {6: 8}, 8, state, cls, stale=lag) == 6
     assert horizon_after(turns, {6: 8}, 8, state, cls, stale=both) == 8
+    # a client that went back (redid a step, Moatless Tools) sends fewer messages than the
+    # session's horizon (left at message 10 by its longer history): the exchange open at the
+    # step is looked for within what it sent, its latest (an IndexError before: the gateway
+    # forwarded the call unmanaged); the outputs before it do not lag, as above
+    went_back = SessionState(horizon=10, calls=5, steps=1)
+    assert lagging_tokens(items, went_back, cls, msgs, call_tokens=large) == 0
 
 def test_a_young_sessions_weighed_step_leaves_the_latest_answer_verbatim() -> None:
     """A step on a young session's large call (weighed by the repay rule) stops before the
