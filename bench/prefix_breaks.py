@@ -9,6 +9,10 @@ rewrote an earlier part of the request), whether the session's aging-step count 
 against `max_step_share`; a counted run's tail rewrite does not raise it) and the calls
 since the session's previous break. The summary counts the breaks by cause.
 
+A session recorded per call (`bench/corpora.py`) is replayed as its calls were sent: a break
+is then also where the client changed its own earlier turns (`bench/figures.py`'s "prefix
+stable up to the client's break" leaves those out).
+
 `python -m bench.prefix_breaks --corpora /tmp/gen51 --corpus mint-gpt [--split tune]
 [--json OUT]`; `--corpus synthetic` replays the replay's synthetic sessions (3 × 100 calls
 and one of 300).
