@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from bench import moatless
+from bench import corpora, moatless
 from bench.yardstick import call_ends
 from tests.bench.converted import committed, loaded, rows
 
@@ -163,6 +163,44 @@ def test_converts_runs_whose_calls_are_one_chat(source: tuple[Path, str],
         in readme
     assert "1 runs send the issue twice" in readme
     assert "Left out: 3 model calls made inside search actions" in readme
+
+
+def test_per_call_writes_the_runs_that_redo_a_step(tmp_path: Path) -> None:
+    repo = tmp_path / "moatless-tools"
+    chat = [task("Validator allows a trailing newline"), FIND, FOUND]
+    # the third call went back: the first step redone as an edit; a run of one chat beside it
+    redo = [sent(chat[:1]), sent(chat), sent([chat[0], EDIT, EDITED])]
+    for name, inputs in (("django__django-11179", redo),
+                         ("django__django-11099", [sent(chat[:1]), sent(chat), sent(chat)])):
+        (repo / moatless.EVALUATION / name).mkdir(parents=True)
+        (repo / moatless.EVALUATION / name / "trajectory.json").write_text(
+            json.dumps(trajectory("django/django", name, inputs)))
+    (repo / "README.md").write_text("moatless\n")
+    repo_dir, rev = committed(repo, "trajectories")
+    out = tmp_path / "out"
+
+    written = moatless.convert_redo(repo_dir, out, rev=rev)
+
+    assert written == {"moatless-redo": 1}
+    [run] = corpora.load("moatless-redo", out)
+    assert run.id == "moatless-redo/django__django-11179" and run.calls is not None
+    calls = corpora.session_calls(run)
+    assert len(calls) == 3
+    head = {"role": "system", "content": system("django/django")}
+    assert calls[0][0] == [head, {"role": "user", "content": "<task>\nValidator allows a "
+                                                             "trailing newline\n</task>"}]
+    # each reply as recorded, with its tool call; the last written as text
+    assert calls[0][1] == {"role": "assistant", "content": "<thoughts>\nDone.\n</thoughts>",
+                           "tool_calls": [{"id": "toolu_9", "type": "function", "function": {
+                               "name": "Finish", "arguments": '{"finish_reason": "fixed"}'}}]}
+    assert calls[2][1]["content"].endswith('Finish({"finish_reason": "fixed"})')
+    # the third call redid the second's step: its history is not an extension of it
+    assert calls[1][0][2]["tool_calls"][0]["function"]["name"] == "FindClass"
+    assert calls[2][0][2]["tool_calls"][0]["function"]["name"] == "str_replace_editor"
+    assert calls[2][0][:len(calls[1][0])] != calls[1][0]
+    assert [*calls[2][0], calls[2][1]] == run.messages
+    readme = (out / "moatless-redo" / "README.md").read_text()
+    assert "3 recorded calls, 1 of them not an extension" in readme
 
 
 def test_a_run_rewriting_a_turn_beyond_the_cache_markers_is_not_one_chat() -> None:
