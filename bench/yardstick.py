@@ -5,7 +5,9 @@ judges the engine): of the gateway it imports only the needed-value extraction
 and the live recall cannot drift apart.
 
 - A *call* is each prefix of a session that ends right before an assistant message
-  (`call_ends`); *late* calls are the last third of a session's calls, rounded up
+  (`call_ends`), or, for a session recorded per call, each message list as the client sent
+  it, with the assistant message that answered it (`bench.corpora.session_calls`); *late*
+  calls are the last third of a session's calls, rounded up
   (`late_calls`).
 - *Size* of a message: the characters of its text content plus those of the JSON of its
   `tool_calls` (`message_chars`); *reduction* of a call = 1 − forwarded / sent.
