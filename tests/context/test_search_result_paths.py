@@ -1,0 +1,47 @@
+"""A digest's value list names first the file paths a code-search result groups its spans
+under (`summarize._header_paths`): a line that is a path alone above a fenced block of that
+file's code. The agent types the path next as the file it views or edits; ranked as any
+path, it fell past the cap of a result naming hundreds of values (Moatless Tools' search
+results: `Viewed relevant code:` / `django/forms/boundfield.py` / ```` ``` ````)."""
+
+from __future__ import annotations
+
+from gateway.context.summarize import summarize
+
+PATHS = ["pkg/core/records.py", "pkg/io/tables/columns.py", "tests/io/test_columns.py"]
+
+
+def span(path: str, start: int) -> str:
+    """One file's spans as a code-search agent shows them: the path, then its code."""
+    code = [f"{start + k:6d}\tdef handler_{start + k}(value_{k}, limit_{k}=None):"
+            f"  # scaled_{k} field_{k}" for k in range(40)]
+    return "\n".join([path, "```", *code, "      # ...", "```", ""])
+
+
+def search_result() -> str:
+    body = "\n".join(span(p, 100 * (i + 1)) for i, p in enumerate(PATHS))
+    return f"<observation>\nFound 120 code sections.\n\nViewed relevant code:\n{body}</observation>"
+
+
+def listed(out: str) -> list[str]:
+    line = out.splitlines()[-1]
+    assert line.startswith("[omitted text mentions:")
+    return line.removeprefix("[omitted text mentions: ").split(" (+")[0].split()
+
+
+def test_a_search_results_file_paths_are_listed_first() -> None:
+    text = search_result()
+    out = summarize(text, "tool_result", 3)
+    assert len(out) < len(text) // 5
+    names = listed(out)
+    assert set(PATHS) <= set(names[: len(PATHS) + 1])
+
+
+def test_a_path_not_heading_code_is_ranked_as_before() -> None:
+    # the same path written in prose, and a path line above a plain (unfenced) line: listed
+    # among the other values, not first
+    path = "pkg/io/tables/columns.py"
+    text = search_result().replace(f"{path}\n```", f"{path}\nsee:")
+    names = listed(summarize(text, "tool_result", 3))
+    assert "pkg/io/tables/columns.py" not in names[:3]
+    assert "pkg/core/records.py" in names[:3]
