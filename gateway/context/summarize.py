@@ -33,10 +33,9 @@ _ERROR = re.compile(
     r"(?i)\b(error|exception|traceback|failed|failure|fatal|panic|denied|not found|"
     r"no such|cannot|can't|undefined|segfault|assert\w*)\b|\bE\d{3}\b|exit (code|status) [1-9]"
 )
-_PATH = re.compile(
-    r"(?:[\w.-]+/)+[\w.-]+|\b[\w-]+\.(?:py|js|ts|tsx|go|rs|java|c|h|cc|cpp|rb|php"
-    r"|json|ya?ml|toml|md|txt|cfg|ini|sh|sql|html|css|lock|xml|csv)\b"
-)
+_FILE_EXTENSIONS = (r"py|js|ts|tsx|go|rs|java|c|h|cc|cpp|rb|php"
+                    r"|json|ya?ml|toml|md|txt|cfg|ini|sh|sql|html|css|lock|xml|csv")
+_PATH = re.compile(rf"(?:[\w.-]+/)+[\w.-]+|\b[\w-]+\.(?:{_FILE_EXTENSIONS})\b")
 _LINE_REF = re.compile(r"(?i)\bline \d+|:\d+:|\(\d+ lines total\)|\d+ (more )?lines? (above|below)")
 _DEFINITION = re.compile(
     r"^\s*(?:\d+:)?\s*(?:async\s+)?(def|class|function|fn|func|interface|"
@@ -48,12 +47,29 @@ _TIMESTAMP = re.compile(
 )
 _FENCE = re.compile(r"```.*?```", re.DOTALL)
 # The code an aged assistant turn keeps as written: a fenced block, or the tag-delimited code
-# an OpenHands CodeAct harness runs (`<execute_bash>` ./hello.sh `</execute_bash>`,
-# `<execute_ipython>`): the agent re-types its own commands, which a digest of the turn's
-# first sentence lost (OpenHands queues' recall 99.80 -> 99.93 tune with oh55's rule;
-# bench/README.md, "oh55b"). Not MINT's bare `<execute>`: kept whole there, its queues' cost
-# @0.1 fell 3.4 points (tune) and holdout recall 99.96 -> 99.91.
-_CODE = re.compile(r"```.*?```|<(execute_\w+)>.*?</\1>", re.DOTALL)
+# a CodeAct harness runs (`<execute_bash>`, `<execute_ipython>`, MINT's `<execute>`) when it
+# names a file or a path (`_FILE_REF`): the agent re-types the files its commands act on
+# (OpenHands' `./hello.sh`, `/workspace/test.txt`), which a digest of the turn's first
+# sentence lost. Code that names none (a computation: MINT's functions and sums,
+# `print(wikipedia_search(...))`) is digested as prose: kept whole, MINT queues' cost @0.1
+# fell 3.4 points (tune) for no recall, while 79% of OpenHands' blocks name a file and 0.2%
+# of MINT's. Length, retyping and the block being the whole turn do not tell them apart
+# (bench/README.md, "Tag-delimited code kept when it names a file").
+_CODE = re.compile(r"```.*?```|<(execute(?:_\w+)?)>(.*?)</\1>", re.DOTALL)
+# A file or a path in code: absolute or `./`, `../`, `~/`-relative (`/workspace/test.txt`,
+# `./hello.sh`; after a space, a quote, `(`, `=`, `,`, `!` or `>`, so a division `(a+b)/2`
+# is none), or a file name with a known extension (`bad.txt`, as `_PATH`).
+_FILE_REF = re.compile(
+    r"(?:(?<=[\s'\"=,!>(])|^)(?:\.{1,2}|~)?/[A-Za-z_][\w.-]*(?:/[\w.-]+)*"
+    rf"|\b[\w-]+\.(?:{_FILE_EXTENSIONS})\b", re.MULTILINE)
+
+
+def _kept_code(m: re.Match[str]) -> bool:
+    """Whether an assistant turn's code block (`_CODE`) stays as written in its digest: a
+    fenced block always, tag-delimited code when it names a file or a path."""
+    return m.group(1) is None or _FILE_REF.search(m.group(2)) is not None
+
+
 # A time of day (`03:00`, `9:45`) is one value an agent re-tells, not two bare numbers
 # (`03`, `00`); longer colon runs (log timestamps `10:02:14`, `file.py:12:5`) split as before,
 # so a log's every second does not become a value of its own.
@@ -584,8 +600,8 @@ def _assistant(
     text: str, level: int, whole_commands: bool = False, known: frozenset[str] = frozenset(),
     step: frozenset[str] = frozenset(), named_lines: bool = False,
 ) -> str:
-    fences = [m.group(0) for m in _CODE.finditer(text)]
-    prose = _CODE.sub(" ", text).strip()
+    fences = [m.group(0) for m in _CODE.finditer(text) if _kept_code(m)]
+    prose = _CODE.sub(lambda m: " " if _kept_code(m) else m.group(0), text).strip()
     sentences = [x for x in re.split(r"(?<=[.!?:])\s+", prose) if x.strip()] if prose else []
     parts: list[str] = []
     if level == 1 and sentences:
