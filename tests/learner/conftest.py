@@ -18,6 +18,7 @@ import redis.asyncio as aioredis
 from gateway.learner.traces import TraceEvent
 from gateway.observability.droplog import DropLog
 from gateway.observability.metrics import Metrics
+from gateway.playbook.bullet import Operation
 from gateway.services import Services
 from gateway.settings import Settings
 from gateway.store import keys
@@ -96,3 +97,13 @@ def failed_step_event(tenant: str, trace_id: str, injected: list[str] | None = N
                   "usage": None},
         injected_bullet_ids=injected or [], ts=0.0,
     )
+
+
+async def cited_clean_step(store: Any, tenant: str, trace_id: str) -> tuple[str, TraceEvent]:
+    """A `code` bullet seeded in `tenant`'s playbook and a step that cites it and passes
+    (nothing for the Reflector: a credit only): the bullet's id and the step."""
+    [seed] = await store.merge(tenant, "code", [
+        Operation("ADD", "seed", section="tool_usage", content="Run pytest -x.")])
+    return seed.bullet_id, failed_step_event(
+        tenant, trace_id, injected=[seed.bullet_id],
+        said=f"Per [{seed.bullet_id}] I run pytest -x.", tool_output="5 passed in 0.1s")

@@ -22,6 +22,7 @@ from gateway.playbook.store import PlaybookStore
 from gateway.store import keys
 from tests.harness import ROOT, Upstream, free_port
 from tests.learner.conftest import (
+    cited_clean_step,
     curation,
     failed_step_event,
     make_services,
@@ -267,11 +268,7 @@ async def test_an_entry_read_before_its_trace_was_stored_gives_its_claim_back(
     as a duplicate of it: the citation is credited, once."""
     tenant = "t" + uuid.uuid4().hex[:8]
     store = PlaybookStore(lredis)
-    [seed] = await store.merge(tenant, "code", [
-        Operation("ADD", "seed", section="tool_usage", content="Run pytest -x.")])
-    event = failed_step_event(tenant, "tr-early", injected=[seed.bullet_id],
-                              said=f"Per [{seed.bullet_id}] I run pytest -x.",
-                              tool_output="5 passed in 0.1s")
+    seed, event = await cited_clean_step(store, tenant, "tr-early")
     await ensure_group(lredis)
     await lredis.xadd(keys.TRACE_STREAM, {"kind": "trace", "tenant": tenant,
                                           "trace_id": "tr-early"})
@@ -284,7 +281,7 @@ async def test_an_entry_read_before_its_trace_was_stored_gives_its_claim_back(
     await publish(lredis, [event])  # stored, then queued again
     for _ in range(2):
         await run_worker(services, stop=asyncio.Event(), burst=True, consumer="w1")
-        bullet = await store.get(tenant, "code", seed.bullet_id)
+        bullet = await store.get(tenant, "code", seed)
         assert bullet is not None and bullet.helpful == 1
     assert registry.get_sample_value("ctxgate_worker_failures_total",
                                      {"reason": "duplicate_trace"}) is None

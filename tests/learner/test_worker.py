@@ -17,6 +17,7 @@ from gateway.playbook.store import PlaybookStore
 from gateway.store import keys
 from tests.harness import Upstream
 from tests.learner.conftest import (
+    cited_clean_step,
     curation,
     failed_step_event,
     make_services,
@@ -117,15 +118,11 @@ async def test_clean_step_credits_cited_bullets_without_llm(
 ) -> None:
     tenant = "t" + uuid.uuid4().hex[:8]
     store = PlaybookStore(lredis)
-    [added] = await store.merge(tenant, "code", [
-        Operation("ADD", "seed", section="tool_usage", content="Run pytest -x.")])
-    event = failed_step_event(tenant, "tr-3", injected=[added.bullet_id],
-                              said=f"Per [{added.bullet_id}] I run pytest -x.",
-                              tool_output="5 passed in 0.1s")
+    added, event = await cited_clean_step(store, tenant, "tr-3")
     services = make_services(make_settings(upstream, models, tmp_path), lredis, tmp_path)
     await publish(lredis, event)
     await burst(services)
-    bullet = await store.get(tenant, "code", added.bullet_id)
+    bullet = await store.get(tenant, "code", added)
     assert bullet is not None and (bullet.helpful, bullet.harmful) == (1, 0)
     assert learner_calls(upstream, models[0]) == 0
 
