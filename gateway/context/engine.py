@@ -16,6 +16,7 @@ import time
 from bisect import bisect_left
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from itertools import islice
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -774,7 +775,8 @@ class ContextEngine:
                     messages, before, final, ctx, state.decisions, state, cls.compaction,
                     horizon)
         marked = parsed.layout.pins if parsed.layout else ()
-        final = arrival_duplicates(final, ctx, _arrival_start(messages, first_call), marked,
+        sent = int(state.prefix.partition(":")[0] or 0) if state.prefix else 0
+        final = arrival_duplicates(final, ctx, _arrival_start(messages, first_call, sent), marked,
                                    over).items
         if over and first_call and ctx.target is not None:  # cut just enough
             final = give_back(before, final, ctx, ctx.target)
@@ -1220,14 +1222,25 @@ def _lines_min(cls: TaskClass) -> int | None:
     return opts.arrival_min_chars if opts and opts.on_arrival and opts.arrival_lines else None
 
 
-def _arrival_start(messages: list[Mapping[str, Any]], first_call: bool) -> int:
-    """Where this call's new messages start: the latest assistant turn (a call ends right
-    before the next one), the latest message without one; all of them on a first call."""
+def _arrival_start(messages: list[Mapping[str, Any]], first_call: bool, sent: int = 0) -> int:
+    """Where the messages arrival rules look at start: this call's new messages, from the
+    latest assistant turn on (a call ends right before the next one; the latest message
+    without one; all of them on a first call). When the previous call sent (`sent`) just
+    the messages before that turn (the client appended one exchange), its own new
+    messages too, from the assistant turn before: a client may edit those after they
+    arrived (OpenHands' harness removes its "ENVIRONMENT REMINDER" from the previous
+    newest turn). Such a message has another id, so its arrival decision is lost: it is
+    decided again as arriving (the edit broke the provider's cache from it on anyway).
+    One the client left as it was has its decision, or none because arrival rules found
+    nothing in it, and find nothing again (bench/README.md, "A turn the client edits
+    after it arrived")."""
     if first_call:
         return 0
-    last = next((i for i in range(len(messages) - 1, -1, -1)
-                 if messages[i].get("role") == "assistant"), None)
-    return len(messages) - 1 if last is None else last
+    turns = list(islice((i for i in range(len(messages) - 1, -1, -1)
+                         if messages[i].get("role") == "assistant"), 2))
+    if not turns:
+        return len(messages) - 1
+    return turns[1] if len(turns) == 2 and sent == turns[0] else turns[0]
 
 
 def _current_step(messages: list[Mapping[str, Any]]) -> str:

@@ -101,3 +101,31 @@ async def test_the_same_young_session_steps_once_on_credit(engine: ContextEngine
     contents = [m["content"] for m in previous or [] if m["role"] == "tool"]
     assert contents[0] == "Error: table cities does not exist"
     assert contents[-1] == ROWS
+
+
+async def test_a_result_the_client_edits_after_it_arrived_is_decided_again(
+    settings: Settings, embedder: Any
+) -> None:
+    """A harness that appends a reminder to the newest message and removes it on the next
+    call (OpenHands' "ENVIRONMENT REMINDER") changes that message's text: its id, and the
+    decision made on its arrival, are lost. It is decided as arriving again: the output,
+    now a repeat byte for byte of one sent verbatim above, goes out as a pointer (the
+    client's edit broke the cached prefix from it on anyway)."""
+    engine = ContextEngine(without_credit(settings), None, Metrics(),
+                           DropLog("/dev/null", "none", None), embedder,
+                           sessions=MemorySessionStore())
+    session = uuid.uuid4().hex
+    reminder = "\n\nENVIRONMENT REMINDER: You have 7 turns left to complete the task."
+    messages = _session(["Error: table cities does not exist", ROWS, ROWS, "3 rows"])
+    for end in (4, 6):
+        await engine.fit({"messages": messages[:end], "tools": TOOLS}, _call(session))
+    # the third call's newest result carries the reminder, the fourth's no longer does
+    third = [*messages[:7], {**messages[7], "content": ROWS + reminder}]
+    fitted = await engine.fit({"messages": third, "tools": TOOLS}, _call(session))
+    assert fitted.body["messages"][7]["content"].endswith(reminder)
+    fitted = await engine.fit({"messages": messages[:10], "tools": TOOLS}, _call(session))
+    assert drops_add_up(fitted)
+    tools = [m["content"] for m in fitted.body["messages"] if m["role"] == "tool"]
+    assert tools[1] == ROWS  # the first copy stays as sent
+    assert tools[2].startswith("[ctxgate: repeats an earlier tool result: ")
+    assert tools[3] == "3 rows"
