@@ -16,7 +16,6 @@ import time
 from bisect import bisect_left
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from itertools import islice
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -72,6 +71,7 @@ from gateway.context.render import (
     materialize_picked,
     render_from,
     render_messages,
+    render_plan,
     with_cut_calls,
 )
 from gateway.context.session import Decision, RedisSessionStore, SessionState, SessionStore
@@ -775,9 +775,10 @@ class ContextEngine:
                     messages, before, final, ctx, state.decisions, state, cls.compaction,
                     horizon)
         marked = parsed.layout.pins if parsed.layout else ()
-        sent = int(state.prefix.partition(":")[0] or 0) if state.prefix else 0
-        final = arrival_duplicates(final, ctx, _arrival_start(messages, first_call, sent), marked,
-                                   over).items
+        newest = _arrival_start(messages, first_call)
+        start = _edited_start(messages, parsed.items, before, state, newest)
+        final = arrival_duplicates(final, ctx, newest if start is None else start, marked,
+                                   over, newest).items
         if over and first_call and ctx.target is not None:  # cut just enough
             final = give_back(before, final, ctx, ctx.target)
         elif not over and state.calls:
@@ -1222,25 +1223,42 @@ def _lines_min(cls: TaskClass) -> int | None:
     return opts.arrival_min_chars if opts and opts.on_arrival and opts.arrival_lines else None
 
 
-def _arrival_start(messages: list[Mapping[str, Any]], first_call: bool, sent: int = 0) -> int:
-    """Where the messages arrival rules look at start: this call's new messages, from the
-    latest assistant turn on (a call ends right before the next one; the latest message
-    without one; all of them on a first call). When the previous call sent (`sent`) just
-    the messages before that turn (the client appended one exchange), its own new
-    messages too, from the assistant turn before: a client may edit those after they
-    arrived (OpenHands' harness removes its "ENVIRONMENT REMINDER" from the previous
-    newest turn). Such a message has another id, so its arrival decision is lost: it is
-    decided again as arriving (the edit broke the provider's cache from it on anyway).
-    One the client left as it was has its decision, or none because arrival rules found
-    nothing in it, and find nothing again (bench/README.md, "A turn the client edits
-    after it arrived")."""
+def _arrival_start(messages: list[Mapping[str, Any]], first_call: bool) -> int:
+    """Where this call's new messages start: the latest assistant turn (a call ends right
+    before the next one), the latest message without one; all of them on a first call."""
     if first_call:
         return 0
-    turns = list(islice((i for i in range(len(messages) - 1, -1, -1)
-                         if messages[i].get("role") == "assistant"), 2))
-    if not turns:
-        return len(messages) - 1
-    return turns[1] if len(turns) == 2 and sent == turns[0] else turns[0]
+    last = next((i for i in range(len(messages) - 1, -1, -1)
+                 if messages[i].get("role") == "assistant"), None)
+    return len(messages) - 1 if last is None else last
+
+
+def _edited_start(
+    messages: list[Mapping[str, Any]], items: list[Item], applied: list[Item],
+    state: SessionState, newest: int,
+) -> int | None:
+    """Where the previous call's new messages start (the assistant turn before the
+    latest), when the client appended one exchange to that call's messages but edited
+    one of them: those, rendered under the session's decisions (`applied`), are not what
+    it sent (`SessionState.prefix`). A client may edit its newest message after it
+    arrived (OpenHands' harness removes its "ENVIRONMENT REMINDER" from the previous
+    newest turn): the message has another id, so its arrival decision is lost, and it is
+    decided again as arriving (the edit broke the provider's cache from it on anyway).
+    None: the client changed nothing it sent, or did more than append an exchange
+    (bench/README.md, "A turn the client edits after it arrived")."""
+    if not state.prefix or newest <= 0:
+        return None
+    count, _, digest = state.prefix.partition(":")
+    if not count.isdigit() or int(count) != newest:
+        return None
+    before = next((i for i in range(newest - 1, -1, -1)
+                   if messages[i].get("role") == "assistant"), None)
+    if before is None:
+        return None
+    _, _, digests, _ = render_plan(
+        messages[:newest], [i for i in items if i.message_index < newest],
+        [i for i in applied if i.message_index < newest], 0, None)
+    return before if not digests or digests[-1] != digest else None
 
 
 def _current_step(messages: list[Mapping[str, Any]]) -> str:

@@ -173,13 +173,15 @@ def _named_statements(candidates: list[Item], ctx: StageContext) -> set[str]:
 
 def arrival_duplicates(
     items: list[Item], ctx: StageContext, start: int, marked: Collection[int] = (),
-    over: bool = False,
+    over: bool = False, newest: int | None = None,
 ) -> StageResult:
     """Tool results and user turns of messages from `start` on that repeat, exactly, one
     rendered verbatim before them (`items`: as they will be sent) become pointers to it.
     `marked`: messages a wire adapter pinned (opaque or signed content), never rewritten.
     With `arrival_json`, a new one that is JSON laid out with whitespace goes out without
-    it (`lines.minified`), except on a call over its budget (`over`: the ladder's cut)."""
+    it (`lines.minified`), except on a call over its budget (`over`: the ladder's cut) and
+    in a message before `newest` (the call's new messages: one before, looked at again in
+    case the client edited it, was left as it is where the previous call was over)."""
     opts = ctx.task_class.stages.cluster
     if opts is None or not opts.on_arrival:
         return StageResult(items, {})
@@ -208,7 +210,7 @@ def arrival_duplicates(
             continue
         cut = lines_decision(original.text, lines, opts.arrival_min_chars) if (
             new and lines) else None
-        if cut is None and new and minify:
+        if cut is None and new and minify and (newest is None or item.message_index >= newest):
             cut = minified_decision(original.text)
             if cut is not None:
                 verbatim.setdefault(original.text, item)
