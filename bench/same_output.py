@@ -5,7 +5,8 @@ Per call: SHA-256 of the forwarded messages, of the drop events and of the drop 
 lines (decisions form, without their `ts`), tokens before and after, the prefix-stable flag
 and the fidelity signals of the turn that answered the previous call. Sessions: the shared
 corpora found under `--corpora` (swe-agent, webchorearena, agentdojo, intercode), any other
-JSONL corpus there (`/tmp/taubench`'s, from `bench/taubench.py`), synthetic 3 × 100 + 1 × 300
+JSONL corpus there (`/tmp/taubench`'s, from `bench/taubench.py`; a per-call corpus's sessions
+call by call, each as its client sent it: `bench/corpora.py`), synthetic 3 × 100 + 1 × 300
 calls, and the 300-call session again under a budget header of 60% of its last call
 (over-budget steps, the ladder). Each checkout runs in its own child process (`--tree`),
 both at once. `--fresh`: each call's body handed over decoded afresh from its JSON, as the
@@ -77,7 +78,8 @@ def _sessions(corpora: Path, quick: bool, only: list[str] | None = None,
         names = tuple(only)
     for corpus in names:
         for session in load(corpus, corpora):
-            calls = calls_from_messages(session.messages, MODEL)
+            calls = calls_from_messages(session.messages, MODEL) if session.calls is None \
+                else [{"messages": sent, "model": MODEL} for sent, _ in session.calls]
             if session.tools:
                 calls = [{**body, "tools": session.tools} for body in calls]
             out.append((f"{corpus}:{session.id}", calls, headers(calls)))

@@ -144,3 +144,20 @@ def test_jsonl_calls_are_read_or_ignored(tmp_path: Path) -> None:
     assert prefixes.calls is None
     assert [m for m, _ in session_calls(prefixes)] == [
         session.messages[:i] for i in (2, 4, 6)]
+
+
+def test_same_output_sends_a_per_call_sessions_calls_as_their_client_sent_them(
+        tmp_path: Path) -> None:
+    """`bench.same_output` replays a per-call corpus call by call, the edited turn as sent."""
+    from bench.same_output import _sessions
+
+    session = edited_session()
+    (tmp_path / "edited").mkdir()
+    (tmp_path / "edited" / "sessions.jsonl").write_bytes(orjson.dumps({
+        "id": "edited/1", "messages": session.messages,
+        "calls": [{"messages": sent, "reply": reply} for sent, reply in edited_calls()]}))
+    [(name, calls, headers)] = _sessions(tmp_path, False, only=["edited"])
+    assert name == "edited:edited/1" and headers == {}
+    assert [body["messages"] for body in calls] == [sent for sent, _ in edited_calls()]
+    assert reminder(10) in calls[0]["messages"][-1]["content"]
+    assert reminder(10) not in calls[1]["messages"][1]["content"]  # the client's edit
