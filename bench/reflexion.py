@@ -167,10 +167,11 @@ def messages_of(run: Mapping[str, Any], ids: CallIds) -> list[Message]:
             continue
         name, arg = parsed.group(1), parsed.group(2)
         renamed: dict[str, str] = {}
+        recorded = f"{run['id']}-step{k}"  # none recorded: the run's id and the step
         out.append(assistant_message(
-            thought, [(f"step{k}", name, json.dumps({PARAMETER[name]: arg},
-                                                    ensure_ascii=False))], ids, renamed))
-        out.append({"role": "tool", "tool_call_id": renamed[f"step{k}"],
+            thought, [(recorded, name, json.dumps({PARAMETER[name]: arg},
+                                                  ensure_ascii=False))], ids, renamed))
+        out.append({"role": "tool", "tool_call_id": renamed[recorded],
                     "content": observation})
     return out
 
@@ -207,7 +208,8 @@ measurement only; not part of the ctxgate repository; do not commit it there.
 - The printed log of 100 HotpotQA questions over 7 trials, model `{model}` (the agent's
   completion model in the recording commit; the log does not name it). Runs: {runs} (a run
   printed again in a later trial, its question already solved, kept once: {repeats}
-  such repeats, those of trials 6 and 7 printed without steps). By trial: {by_trial}. By outcome: {outcomes}.
+  such repeats, those of trials 6 and 7 printed without steps). By trial: {by_trial}.
+  By outcome: {outcomes}.
 - System message: the agent's instruction and six few-shot examples ({system:,}
   characters). First user turn: the printed question, from the second trial on with the
   reflections header and reflections. Per step: the thought (assistant content) and the
@@ -228,11 +230,11 @@ JOIN_QUEUE = """- Queues: the runs in that order, cut at the run boundaries near
 """
 
 
-def convert(repo: Path, out: Path, *, rev: str = REV, queue_calls: int = 250
-            ) -> dict[str, int]:
+def convert(repo: Path, out: Path, *, rev: str = REV, queue_calls: int = 250,
+            prompt_rev: str = PROMPT_REV) -> dict[str, int]:
     reader = RepoReader(repo, "README.md")
     commit = reader._git("rev-parse", rev).strip() if reader.git else rev
-    prompt_rev = PROMPT_REV if reader.git else rev
+    prompt_rev = prompt_rev if reader.git else rev
     system = system_prompt(reader.read(PROMPTS, prompt_rev), reader.read(FEWSHOTS, prompt_rev))
     log = reader.read(LOG, rev)
     runs = parse(log)
