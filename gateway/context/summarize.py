@@ -33,8 +33,10 @@ _ERROR = re.compile(
     r"(?i)\b(error|exception|traceback|failed|failure|fatal|panic|denied|not found|"
     r"no such|cannot|can't|undefined|segfault|assert\w*)\b|\bE\d{3}\b|exit (code|status) [1-9]"
 )
+# A source or text file's extensions: a file name (`_PATH`, `_FILE_REF`) or a path line
+# (`_PATH_LINE`) ends in one.
 _FILE_EXTENSIONS = (r"py|js|ts|tsx|go|rs|java|c|h|cc|cpp|rb|php"
-                    r"|json|ya?ml|toml|md|txt|cfg|ini|sh|sql|html|css|lock|xml|csv")
+                    r"|json|ya?ml|toml|md|rst|txt|cfg|ini|sh|sql|html|css|lock|xml|csv")
 _PATH = re.compile(rf"(?:[\w.-]+/)+[\w.-]+|\b[\w-]+\.(?:{_FILE_EXTENSIONS})\b")
 _LINE_REF = re.compile(r"(?i)\bline \d+|:\d+:|\(\d+ lines total\)|\d+ (more )?lines? (above|below)")
 _DEFINITION = re.compile(
@@ -262,17 +264,18 @@ def _mentions(
     current = current_terms(focus)
     later = level >= 3 and bool(current) and not notable_only  # a queue's later task
     folders = _folders(source) - _folders(compact) if later else set()
+    heads = _header_paths(original) if level >= 3 else set()
     lost = [
         v
         for v in (_long_path(v, source) for v in values(source, periods))
         if (v.lstrip("/") not in seen or v in folders)
         and (not notable_only or _NOTABLE.search(v))
-        and (v.startswith("/") or (len(v) <= 80 and not _HASH.search(v)))
+        and (v.startswith("/") or ((len(v) <= 80 or v in heads) and not _HASH.search(v)))
     ]
     if not lost:
         return compact
     whole = _whole_links(source)
-    first = _defined(original) | _header_paths(original) if level >= 3 else set()
+    first = _defined(original) | heads if level >= 3 else set()
     if level >= 3:  # nearest the end first: a turn's closing words state its plan, an
         lost.reverse()  # output's last lines its result (a traceback's innermost frame)
     # stable: defined names first (level 3), then what the task and the latest calls name,
@@ -627,8 +630,11 @@ def _assistant(
 # naming 200+ values (Moatless runs, tune: 17 of 36 missed values were such paths; recall
 # 98.63 -> 99.29%, cost @0.1 -0.02; bench/README.md, "Code-search results' file paths").
 # Keeping the lines themselves instead gained the same recall for 0.13 point of cost @0.1.
-_PATH_LINE = re.compile(r"(?:/?(?:[\w.+-]+/)+)?[\w+-][\w.+-]*\.(?:py|js|ts|tsx|go|rs|java|c|h"
-                        r"|cc|cpp|rb|php|json|ya?ml|toml|md|txt|cfg|ini|sh|sql|html|css|xml|csv|rst)")
+# Such a path is listed however long (below PATH_MAX_CHARS): a list drops other values of
+# more than 80 characters, and a test fixture's path (`tests/roots/test-ext-autosummary-
+# imported_members/autosummary_dummy_package/__init__.py`, 86) is typed next as any other
+# (Moatless queues, tune: recall 98.59 -> 98.82%; bench/README.md, "Long file paths").
+_PATH_LINE = re.compile(rf"(?:/?(?:[\w.+-]+/)+)?[\w+-][\w.+-]*\.(?:{_FILE_EXTENSIONS})")
 HEADER_LINES = 8
 
 
@@ -640,7 +646,8 @@ def _header_paths(text: str) -> set[str]:
     lines = [line for line in text.splitlines() if line.strip()]
     heads = [line for line, below in itertools.pairwise(lines)
              if _PATH_LINE.fullmatch(line.rstrip()) and below.startswith("```")]
-    return {v for line in heads[:HEADER_LINES] for v in values(line)}
+    return {v for line in heads[:HEADER_LINES] for v in values(line)
+            if len(v) < PATH_MAX_CHARS}
 
 
 FOCUS_LINES = 1  # 1 measured best: 2-3 cost ~0.5 points of late saving, no recall gained
