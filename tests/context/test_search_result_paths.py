@@ -6,7 +6,7 @@ results: `Viewed relevant code:` / `django/forms/boundfield.py` / ```` ``` ````)
 
 from __future__ import annotations
 
-from gateway.context.summarize import summarize
+from gateway.context.summarize import _PATH, _PATH_LINE, summarize
 
 PATHS = ["pkg/core/records.py", "pkg/io/tables/columns.py", "tests/io/test_columns.py"]
 
@@ -45,3 +45,29 @@ def test_a_path_not_heading_code_is_ranked_as_before() -> None:
     names = listed(summarize(text, "tool_result", 3))
     assert "pkg/io/tables/columns.py" not in names[:3]
     assert "pkg/core/records.py" in names[:3]
+
+
+LONG = "tests/roots/test-ext-autosummary-imported_members/autosummary_dummy_package/__init__.py"
+
+
+def test_a_path_line_longer_than_a_value_is_listed_whole() -> None:
+    # a test fixture's path of 86 characters: a list drops other values of more than 80, the
+    # path heading its spans is the file the agent views next (Moatless queues, sphinx)
+    assert len(LONG) > 80
+    text = search_result().replace(PATHS[1], LONG)
+    names = listed(summarize(text, "tool_result", 3))
+    assert LONG in names[: len(PATHS) + 1]
+    # the same long path in prose only: dropped as before
+    prose = search_result().replace("Viewed relevant code:", f"Also imported by {LONG}:")
+    assert LONG not in summarize(prose, "tool_result", 3)
+
+
+def test_one_extension_list_for_file_names_and_path_lines() -> None:
+    # `.rst` and `.lock` files: path lines heading code (`_PATH_LINE`) and file names in a
+    # digest's kept lines (`_PATH`) read the same list
+    assert _PATH_LINE.fullmatch("doc/usage/configuration.rst")
+    assert _PATH_LINE.fullmatch("poetry.lock")
+    assert _PATH.search("see configuration.rst for the option")
+    assert _PATH.search("pinned in poetry.lock")
+    text = search_result().replace(PATHS[0], "poetry.lock")
+    assert "poetry.lock" in listed(summarize(text, "tool_result", 3))[: len(PATHS) + 1]
