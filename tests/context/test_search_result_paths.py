@@ -71,3 +71,14 @@ def test_one_extension_list_for_file_names_and_path_lines() -> None:
     assert _PATH.search("pinned in poetry.lock")
     text = search_result().replace(PATHS[0], "poetry.lock")
     assert "poetry.lock" in listed(summarize(text, "tool_result", 3))[: len(PATHS) + 1]
+
+
+def test_a_headed_blocks_first_and_last_line_numbers_are_listed_with_its_path() -> None:
+    # the agent views a range next that starts or ends where a span it read did: listed as
+    # bare numbers they ranked last, past the cap; a block's inner numbers stay where they were
+    names = listed(summarize(search_result(), "tool_result", 3))
+    head = names[: 3 * len(PATHS) + 1]
+    for i in range(len(PATHS)):
+        start = 100 * (i + 1)
+        assert {str(start), str(start + 39)} <= set(head)
+        assert str(start + 20) not in head
