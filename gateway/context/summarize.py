@@ -633,11 +633,13 @@ def _assistant(
 # Such a path is listed however long (below PATH_MAX_CHARS): a list drops other values of
 # more than 80 characters, and a test fixture's path (`tests/roots/test-ext-autosummary-
 # imported_members/autosummary_dummy_package/__init__.py`, 86) is typed next as any other
-# (Moatless queues, tune: recall 98.59 -> 98.82%; bench/README.md, "Long file paths").
+# (Moatless queues, tune: recall 98.59 -> 98.82%; bench/README.md,
+# "Code-search results: long path lines").
 # With each path, the first and last line numbers of the numbered code under it (a `cat -n`
 # listing's `  1810\t…`): the agent views a range next that starts or ends where a span it
 # read did (`ViewCode` 262-302, 1732-1810), and a list ranked them as bare numbers, last
-# (Moatless queues, tune: recall 98.82 -> 99.05%; bench/README.md, "span bounds").
+# (Moatless queues, tune: recall 98.82 -> 99.05%; bench/README.md, "Code-search results: long
+# path lines").
 _PATH_LINE = re.compile(rf"(?:/?(?:[\w.+-]+/)+)?[\w+-][\w.+-]*\.(?:{_FILE_EXTENSIONS})")
 _NUMBERED = re.compile(r"\s*(\d+)\t")
 HEADER_LINES = 8
