@@ -22,7 +22,14 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from cachetools import LRUCache
 
 from gateway.context.adjust import ClassForecasts
-from gateway.context.agents import AgentClassStore, MemoryAgentClassStore, RedisAgentClassStore
+from gateway.context.agents import (
+    AgentClassStore,
+    AgentRunStore,
+    MemoryAgentClassStore,
+    MemoryAgentRunStore,
+    RedisAgentClassStore,
+    RedisAgentRunStore,
+)
 from gateway.context.apply import (
     GIST,
     GIST_VALUES,
@@ -273,6 +280,7 @@ class ContextEngine:
         *,
         sessions: SessionStore | None = None,
         agents: AgentClassStore | None = None,
+        agent_runs: AgentRunStore | None = None,
         class_forecasts: ClassForecasts | None = None,
         prefix_cache_size: int = 256,
     ) -> None:
@@ -294,6 +302,9 @@ class ContextEngine:
         if agents is None:
             agents = MemoryAgentClassStore() if redis is None else RedisAgentClassStore(redis)
         self.agents = agents
+        if agent_runs is None:
+            agent_runs = MemoryAgentRunStore() if redis is None else RedisAgentRunStore(redis)
+        self.agent_runs = agent_runs
         self.forecasts = ForecastStore(redis)
         # The caps the controller forecast per class (adjust.py), unless adjustment is off.
         self.adjust = settings.forecast_adjust
@@ -471,6 +482,12 @@ class ContextEngine:
             scan = RequestScan()
         cls, caps_forecast = await self._forecast_caps(
             await self._task_class(body, call, state, tokens_before, scan))
+        if cls.compaction.ages and cls.compaction.repay_agent_runs:
+            # how long the agent's sessions run, for the calls a step is weighed over
+            fingerprint = agent_fingerprint(body)
+            if fingerprint is not None:
+                state.agent_runs = await self.agent_runs.note(
+                    call.tenant, fingerprint, state.calls + 1)
         stats = await self.forecasts.stats(call.tenant, cls.name)
         budget = forecast_budget(cls, model, body, stats, budget_header, caps_forecast)
         calibrate = str(body.get("model")) if model.estimated else None
@@ -1058,7 +1075,7 @@ def _leave_unrepaid(
     if text is not None and text.repay_calls is not None:
         c = c.model_copy(update={"repay_calls": text.repay_calls})
     left = unrepaid(before, final, new_from, state.calls + 1, c, calls_left(messages),
-                    stated_left(messages))
+                    stated_left(messages), state.agent_runs)
     if not left:
         return final, horizon, False
     was = {item.id: item for item in before}

@@ -348,9 +348,26 @@ def tail_mask_repays(tokens: int, masked: int, left: int, cached_price: float) -
     return gain >= masked - cached_price * tokens
 
 
+def agent_left(calls: int, c: Compaction, runs: tuple[int, int] | None) -> int | None:
+    """The calls a session of `calls` calls (this one included) has left by its agent's
+    record (`runs`: the agent's sessions so far, this one included, and the most calls one
+    has made, `agents.AgentRunStore`): what its longest session had left at this age, at
+    least this one. None while the agent has started at most `repay_agent_runs` other
+    sessions, or once one of them ran as long as the fixed estimate (`repay_calls`; a
+    long-running agent keeps it). Reflexion's HotpotQA runs end after 2-6 calls: weighed
+    over at least 20 calls to come, 59 of their 99 aging steps landed on a run's last call
+    and cost more than they saved (bench/README.md, "A fifteenth agent kind ... (gen57)")."""
+    if not c.repay_agent_runs or runs is None:
+        return None
+    sessions, longest = runs
+    if sessions <= c.repay_agent_runs or longest >= c.repay_calls:
+        return None
+    return max(1, longest - calls + 1)
+
+
 def unrepaid(
     before: list[Item], after: list[Item], new_from: int, calls: int, c: Compaction,
-    left: int | None = None, stated: int | None = None,
+    left: int | None = None, stated: int | None = None, runs: tuple[int, int] | None = None,
 ) -> set[int]:
     """The old messages whose rewrite by this step does not repay: those before its first
     change that does.
@@ -382,6 +399,8 @@ def unrepaid(
     number of steps you can take is 20", stepped on a quarter of their calls weighed over
     at least 20: prefix stable 75.2 -> 82.6%, cost @0.1 6.9 -> 8.6%, tune; bench/README.md,
     "Short runs with a stated step limit").
+    An agent whose sessions so far all ended young (`runs`, `agent_left`) bounds it too:
+    the calls its longest session still had left at this session's age.
     `new_from`: the first message index the last call did not send (billed in full anyway)."""
     if not c.repay_calls or (not young(calls, c, on_first_task(before))
                              and sum(item.tokens for item in before) > c.early_max_tokens):
@@ -398,8 +417,9 @@ def unrepaid(
     if not changed:
         return set()
     calls_to_come = max(calls, c.repay_calls) if stated is None else min(calls, stated)
-    if left is not None:
-        calls_to_come = min(calls_to_come, left)
+    for bound in (left, agent_left(calls, c, runs)):
+        if bound is not None:
+            calls_to_come = min(calls_to_come, bound)
     order = sorted(changed)
     # The net gain of a step whose first change is order[k]: every rewrite from it on
     # saves on each call to come; everything the last call sent from it on is re-sent.

@@ -112,6 +112,11 @@ class Compaction(_Settings):
     # `repay_young_calls` calls (0: small calls only).
     repay_calls: int = 0
     repay_young_calls: int = 0
+    # Once the agent (tenant, system prompt, tool set) has started more than this many
+    # sessions and none has reached the calls to come estimated above, a step is weighed
+    # over the calls its longest session still had left at this one's age, at least one
+    # (`steps.agent_left`; 0: off).
+    repay_agent_runs: int = 0
     # The price of a cached input token relative to a fresh one (the provider's prompt-cache
     # discount): what a step's full-price re-send is weighed against (`steps.py`).
     cached_price: float = 0.1

@@ -52,6 +52,12 @@ def agent_class(tenant: str, fingerprint: str) -> str:
     return f"{_tenant(tenant)}:agent:{fingerprint}"
 
 
+def agent_runs(tenant: str, fingerprint: str) -> str:
+    """Hash: how long one agent's sessions run (`sessions` started, `longest` in calls), for
+    the calls a step on its next sessions is weighed over (`steps.agent_left`)."""
+    return f"{_tenant(tenant)}:agent_runs:{fingerprint}"
+
+
 def forecast(tenant: str, task_class: str) -> str:
     """Hash: what the class has used (completion sizes, overflows) for its budget forecast."""
     return f"{_tenant(tenant)}:forecast:{task_class}"
