@@ -112,8 +112,8 @@ class Compaction(_Settings):
     # `repay_young_calls` calls (0: small calls only).
     repay_calls: int = 0
     repay_young_calls: int = 0
-    # Once the agent (tenant, system prompt, tool set) has started more than this many
-    # sessions and none has reached the calls to come estimated above, a step is weighed
+    # Once the agent (tenant, system prompt, tool set) has started this many sessions
+    # before this one and none has reached `repay_calls` calls, a step is weighed
     # over the calls its longest session still had left at this one's age, at least one
     # (`steps.agent_left`; 0: off).
     repay_agent_runs: int = 0
