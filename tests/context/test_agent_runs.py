@@ -47,6 +47,18 @@ def test_a_step_on_a_young_agents_last_calls_does_not_repay() -> None:
     assert unrepaid(before, after, 3, 3, C, runs=(8, 40)) == set()  # a long-running agent
 
 
+def test_a_step_that_repays_in_part_is_weighed_as_before() -> None:
+    """Over the 2 calls left only the newest rewrite repays: the step is taken, and weighed
+    over at least 20 calls, keeps its early rewrite too (left out, it came back in a later
+    step: one more prefix change)."""
+    before = [_item(0, "task", 100), _item(1, "turn", 1000), _item(2, "output", 500),
+              _item(3, "turn", 1000)]
+    after = [_item(0, "task", 100), _item(1, "digest", 200), _item(2, "output", 500),
+             _item(3, "digest", 100)]
+    assert unrepaid(before, after, 4, 3, C.model_copy(update={"repay_calls": 2})) == {1}
+    assert unrepaid(before, after, 4, 3, C, runs=(8, 4)) == set()
+
+
 async def test_the_stores_count_sessions_and_the_longest(redis_client: aioredis.Redis) -> None:
     for store in (MemoryAgentRunStore(), RedisAgentRunStore(redis_client)):
         await redis_client.delete(keys.agent_runs("t-runs", "fp"))
