@@ -10,7 +10,8 @@ Which keys must share a slot, and why (audited for Redis Cluster, issue 13):
   reads and writes all three atomically, and `PlaybookStore.replace` writes bullets and meta
   in one MULTI. They share the `{t:tenant}` tag, hence one slot.
 - `session`, `forecast`, `trace`, `trace_learned`, `playbook_delta`, `agent_runs`: each is used
-  alone (one key per command or per script); they carry the tenant tag anyway, so a tenant lives on one node.
+  alone (one key per command or per script); they carry the tenant tag anyway, so a tenant
+  lives on one node.
 - `class_evidence`, `class_forecast`, `class_forecast_history` of one task class share the
   `{fc:class}` tag: the controller's commit script writes the forecast and its history
   atomically (they are per class across tenants: signals are counts, no content).
