@@ -314,11 +314,31 @@ class ContextEngine:
         self.caches = ContextCaches()
         # The previous call's work per session, reused by a call that only appends messages.
         self.prefixes = PrefixCache(prefix_cache_size)
+        # Per (tenant, session): its agent's fingerprint and the messages it was read from.
+        self._agents_of: LRUCache[tuple[str, str], tuple[str | None, int]] = LRUCache(
+            maxsize=max(1, prefix_cache_size))
         # Per (tenant, session) of calls sent as is: the fidelity haystack of the last one
         # and the number of its body (`Lineage.body`); a call whose body the gateway proved
         # to continue that one's reads only its new messages (taken out while in use).
         self.sent_seen: LRUCache[tuple[str, str], _SentSeen] | None = (
             LRUCache(maxsize=prefix_cache_size) if prefix_cache_size > 0 else None)
+
+    def _session_agent(self, body: dict[str, Any], tenant: str, session_id: str,
+                       prefix: Prefix | None) -> str | None:
+        """`classify.agent_fingerprint(body)`, read from the session's last call where this
+        one only appends to it (`prefix`: its messages proven unchanged, its tools the same)
+        and appends no system or developer message: the fingerprint reads every such message
+        of the request, a scan of the whole session on each call otherwise."""
+        key = (tenant, session_id)
+        known = self._agents_of.get(key)
+        messages = body["messages"]
+        if known is not None and prefix is not None and known[1] == prefix.start and not any(
+                m.get("role") in ("system", "developer") for m in messages[known[1]:]):
+            fingerprint = known[0]
+        else:
+            fingerprint = agent_fingerprint(body)
+        self._agents_of[key] = (fingerprint, len(messages))
+        return fingerprint
 
     async def _task_class(
         self, body: dict[str, Any], call: CallContext, state: SessionState, tokens: int,
@@ -484,7 +504,7 @@ class ContextEngine:
             await self._task_class(body, call, state, tokens_before, scan))
         if cls.compaction.ages and cls.compaction.repay_agent_runs:
             # how long the agent's sessions run, for the calls a step is weighed over
-            fingerprint = agent_fingerprint(body)
+            fingerprint = self._session_agent(body, call.tenant, session_id, prefix)
             if fingerprint is not None:
                 state.agent_runs = await self.agent_runs.note(
                     call.tenant, fingerprint, state.calls + 1)

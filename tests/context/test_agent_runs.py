@@ -106,3 +106,26 @@ async def test_the_engine_records_how_long_an_agents_sessions_run(
     assert fingerprint is not None
     record = await redis_client.hgetall(keys.agent_runs(tenant, fingerprint))
     assert record == {b"sessions": b"3", b"longest": b"6"}
+
+
+async def test_a_system_message_a_session_appends_makes_its_calls_another_agents(
+    engine: ContextEngine, redis_client: aioredis.Redis,
+) -> None:
+    """The agent is read from every system message of a call, also where the call only
+    appends to the session's last one (the fingerprint is then carried over from it, unless
+    a system message is among the new messages): the calls after one is appended count for
+    the agent the whole request names, as `agent_fingerprint` reads it."""
+    tenant = f"t-appended-{id(engine)}"
+    messages = _run(7, 4)
+    ends = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
+    note = {"role": "system", "content": "Budget note: 3 searches left."}
+    headers = {"x-ctxgate-session-id": "appended"}
+    for n, end in enumerate(ends):
+        sent = messages[:end] if n < 2 else [*messages[:ends[1]], note, *messages[ends[1]:end]]
+        await engine.fit({"messages": sent, "tools": TOOLS}, CallContext(tenant, "s", headers))
+    first = agent_fingerprint({"messages": messages[:1], "tools": TOOLS})
+    later = agent_fingerprint({"messages": [messages[0], note], "tools": TOOLS})
+    assert first is not None and later is not None and first != later
+    assert await redis_client.hgetall(keys.agent_runs(tenant, first)) == {
+        b"sessions": b"1", b"longest": b"2"}
+    assert (await redis_client.hgetall(keys.agent_runs(tenant, later)))[b"longest"] == b"5"
