@@ -16,7 +16,7 @@ import time
 from bisect import bisect_left
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from operator import attrgetter
+from operator import attrgetter, is_, itemgetter
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from cachetools import LRUCache
@@ -242,6 +242,9 @@ class _Request:
     tools: frozenset[str] = frozenset()  # the names of the tools the request defines
     # what `_task_class` read of the messages (kept with the session's prefix)
     scan: RequestScan | None = None
+    # the session's previous call when this one did not extend it (`prefix` None): its
+    # items are the messages as the client sent them then (`_edited_start`)
+    previous: Prefix | None = None
 
 
 class _Applied(NamedTuple):
@@ -486,13 +489,14 @@ class ContextEngine:
         prefix = self.prefixes.take(call.tenant, session_id)
         parsed: ParsedRequest | None = None
         tools = tool_names(body)
+        previous: Prefix | None = None
         if prefix is not None and prefix.tools == tools and prefix.extend(
             messages, model.encoding, self.counter, self.caches.parts, call.lineage
         ):
             base = base_tokens(body, self.counter, model.encoding)
             tokens_before = base + prefix.item_tokens
         else:
-            prefix = None
+            previous, prefix = prefix, None  # `extend` leaves a prefix it refuses as it was
             parsed = parse_request(body, self.counter, model.encoding, self.caches.parts)
             base, tokens_before = parsed.base_tokens, parsed.tokens
         state = await self.sessions.load(call.tenant, session_id)
@@ -517,7 +521,7 @@ class ContextEngine:
         return _Request(
             body, call, messages, model.encoding, session_id, prefix, parsed, tokens_before,
             state, cls, budget, block, fixed=base + (block.tokens if block else 0),
-            calibrate=calibrate, tools=tools, scan=scan,
+            calibrate=calibrate, tools=tools, scan=scan, previous=previous,
         )
 
     def _reused(self, r: _Request) -> _Fitted | None:
@@ -556,7 +560,8 @@ class ContextEngine:
         if pinned > r.budget.input:
             return await self._overflow(r, parsed, pinned)
         final, ctx, stepped, applied = await self._fit_items(
-            r.messages, parsed, r.cls, r.budget, r.state, r.fixed, seconds, r.prefix, r.tools
+            r.messages, parsed, r.cls, r.budget, r.state, r.fixed, seconds, r.prefix, r.tools,
+            r.previous,
         )
         check_deadline()
         tokens_after = r.fixed + sum(item.tokens for item in final)
@@ -752,10 +757,12 @@ class ContextEngine:
         seconds: dict[str, float],
         prefix: Prefix | None = None,
         tools: frozenset[str] = frozenset(),
+        previous: Prefix | None = None,
     ) -> tuple[list[Item], StageContext, bool, _Applied]:
         """The items as sent, the stages' context, whether stages ran (a step), and the
         items as the session's decisions before this call send them (`prefix`: the
-        session's, when it took this call's new messages)."""
+        session's, when it took this call's new messages; `previous`: the session's, when
+        it did not)."""
         remembered = dict(state.decisions)
         known = self._known_values(parsed.items, cls, tools)
         final = prefix.applied(parsed.items, state.decisions, known, self.counter,
@@ -813,7 +820,7 @@ class ContextEngine:
                     horizon)
         marked = parsed.layout.pins if parsed.layout else ()
         newest = _arrival_start(messages, first_call)
-        start = _edited_start(messages, parsed.items, before, state, newest)
+        start = _edited_start(messages, parsed.items, before, state, newest, prefix, previous)
         final = arrival_duplicates(final, ctx, newest if start is None else start, marked,
                                    over, newest).items
         if over and first_call and ctx.target is not None:  # cut just enough
@@ -1272,7 +1279,8 @@ def _arrival_start(messages: list[Mapping[str, Any]], first_call: bool) -> int:
 
 def _edited_start(
     messages: list[Mapping[str, Any]], items: list[Item], applied: list[Item],
-    state: SessionState, newest: int,
+    state: SessionState, newest: int, extended: Prefix | None = None,
+    previous: Prefix | None = None,
 ) -> int | None:
     """Where the previous call's new messages start (the assistant turn before the
     latest), when the client appended one exchange to that call's messages but edited
@@ -1282,7 +1290,12 @@ def _edited_start(
     newest turn): the message has another id, so its arrival decision is lost, and it is
     decided again as arriving (the edit broke the provider's cache from it on anyway).
     None: the client changed nothing it sent, or did more than append an exchange
-    (bench/README.md, "A turn the client edits after it arrived")."""
+    (bench/README.md, "A turn the client edits after it arrived").
+
+    The session's previous call, kept in memory, answers without rendering the old
+    messages again: `extended` (this call extends it) rendered them under these very
+    decisions, `previous` (it does not) holds their items as the client sent them then
+    (`_edit_found`). Without it they are rendered again (`_edited_by_render`)."""
     if not state.prefix or newest <= 0:
         return None
     count, _, digest = state.prefix.partition(":")
@@ -1292,10 +1305,57 @@ def _edited_start(
                    if messages[i].get("role") == "assistant"), None)
     if before is None:
         return None
+    if extended is not None:
+        sent = _sent_digest(extended, applied, newest)
+        if sent is not None:
+            return before if sent != digest else None
+    elif previous is not None and _edit_found(previous, items, newest):
+        return before  # an edited message has another id: the render's digest differs
+    return before if _edited_by_render(messages, items, applied, newest, digest) else None
+
+
+def _edited_by_render(
+    messages: list[Mapping[str, Any]], items: list[Item], applied: list[Item], newest: int,
+    digest: str,
+) -> bool:
+    """Whether messages[:newest], rendered under the session's decisions (`applied`), do
+    not give `digest` (what the previous call forwarded)."""
     _, _, digests, _ = render_plan(
         messages[:newest], [i for i in items if i.message_index < newest],
         [i for i in applied if i.message_index < newest], 0, None)
-    return before if not digests or digests[-1] != digest else None
+    return not digests or digests[-1] != digest
+
+
+def _sent_digest(extended: Prefix, applied: list[Item], newest: int) -> str | None:
+    """The digest messages[:newest] render to under the session's decisions (`applied`),
+    read from the prefix this call extends: its bytes are the previous call's up to
+    `extended.start`, and where `applied` sends those messages' items as the very items
+    the prefix rendered (`Prefix.applied` restates none), its digests are theirs. None:
+    not known so (a pin lapsed, other decisions, fewer messages)."""
+    if extended.start < newest or len(extended.plan) != len(extended.digests):
+        return None
+    final = extended.final
+    n = bisect_left(final, newest, key=_message_index)
+    if len(applied) < n or not all(map(is_, applied[:n], final[:n])):
+        return None
+    k = bisect_left(extended.plan, newest, key=itemgetter(0))
+    return extended.digests[k - 1] if k else ""
+
+
+def _edit_found(previous: Prefix, items: list[Item], newest: int) -> bool:
+    """Whether the items of messages[:newest] are not those of the session's previous
+    call (its messages as the client sent them), looked at from the newest back (a
+    client edits its latest messages)."""
+    old = previous.items
+    if previous.layout.count < newest:
+        return False
+    n = bisect_left(items, newest, key=_message_index)
+    if bisect_left(old, newest, key=_message_index) != n:
+        return True
+    return any(items[k].id != old[k].id for k in range(n - 1, -1, -1))
+
+
+_message_index = attrgetter("message_index")
 
 
 def _current_step(messages: list[Mapping[str, Any]]) -> str:
