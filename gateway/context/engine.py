@@ -16,7 +16,8 @@ import time
 from bisect import bisect_left
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from operator import attrgetter, is_, itemgetter
+from itertools import compress
+from operator import attrgetter, is_, itemgetter, not_
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from cachetools import LRUCache
@@ -1329,14 +1330,24 @@ def _edited_by_render(
 def _sent_digest(extended: Prefix, applied: list[Item], newest: int) -> str | None:
     """The digest messages[:newest] render to under the session's decisions (`applied`),
     read from the prefix this call extends: its bytes are the previous call's up to
-    `extended.start`, and where `applied` sends those messages' items as the very items
-    the prefix rendered (`Prefix.applied` restates none), its digests are theirs. None:
-    not known so (a pin lapsed, other decisions, fewer messages)."""
+    `extended.start`, and where `applied` sends those messages' items as the prefix
+    rendered them (`Prefix.applied` takes most as the very items; one it restates, a pin
+    that may have lapsed, with the same id, text and cost renders the same), its digests
+    are theirs. None: not known so (a lapsed pin let a decision apply, other decisions,
+    fewer messages)."""
     if extended.start < newest or len(extended.plan) != len(extended.digests):
         return None
     final = extended.final
     n = bisect_left(final, newest, key=_message_index)
-    if len(applied) < n or not all(map(is_, applied[:n], final[:n])):
+    if len(applied) < n:
+        return None
+    # what render_plan reads of an item: its message, id, text and fixed cost
+    for k in compress(range(n), map(not_, map(is_, applied[:n], final[:n]))):
+        a, b = applied[k], final[k]
+        if (a.id != b.id or a.text != b.text or a.fixed_tokens != b.fixed_tokens
+                or a.message_index != b.message_index):
+            return None
+    if n < len(applied) and applied[n].message_index < newest:
         return None
     k = bisect_left(extended.plan, newest, key=itemgetter(0))
     return extended.digests[k - 1] if k else ""
