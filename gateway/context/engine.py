@@ -17,7 +17,7 @@ from bisect import bisect_left
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import compress
-from operator import attrgetter, is_, itemgetter, not_
+from operator import attrgetter, is_, itemgetter, ne, not_
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from cachetools import LRUCache
@@ -1283,35 +1283,42 @@ def _edited_start(
     state: SessionState, newest: int, extended: Prefix | None = None,
     previous: Prefix | None = None,
 ) -> int | None:
-    """Where the previous call's new messages start (the assistant turn before the
-    latest), when the client appended one exchange to that call's messages but edited
-    one of them: those, rendered under the session's decisions (`applied`), are not what
-    it sent (`SessionState.prefix`). A client may edit its newest message after it
-    arrived (OpenHands' harness removes its "ENVIRONMENT REMINDER" from the previous
-    newest turn): the message has another id, so its arrival decision is lost, and it is
-    decided again as arriving (the edit broke the provider's cache from it on anyway).
-    None: the client changed nothing it sent, or did more than append an exchange
-    (bench/README.md, "A turn the client edits after it arrived").
+    """Where arrival rules start looking at messages the client edited after they arrived,
+    when it did (None: it changed nothing it sent).
+
+    The previous call's new messages (from the assistant turn before the latest), when the
+    client appended one exchange to that call's messages but edited one of them: those,
+    rendered under the session's decisions (`applied`), are not what it sent
+    (`SessionState.prefix`). A client may edit its newest message after it arrived
+    (OpenHands' harness removes its "ENVIRONMENT REMINDER" from the previous newest turn):
+    the message has another id, so its arrival decision is lost, and it is decided again
+    as arriving (the edit broke the provider's cache from it on anyway; bench/README.md,
+    "A turn the client edits after it arrived").
 
     The session's previous call, kept in memory, answers without rendering the old
     messages again: `extended` (this call extends it) rendered them under these very
-    decisions, `previous` (it does not) holds their items as the client sent them then
-    (`_edit_found`). Without it they are rendered again (`_edited_by_render`)."""
+    decisions (`_sent_digest`), `previous` (it does not) holds their items as the client
+    sent them then (`_first_edit`). Without it they are rendered again
+    (`_edited_by_render`). With `previous`, an edit further back (a client that went back
+    a step and took another, or edited an older message) is decided again from the first
+    message it changed."""
     if not state.prefix or newest <= 0:
         return None
+    first = _first_edit(previous, items, newest) if (
+        extended is None and previous is not None) else None
     count, _, digest = state.prefix.partition(":")
     if not count.isdigit() or int(count) != newest:
-        return None
+        return first
     before = next((i for i in range(newest - 1, -1, -1)
                    if messages[i].get("role") == "assistant"), None)
     if before is None:
-        return None
+        return first
     if extended is not None:
         sent = _sent_digest(extended, applied, newest)
         if sent is not None:
             return before if sent != digest else None
-    elif previous is not None and _edit_found(previous, items, newest):
-        return before  # an edited message has another id: the render's digest differs
+    elif first is not None:  # an edited message has another id: the render's digest differs
+        return min(before, first)
     return before if _edited_by_render(messages, items, applied, newest, digest) else None
 
 
@@ -1353,19 +1360,24 @@ def _sent_digest(extended: Prefix, applied: list[Item], newest: int) -> str | No
     return extended.digests[k - 1] if k else ""
 
 
-def _edit_found(previous: Prefix, items: list[Item], newest: int) -> bool:
-    """Whether the items of messages[:newest] are not those of the session's previous
-    call (its messages as the client sent them), looked at from the newest back (a
-    client edits its latest messages)."""
+def _first_edit(previous: Prefix, items: list[Item], newest: int) -> int | None:
+    """The first of messages[:newest] whose items are not those of the session's previous
+    call (its messages as the client sent them; an item's id is its message's place and
+    text), among the messages that call had; None: none changed."""
     old = previous.items
-    if previous.layout.count < newest:
-        return False
-    n = bisect_left(items, newest, key=_message_index)
-    if bisect_left(old, newest, key=_message_index) != n:
-        return True
-    return any(items[k].id != old[k].id for k in range(n - 1, -1, -1))
+    limit = min(newest, previous.layout.count)
+    n = bisect_left(items, limit, key=_message_index)
+    m = bisect_left(old, limit, key=_message_index)
+    k = next(compress(range(min(n, m)), map(ne, map(_item_id, items[:n]), map(_item_id, old[:m]))),
+             min(n, m))
+    if k < n and k < m:
+        return min(items[k].message_index, old[k].message_index)
+    if n == m:
+        return None
+    return items[k].message_index if k < n else old[k].message_index
 
 
+_item_id = attrgetter("id")
 _message_index = attrgetter("message_index")
 
 

@@ -114,3 +114,27 @@ async def test_a_step_call_that_extends_the_previous_call_renders_nothing_again(
             steps += any(d.reason != "duplicate" for d in fitted.drops)
     assert steps  # the full path ran, with the session's previous call extended
     assert renders.calls == 0
+
+
+async def test_an_edit_further_back_is_decided_again_from_the_first_changed_message(
+    settings: Settings, embedder: Any
+) -> None:
+    """A client that goes back a step and takes others (Moatless Tools' redo) sends more
+    than one exchange after what it kept of the previous call: the messages from the first
+    it changed on are decided as arriving, so a redone result that repeats one sent above
+    goes out as a pointer (it went out verbatim: arrival looked at the latest exchange only)."""
+    engine = _engine(settings, embedder)
+    session = uuid.uuid4().hex
+    question = "How many cities have more than 1000 people?"
+    first = sql_session(question, ["Error: table cities does not exist", ROWS, "2 tables"])
+    for end in (4, 6, 8):  # the third call's last step is the one the client takes back
+        await engine.fit({"messages": first[:end], "tools": TOOLS}, _call(session))
+    redo = sql_session(question, ["Error: table cities does not exist", ROWS, ROWS,
+                                  "3 rows", "done"], "SELECT {k} FROM cities")
+    redo[:6] = first[:6]  # kept as sent; from message 6 on the client's other steps
+    fitted = await engine.fit({"messages": redo, "tools": TOOLS}, _call(session))
+    assert drops_add_up(fitted)
+    tools = [m["content"] for m in fitted.body["messages"] if m["role"] == "tool"]
+    assert tools[1] == ROWS  # the first copy stays as sent
+    assert tools[2].startswith("[ctxgate: repeats an earlier tool result: ")
+    assert tools[3:] == ["3 rows", "done"]
