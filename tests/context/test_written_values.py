@@ -57,3 +57,21 @@ async def test_an_aged_shell_turn_lists_what_it_typed_as_written(
         assert sum(d.tokens_saved for d in fitted.drops) == (
             fitted.tokens_before - fitted.tokens_after)
     assert aged
+
+
+def test_a_value_seen_bare_elsewhere_is_listed_as_written() -> None:
+    """The model reads `sample_result.csv` in a listing and `check_data.py` in its own
+    command elsewhere, but the turn wrote `./check_data.py` and ended a sentence on
+    `sample_result.csv.`: a text-tool agent re-types those forms, so the list names them."""
+    turn = ('Thought: The output must follow the format of sample_result.csv. I check the '
+            'data first, as the TEST_SIZE is 2000.\n\n'
+            'Action: Python(file_path="./check_data.py"):\n'
+            "```python\nimport pandas as pd\n" + "df = pd.read_csv('train.csv')\n" * 12
+            + "if ready_rows:\n    print(df.head())\n```")
+    known = frozenset({"sample_result.csv", "check_data.py", "2000", "ready_rows"})
+    digest = summarize(turn, "assistant", 3, known=known, named_lines=True)
+    assert "sample_result.csv." in digest and "./check_data.py" in digest
+    assert "2000." in digest and "ready_rows:" in digest
+    # another agent's turn: a value it has seen is not listed again
+    other = summarize(turn, "assistant", 3, known=known)
+    assert "sample_result.csv" not in other and "check_data.py" not in other
