@@ -234,10 +234,12 @@ def _listed(value: str, whole: Mapping[str, str], absolute: set[str], folders: s
 # written form once: each holds the bare value). Issue-7 yardstick (bench/README.md, "Text-tool
 # agents' own code turns keep their values as written"). A leading `./` is a written form too
 # (`Action: Python(file_path="./check_data.py")`), and a value the model reads bare elsewhere
-# (a listing's `sample_result.csv`, a kept line's `schema_editor`) is listed when the digest
-# keeps none of its written forms (`_form_lost`): the bare token was there, the typed one was
-# not. Issue-7 yardstick (bench/README.md, "margin56"): DA-Code queues' tune recall 99.012 ->
-# 99.348, mini-SWE queues' 99.196 -> 99.268, cost @0.1 -0.09 / -0.01.
+# (a listing's `sample_result.csv`) is listed when the turn's prose (outside fenced code)
+# wrote it in such a form (`is 2000.`, `./train_model.py`) and the digest keeps none of them
+# (`_form_lost`): the bare token was there, the typed one was not. Issue-7 yardstick
+# (bench/README.md, "branch `margin56`"): DA-Code queues' recall 99.012 -> 99.321 tune,
+# 99.164 -> 99.389 holdout, cost @0.1 -0.10 / -0.09; with fenced code's forms too (`if
+# x:`), +0.34 / +0.24 recall at -0.09 / -0.12 cost.
 _WRITTEN = re.compile(r"(?<![A-Za-z0-9_./:-])(-|\./)?([A-Za-z0-9_][A-Za-z0-9_.\-/]*[A-Za-z0-9_])"
                       r"([:.]?)(?![A-Za-z0-9_./:-])")
 
@@ -276,10 +278,12 @@ def _mentions(
     folders = _folders(source) - _folders(compact) if later else set()
     heads = _header_paths(original) if level >= 3 else set()
     forms = _written_forms(source) if written else {}
+    # a value seen bare is listed for a form its prose wrote (outside fenced code)
+    prose_forms = _written_forms(_CODE.sub(" ", source)) if written else {}
     lost = [
         v
         for v in (_long_path(v, source) for v in values(source, periods))
-        if (v.lstrip("/") not in seen or v in folders or _form_lost(forms.get(v), compact))
+        if (v.lstrip("/") not in seen or v in folders or _form_lost(prose_forms.get(v), compact))
         and (not notable_only or _NOTABLE.search(v))
         and (v.startswith("/") or ((len(v) <= 80 or v in heads) and not _HASH.search(v)))
     ]
