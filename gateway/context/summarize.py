@@ -235,11 +235,11 @@ def _listed(value: str, whole: Mapping[str, str], absolute: set[str], folders: s
 # agents' own code turns keep their values as written"). A leading `./` is a written form too
 # (`Action: Python(file_path="./check_data.py")`), and a value the model reads bare elsewhere
 # (a listing's `sample_result.csv`) is listed when the turn's prose (outside fenced code)
-# wrote it in such a form (`is 2000.`, `./train_model.py`) and the digest keeps none of them
-# (`_form_lost`): the bare token was there, the typed one was not. Issue-7 yardstick
-# (bench/README.md, "branch `margin56`"): DA-Code queues' recall 99.012 -> 99.321 tune,
-# 99.164 -> 99.389 holdout, cost @0.1 -0.10 / -0.09; with fenced code's forms too (`if
-# x:`), +0.34 / +0.24 recall at -0.09 / -0.12 cost.
+# wrote it in such a form (`./train_model.py`, `RFC 1738:`) and the digest keeps none of them
+# (`_form_lost`; a name: a bare number's forms are not weighed): the bare token was there, the
+# typed one was not. Issue-7 yardstick (bench/README.md, "branch `margin56`"): with fenced
+# code's forms too (`if x:`) DA-Code queues' holdout cost @0.1 fell 0.12; with numbers' forms
+# MINT queues' tune cost fell 0.10.
 _WRITTEN = re.compile(r"(?<![A-Za-z0-9_./:-])(-|\./)?([A-Za-z0-9_][A-Za-z0-9_.\-/]*[A-Za-z0-9_])"
                       r"([:.]?)(?![A-Za-z0-9_./:-])")
 
@@ -255,8 +255,10 @@ def _written_forms(source: str) -> Mapping[str, str]:
 
 
 def _form_lost(written: str | None, compact: str) -> bool:
-    """Whether a value's written forms (`_written_forms`) are all missing from `compact`."""
-    return written is not None and not any(f in compact for f in written.split())
+    """Whether a name's written forms (`_written_forms`) are all missing from `compact` (a
+    bare number's are not weighed: a math agent ends every sentence on one)."""
+    return (written is not None and any(c.isalpha() for c in written)
+            and not any(f in compact for f in written.split()))
 
 
 def _mentions(

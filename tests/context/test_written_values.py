@@ -63,7 +63,8 @@ def test_a_value_seen_bare_elsewhere_is_listed_as_written() -> None:
     """The model reads `sample_result.csv` in a listing and `check_data.py` in its own
     command elsewhere, but the turn wrote `./check_data.py` and ended a sentence on
     `sample_result.csv.`: a text-tool agent re-types those forms, so the list names them.
-    A form only its fenced code wrote (`ready_rows:`) is not listed for a value seen bare."""
+    A form only its fenced code wrote (`ready_rows:`), or a bare number's (`2000.`: a math
+    agent ends every sentence on one), is not listed for a value seen bare."""
     turn = ('Thought: The output must follow the format of sample_result.csv. I check the '
             'data first, as the TEST_SIZE is 2000.\n\n'
             'Action: Python(file_path="./check_data.py"):\n'
@@ -72,7 +73,7 @@ def test_a_value_seen_bare_elsewhere_is_listed_as_written() -> None:
     known = frozenset({"sample_result.csv", "check_data.py", "2000", "ready_rows"})
     digest = summarize(turn, "assistant", 3, known=known, named_lines=True)
     assert "sample_result.csv." in digest and "./check_data.py" in digest
-    assert "2000." in digest and "ready_rows" not in digest
+    assert "2000" not in digest and "ready_rows" not in digest
     # another agent's turn: a value it has seen is not listed again
     other = summarize(turn, "assistant", 3, known=known)
     assert "sample_result.csv" not in other and "check_data.py" not in other
