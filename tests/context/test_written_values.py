@@ -77,3 +77,19 @@ def test_a_value_seen_bare_elsewhere_is_listed_as_written() -> None:
     # another agent's turn: a value it has seen is not listed again
     other = summarize(turn, "assistant", 3, known=known)
     assert "sample_result.csv" not in other and "check_data.py" not in other
+
+
+def test_a_sentence_closing_on_a_value_the_digest_keeps_bare_lists_nothing() -> None:
+    """`fix the typos in bad.txt.` beside the code's `edit_file_by_replace('bad.txt', ...)`:
+    the digest keeps the value bare where the agent typed it, so the closing `.` is not a
+    form to list (OpenHands queues' holdout cost @0.1: listing it fell 0.117, bench/README.md,
+    branch `margin56b`). A `./` form the digest keeps nowhere is still listed."""
+    turn = ("Thank you for providing the contents of the file. I'll now proceed to fix the "
+            "typos in bad.txt.\n<execute_ipython>\nedit_file_by_replace('bad.txt',\n"
+            "to_replace='This is a stupid typoo.',\nnew_content='This is a stupid typo.')\n"
+            "</execute_ipython>")
+    known = frozenset({"bad.txt"})
+    digest = summarize(turn, "assistant", 3, known=known, named_lines=True)
+    assert "bad.txt." not in digest.replace("'bad.txt'", "")
+    typed = turn.replace("fix the typos in bad.txt.", "run ./bad.txt first")
+    assert "./bad.txt" in summarize(typed, "assistant", 3, known=known, named_lines=True)
