@@ -257,11 +257,13 @@ def _written_forms(source: str) -> Mapping[str, str]:
 
 def _form_lost(value: str, written: str | None, compact: str) -> bool:
     """Whether a name's written forms (`_written_forms`) are all missing from `compact` (a
-    bare number's are not weighed: a math agent ends every sentence on one; nor a form that
-    only closes a sentence on a value `compact` keeps bare: `in bad.txt.` beside the code's
-    `open_file('bad.txt')`)."""
+    bare number's are not weighed: a math agent ends every sentence on one; nor a plain
+    word's: `the data.`, `Action:`; nor a form that only closes a sentence on a value
+    `compact` keeps bare: `in bad.txt.` beside the code's `open_file('bad.txt')`)."""
     if written is None or not any(c.isalpha() for c in written):
         return False
+    if not any(c in value for c in "._-/") and "./" not in written:
+        return False  # a word closing a sentence (`the data.`, `Action:`), not a name
     forms = written.split()
     if any(f in compact for f in forms):
         return False

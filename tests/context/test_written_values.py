@@ -7,7 +7,7 @@ written")."""
 from __future__ import annotations
 
 from gateway.context.engine import CallContext, ContextEngine
-from gateway.context.summarize import shell_digest, summarize
+from gateway.context.summarize import _form_lost, shell_digest, summarize
 from tests.context.test_shell_blocks import _session
 
 CODE = ("Assistant:\n<thought> I count each character and build the string from a heap. "
@@ -91,5 +91,8 @@ def test_a_sentence_closing_on_a_value_the_digest_keeps_bare_lists_nothing() -> 
     known = frozenset({"bad.txt"})
     digest = summarize(turn, "assistant", 3, known=known, named_lines=True)
     assert "bad.txt." not in digest.replace("'bad.txt'", "")
+    # a plain word closing a sentence (`the data.`, `Action:`) is not a name to list
+    assert not _form_lost("data", "data.", "the rows") and not _form_lost("Action", "Action:", "")
+    assert _form_lost("result.csv", "result.csv.", "the rows")
     typed = turn.replace("fix the typos in bad.txt.", "run ./bad.txt first")
     assert "./bad.txt" in summarize(typed, "assistant", 3, known=known, named_lines=True)
