@@ -233,11 +233,11 @@ def _listed(value: str, whole: Mapping[str, str], absolute: set[str], folders: s
 # agent's: `summarize`'s `named_lines`, `shell_digest`) names the value as written (each
 # written form once: each holds the bare value). Issue-7 yardstick (bench/README.md, "Text-tool
 # agents' own code turns keep their values as written"). A leading `./` is a written form too
-# (`Action: Python(file_path="./check_data.py")`), and a value the model reads bare elsewhere
-# (a listing's `sample_result.csv`) is listed when the turn's prose (outside fenced code)
-# wrote it in such a form (`./train_model.py`, `RFC 1738:`) and the digest keeps none of them
-# (`_form_lost`; a name: a bare number's forms are not weighed): the bare token was there, the
-# typed one was not. Issue-7 yardstick (bench/README.md, "branch `margin56`"): with fenced
+# (`Action: Python(file_path="./check_data.py")`), and a file name the model reads bare
+# elsewhere (a listing's `sample_result.csv`) is listed when the turn's prose (outside fenced
+# code) wrote it closing a sentence (`sample_result.csv.`) and the digest keeps it in no form
+# (`_form_lost`): the bare token was there, the typed one was not. Issue-7 yardstick
+# (bench/README.md, "branch `margin56`", "branch `margin57`"): with fenced
 # code's forms too (`if x:`) DA-Code queues' holdout cost @0.1 fell 0.12; with numbers' forms
 # MINT queues' tune cost fell 0.10; with a closing `.` on a value the digest keeps bare
 # (`in bad.txt.` beside `open_file('bad.txt')`) OpenHands queues' holdout cost fell 0.117.
@@ -255,20 +255,26 @@ def _written_forms(source: str) -> Mapping[str, str]:
     return {v: " ".join(f) for v, f in forms.items()}
 
 
+# A written form `_form_lost` weighs: a file name (a stem and a letter-led extension) closing a
+# sentence or a line with `.` or `:` (`the format of sample_result.csv.`, `sample_submission.csv:`).
+# A `./x.py` form, a word's (`the data.`, `Action:`, `e.g.`) or a number's (`is 2000.`) is not:
+# on DA-Code queues' tune split they listed `./train_model.py` (89 digests),
+# `./preprocess_data.py` (86), `e.g.` (34) ... for 3 calls' values and cost @0.1 -0.028, the
+# file-name forms alone kept the recall (+0.248) at cost ±0 (bench/README.md, "branch
+# `margin57`").
+_FILE_FORM = re.compile(r"[A-Za-z0-9_][\w\-/]+\.[A-Za-z][A-Za-z0-9]{1,4}[.:]", re.ASCII)
+
+
 def _form_lost(value: str, written: str | None, compact: str) -> bool:
-    """Whether a name's written forms (`_written_forms`) are all missing from `compact` (a
-    bare number's are not weighed: a math agent ends every sentence on one; nor a plain
-    word's: `the data.`, `Action:`; nor a form that only closes a sentence on a value
-    `compact` keeps bare: `in bad.txt.` beside the code's `open_file('bad.txt')`)."""
-    if written is None or not any(c.isalpha() for c in written):
+    """Whether a file name the prose wrote closing a sentence (`_FILE_FORM`, among
+    `_written_forms`) is missing from `compact`, bare or as written (a form that only closes a
+    sentence on a value `compact` keeps bare, `in bad.txt.` beside the code's
+    `open_file('bad.txt')`, is not listed)."""
+    forms = [f for f in (written or "").split() if _FILE_FORM.fullmatch(f)]
+    if not forms or any(f in compact for f in forms):
         return False
-    if not any(c in value for c in "._-/") and "./" not in written:
-        return False  # a word closing a sentence (`the data.`, `Action:`), not a name
-    forms = written.split()
-    if any(f in compact for f in forms):
-        return False
-    bare = re.search(rf"(?<![A-Za-z0-9_./:-]){re.escape(value)}(?![A-Za-z0-9_/-]|\.\w)", compact)
-    return bare is None or any(not f.startswith(value) for f in forms)
+    return re.search(rf"(?<![A-Za-z0-9_./:-]){re.escape(value)}(?![A-Za-z0-9_/-]|\.\w)",
+                     compact) is None
 
 
 def _mentions(

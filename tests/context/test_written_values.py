@@ -59,20 +59,21 @@ async def test_an_aged_shell_turn_lists_what_it_typed_as_written(
     assert aged
 
 
-def test_a_value_seen_bare_elsewhere_is_listed_as_written() -> None:
-    """The model reads `sample_result.csv` in a listing and `check_data.py` in its own
-    command elsewhere, but the turn wrote `./check_data.py` and ended a sentence on
-    `sample_result.csv.`: a text-tool agent re-types those forms, so the list names them.
-    A form only its fenced code wrote (`ready_rows:`), or a bare number's (`2000.`: a math
-    agent ends every sentence on one), is not listed for a value seen bare."""
+def test_a_file_name_seen_bare_elsewhere_is_listed_as_its_sentence_wrote_it() -> None:
+    """The model reads `sample_result.csv` in a listing, but the turn's prose ended a sentence
+    on `sample_result.csv.`: a text-tool agent re-types that form, so the list names it. A
+    `./check_data.py` form of a name seen bare, a word's (`e.g.`), a number's (`2000.`) or a
+    form only fenced code wrote (`ready_rows:`) lists nothing (DA-Code queues: the `./` forms
+    cost 0.028 points @0.1 for 3 calls' values, bench/README.md, branch `margin57`)."""
     turn = ('Thought: The output must follow the format of sample_result.csv. I check the '
-            'data first, as the TEST_SIZE is 2000.\n\n'
+            'data first, e.g. as the TEST_SIZE is 2000.\n\n'
             'Action: Python(file_path="./check_data.py"):\n'
             "```python\nimport pandas as pd\n" + "df = pd.read_csv('train.csv')\n" * 12
             + "if ready_rows:\n    print(df.head())\n```")
-    known = frozenset({"sample_result.csv", "check_data.py", "2000", "ready_rows"})
+    known = frozenset({"sample_result.csv", "check_data.py", "2000", "ready_rows", "e.g"})
     digest = summarize(turn, "assistant", 3, known=known, named_lines=True)
-    assert "sample_result.csv." in digest and "./check_data.py" in digest
+    assert "sample_result.csv." in digest
+    assert "check_data.py" not in digest and "e.g." not in digest
     assert "2000" not in digest and "ready_rows" not in digest
     # another agent's turn: a value it has seen is not listed again
     other = summarize(turn, "assistant", 3, known=known)
@@ -83,7 +84,7 @@ def test_a_sentence_closing_on_a_value_the_digest_keeps_bare_lists_nothing() -> 
     """`fix the typos in bad.txt.` beside the code's `edit_file_by_replace('bad.txt', ...)`:
     the digest keeps the value bare where the agent typed it, so the closing `.` is not a
     form to list (OpenHands queues' holdout cost @0.1: listing it fell 0.117, bench/README.md,
-    branch `margin56b`). A `./` form the digest keeps nowhere is still listed."""
+    branch `margin56b`)."""
     turn = ("Thank you for providing the contents of the file. I'll now proceed to fix the "
             "typos in bad.txt.\n<execute_ipython>\nedit_file_by_replace('bad.txt',\n"
             "to_replace='This is a stupid typoo.',\nnew_content='This is a stupid typo.')\n"
@@ -91,8 +92,10 @@ def test_a_sentence_closing_on_a_value_the_digest_keeps_bare_lists_nothing() -> 
     known = frozenset({"bad.txt"})
     digest = summarize(turn, "assistant", 3, known=known, named_lines=True)
     assert "bad.txt." not in digest.replace("'bad.txt'", "")
-    # a plain word closing a sentence (`the data.`, `Action:`) is not a name to list
+    # only a file name's closing forms are weighed: not a word's, a number's or a `./` form
     assert not _form_lost("data", "data.", "the rows") and not _form_lost("Action", "Action:", "")
+    assert not _form_lost("e.g", "e.g.", "") and not _form_lost("2000", "2000.", "")
+    assert not _form_lost("run.py", "./run.py", "the rows")
     assert _form_lost("result.csv", "result.csv.", "the rows")
-    typed = turn.replace("fix the typos in bad.txt.", "run ./bad.txt first")
-    assert "./bad.txt" in summarize(typed, "assistant", 3, known=known, named_lines=True)
+    assert _form_lost("result.csv", "./result.csv result.csv:", "the rows")
+    assert not _form_lost("result.csv", "result.csv.", "saved to result.csv")
