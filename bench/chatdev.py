@@ -123,16 +123,16 @@ def parse(log: str) -> dict[str, Any]:
             phase = text.split("**phase_name** | ", 1)[1].split(" ", 1)[0]
         elif opened := START.match(text):
             chats.append({"opening": text[opened.end():], "phase": phase, "replies": []})
-        elif SPEAKER.match(text) and not text.startswith("System: "):
+        elif (spoken := SPEAKER.match(text)) and not text.startswith("System: "):
             if not chats:
                 stray += 1
                 continue
-            chats[-1]["replies"].append(reply_text(text[SPEAKER.match(text).end():]))
+            chats[-1]["replies"].append(reply_text(text[spoken.end():]))
     stamp = TIMESTAMP.search(log)
     named = RATE_LIMITED.search(log)
     typed = MODEL_TYPE.search(log)
-    return {"chats": chats, "calls": calls, "stray": stray, "stamp": stamp.group(1) if stamp else "",
-            "model": named.group(1) if named else None,
+    return {"chats": chats, "calls": calls, "stray": stray,
+            "stamp": stamp.group(1) if stamp else "", "model": named.group(1) if named else None,
             "model_type": typed.group(1) if typed else None}
 
 
@@ -140,7 +140,7 @@ def background(run: Mapping[str, Any]) -> str:
     """ChatDev's background prompt as the run's agents were given it: the first line of
     the first opening that starts with it (bracketed, or bare in older logs)."""
     for chat in run["chats"]:
-        opening = chat["opening"].removeprefix("[")
+        opening: str = chat["opening"].removeprefix("[")
         if opening.startswith(BACKGROUND):
             return opening.split("\n", 1)[0]
     raise ValueError("no agent system prompt with ChatDev's background prompt")
