@@ -47,6 +47,10 @@ This converter writes, outside the repository,
   conversation, cut at the run boundaries nearest each 1/N of the calls, N = calls /
   `--queue-calls` rounded (`bench.chat_corpus.join_queues`);
 
+- `<out>/chatdev-phase/sessions.jsonl`: each phase chat as its own session, as the agents
+  sent it (`phase_session`): the answering agent's bracketed system prompt as the system
+  message, the phase prompt as the user turn, the replies after it;
+
 each with a `README.md` saying where it came from and how it was converted:
 
     python -m bench.chatdev --repo /work/.mirror/OpenBMB+ChatDev/repo --out /tmp/gen58
@@ -65,8 +69,10 @@ from bench.chat_corpus import (
     Message,
     RepoReader,
     converter_main,
+    corpus_stats,
     join_queues,
     n_calls,
+    write_corpus,
     write_runs_and_queues,
 )
 
@@ -156,6 +162,19 @@ def messages_of(run: Mapping[str, Any], _ids: CallIds | None = None) -> list[Mes
     return out
 
 
+def phase_messages(run: Mapping[str, Any], chat: Mapping[str, Any]) -> list[Message]:
+    """One phase chat as the agents sent it: the answering agent's system prompt (the
+    opening's bracketed head; ChatDev's background prompt where an older log printed the
+    opening without brackets), the phase prompt, then the replies (the second agent's
+    reply was sent under its own system prompt; here under the first's)."""
+    opening: str = chat["opening"]
+    head, sep, prompt = opening[1:].partition("]\n\n")
+    if not (opening.startswith("[") and sep):
+        head, prompt = background(run), opening
+    return [{"role": "system", "content": head}, {"role": "user", "content": prompt},
+            *({"role": "assistant", "content": r} for r in chat["replies"])]
+
+
 def model_names(typing_py: str) -> dict[str, str]:
     """`ModelType` member name -> model name, from `camel/typing.py` read as text."""
     body = typing_py.split("class ModelType", 1)[-1]
@@ -221,6 +240,11 @@ JOIN_QUEUE = """- Queues: the runs in that order, cut at the run boundaries near
   each run's messages after it in order, nothing added.
 """
 
+JOIN_PHASES = """- **Phase sessions**: each phase chat with a reply as its own session, as the
+  agents sent it: the answering agent's system prompt (the opening's bracketed head), the
+  phase prompt as the user turn, the replies after it. The runs' and queues' layout above
+  does not apply to this folder.
+"""
 
 def convert(repo: Path, out: Path, *, rev: str = REV, queue_calls: int = 300
             ) -> dict[str, int]:
@@ -259,9 +283,18 @@ def convert(repo: Path, out: Path, *, rev: str = REV, queue_calls: int = 300
         "chats": sum(len(r["chats"]) for r in runs), "system": len(background(runs[0])),
         "phases": ", ".join(f"`{p}` {n}" for p, n in phases.most_common()),
     }
-    return write_runs_and_queues(out, CORPUS, per_run, queues, README,
-                                 (JOIN_RUNS, JOIN_QUEUE.format(queue_calls=queue_calls)),
-                                 **fields)
+    written = write_runs_and_queues(out, CORPUS, per_run, queues, README,
+                                    (JOIN_RUNS, JOIN_QUEUE.format(queue_calls=queue_calls)),
+                                    **fields)
+    phase_sessions = [session(f"{CORPUS}-phase/{Path(r['path']).parent.name}/{k:03d}", r,
+                      phase_messages(r, c))
+              for r in runs for k, c in enumerate(r["chats"]) if c["replies"]]
+    written[f"{CORPUS}-phase"] = write_corpus(
+        out / f"{CORPUS}-phase", phase_sessions,
+        README.format(shape="one session per phase chat, as sent",
+                      stats=corpus_stats(phase_sessions),
+                      join=JOIN_PHASES, **fields))
+    return written
 
 
 def main(argv: Sequence[str] | None = None) -> int:

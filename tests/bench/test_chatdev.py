@@ -3,12 +3,13 @@ the real data): each phase chat's opening as a user turn and its replies as assi
 (headers and the addressee's bracketed prompt left out, a bare reply kept whole, what the
 harness logged for itself left out), logs whose calls and replies do not match, with no
 call, or repeating another's chat not used, the model from a rate-limit warning or
-`model_type`, queues cut by calls with nothing added, `bench/replay.py`'s loader reading
-both folders; and, where the mirror of `OpenBMB/ChatDev` is on this machine, the real
+`model_type`, queues cut by calls with nothing added, each phase chat as sent (its
+bracketed head the system prompt), `bench/replay.py`'s loader reading the folders; and, where the mirror of `OpenBMB/ChatDev` is on this machine, the real
 logs."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -109,8 +110,11 @@ def test_converts_runs_and_queues_that_the_replay_reads(source: tuple[Path, str]
 
     written = chatdev.convert(repo, out, rev=rev, queue_calls=4)
 
-    # two runs of 4 calls each -> 8 / 4 -> 2 queues, one run each
-    assert written == {"chatdev": 2, "chatdev-queue": 2}
+    # two runs of 4 calls each -> 8 / 4 -> 2 queues, one run each; 3 phase chats a run
+    assert written == {"chatdev": 2, "chatdev-queue": 2, "chatdev-phase": 6}
+    phases = corpora.load("chatdev-phase", out)
+    del written["chatdev-phase"]
+    shutil.rmtree(out / "chatdev-phase")
     runs, queues = loaded(written, out, "chatdev")
     assert [s.id for s in runs] == ["chatdev/Clock_THUNLP_1", "chatdev/Timer_THUNLP_2"]
     assert [len(call_ends(s.messages)) for s in runs] == [4, 4]
@@ -137,12 +141,30 @@ def test_converts_runs_and_queues_that_the_replay_reads(source: tuple[Path, str]
             "as another log 1, no model call recorded 1)") in readme
     assert "`CodeReviewComment` 4, `(task improvement)` 2, `Coding` 2" in readme
     assert "Queues" in (out / "chatdev-queue" / "README.md").read_text()
+    # phase sessions, as sent: the bracketed head as the system prompt
+    assert [s.id for s in phases[:3]] == [f"chatdev-phase/Clock_THUNLP_1/{k:03d}"
+                                          for k in range(3)]
+    assert phases[0].messages == [
+        {"role": "system", "content": "You are a prompt engineer."},
+        {"role": "user", "content": "Rewrite: a timer"},
+        {"role": "assistant", "content": "<INFO> A countdown timer."}]
+    assert phases[2].messages == [
+        {"role": "system", "content": prompt("Code Reviewer")[1:-1]},
+        {"role": "user", "content": REVIEW.split("]\n\n", 1)[1]},
+        {"role": "assistant", "content": COMMENT},
+        {"role": "assistant", "content": "<INFO> Finished."}]
 
 
-def test_a_reply_keeps_its_text_when_it_has_no_header_or_bracket() -> None:
+def test_a_reply_and_an_unbracketed_opening_keep_their_text() -> None:
     assert chatdev.reply_text("[1, 2]\n\nlist") == "[1, 2]\n\nlist"
     headed = "**A<->B on : Manual, turn 1**\n\n[not a system prompt]\n\nbody"
     assert chatdev.reply_text(headed) == "[not a system prompt]\n\nbody"
+    # an older log's opening without brackets: the background prompt as the system prompt
+    run = {"chats": [{"opening": f"{BG}\nYou are CEO.\n\nDecide.", "replies": ["ok"]}]}
+    assert chatdev.phase_messages(run, run["chats"][0]) == [
+        {"role": "system", "content": BG},
+        {"role": "user", "content": f"{BG}\nYou are CEO.\n\nDecide."},
+        {"role": "assistant", "content": "ok"}]
     with pytest.raises(ValueError, match="background prompt"):
         chatdev.background({"chats": [{"opening": "[You are x.]\n\ny"}]})
 
@@ -150,7 +172,7 @@ def test_a_reply_keeps_its_text_when_it_has_no_header_or_bracket() -> None:
 @pytest.mark.skipif(not MIRROR.is_dir(), reason=f"no mirror of OpenBMB/ChatDev at {MIRROR}")
 def test_the_recorded_logs(tmp_path: Path) -> None:
     written = chatdev.convert(MIRROR, tmp_path)
-    assert written == {"chatdev": 54, "chatdev-queue": 4}
+    assert written == {"chatdev": 54, "chatdev-queue": 4, "chatdev-phase": 965}
     runs = corpora.load("chatdev", tmp_path)
     assert sum(len(call_ends(s.messages)) for s in runs) == 1344
     assert all(s.messages[-1]["role"] == "assistant" for s in runs)
