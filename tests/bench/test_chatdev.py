@@ -4,8 +4,8 @@ the real data): each phase chat's opening as a user turn and its replies as assi
 harness logged for itself left out), logs whose calls and replies do not match, with no
 call, or repeating another's chat not used, the model from a rate-limit warning or
 `model_type`, queues cut by calls with nothing added, each phase chat as sent (its
-bracketed head the system prompt), `bench/replay.py`'s loader reading the folders; and, where the mirror of `OpenBMB/ChatDev` is on this machine, the real
-logs."""
+bracketed head the system prompt), `bench/replay.py`'s loader reading the folders; and,
+where the mirror of `OpenBMB/ChatDev` is on this machine, the real logs."""
 
 from __future__ import annotations
 
