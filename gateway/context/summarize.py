@@ -412,24 +412,6 @@ def _keep_lines(lines: list[str], keep: set[int], limit: int = MAX_LINE_CHARS) -
 # --- JSON ---------------------------------------------------------------------------------
 
 
-# Ids of a cut list's left-out records its marker names, and their longest: an agent acts
-# on a listed record by its id next (patches the second page a query listed), and a cut
-# that keeps the first record only left the second's id nowhere (bench/README.md, "Recall
-# margins on four long-queue splits, part two").
-MORE_IDS = 10
-MORE_ID_CHARS = 80
-
-
-def _more(rest: list[Any]) -> str:
-    """The marker standing for a list's left-out items: their count, then the `id` of each
-    record among them (a string or a number, up to MORE_IDS)."""
-    ids = [str(v["id"]) for v in rest if isinstance(v, dict)
-           and isinstance(v.get("id"), str | int) and not isinstance(v["id"], bool)
-           and 0 < len(str(v["id"])) <= MORE_ID_CHARS]
-    named = f", ids {' '.join(ids[:MORE_IDS])}" if ids else ""
-    return f"… {len(rest)} more{named}"
-
-
 def _shrink(value: Any, level: int, depth: int = 0) -> Any:
     keep_items = 3 if level == 1 else 1
     max_str = 200 if level == 1 else 80
@@ -438,7 +420,7 @@ def _shrink(value: Any, level: int, depth: int = 0) -> Any:
     if isinstance(value, list):
         head = [_shrink(v, level, depth + 1) for v in value[:keep_items]]
         if len(value) > keep_items:
-            head.append(_more(value[keep_items:]))
+            head.append(f"… {len(value) - keep_items} more")
         return head
     if isinstance(value, str) and len(value) > max_str:
         return value[:max_str] + f"… ({len(value)} chars)"
