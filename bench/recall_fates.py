@@ -7,7 +7,9 @@ digest, as a placeholder (a mask batch, a finished task's mask), folded into a g
 or dropped (the budget's cut). On a queue corpus the value is also classed as the current
 run's or an earlier run's (`bench.recall_seen`), as a whole token of a carrier or only inside
 a longer one (`whole_token`: `pods` in `AirPods`, `closed` in `in_closed_grading_period`:
-the yardstick matches substrings, so such a value was needed but not read there), and by
+the yardstick matches substrings, so such a value was needed but not read there), a whole
+one whose bare form the call still forwards (`bare_kept`: `1998.` lost, `1998` sent — the
+yardstick's text token keeps a sentence's full stop, so the form was lost, not the value), and by
 the class budget's part: a carrier cut by it (`carrier cut`: a `history_cap` or
 `over_budget` event on one of the value's messages), the budget cutting other messages of
 that call (`call cut`), or no cut.
@@ -61,6 +63,26 @@ def whole_token(value: str, text: str) -> bool:
     return False
 
 
+_CLOSING = ".:,;"
+
+
+def bare_kept(value: str, forwarded: str) -> bool:
+    """Whether `value` differs from its bare form (without a closing `.`, `:`, `,` or `;` and
+    a leading `./`) and that bare form is in the forwarded text: the agent typed `1998.` at
+    a sentence's end or `./x.py`, and the call still carries `1998` or `x.py`."""
+    bare = value.rstrip(_CLOSING).removeprefix("./")
+    return bare != value and len(bare) >= 2 and bare in forwarded
+
+
+def token_class(value: str, carriers: Sequence[str], forwarded: str) -> str:
+    """`inside` when every carrier holds `value` only inside a longer token, `bare kept` when
+    the call forwards its bare form (`bare_kept`), `whole` otherwise: only these last ones are
+    values the call lost as the agent read them."""
+    if not any(whole_token(value, text) for text in carriers):
+        return "inside"
+    return "bare kept" if bare_kept(value, forwarded) else "whole"
+
+
 def fate(events: Sequence[DropEvent]) -> str:
     """What became of one sent message, from its items' drop events: the severest of them
     (`sent` when none: the value's text went as sent, or the yardstick could not see it)."""
@@ -105,6 +127,7 @@ async def run(root: Path, name: str, split: str) -> dict[tuple[str, str, str, st
                 lost = missing(needed, fitted.body["messages"])
                 if not lost:
                     continue
+                forwarded = haystack(fitted.body["messages"])
                 seen = haystack(session.messages[starts[bisect.bisect_right(starts, end) - 1]:end])
                 by_message: dict[int, list[DropEvent]] = defaultdict(list)
                 for event in fitted.drops:
@@ -116,8 +139,8 @@ async def run(root: Path, name: str, split: str) -> dict[tuple[str, str, str, st
                                 if m.get("role") != "system" and value in searchable_text(m)]
                     where = mildest([fate(by_message[i]) for i in carriers])
                     side = "current run" if value in seen else "earlier run"
-                    token = ("whole" if any(whole_token(value, searchable_text(body["messages"][i]))
-                                            for i in carriers) else "inside")
+                    token = token_class(value, [searchable_text(body["messages"][i])
+                                                for i in carriers], forwarded)
                     budget = ("carrier cut" if any(e.reason in BUDGET_REASONS for i in carriers
                                                    for e in by_message[i])
                               else "call cut" if cut else "no cut")
@@ -142,6 +165,8 @@ def main() -> int:
     for (where, side, token, budget), p in sorted(points.items(), key=lambda kv: -kv[1]):
         print(f"{where} | {side} | {token} | {budget} | {p:.3f}")
     print(f"total | | {sum(points.values()):.3f}")
+    whole = sum(p for key, p in points.items() if key[2] == "whole")
+    print(f"of it values read whole and kept in no form | | {whole:.3f}")
     return 0
 
 

@@ -1,7 +1,7 @@
 """bench.recall_fates: a message's fate is the severest of its items' drop events, and a
 value lost from several messages is put down to the mildest of their fates."""
 
-from bench.recall_fates import fate, mildest, whole_token
+from bench.recall_fates import bare_kept, fate, mildest, token_class, whole_token
 from gateway.context.fold import FOLD_REASON
 from gateway.observability.droplog import DropEvent
 
@@ -47,3 +47,17 @@ def test_a_value_inside_a_longer_token_is_not_whole() -> None:
     assert whole_token("2024.", "a split on June 10, 2024. Now")
     # the first occurrence inside a longer token, a later one whole
     assert whole_token("120", "89120f, then 120 rows")
+
+
+def test_a_value_whose_bare_form_is_forwarded_is_classed_apart() -> None:
+    # the agent ends its sentence on a year: `1998.` is needed; an unrelated old page held
+    # `1998.`, the page it read (forwarded) holds `1998,`: the value is kept, its form is not
+    forwarded = "It was completed in 1998, at a cost of US$185 million"
+    assert bare_kept("1998.", forwarded)
+    assert bare_kept("./check_data.py", "python check_data.py")
+    assert not bare_kept("1998", forwarded)  # no closing mark: the value itself was lost
+    assert not bare_kept("2009.", forwarded)
+    old = ["a game released in 1998. Set in"]
+    assert token_class("1998.", old, forwarded) == "bare kept"
+    assert token_class("2009.", ["released on August 25, 2009."], forwarded) == "whole"
+    assert token_class("pods", ['link "AirPods"'], forwarded) == "inside"
