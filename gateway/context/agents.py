@@ -63,7 +63,7 @@ class MemoryAgentClassStore:
 # (`steps.agent_left`). Counts at marks, not the longest session: one long outlier would
 # set the longest for good (Moatless runs: one 21-call run of 76 kept the rule off while
 # nine in ten ran 11 calls or fewer).
-RUN_MARKS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 14, 16, 20, 24, 32)
+RUN_MARKS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 14, 16, 20, 24, 32)
 _FIELDS = tuple(f"reached:{mark}" for mark in RUN_MARKS)
 
 # ARGV: the field to count one more session in ('' to read only), the TTL, the fields read.
