@@ -408,10 +408,11 @@ def unrepaid(
     at least 20: prefix stable 75.2 -> 82.6%, cost @0.1 6.9 -> 8.6%, tune; bench/README.md,
     "Short runs with a stated step limit").
     An agent whose sessions mostly end young (`runs`, `agent_left`) has a step taken only
-    if some of it repays over the calls nine in ten of its sessions that reached this one's
-    age still had left; a step that does is weighed as above (bounded by that estimate, the
-    step's early rewrites left out came back in a later step, one more prefix change:
-    Moatless runs, tune, cost @0.1 11.41 -> 11.11%, prefix stable 79.8 -> 79.6%).
+    if some of it repays over the calls a share (`repay_agent_quantile`) of its sessions that
+    reached this one's age still had left; a step that does is weighed as above (bounded by
+    that estimate, the step's early rewrites left out came back in a later step, one more
+    prefix change: Moatless runs, tune, cost @0.1 11.41 -> 11.11%, prefix stable 79.8 ->
+    79.6%).
     `new_from`: the first message index the last call did not send (billed in full anyway)."""
     if not c.repay_calls or (not young(calls, c, on_first_task(before))
                              and sum(item.tokens for item in before) > c.early_max_tokens):
