@@ -56,46 +56,52 @@ class MemoryAgentClassStore:
         return self._classes.setdefault((tenant, fingerprint), task_class)
 
 
-# How long an agent's sessions run: the sessions it started and the most calls one of them
-# has made so far (`AgentRunStore`). A step on a session weighs its rewrites over the calls
-# to come (`steps.unrepaid`); an agent whose every session so far ended young says how many
-# are left better than a floor measured on long sessions (`steps.agent_left`).
+# How long an agent's sessions run: of its sessions, how many reached each of `RUN_MARKS`
+# calls (`AgentRunStore`; the first mark counts the sessions started). A step on a session
+# weighs its rewrites over the calls to come (`steps.unrepaid`); an agent whose sessions
+# mostly end young says how many are left better than a floor measured on long sessions
+# (`steps.agent_left`). Counts at marks, not the longest session: one long outlier would
+# set the longest for good (Moatless runs: one 21-call run of 76 kept the rule off while
+# nine in ten ran 11 calls or fewer).
+RUN_MARKS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 14, 16, 20, 24, 32)
+_FIELDS = tuple(f"reached:{mark}" for mark in RUN_MARKS)
+
+# ARGV: the field to count one more session in ('' to read only), the TTL, the fields read.
 _NOTE_RUN = """
-local sessions = redis.call('HINCRBY', KEYS[1], 'sessions', ARGV[2])
-local longest = tonumber(redis.call('HGET', KEYS[1], 'longest') or '0')
-local calls = tonumber(ARGV[1])
-if calls > longest then
-  longest = calls
-  redis.call('HSET', KEYS[1], 'longest', longest)
+if ARGV[1] ~= '' then
+  redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
+  redis.call('EXPIRE', KEYS[1], ARGV[2])
 end
-redis.call('EXPIRE', KEYS[1], ARGV[3])
-return {sessions, longest}
+return redis.call('HMGET', KEYS[1], unpack(ARGV, 3))
 """
 
 
 class AgentRunStore(Protocol):
-    async def note(self, tenant: str, fingerprint: str, calls: int) -> tuple[int, int]:
+    async def note(self, tenant: str, fingerprint: str, calls: int) -> tuple[int, ...]:
         """Record a session of the agent at its `calls`-th call (1: a new session); returns
-        the agent's sessions so far (this one included) and the most calls one has made."""
+        the agent's sessions that reached each of `RUN_MARKS` calls (this one included)."""
         ...
 
 
 class RedisAgentRunStore:
-    """One hash per agent (`keys.agent_runs`). A call writes only when its session is new
-    or longer than the longest this process knows of (`_known`, refreshed by every write):
-    the sessions of an agent that has reached its usual length cost no round trip."""
+    """One hash per agent (`keys.agent_runs`). A call writes only when its session reaches
+    one of `RUN_MARKS` (one script call: count it, read the record); between marks it reads
+    the record this process last had (`_known`, refreshed by every write): a session past
+    its first calls costs a round trip at a few of its calls only."""
 
     def __init__(self, redis: aioredis.Redis, known: int = 4096) -> None:
         self._note = redis.register_script(_NOTE_RUN)
-        self._known: LRUCache[tuple[str, str], tuple[int, int]] = LRUCache(maxsize=known)
+        self._known: LRUCache[tuple[str, str], tuple[int, ...]] = LRUCache(maxsize=known)
 
-    async def note(self, tenant: str, fingerprint: str, calls: int) -> tuple[int, int]:
+    async def note(self, tenant: str, fingerprint: str, calls: int) -> tuple[int, ...]:
         known = self._known.get((tenant, fingerprint))
-        if known is not None and 1 < calls <= known[1]:
+        mark = calls in RUN_MARKS
+        if known is not None and not mark:
             return known
+        field = f"reached:{calls}" if mark else ""
         raw = await self._note(keys=[keys.agent_runs(tenant, fingerprint)],
-                               args=[calls, int(calls == 1), AGENT_TTL_S])
-        record = (int(raw[0]), int(raw[1]))
+                               args=[field, AGENT_TTL_S, *_FIELDS])
+        record = tuple(int(value or 0) for value in raw)
         self._known[(tenant, fingerprint)] = record
         return record
 
@@ -104,10 +110,12 @@ class MemoryAgentRunStore:
     """For replays without a server: records live in this object only."""
 
     def __init__(self) -> None:
-        self._runs: dict[tuple[str, str], tuple[int, int]] = {}
+        self._runs: dict[tuple[str, str], tuple[int, ...]] = {}
 
-    async def note(self, tenant: str, fingerprint: str, calls: int) -> tuple[int, int]:
-        sessions, longest = self._runs.get((tenant, fingerprint), (0, 0))
-        record = (sessions + int(calls == 1), max(longest, calls))
+    async def note(self, tenant: str, fingerprint: str, calls: int) -> tuple[int, ...]:
+        record = self._runs.get((tenant, fingerprint), (0,) * len(RUN_MARKS))
+        if calls in RUN_MARKS:
+            at = RUN_MARKS.index(calls)
+            record = (*record[:at], record[at] + 1, *record[at + 1:])
         self._runs[(tenant, fingerprint)] = record
         return record

@@ -129,8 +129,8 @@ class SessionState:
     # (likewise) at most at these ids; `changes` then compares those alone.
     delta: tuple[Mapping[str, Decision], Mapping[str, Decision], Collection[str]] | None = None
     # The session's agent's record as of this call, never stored with the session: its
-    # sessions so far (this one included) and the most calls one made (`agents.AgentRunStore`).
-    agent_runs: tuple[int, int] | None = None
+    # sessions that reached each of `agents.RUN_MARKS` calls (`agents.AgentRunStore`).
+    agent_runs: tuple[int, ...] | None = None
 
     def decide(self, decisions: dict[str, Decision], ids: Collection[str]) -> None:
         """`decisions` in force from now on, differing from the current ones at most at

@@ -8,13 +8,14 @@ horizon of age-based compaction forward far enough to last a while.
 from __future__ import annotations
 
 import re
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from itertools import accumulate
 from math import ceil
 from operator import attrgetter
 from typing import Any
 
+from gateway.context.agents import RUN_MARKS
 from gateway.context.drawing import drawn_from, later_task_outputs
 from gateway.context.items import Clock, Item, content_text
 from gateway.context.lines import STILL_AGES
@@ -348,26 +349,33 @@ def tail_mask_repays(tokens: int, masked: int, left: int, cached_price: float) -
     return gain >= masked - cached_price * tokens
 
 
-def agent_left(calls: int, c: Compaction, runs: tuple[int, int] | None) -> int | None:
+def agent_left(calls: int, c: Compaction, runs: tuple[int, ...] | None) -> int | None:
     """The calls a session of `calls` calls (this one included) has left by its agent's
-    record (`runs`: the agent's sessions so far, this one included, and the most calls one
-    has made, `agents.AgentRunStore`): what its longest session had left at this age, at
-    least this one. None until the agent has started `repay_agent_runs` sessions before
-    this one, or once one of them ran as long as the fixed estimate (`repay_calls`; a
-    long-running agent keeps it). Reflexion's HotpotQA runs end after 2-6 calls: weighed
-    over at least 20 calls to come, 59 of their 99 aging steps landed on a run's last call
-    and cost more than they saved (bench/README.md, "A fifteenth agent kind ... (gen57)")."""
-    if not c.repay_agent_runs or runs is None:
+    record (`runs`: its sessions that reached each of `agents.RUN_MARKS` calls, this one
+    included, `agents.AgentRunStore`): of the agent's sessions that reached this one's age,
+    the `repay_agent_quantile` share ended by the mark that fewer than the rest reached;
+    the calls up to that mark's last are left, at least this one. None until the agent has
+    started `repay_agent_runs` sessions before this one, or when that share of them ran as
+    long as the fixed estimate (`repay_calls`) or past the last mark (a long-running agent
+    keeps it). Reflexion's HotpotQA runs end after 2-6 calls: weighed over at least 20
+    calls to come, 59 of their 99 aging steps landed on a run's last call and cost more
+    than they saved (bench/README.md, "A fifteenth agent kind ... (gen57)"). A share, not
+    the longest session: one outlier set the longest for good (bench/README.md, "... a
+    share of the agent's sessions ...")."""
+    if not c.repay_agent_runs or runs is None or runs[0] <= c.repay_agent_runs:
         return None
-    sessions, longest = runs
-    if sessions <= c.repay_agent_runs or longest >= c.repay_calls:
+    at = bisect_right(RUN_MARKS, calls) - 1  # the sessions that reached this age, about
+    beyond = (1 - c.repay_agent_quantile) * runs[at]
+    ends = next((RUN_MARKS[k] - 1 for k in range(at + 1, len(RUN_MARKS))
+                 if runs[k] <= beyond), None)
+    if ends is None or ends >= c.repay_calls:
         return None
-    return max(1, longest - calls + 1)
+    return max(1, ends - calls + 1)
 
 
 def unrepaid(
     before: list[Item], after: list[Item], new_from: int, calls: int, c: Compaction,
-    left: int | None = None, stated: int | None = None, runs: tuple[int, int] | None = None,
+    left: int | None = None, stated: int | None = None, runs: tuple[int, ...] | None = None,
 ) -> set[int]:
     """The old messages whose rewrite by this step does not repay: those before its first
     change that does.
@@ -399,11 +407,12 @@ def unrepaid(
     number of steps you can take is 20", stepped on a quarter of their calls weighed over
     at least 20: prefix stable 75.2 -> 82.6%, cost @0.1 6.9 -> 8.6%, tune; bench/README.md,
     "Short runs with a stated step limit").
-    An agent whose sessions so far all ended young (`runs`, `agent_left`) has a step taken
-    only if some of it repays over the calls its longest session still had left at this
-    session's age; a step that does is weighed as above (bounded by that estimate, the
-    step's early rewrites left out came back in a later step, one more prefix change:
-    Moatless runs, tune, cost @0.1 11.41 -> 11.11%, prefix stable 79.8 -> 79.6%).
+    An agent whose sessions mostly end young (`runs`, `agent_left`) has a step taken only
+    if some of it repays over the calls a share (`repay_agent_quantile`) of its sessions that
+    reached this one's age still had left; a step that does is weighed as above (bounded by
+    that estimate, the step's early rewrites left out came back in a later step, one more
+    prefix change: Moatless runs, tune, cost @0.1 11.41 -> 11.11%, prefix stable 79.8 ->
+    79.6%).
     `new_from`: the first message index the last call did not send (billed in full anyway)."""
     if not c.repay_calls or (not young(calls, c, on_first_task(before))
                              and sum(item.tokens for item in before) > c.early_max_tokens):

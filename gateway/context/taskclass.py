@@ -113,10 +113,11 @@ class Compaction(_Settings):
     repay_calls: int = 0
     repay_young_calls: int = 0
     # Once the agent (tenant, system prompt, tool set) has started this many sessions
-    # before this one and none has reached `repay_calls` calls, a step is weighed
-    # over the calls its longest session still had left at this one's age, at least one
-    # (`steps.agent_left`; 0: off).
+    # before this one, and `repay_agent_quantile` of those that reached this one's age
+    # ended before `repay_calls` calls, a step is taken only if some of it repays over
+    # the calls those still had left, at least one (`steps.agent_left`; 0: off).
     repay_agent_runs: int = 0
+    repay_agent_quantile: Share = 0.9
     # The price of a cached input token relative to a fresh one (the provider's prompt-cache
     # discount): what a step's full-price re-send is weighed against (`steps.py`).
     cached_price: float = 0.1

@@ -54,8 +54,9 @@ def agent_class(tenant: str, fingerprint: str) -> str:
 
 
 def agent_runs(tenant: str, fingerprint: str) -> str:
-    """Hash: how long one agent's sessions run (`sessions` started, `longest` in calls), for
-    the calls a step on its next sessions is weighed over (`steps.agent_left`)."""
+    """Hash: how long one agent's sessions run (`reached:N`: its sessions that made N calls,
+    N each of `agents.RUN_MARKS`), for the calls a step on its next sessions is weighed over
+    (`steps.agent_left`)."""
     return f"{_tenant(tenant)}:agent_runs:{fingerprint}"
 
 
