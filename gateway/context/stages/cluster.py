@@ -33,6 +33,7 @@ from gateway.context.lines import (
     LineIndex,
     arrival_item,
     arrival_new,
+    arrival_turn,
     index_lines,
     lines_decision,
     minified_decision,
@@ -197,7 +198,9 @@ def arrival_duplicates(
         if made is not None and made.reason != MINIFIED_JSON:
             continue
         original = ctx.originals.get(item.id, item)
-        if not arrival_item(original, opts.arrival_min_chars, marked):
+        if not (arrival_item(original, opts.arrival_min_chars, marked) or (
+                opts.arrival_from_turns
+                and arrival_turn(original, opts.arrival_min_chars, marked))):
             continue
         if made is not None:
             verbatim.setdefault(original.text, item)
@@ -219,5 +222,5 @@ def arrival_duplicates(
         elif item.text == original.text:
             verbatim.setdefault(original.text, item)
             if lines is not None:
-                index_lines(lines, item)
+                index_lines(lines, item, latest=opts.arrival_from_turns)
     return decide(items, chosen, ctx)
