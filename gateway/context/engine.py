@@ -1423,7 +1423,8 @@ def resend_aging(cls: TaskClass, policy: TaskClass) -> TaskClass:
     compress = aged.stages.compress
     if compress is None or not aged.compaction.ages:
         return aged
-    compress = compress.model_copy(update={"kinds": ("user",), "fold_from_turns": None, "mask_turns_from_turns": 0})
+    compress = compress.model_copy(update={"kinds": ("user",), "fold_from_turns": None,
+                                           "mask_turns_from_turns": 0})
     return aged.model_copy(update={"stages": aged.stages.model_copy(
         update={"compress": compress})})
 
