@@ -1424,7 +1424,7 @@ def resend_aging(cls: TaskClass, policy: TaskClass) -> TaskClass:
     if compress is None or not aged.compaction.ages:
         return aged
     compress = compress.model_copy(update={"kinds": ("user",), "fold_from_turns": None,
-                                           "mask_turns_from_turns": 0})
+                                           "mask_turns_from_turns": 0, "mask_after_turns": 4})
     return aged.model_copy(update={"stages": aged.stages.model_copy(
         update={"compress": compress})})
 
