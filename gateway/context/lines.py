@@ -55,9 +55,8 @@ def arrival_item(item: Item, min_chars: int, marked: Collection[int]) -> bool:
 
 
 def arrival_turn(item: Item, min_chars: int, marked: Collection[int]) -> bool:
-    """Whether `item` is an assistant turn that repeats on arrival look at as they look at
-    an output (`ClusterOptions.arrival_from_turns`): one an output or a later turn may
-    point to, and one that goes out as a pointer or with markers where it repeats one."""
+    """Whether `item` is an assistant turn whose lines a new output's runs of lines may
+    point to (`ClusterOptions.arrival_from_turns`); the turn itself goes as written."""
     return (item.kind == "assistant" and len(item.text) >= min_chars
             and item.message_index not in marked)
 

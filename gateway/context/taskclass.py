@@ -214,8 +214,9 @@ class ClusterOptions(_Settings):
     # characters, from its first call on (no sent prefix changes).
     arrival_json: bool = False
     # With arrival_lines, the assistant's own turns sent as written are items a new output's
-    # runs of lines may repeat too (a marker names the turn): a harness that puts the code
-    # the agent wrote into its next prompt (`engine.resend_arrivals`; default false).
+    # runs of lines may repeat too (a marker names the turn; the turn goes as written): a
+    # harness that puts the code the agent wrote into its next prompt, each line pointing to
+    # the latest copy that has it (`engine.resend_aging`; default false).
     arrival_from_turns: bool = False
 
 

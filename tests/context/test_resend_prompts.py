@@ -85,19 +85,19 @@ async def test_old_prompts_age_the_agents_turns_stay_and_new_prompts_point_back(
     assert prompts < 0.3 * sum(len(m["content"]) for m in messages if m["role"] == "user")
 
 
-async def test_a_turn_repeating_an_earlier_turn_goes_as_a_pointer(
+async def test_a_prompt_re_sending_code_a_turn_wrote_points_to_that_turn(
     engine_without_young: ContextEngine,
 ) -> None:
     messages = _session(4)
     code = "Here is the whole program again:\n" + _program(99)
-    messages += [{"role": "assistant", "content": code},
-                 {"role": "user", "content": "Go on."},
+    messages += [{"role": "user", "content": "Write the program out in full."},
                  {"role": "assistant", "content": code},
-                 {"role": "user", "content": _prompt(5)}]
+                 {"role": "user", "content": _prompt(99)}]
     fitted = None
     for end in [i + 1 for i, m in enumerate(messages) if m["role"] == "user" and i >= 3]:
         fitted = await engine_without_young.fit({"messages": messages[:end]}, _call("rt"))
     assert fitted is not None
     sent = fitted.body["messages"]
-    assert sent[-4]["content"] == code  # the first copy as written
-    assert sent[-2]["content"] != code and len(sent[-2]["content"]) < 200  # a pointer to it
+    assert sent[-2]["content"] == code  # the agent's turn as written, the copy pointed to
+    assert "lines as in an earlier assistant: Here is the whole program" in sent[-1]["content"]
+    assert "version 99" not in sent[-1]["content"]  # that line is in the turn above

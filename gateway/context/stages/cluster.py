@@ -198,9 +198,11 @@ def arrival_duplicates(
         if made is not None and made.reason != MINIFIED_JSON:
             continue
         original = ctx.originals.get(item.id, item)
-        if not (arrival_item(original, opts.arrival_min_chars, marked) or (
-                opts.arrival_from_turns
-                and arrival_turn(original, opts.arrival_min_chars, marked))):
+        if not arrival_item(original, opts.arrival_min_chars, marked):
+            if lines is not None and opts.arrival_from_turns and made is None and (
+                    item.text == original.text
+                    and arrival_turn(original, opts.arrival_min_chars, marked)):
+                index_lines(lines, item, latest=True)  # a target, never rewritten
             continue
         if made is not None:
             verbatim.setdefault(original.text, item)
