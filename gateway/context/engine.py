@@ -1408,7 +1408,7 @@ def resend_arrivals(cls: TaskClass, policy: TaskClass) -> TaskClass:
     if arrival is None or not arrival.on_arrival:
         return cls
     cluster = (own or ClusterOptions()).model_copy(update={
-        name: getattr(arrival, name) for name in ARRIVAL_OPTIONS} | {"arrival_from_turns": False})
+        name: getattr(arrival, name) for name in ARRIVAL_OPTIONS} | {"arrival_from_turns": True})
     return cls.model_copy(update={"stages": cls.stages.model_copy(update={"cluster": cluster})})
 
 
