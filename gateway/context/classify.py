@@ -24,6 +24,9 @@ MIN_SIMILARITY = 0.3
 # whole program, document or record into each new prompt (ChatDev's phase prompts).
 RESEND_LINE_CHARS = 40
 RESEND_CHARS = 2000
+# ... in this many user turns: a harness that does so at every step, not a queue whose next
+# task re-sends its instructions once (MINT's queue: recall 0.02 point lower at 1)
+RESEND_TURNS = 2
 
 
 def defined_tools(body: Mapping[str, Any]) -> list[str]:
@@ -80,7 +83,8 @@ class RequestScan:
     assistant: str = ""  # the text of the last assistant message read by `text_tools`
     after_assistant: bool = False  # the last message `text_tools` read was an assistant's
     resend_count: int = 0  # messages `resends` read
-    resend: bool = False  # a user turn among them re-sends earlier ones' lines (`resends`)
+    resend: bool = False  # user turns among them re-send earlier ones' lines (`resends`)
+    resent: int = 0  # how many of them re-send them
     user_lines: set[str] = field(default_factory=set)  # long lines of the user turns read
 
     def agent_history(self, messages: Sequence[Mapping[str, Any]]) -> bool:
@@ -112,10 +116,10 @@ class RequestScan:
         return self.text
 
     def resends(self, messages: Sequence[Mapping[str, Any]]) -> bool:
-        """Whether a user turn of `messages` (those read before, then new ones) repeats
-        `RESEND_CHARS` or more of earlier user turns' long lines: a harness that re-sends
-        the state it works on in each prompt, so that an older copy is superseded by the
-        newer one (`stages.cluster.superseded_lines`)."""
+        """Whether `RESEND_TURNS` user turns of `messages` (those read before, then new
+        ones) each repeat `RESEND_CHARS` or more of earlier user turns' long lines: a
+        harness that re-sends the state it works on in each prompt, so that an older copy
+        is superseded by the newer one (`engine.resend_aging`)."""
         if not self.resend:
             for msg in messages[self.resend_count:]:
                 if msg.get("role") != "user":
@@ -123,6 +127,8 @@ class RequestScan:
                 lines = [line for line in content_text(msg.get("content")).splitlines()
                          if len(line) >= RESEND_LINE_CHARS]
                 if sum(len(line) for line in lines if line in self.user_lines) >= RESEND_CHARS:
+                    self.resent += 1
+                if self.resent >= RESEND_TURNS:
                     self.resend, self.user_lines = True, set()
                     break
                 self.user_lines.update(lines)

@@ -54,7 +54,8 @@ def test_a_prompt_that_re_sends_earlier_prompts_lines_marks_the_session() -> Non
     scan = RequestScan()
     assert not scan.resends(messages[:4])  # one prompt with the program: nothing re-sent
     assert sum(len(line) for line in _program(2).splitlines()) > RESEND_CHARS
-    assert scan.resends(messages[:6])  # the next one re-sends it
+    assert not scan.resends(messages[:6])  # the next one re-sends it: once may be a queue's
+    assert scan.resends(messages[:8])  # next task re-sending its instructions; twice is not
     # a chat whose user turns say new things each time is not one
     chat = [{"role": "user", "content": f"Question {k}: " + f"what about item {k}? " * 30}
             for k in range(6)]
