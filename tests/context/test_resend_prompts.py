@@ -50,12 +50,14 @@ def _call(session: str) -> CallContext:
 
 
 def test_a_prompt_that_re_sends_earlier_prompts_lines_marks_the_session() -> None:
-    messages = _session(3)
+    messages = _session(4)
     scan = RequestScan()
     assert not scan.resends(messages[:4])  # one prompt with the program: nothing re-sent
     assert sum(len(line) for line in _program(2).splitlines()) > RESEND_CHARS
-    assert not scan.resends(messages[:6])  # the next one re-sends it: once may be a queue's
-    assert scan.resends(messages[:8])  # next task re-sending its instructions; twice is not
+    # the next one re-sends it: once or twice may be a queue's next tasks re-sending their
+    # instructions; three times is a harness that re-sends its state
+    assert not scan.resends(messages[:6]) and not scan.resends(messages[:8])
+    assert scan.resends(messages[:10])
     # a chat whose user turns say new things each time is not one
     chat = [{"role": "user", "content": f"Question {k}: " + f"what about item {k}? " * 30}
             for k in range(6)]
@@ -77,10 +79,7 @@ async def test_old_prompts_age_the_agents_turns_stay_and_new_prompts_point_back(
     assert all(d.kind != "assistant" for d in fitted.drops if d.reason == "aged")
     written = [m["content"] for m in sent if m["role"] == "assistant"]
     assert written == [m["content"] for m in messages if m["role"] == "assistant"]
-    # the newest prompt's program is in the request: as sent, or as markers to a copy
-    newest = sent[-1]["content"]
-    assert "[ctxgate: " in newest and "lines as in an earlier" in newest
-    assert "version 24" in newest  # the line that changed stays as sent
+    assert "version 24" in sent[-1]["content"]  # the newest prompt's changed line as sent
     # old prompts aged: fewer characters of prompts than were sent
     prompts = sum(len(m["content"]) for m in sent if m["role"] == "user")
     assert prompts < 0.3 * sum(len(m["content"]) for m in messages if m["role"] == "user")
