@@ -19,6 +19,14 @@ if TYPE_CHECKING:
     from gateway.embeddings import Embedder, Vectors
 
 MIN_SIMILARITY = 0.3
+# A user turn re-sends state (`RequestScan.resends`) when its lines of `RESEND_LINE_CHARS`
+# or more that earlier user turns had add up to `RESEND_CHARS`: a harness that puts the
+# whole program, document or record into each new prompt (ChatDev's phase prompts).
+RESEND_LINE_CHARS = 40
+RESEND_CHARS = 2000
+# ... in this many user turns: a harness that does so at every step, not a queue whose next
+# task re-sends its instructions (MINT's queue: tune recall 0.02 point lower at 1, 0.01 at 2)
+RESEND_TURNS = 3
 
 
 def defined_tools(body: Mapping[str, Any]) -> list[str]:
@@ -74,6 +82,10 @@ class RequestScan:
     text: bool = False  # one of them is a text tool's result (`is_text_tool_request`)
     assistant: str = ""  # the text of the last assistant message read by `text_tools`
     after_assistant: bool = False  # the last message `text_tools` read was an assistant's
+    resend_count: int = 0  # messages `resends` read
+    resend: bool = False  # user turns among them re-send earlier ones' lines (`resends`)
+    resent: int = 0  # how many of them re-send them
+    user_lines: set[str] = field(default_factory=set)  # long lines of the user turns read
 
     def agent_history(self, messages: Sequence[Mapping[str, Any]]) -> bool:
         """Whether `messages` (those read before, then new ones) carry tool history."""
@@ -102,6 +114,26 @@ class RequestScan:
             self.assistant, self.after_assistant = assistant, after
         self.text_count = len(messages)
         return self.text
+
+    def resends(self, messages: Sequence[Mapping[str, Any]]) -> bool:
+        """Whether `RESEND_TURNS` user turns of `messages` (those read before, then new
+        ones) each repeat `RESEND_CHARS` or more of earlier user turns' long lines: a
+        harness that re-sends the state it works on in each prompt, so that an older copy
+        is superseded by the newer one (`engine.resend_aging`)."""
+        if not self.resend:
+            for msg in messages[self.resend_count:]:
+                if msg.get("role") != "user":
+                    continue
+                lines = [line for line in content_text(msg.get("content")).splitlines()
+                         if len(line) >= RESEND_LINE_CHARS]
+                if sum(len(line) for line in lines if line in self.user_lines) >= RESEND_CHARS:
+                    self.resent += 1
+                if self.resent >= RESEND_TURNS:
+                    self.resend, self.user_lines = True, set()
+                    break
+                self.user_lines.update(lines)
+        self.resend_count = len(messages)
+        return self.resend
 
 
 def agent_fingerprint(body: Mapping[str, Any]) -> str | None:

@@ -104,8 +104,10 @@ from gateway.context.steps import (
 from gateway.context.summarize import notable
 from gateway.context.summarize import values as summarize_values
 from gateway.context.taskclass import (
+    ARRIVAL_OPTIONS,
     DEFAULT_CLASS,
     STAGE_ORDER,
+    ClusterOptions,
     Compaction,
     TaskClass,
     TextTools,
@@ -380,6 +382,10 @@ class ContextEngine:
                 cls = self._aging.get(key) or self._aging.setdefault(
                     key, text_tools_aging(cls.aging_as(self.agent_policy),
                                           self.agent_policy.text_tools))
+            elif scan.resends(messages):  # a harness that re-sends its state
+                key = f"{named}\x00resend"
+                cls = self._aging.get(key) or self._aging.setdefault(
+                    key, resend_aging(cls, self.agent_policy))
         return cls
 
     async def _forecast_caps(self, cls: TaskClass) -> tuple[TaskClass, bool]:
@@ -1391,6 +1397,36 @@ def _current_step(messages: list[Mapping[str, Any]]) -> str:
         if msg.get("role") == "assistant" or len(texts) >= 2:
             break
     return "\n".join(reversed(texts))
+
+
+def resend_arrivals(cls: TaskClass, policy: TaskClass) -> TaskClass:
+    """A class that does not age turns, for a session whose harness re-sends its state in
+    each prompt (`RequestScan.resends`): it takes the agent policy's repeats on arrival, so
+    a new prompt's runs of lines that an earlier one has go out as markers to it (lossless,
+    and nothing sent before changes)."""
+    arrival, own = policy.stages.cluster, cls.stages.cluster
+    if arrival is None or not arrival.on_arrival:
+        return cls
+    cluster = (own or ClusterOptions()).model_copy(update={
+        name: getattr(arrival, name) for name in ARRIVAL_OPTIONS} | {"arrival_from_turns": True})
+    return cls.model_copy(update={"stages": cls.stages.model_copy(update={"cluster": cluster})})
+
+
+def resend_aging(cls: TaskClass, policy: TaskClass) -> TaskClass:
+    """The agent policy's aging for a session whose harness re-sends its state in each
+    prompt (`RequestScan.resends`), on its prompts only: an old prompt is a superseded copy
+    of the state the newest one holds whole, so old user turns age (digests, then gists in
+    the policy's batches) while the agents' own turns stay as written (no digest, no fold):
+    what they wrote is what a later turn quotes. New prompts' runs of lines an earlier
+    prompt or turn has go out as markers on arrival (`resend_arrivals`)."""
+    aged = resend_arrivals(cls.aging_as(policy), policy)
+    compress = aged.stages.compress
+    if compress is None or not aged.compaction.ages:
+        return aged
+    compress = compress.model_copy(update={"kinds": ("user",), "fold_from_turns": None,
+                                           "mask_turns_from_turns": 0, "mask_after_turns": 4})
+    return aged.model_copy(update={"stages": aged.stages.model_copy(
+        update={"compress": compress})})
 
 
 def text_tools_aging(cls: TaskClass, text: TextTools | None = None) -> TaskClass:

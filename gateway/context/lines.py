@@ -54,6 +54,13 @@ def arrival_item(item: Item, min_chars: int, marked: Collection[int]) -> bool:
             and item.message_index not in marked)
 
 
+def arrival_turn(item: Item, min_chars: int, marked: Collection[int]) -> bool:
+    """Whether `item` is an assistant turn whose lines a new output's runs of lines may
+    point to (`ClusterOptions.arrival_from_turns`); the turn itself goes as written."""
+    return (item.kind == "assistant" and len(item.text) >= min_chars
+            and item.message_index not in marked)
+
+
 def arrival_new(item: Item) -> bool:
     """Whether a repeat on arrival may rewrite `item` (an `arrival_item` of the call's new
     messages): not the task statement, which the model reads as the client wrote it. A
@@ -96,15 +103,20 @@ def verbatim_items(
     return found
 
 
-def index_lines(index: LineIndex, item: Item) -> None:
-    """Add `item`'s lines to `index` (earlier items keep the lines they had first). The
+def index_lines(index: LineIndex, item: Item, latest: bool = False) -> None:
+    """Add `item`'s lines to `index` (earlier items keep the lines they had first; with
+    `latest`, a line goes to the latest item that has it: a state re-sent whole, edited,
+    is one run of the newest copy rather than runs broken wherever a line is older). The
     task statement's lines go under keys of their own (`GOAL_LINE` before the line): a run
     of an output's lines repeats the outputs it came from, as before, and only a text that
     opens as the statement does reads them (`_runs`)."""
     prefix = GOAL_LINE if item.goal else ""
     for line in item.text.splitlines():
         if line.strip():
-            index.setdefault(prefix + line, item)
+            if latest:
+                index[prefix + line] = item
+            else:
+                index.setdefault(prefix + line, item)
 
 
 def _marker(n: int, rep: Item) -> str:

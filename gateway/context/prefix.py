@@ -564,6 +564,8 @@ class Prefix:
         call on). None: undecided here (the full path decides)."""
         opts = cls.stages.cluster
         verbatim = self.verbatim
+        if opts is not None and opts.arrival_from_turns:
+            return None  # the assistant's turns are indexed too: the full path's work
         if opts is None or not opts.on_arrival:
             verbatim = None
         elif verbatim is None or self.arrival_min != opts.arrival_min_chars:

@@ -214,6 +214,17 @@ class ClusterOptions(_Settings):
     # without the whitespace outside its strings (lines.minified): the same value, fewer
     # characters, from its first call on (no sent prefix changes).
     arrival_json: bool = False
+    # With arrival_lines, the assistant's own turns sent as written are items a new output's
+    # runs of lines may repeat too (a marker names the turn; the turn goes as written): a
+    # harness that puts the code the agent wrote into its next prompt, each line pointing to
+    # the latest copy that has it (`engine.resend_aging`; default false).
+    arrival_from_turns: bool = False
+
+
+# The cluster options of repeats on arrival (a class that takes them from the agent policy
+# keeps its own near-duplicate options: `engine.resend_arrivals`)
+ARRIVAL_OPTIONS = ("on_arrival", "arrival_min_chars", "arrival_calls", "arrival_call_min_chars",
+                   "arrival_lines", "arrival_json")
 
 
 class CompressOptions(_Settings):

@@ -33,6 +33,7 @@ from gateway.context.lines import (
     LineIndex,
     arrival_item,
     arrival_new,
+    arrival_turn,
     index_lines,
     lines_decision,
     minified_decision,
@@ -198,6 +199,10 @@ def arrival_duplicates(
             continue
         original = ctx.originals.get(item.id, item)
         if not arrival_item(original, opts.arrival_min_chars, marked):
+            if lines is not None and opts.arrival_from_turns and made is None and (
+                    item.text == original.text
+                    and arrival_turn(original, opts.arrival_min_chars, marked)):
+                index_lines(lines, item, latest=True)  # a target, never rewritten
             continue
         if made is not None:
             verbatim.setdefault(original.text, item)
@@ -219,5 +224,5 @@ def arrival_duplicates(
         elif item.text == original.text:
             verbatim.setdefault(original.text, item)
             if lines is not None:
-                index_lines(lines, item)
+                index_lines(lines, item, latest=opts.arrival_from_turns)
     return decide(items, chosen, ctx)

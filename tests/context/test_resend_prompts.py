@@ -1,0 +1,103 @@
+"""A harness that re-sends its state in each prompt (a software company of role-playing
+agents: every phase prompt carries the whole program as it now stands), no API tools and no
+call written in prose: its sessions age their old prompts as the agent policy ages turns,
+the agents' own turns stay as written, and a new prompt's (or turn's) runs of lines that an
+earlier prompt or turn has go out as markers on arrival (`RequestScan.resends`,
+`engine.resend_aging`, `ClusterOptions.arrival_from_turns`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.context.classify import RESEND_CHARS, RequestScan
+from gateway.context.engine import CallContext, ContextEngine
+
+SYSTEM = "A software company of agents: a reviewer and a programmer build what a customer asks."
+TASK = "Build a small ledger application that totals its accounts and prints a report."
+
+
+def _program(version: int) -> str:
+    """A made-up program of 40 lines; each version changes one line."""
+    lines = [f"    def account_{i}_total(self, entries_{i}: list[float]) -> float:  # ledger"
+             for i in range(40)]
+    lines[version % 40] = f"    def account_{version}_total(self) -> float:  # version {version}"
+    return "class Ledger:\n" + "\n".join(lines)
+
+
+def _prompt(phase: int) -> str:
+    return (f"Phase {phase}: review the code below and give your highest-priority comment.\n"
+            f"Task: {TASK}\nCodes:\n```python\n{_program(phase)}\n```\n"
+            f"Answer with one comment of phase {phase} and how to fix it.")
+
+
+def _session(phases: int) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": SYSTEM}, {"role": "user", "content": TASK}]
+    messages.append({"role": "assistant", "content": "We will write it in Python."})
+    for k in range(1, phases + 1):
+        messages.append({"role": "user", "content": _prompt(k)})
+        messages.append({"role": "assistant", "content": (
+            f"Comment {k}: account_{k}_total must check entries_{k} is not empty; "
+            f"the report of phase {k} then prints 0.00 for it. " * 3)})
+    return messages
+
+
+def _call(session: str) -> CallContext:
+    # `default`, the class such a session gets when nothing names it (fixed here so that the
+    # test does not hang on what the embedded examples say of its first call)
+    return CallContext("t-resend", "rs", {"x-ctxgate-session-id": session,
+                                           "x-ctxgate-task-class": "default"})
+
+
+def test_a_prompt_that_re_sends_earlier_prompts_lines_marks_the_session() -> None:
+    messages = _session(4)
+    scan = RequestScan()
+    assert not scan.resends(messages[:4])  # one prompt with the program: nothing re-sent
+    assert sum(len(line) for line in _program(2).splitlines()) > RESEND_CHARS
+    # the next one re-sends it: once or twice may be a queue's next tasks re-sending their
+    # instructions; three times is a harness that re-sends its state
+    assert not scan.resends(messages[:6]) and not scan.resends(messages[:8])
+    assert scan.resends(messages[:10])
+    # a chat whose user turns say new things each time is not one
+    chat = [{"role": "user", "content": f"Question {k}: " + f"what about item {k}? " * 30}
+            for k in range(6)]
+    assert not RequestScan().resends(chat)
+
+
+async def test_old_prompts_age_the_agents_turns_stay_and_new_prompts_point_back(
+    engine_without_young: ContextEngine,
+) -> None:
+    messages = _session(24)[:-1]  # ends with the newest prompt
+    fitted = None
+    for end in range(4, len(messages) + 1, 2):  # each call ends with a prompt
+        fitted = await engine_without_young.fit({"messages": messages[:end]}, _call("rs"))
+    assert fitted is not None
+    assert fitted.task_class == "default"  # not renamed: it ages as the agent policy does
+    sent = fitted.body["messages"]
+    assert fitted.tokens_after < 0.6 * fitted.tokens_before
+    # the agents' turns are never digested (what they wrote is what a later turn quotes)
+    assert all(d.kind != "assistant" for d in fitted.drops if d.reason == "aged")
+    written = [m["content"] for m in sent if m["role"] == "assistant"]
+    assert written == [m["content"] for m in messages if m["role"] == "assistant"]
+    assert "version 24" in sent[-1]["content"]  # the newest prompt's changed line as sent
+    # old prompts aged: fewer characters of prompts than were sent
+    prompts = sum(len(m["content"]) for m in sent if m["role"] == "user")
+    assert prompts < 0.3 * sum(len(m["content"]) for m in messages if m["role"] == "user")
+
+
+async def test_a_prompt_re_sending_code_a_turn_wrote_points_to_that_turn(
+    engine_without_young: ContextEngine,
+) -> None:
+    messages = _session(4)
+    code = "Here is the whole program again:\n" + _program(99)
+    messages += [{"role": "user", "content": "Write the program out in full."},
+                 {"role": "assistant", "content": code},
+                 {"role": "user", "content": _prompt(99)}]
+    fitted = None
+    for end in [i + 1 for i, m in enumerate(messages) if m["role"] == "user" and i >= 3]:
+        fitted = await engine_without_young.fit({"messages": messages[:end]}, _call("rt"))
+    assert fitted is not None
+    sent = fitted.body["messages"]
+    assert sent[-2]["content"] == code  # the agent's turn as written, the copy pointed to
+    assert "lines as in an earlier assistant: Here is the whole program" in sent[-1]["content"]
+    assert "version 99" not in sent[-1]["content"]  # that line is in the turn above
