@@ -33,8 +33,15 @@ cassette is read (`git log` of the YAML files, each blob once), and
   sent and its reply; `messages`: the last call's list and its reply), since each cycle
   rebuilds its header and the calls of a run are not prefixes of one another.
 
-This converter writes, outside the repository, `<out>/autogpt/sessions.jsonl` (runs of at
-least `MIN_CALLS` calls, in the order their first call was recorded) with a `README.md`:
+This converter writes, outside the repository, each with a `README.md`:
+
+- `<out>/autogpt/sessions.jsonl`: runs of at least `MIN_CALLS` calls, in the order their
+  first call was recorded;
+- `<out>/autogpt-queue/sessions.jsonl`: per system prompt (one agent of the suite), its runs
+  in that order one after another, cut at the run boundaries nearest each 1/N of its calls,
+  N = calls / `--queue-calls` rounded (at least 1): the system prompt once, then each run's
+  messages after it, nothing added; per call, the earlier runs' chats then the call's own
+  list after its system prompt (as `bench/openhands.py --per-call` lays out its queues);
 
     python -m bench.autogpt --repo /work/.mirror/Significant-Gravitas+Auto-GPT-test-cassettes/repo --out /tmp/gen59/out
 """
@@ -51,7 +58,15 @@ from typing import Any
 import orjson
 import yaml
 
-from bench.chat_corpus import Message, RepoReader, converter_main, corpus_stats, write_corpus
+from bench.chat_corpus import (
+    Message,
+    RepoReader,
+    converter_main,
+    join_queues,
+    n_calls,
+    queue_slices,
+    write_runs_and_queues,
+)
 
 SOURCE = "Significant-Gravitas/Auto-GPT-test-cassettes"
 REV = "e0f7f4a599620b139e72b8233eb0defdc8339b45"  # tip of `master`, 2024-03-22
@@ -185,7 +200,7 @@ def chain(calls: Sequence[Mapping[str, Any]]) -> list[list[int]]:
     return sorted(runs, key=lambda r: r[0])
 
 
-README = """# AutoGPT, an autonomous JSON-command agent (its test suite's recorded cycles): per-call sessions
+README = """# AutoGPT, an autonomous JSON-command agent (its test suite's recorded cycles): {shape}, per call
 
 Converted by `bench/autogpt.py` (ctxgate) from every version of the VCR cassettes
 (`<test>/<test>.yaml`) in {source} up to commit `{commit}`. Licence of the source: MIT
@@ -195,21 +210,67 @@ part of the ctxgate repository; do not commit it there.
 {stats}.
 
 - Read: {left}. Agent calls kept: {calls:,}; runs: {runs_all} ({runs} of {min_calls}+ calls
-  written, {single} single calls not written). Models: {models}. Tests: {tests}.
+  used, {single} single calls not used). Models: {models}. Tests: {tests}.
 - Each session carries `calls`: every call's message list exactly as AutoGPT sent it
   (system prompt; the date and, in later versions, memory recalled, as system messages
   rebuilt each cycle; earlier replies as assistant turns, command results as **system**
   turns, cycle prompts as user turns) and the reply recorded for it. `messages` is the
   last call's list and its reply. Runs chain calls whose assistant turns extend the
-  previous call's by its reply (same system prompt). No tools (commands are in the
-  replies' JSON).
+  previous call's by its reply (same system prompt); {rebuilt} of the runs' {used:,} calls
+  are not a prefix of their run's last list (the header rebuilt). No tools (commands are
+  in the replies' JSON).
+{join}"""
+
+JOIN_RUNS = "- One session per run, runs in the order their first call was recorded.\n"
+JOIN_QUEUE = """- Queues: per system prompt, its runs in that order, cut at the run boundaries nearest
+  each 1/N of its calls, N = calls / {queue_calls} rounded (at least 1). A session's
+  `messages` is the system prompt once, then each run's messages after it, nothing added;
+  its calls are each run's calls with the earlier runs' chats before the call's own list
+  after its system prompt.
 """
 
 
-def convert(repo: Path, out: Path, *, rev: str = REV, queue_calls: int = 0) -> dict[str, int]:
-    """Write `<out>/autogpt` (module docstring); `queue_calls` is not used (no queues: see
-    the README section)."""
-    del queue_calls
+def run_session(sid: str, run: Sequence[int], calls: Sequence[Mapping[str, Any]]
+                ) -> dict[str, Any]:
+    """A run as a per-call session (module docstring)."""
+    first, last = calls[run[0]], calls[run[-1]]
+    return {"id": sid, "source": f"{SOURCE}@{first['commit'][:7]}", "path": first["path"],
+            "agent": AGENT, "model": first["model"], "task_id": Path(first["path"]).parent.name,
+            "tools": [], "messages": [*last["messages"], last["reply"]],
+            "calls": [{"messages": calls[i]["messages"], "reply": calls[i]["reply"]}
+                      for i in run]}
+
+
+def queue_sessions(runs: Sequence[dict[str, Any]], queue_calls: int) -> list[dict[str, Any]]:
+    """Runs of one system prompt one after another (module docstring), per call."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in runs:
+        groups.setdefault(r["messages"][0]["content"], []).append(r)
+    by_name = {f"a{i:02d}": group for i, group in enumerate(groups.values())}
+
+    def parts(total: int) -> int:
+        return round(total / queue_calls)
+
+    joined, _ = join_queues(
+        by_name, calls=lambda r: n_calls(r["messages"]), parts=parts,
+        system=lambda r: str(r["messages"][0]["content"]),
+        messages=lambda r, _ids: list(r["messages"][1:]),
+        name=lambda key, q, _g: f"{CORPUS}-queue/{key}/q{q:02d}")
+    out = []
+    for (sid, messages), (_, _, group) in zip(
+            joined, queue_slices(by_name, lambda r: n_calls(r["messages"]), parts), strict=True):
+        per_call, before = [], [messages[0]]
+        for r in group:
+            per_call += [{**c, "messages": before + c["messages"][1:]} for c in r["calls"]]
+            before = before + r["messages"][1:]
+        assert before == messages  # the last call and its reply are the joined chat
+        out.append({**group[0], "id": sid, "path": None, "messages": messages,
+                    "calls": per_call})
+    return out
+
+
+def convert(repo: Path, out: Path, *, rev: str = REV, queue_calls: int = 250
+            ) -> dict[str, int]:
     reader = RepoReader(repo, "LICENSE")
     if not reader.git:
         raise ValueError(f"{repo}: a git directory is needed (every version of the cassettes)")
@@ -219,16 +280,10 @@ def convert(repo: Path, out: Path, *, rev: str = REV, queue_calls: int = 0) -> d
     kept = [r for r in runs if len(r) >= MIN_CALLS]
     if not kept:
         raise ValueError(f"{repo}@{rev}: no run of {MIN_CALLS} calls or more")
-    sessions = []
-    for n, run in enumerate(kept):
-        first, last = calls[run[0]], calls[run[-1]]
-        test = Path(first["path"]).parent.name
-        sessions.append({
-            "id": f"{CORPUS}/{test}/r{n:03d}", "source": f"{SOURCE}@{first['commit'][:7]}",
-            "path": first["path"], "agent": AGENT, "model": first["model"], "task_id": test,
-            "tools": [], "messages": [*last["messages"], last["reply"]],
-            "calls": [{"messages": calls[i]["messages"], "reply": calls[i]["reply"]}
-                      for i in run]})
+    sessions = [run_session(f"{CORPUS}/{Path(calls[r[0]]['path']).parent.name}/r{n:03d}", r,
+                            calls) for n, r in enumerate(kept)]
+    rebuilt = sum(c["messages"] != s["messages"][:len(c["messages"])]
+                  for s in sessions for c in s["calls"])
     fields = {
         "source": SOURCE, "commit": commit, "calls": len(calls), "runs_all": len(runs),
         "runs": len(kept), "min_calls": MIN_CALLS, "single": len(runs) - len(kept),
@@ -237,17 +292,15 @@ def convert(repo: Path, out: Path, *, rev: str = REV, queue_calls: int = 0) -> d
                             Counter(str(s["model"]) for s in sessions).most_common()),
         "tests": ", ".join(f"`{t}` {n}" for t, n in
                            Counter(s["task_id"] for s in sessions).most_common()),
+        "rebuilt": rebuilt, "used": sum(len(s["calls"]) for s in sessions),
     }
-    stats = corpus_stats(sessions).replace(
-        "calls per session", "calls per session (prefixes of `messages`)")
-    calls_per = sorted(len(s["calls"]) for s in sessions)
-    stats += (f"; recorded calls per session min / median / max {calls_per[0]} / "
-              f"{calls_per[len(calls_per) // 2]} / {calls_per[-1]}, {sum(calls_per):,} in all")
-    return {CORPUS: write_corpus(out / CORPUS, sessions, README.format(stats=stats, **fields))}
+    return write_runs_and_queues(out, CORPUS, sessions, queue_sessions(sessions, queue_calls),
+                                 README, (JOIN_RUNS, JOIN_QUEUE.format(queue_calls=queue_calls)),
+                                 **fields)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return converter_main(argv, __doc__ or "", SOURCE, "/tmp/gen59/out", REV, 0, convert)
+    return converter_main(argv, __doc__ or "", SOURCE, "/tmp/gen59/out", REV, 250, convert)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ import yaml
 
 from bench import autogpt, corpora
 from bench.corpora import session_calls
-from tests.bench.converted import committed, git, rows
+from tests.bench.converted import committed, git, loaded, rows
 
 MIRROR = Path("/work/.mirror/Significant-Gravitas+Auto-GPT-test-cassettes/repo")
 PROMPT = "You are Follow-Instructions-GPT, an AI designed to read files.\n\nGOALS:\n1. Read"
@@ -25,6 +25,7 @@ CYCLE = {"role": "user", "content": "Determine which next command to use, and re
 R1 = '{"command": {"name": "read_file", "args": {"filename": "instructions_1.txt"}}}'
 R2 = '{"command": {"name": "write_to_file", "args": {"filename": "output.txt"}}}'
 R3 = '{"command": {"name": "task_complete", "args": {"reason": "done"}}}'
+R4 = '{"command": {"name": "list_files", "args": {"directory": "."}}}'
 
 
 def call(*history: dict[str, str], prompt: str = PROMPT, past: str = "I was created"
@@ -47,6 +48,7 @@ FIRST = call()
 SECOND = call(CYCLE, said(R1), result("This task_id is 2314"), past="I read a file")
 THIRD = call(CYCLE, said(R1), result("This task_id is 2314"), CYCLE, said(R2),
              result("File written to successfully."), past="I wrote a file")
+OTHER = call(CYCLE, said(R4), result("instructions_1.txt"), past="I listed files")
 
 
 def interaction(messages: list[dict[str, str]], reply: str | None) -> dict[str, Any]:
@@ -76,8 +78,10 @@ def source(tmp_path: Path) -> tuple[Path, str]:
         interaction(call(prompt="You are Other-GPT.\n\nGOALS:\n1. Browse"), None),
         interaction(call(prompt="You are Lone-GPT.\n\nGOALS:\n1. Wait"), R3)))
     committed(repo, "first")
-    # re-recorded: the first cycle again, then the third
-    path.write_text(cassette(interaction(FIRST, R1), interaction(THIRD, R3)))
+    # re-recorded: the first cycle again, then the third; and another execution whose
+    # first cycle answered otherwise
+    path.write_text(cassette(interaction(FIRST, R1), interaction(THIRD, R3),
+                             interaction(FIRST, R4), interaction(OTHER, R3)))
     git(repo, "add", "-A")
     git(repo, "commit", "-qm", "re-recorded")
     (repo / "test_broken").mkdir()
@@ -92,23 +96,34 @@ def test_runs_are_chained_and_written_per_call(source: tuple[Path, str],
     repo, rev = source
     out = tmp_path / "out"
 
-    assert autogpt.convert(repo, out, rev=rev) == {"autogpt": 1}
+    written = autogpt.convert(repo, out, rev=rev)
 
-    [session] = corpora.load("autogpt", out)
-    assert session.id == "autogpt/test_memory/r000"
+    runs, queues = loaded(written, out, "autogpt")
+    assert written == {"autogpt": 2, "autogpt-queue": 1}
+    assert [s.id for s in runs] == ["autogpt/test_memory/r000", "autogpt/test_memory/r001"]
     # each call as sent, across the two versions of the cassette, with its reply
-    assert session_calls(session) == [(FIRST, said(R1)), (SECOND, said(R2)), (THIRD, said(R3))]
-    assert session.messages == [*THIRD, said(R3)]
-    [line] = rows(out, "autogpt")
+    assert session_calls(runs[0]) == [(FIRST, said(R1)), (SECOND, said(R2)),
+                                      (THIRD, said(R3))]
+    assert runs[0].messages == [*THIRD, said(R3)]
+    assert session_calls(runs[1]) == [(FIRST, said(R4)), (OTHER, said(R3))]
+    line = rows(out, "autogpt")[0]
     assert (line["model"], line["task_id"], line["tools"]) == ("gpt-3.5-turbo", "test_memory", [])
     readme = (out / "autogpt" / "README.md").read_text()
     assert f"`{rev}`" in readme and "MIT" in readme
     assert ("Read: cassette versions read 2, helper calls (not an agent cycle) 1, agent "
             "calls without a recorded reply 1, agent calls recorded again (same messages and "
-            "reply) 1, cassette versions that do not parse 1. Agent calls kept: 4") in readme
-    assert "runs: 2 (1 of 2+ calls\n  written, 1 single calls not written)" in readme
+            "reply) 1, cassette versions that do not parse 1. Agent calls kept: 6") in readme
+    assert "runs: 3 (2 of 2+ calls\n  used, 1 single calls not used)" in readme
+    assert "3 of the runs' 5 calls\n  are not a prefix" in readme
+    # the queue: the system prompt once, the first run's chat, then the second run's calls
+    # after it, nothing added
+    [queue] = queues
+    assert queue.messages == [*runs[0].messages, *runs[1].messages[1:]]
+    assert session_calls(queue)[:3] == session_calls(runs[0])
+    assert session_calls(queue)[3:] == [
+        ([*runs[0].messages, *FIRST[1:]], said(R4)), ([*runs[0].messages, *OTHER[1:]], said(R3))]
     # without per-call mode the replay would read the last call's prefixes instead
-    [prefixes] = corpora.load("autogpt", out, per_call=False)
+    [prefixes, _] = corpora.load("autogpt", out, per_call=False)
     assert len(session_calls(prefixes)) == 3 and session_calls(prefixes)[0][0] != FIRST
     assert session_calls(prefixes)[0][0][2]["content"].endswith("I wrote a file")
 
@@ -132,7 +147,7 @@ def test_only_agent_cycles_are_calls() -> None:
 @pytest.mark.skipif(not MIRROR.is_dir(),
                     reason=f"no mirror of Significant-Gravitas/Auto-GPT-test-cassettes at {MIRROR}")
 def test_the_recorded_cassettes(tmp_path: Path) -> None:
-    assert autogpt.convert(MIRROR, tmp_path) == {"autogpt": 150}
+    assert autogpt.convert(MIRROR, tmp_path) == {"autogpt": 150, "autogpt-queue": 71}
     sessions = corpora.load("autogpt", tmp_path)
     assert sum(len(session_calls(s)) for s in sessions) == 560
     assert all(s.calls is not None and s.messages[-1]["role"] == "assistant" for s in sessions)
