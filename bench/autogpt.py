@@ -43,7 +43,8 @@ This converter writes, outside the repository, each with a `README.md`:
   messages after it, nothing added; per call, the earlier runs' chats then the call's own
   list after its system prompt (as `bench/openhands.py --per-call` lays out its queues);
 
-    python -m bench.autogpt --repo /work/.mirror/Significant-Gravitas+Auto-GPT-test-cassettes/repo --out /tmp/gen59/out
+    python -m bench.autogpt --out /tmp/gen59/out \
+        --repo /work/.mirror/Significant-Gravitas+Auto-GPT-test-cassettes/repo
 """
 
 from __future__ import annotations
@@ -200,7 +201,7 @@ def chain(calls: Sequence[Mapping[str, Any]]) -> list[list[int]]:
     return sorted(runs, key=lambda r: r[0])
 
 
-README = """# AutoGPT, an autonomous JSON-command agent (its test suite's recorded cycles): {shape}, per call
+README = """# AutoGPT, an autonomous JSON-command agent (its test suite's cycles): {shape}, per call
 
 Converted by `bench/autogpt.py` (ctxgate) from every version of the VCR cassettes
 (`<test>/<test>.yaml`) in {source} up to commit `{commit}`. Licence of the source: MIT
@@ -222,11 +223,11 @@ part of the ctxgate repository; do not commit it there.
 {join}"""
 
 JOIN_RUNS = "- One session per run, runs in the order their first call was recorded.\n"
-JOIN_QUEUE = """- Queues: per system prompt, its runs in that order, cut at the run boundaries nearest
-  each 1/N of its calls, N = calls / {queue_calls} rounded (at least 1). A session's
-  `messages` is the system prompt once, then each run's messages after it, nothing added;
-  its calls are each run's calls with the earlier runs' chats before the call's own list
-  after its system prompt.
+JOIN_QUEUE = """- Queues: per system prompt, its runs in that order, cut at the run boundaries
+  nearest each 1/N of its calls, N = calls / {queue_calls} rounded (at least 1). A
+  session's `messages` is the system prompt once, then each run's messages after it,
+  nothing added; its calls are each run's calls with the earlier runs' chats before the
+  call's own list after its system prompt.
 """
 
 
