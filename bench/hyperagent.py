@@ -36,10 +36,10 @@ This converter writes, outside the repository, each with a `README.md`:
 - `<out>/hyperagent/sessions.jsonl`: runs of at least `MIN_CALLS` calls, in file order of
   their first call;
 - `<out>/hyperagent-queue/sessions.jsonl`: per system prompt (one child agent), its runs one
-  after another, cut at the run boundaries nearest each 1/N of its calls, N = calls /
-  `--queue-calls` rounded (at least 1): the system prompt once, then each run's last user
-  message and reply, nothing added; per call, the earlier runs' turns then the call's own
-  user message;
+  after another, cut at the run boundaries nearest each 1/N of its calls (the runs'
+  `calls`), N = calls / `--queue-calls` rounded (at least 1): the system prompt once, then
+  each run's last user message and reply, nothing added; per call, the earlier runs' turns
+  then the call's own user message;
 
     python -m bench.hyperagent --out /tmp/gen59b/out \\
         --repo /work/.mirror/FSoft-AI4Code+HyperAgent/repo
@@ -59,7 +59,6 @@ from bench.chat_corpus import (
     RepoReader,
     converter_main,
     join_queues,
-    n_calls,
     queue_slices,
     write_runs_and_queues,
 )
@@ -199,7 +198,7 @@ def queue_sessions(runs: Sequence[dict[str, Any]], queue_calls: int) -> list[dic
         return round(total / queue_calls)
 
     def size(r: Mapping[str, Any]) -> int:
-        return n_calls(r["messages"])
+        return len(r["calls"])
 
     joined, _ = join_queues(
         by_name, calls=size, parts=parts, system=lambda r: str(r["messages"][0]["content"]),
@@ -217,7 +216,7 @@ def queue_sessions(runs: Sequence[dict[str, Any]], queue_calls: int) -> list[dic
     return out
 
 
-def convert(repo: Path, out: Path, *, rev: str = REV, queue_calls: int = 250
+def convert(repo: Path, out: Path, *, rev: str = REV, queue_calls: int = 50
             ) -> dict[str, int]:
     reader = RepoReader(repo, "README.md")
     if not reader.git:
@@ -247,7 +246,7 @@ def convert(repo: Path, out: Path, *, rev: str = REV, queue_calls: int = 250
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return converter_main(argv, __doc__ or "", SOURCE, "/tmp/gen59b/out", REV, 250, convert)
+    return converter_main(argv, __doc__ or "", SOURCE, "/tmp/gen59b/out", REV, 50, convert)
 
 
 if __name__ == "__main__":

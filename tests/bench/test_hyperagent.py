@@ -119,7 +119,7 @@ def test_a_step_follows_only_its_own_episode() -> None:
 @pytest.mark.skipif(not MIRROR.is_dir(),
                     reason=f"no mirror of FSoft-AI4Code/HyperAgent at {MIRROR}")
 def test_the_recorded_calls(tmp_path: Path) -> None:
-    assert hyperagent.convert(MIRROR, tmp_path) == {"hyperagent": 157, "hyperagent-queue": 8}
+    assert hyperagent.convert(MIRROR, tmp_path) == {"hyperagent": 157, "hyperagent-queue": 19}
     sessions = corpora.load("hyperagent", tmp_path)
     assert sum(len(session_calls(s)) for s in sessions) == 839
     assert all(len(m) == 2 for s in sessions for m, _ in session_calls(s))
