@@ -58,8 +58,7 @@ import orjson
 from bench.chat_corpus import (
     RepoReader,
     converter_main,
-    join_queues,
-    queue_slices,
+    per_call_queues,
     write_runs_and_queues,
 )
 
@@ -197,23 +196,8 @@ def queue_sessions(runs: Sequence[dict[str, Any]], queue_calls: int) -> list[dic
     def parts(total: int) -> int:
         return round(total / queue_calls)
 
-    def size(r: Mapping[str, Any]) -> int:
-        return len(r["calls"])
-
-    joined, _ = join_queues(
-        by_name, calls=size, parts=parts, system=lambda r: str(r["messages"][0]["content"]),
-        messages=lambda r, _ids: list(r["messages"][1:]),
-        name=lambda key, q, _g: f"{CORPUS}-queue/{key}/q{q:02d}")
-    out = []
-    for (sid, messages), (_, _, group) in zip(joined, queue_slices(by_name, size, parts),
-                                              strict=True):
-        per_call, before = [], [messages[0]]
-        for r in group:
-            per_call += [{**c, "messages": before + c["messages"][1:]} for c in r["calls"]]
-            before = before + r["messages"][1:]
-        out.append({**group[0], "id": sid, "path": None, "messages": messages,
-                    "calls": per_call})
-    return out
+    return per_call_queues(by_name, size=lambda r: len(r["calls"]), parts=parts,
+                           name=lambda key, q: f"{CORPUS}-queue/{key}/q{q:02d}")
 
 
 def convert(repo: Path, out: Path, *, rev: str = REV, queue_calls: int = 50
