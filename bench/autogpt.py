@@ -63,9 +63,8 @@ from bench.chat_corpus import (
     Message,
     RepoReader,
     converter_main,
-    join_queues,
     n_calls,
-    queue_slices,
+    per_call_queues,
     write_runs_and_queues,
 )
 
@@ -252,22 +251,8 @@ def queue_sessions(runs: Sequence[dict[str, Any]], queue_calls: int) -> list[dic
     def parts(total: int) -> int:
         return round(total / queue_calls)
 
-    joined, _ = join_queues(
-        by_name, calls=lambda r: n_calls(r["messages"]), parts=parts,
-        system=lambda r: str(r["messages"][0]["content"]),
-        messages=lambda r, _ids: list(r["messages"][1:]),
-        name=lambda key, q, _g: f"{CORPUS}-queue/{key}/q{q:02d}")
-    out = []
-    for (sid, messages), (_, _, group) in zip(
-            joined, queue_slices(by_name, lambda r: n_calls(r["messages"]), parts), strict=True):
-        per_call, before = [], [messages[0]]
-        for r in group:
-            per_call += [{**c, "messages": before + c["messages"][1:]} for c in r["calls"]]
-            before = before + r["messages"][1:]
-        assert before == messages  # the last call and its reply are the joined chat
-        out.append({**group[0], "id": sid, "path": None, "messages": messages,
-                    "calls": per_call})
-    return out
+    return per_call_queues(by_name, size=lambda r: n_calls(r["messages"]), parts=parts,
+                           name=lambda key, q: f"{CORPUS}-queue/{key}/q{q:02d}")
 
 
 def convert(repo: Path, out: Path, *, rev: str = REV, queue_calls: int = 250

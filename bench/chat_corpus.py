@@ -211,6 +211,32 @@ def join_queues(
     return out, renamed
 
 
+def per_call_queues(
+    by_name: Mapping[str, Sequence[dict[str, Any]]], *,
+    size: Callable[[Mapping[str, Any]], int], parts: Callable[[int], int],
+    name: Callable[[str, int], str],
+) -> list[dict[str, Any]]:
+    """Queues of per-call runs (sessions with `calls`, one system prompt per group):
+    `join_queues` of each group's runs, then per call the earlier runs' chats (each run's
+    `messages` after its system prompt) before the call's own list after its system prompt,
+    nothing added; the last call with its reply is the joined chat."""
+    joined, _ = join_queues(
+        by_name, calls=size, parts=parts, system=lambda r: str(r["messages"][0]["content"]),
+        messages=lambda r, _ids: list(r["messages"][1:]),
+        name=lambda key, q, _g: name(key, q))
+    out = []
+    for (sid, messages), (_, _, group) in zip(joined, queue_slices(by_name, size, parts),
+                                              strict=True):
+        per_call, before = [], [messages[0]]
+        for r in group:
+            per_call += [{**c, "messages": before + c["messages"][1:]} for c in r["calls"]]
+            before = before + r["messages"][1:]
+        assert before == messages  # the last call and its reply are the joined chat
+        out.append({**group[0], "id": sid, "path": None, "messages": messages,
+                    "calls": per_call})
+    return out
+
+
 def run_conversion(parser: argparse.ArgumentParser, source: Path, out: Path,
                    convert: Callable[[], Mapping[str, int]]) -> None:
     """A converter's command line around its `convert()`: a git error reading `source`
