@@ -7,10 +7,15 @@ earlier prompt or turn has go out as markers on arrival (`RequestScan.resends`,
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from gateway.context.classify import RESEND_CHARS, RequestScan
 from gateway.context.engine import CallContext, ContextEngine
+from gateway.settings import Settings
+from tests.context.sessions import fit_agreed, memory_engine
+
+from .conftest import without_young
 
 SYSTEM = "A software company of agents: a reviewer and a programmer build what a customer asks."
 TASK = "Build a small ledger application that totals its accounts and prints a report."
@@ -101,3 +106,34 @@ async def test_a_prompt_re_sending_code_a_turn_wrote_points_to_that_turn(
     assert sent[-2]["content"] == code  # the agent's turn as written, the copy pointed to
     assert "lines as in an earlier assistant: Here is the whole program" in sent[-1]["content"]
     assert "version 99" not in sent[-1]["content"]  # that line is in the turn above
+
+
+async def test_a_resend_session_between_steps_takes_its_prefix(
+    settings: Settings, embedder: Any
+) -> None:
+    """Such a session's calls between steps render from its previous call's prefix, the
+    turns' lines indexed there too (a new prompt re-sending code a turn wrote points to that
+    turn on that path as on the full one): its per-call time grows with the new messages
+    only. The full path (no cache) sends the very same on every call."""
+    messages = _session(12)
+    for k in range(13, 16):
+        code = f"Here is the whole program, version {k}:\n" + _program(k)
+        messages += [{"role": "user", "content": f"Write the program out in full, {k}."},
+                     {"role": "assistant", "content": code},
+                     {"role": "user", "content": _prompt(k) + "\n" + _program(k)},
+                     {"role": "assistant", "content": f"Comment {k}: looks right now."}]
+    session = uuid.uuid4().hex
+    cached = memory_engine(without_young(settings), embedder, True)
+    plain = memory_engine(without_young(settings), embedder, False)
+    reused: list[int] = []  # the calls rendered from the previous call's prefix
+    pointed: list[int] = []  # those whose newest prompt points to a turn
+    for end in [i + 1 for i, m in enumerate(messages) if m["role"] == "user" and i >= 3]:
+        before = cached.prefixes.reused
+        fitted = await fit_agreed(cached, plain, {"messages": messages[:end]}, _call(session))
+        if cached.prefixes.reused > before:
+            reused.append(end)
+            if "lines as in an earlier assistant: Here is the whole program" in str(
+                    fitted.body["messages"][-1]["content"]):
+                pointed.append(end)
+    assert len(reused) >= 10, reused
+    assert len(pointed) >= 2, (reused, pointed)
