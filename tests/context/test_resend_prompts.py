@@ -12,6 +12,9 @@ from typing import Any
 
 from gateway.context.classify import RESEND_CHARS, RequestScan
 from gateway.context.engine import CallContext, ContextEngine
+from gateway.context.items import Item
+from gateway.context.lines import verbatim_index
+from gateway.context.session import Decision
 from gateway.settings import Settings
 from tests.context.sessions import fit_agreed, memory_engine
 
@@ -137,3 +140,26 @@ async def test_a_resend_session_between_steps_takes_its_prefix(
                 pointed.append(end)
     assert len(reused) >= 10, reused
     assert len(pointed) >= 2, (reused, pointed)
+
+
+def _item(kind: str, index: int, text: str) -> Item:
+    return Item(id=f"m{index}", kind=kind, unit=f"u{index}",  # type: ignore[arg-type]
+                message_index=index, segment=0, text=text, tokens=len(text) // 4,
+                fixed_tokens=0, turn=index, pinned=False, rewritable=True)
+
+
+def test_the_prefix_line_index_holds_the_turns_at_their_latest_copy() -> None:
+    """`verbatim_index(turns=True)`, which a resend session's prefix keeps for its next call,
+    indexes as `cluster.arrival_duplicates` does: the assistant's turns too, and each line
+    under the latest item that has it; without `turns`, outputs only, the first copy."""
+    old, turn = _program(1), "Here it is:\n" + _program(2)
+    items = [_item("user", 1, old), _item("assistant", 2, turn), _item("user", 3, "short")]
+    shared = _program(1).splitlines()[5]
+    assert shared in _program(2)
+    index = verbatim_index(items, {}, 200, (), turns=True)
+    assert index[shared].id == "m2" and index["Here it is:"].id == "m2"
+    plain = verbatim_index(items, {}, 200, ())
+    assert plain[shared].id == "m1" and "Here it is:" not in plain
+    # a turn with a decision is not sent as written: no marker names it
+    cut = Decision("compress", "compress", "aged", "summary", text="gist")
+    assert verbatim_index(items, {"m2": cut}, 200, (), turns=True)[shared].id == "m1"
