@@ -929,6 +929,7 @@ class ContextEngine:
             lines_min=_lines_min(cls),
             json_min=_json_min(cls),
             arrival_min=_arrival_min(cls),
+            turns=_lines_turns(cls),
         )
 
     def _known_values(
@@ -1272,6 +1273,12 @@ def _lines_min(cls: TaskClass) -> int | None:
     """With `cluster.arrival_lines`, the least run of repeated lines sent as a marker."""
     opts = cls.stages.cluster
     return opts.arrival_min_chars if opts and opts.on_arrival and opts.arrival_lines else None
+
+
+def _lines_turns(cls: TaskClass) -> bool:
+    """With `cluster.arrival_lines`, whether the assistant's turns are lines a marker names."""
+    opts = cls.stages.cluster
+    return _lines_min(cls) is not None and opts is not None and opts.arrival_from_turns
 
 
 def _arrival_start(messages: list[Mapping[str, Any]], first_call: bool) -> int:

@@ -72,14 +72,17 @@ def arrival_new(item: Item) -> bool:
 
 def verbatim_index(
     items: list[Item], decisions: Mapping[str, Decision], min_chars: int,
-    marked: Collection[int],
+    marked: Collection[int], turns: bool = False,
 ) -> LineIndex:
     """The lines of the items (as sent) that repeats on arrival may point to: those sent
-    as the client sent them."""
+    as the client sent them. `turns` (`ClusterOptions.arrival_from_turns`): the assistant's
+    turns too, each line under the latest item that has it, as `cluster.arrival_duplicates`
+    indexes them."""
     index: LineIndex = {}
     for item in items:
-        if item.id not in decisions and arrival_item(item, min_chars, marked):
-            index_lines(index, item)
+        if item.id not in decisions and (arrival_item(item, min_chars, marked) or (
+                turns and arrival_turn(item, min_chars, marked))):
+            index_lines(index, item, latest=turns)
     return index
 
 

@@ -40,6 +40,7 @@ from gateway.context.lines import (
     LineIndex,
     arrival_item,
     arrival_new,
+    arrival_turn,
     index_lines,
     lines_decision,
     minified_decision,
@@ -213,6 +214,9 @@ class Prefix:
     # of a run of them a new output sends as a marker (lines.py); None: off.
     lines: LineIndex | None = None
     lines_min: int = 0
+    # With cluster.arrival_from_turns, `lines` holds the assistant's turns too, each line
+    # under the latest item that has it (`lines.index_lines`).
+    lines_turns: bool = False
     # With cluster.arrival_json, the least new output sent minified (lines.minified); None: off.
     json_min: int | None = None
     # With cluster.on_arrival, the items a new repeat is pointed to, as the full path's
@@ -291,12 +295,14 @@ class Prefix:
         lines_min: int | None = None,
         json_min: int | None = None,
         arrival_min: int | None = None,
+        turns: bool = False,
     ) -> Prefix | None:
         """`extended`: the session's previous prefix extended by these messages, whose
         fingerprint it already holds (else it is taken here). `ages`: the class's aging
         (None: it does not age). `lines_min`: with `cluster.arrival_lines`, its
         `arrival_min_chars` (the outputs' lines are kept). `arrival_min`: with
-        `cluster.on_arrival`, its `arrival_min_chars` (the items a repeat points to are kept)."""
+        `cluster.on_arrival`, its `arrival_min_chars` (the items a repeat points to are kept).
+        `turns`: with `lines_min`, `cluster.arrival_from_turns` (the turns' lines are kept)."""
         if extended is not None and extended.bounds[-1] == len(messages):
             hasher, digest = extended.hasher, extended.digest
             bounds = list(extended.bounds)
@@ -333,8 +339,9 @@ class Prefix:
                 i for i in items if undecided(i, decisions) and ages_out(i, ages)
             ],
             lines=None if lines_min is None
-            else verbatim_index(final, decisions, lines_min, layout.pins),
+            else verbatim_index(final, decisions, lines_min, layout.pins, turns),
             lines_min=lines_min or 0,
+            lines_turns=lines_min is not None and turns,
             json_min=json_min,
             verbatim=None if arrival_min is None
             else verbatim_items(items, final, decisions, arrival_min, layout.pins),
@@ -564,8 +571,10 @@ class Prefix:
         call on). None: undecided here (the full path decides)."""
         opts = cls.stages.cluster
         verbatim = self.verbatim
-        if opts is not None and opts.arrival_from_turns:
-            return None  # the assistant's turns are indexed too: the full path's work
+        turns = opts is not None and opts.on_arrival and opts.arrival_lines and (
+            opts.arrival_from_turns)
+        if turns != self.lines_turns:
+            return None  # the lines were indexed otherwise: the full path indexes them anew
         if opts is None or not opts.on_arrival:
             verbatim = None
         elif verbatim is None or self.arrival_min != opts.arrival_min_chars:
@@ -586,6 +595,8 @@ class Prefix:
             if made is not None and (verbatim is None or made.reason != MINIFIED_JSON):
                 continue
             if not arrival_item(item, least, self.layout.pins):
+                if turns and made is None and arrival_turn(item, least, self.layout.pins):
+                    index_lines(index, item, latest=True)  # type: ignore[arg-type]
                 continue
             if made is not None:  # sent minified: a repeat of it points to it
                 verbatim.setdefault(item.text, item)  # type: ignore[union-attr]
@@ -606,7 +617,7 @@ class Prefix:
                 if verbatim is not None:
                     verbatim.setdefault(item.text, item)
                 if index is not None:
-                    index_lines(index, item)
+                    index_lines(index, item, latest=turns)
                 continue
             if not step:  # numbered as the full path's _stamp_step numbers a call's decisions
                 step = 1 + self._latest_step(decisions)

@@ -7,10 +7,18 @@ earlier prompt or turn has go out as markers on arrival (`RequestScan.resends`,
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from gateway.context.classify import RESEND_CHARS, RequestScan
 from gateway.context.engine import CallContext, ContextEngine
+from gateway.context.items import Item
+from gateway.context.lines import verbatim_index
+from gateway.context.session import Decision
+from gateway.settings import Settings
+from tests.context.sessions import fit_agreed, memory_engine
+
+from .conftest import without_young
 
 SYSTEM = "A software company of agents: a reviewer and a programmer build what a customer asks."
 TASK = "Build a small ledger application that totals its accounts and prints a report."
@@ -101,3 +109,57 @@ async def test_a_prompt_re_sending_code_a_turn_wrote_points_to_that_turn(
     assert sent[-2]["content"] == code  # the agent's turn as written, the copy pointed to
     assert "lines as in an earlier assistant: Here is the whole program" in sent[-1]["content"]
     assert "version 99" not in sent[-1]["content"]  # that line is in the turn above
+
+
+async def test_a_resend_session_between_steps_takes_its_prefix(
+    settings: Settings, embedder: Any
+) -> None:
+    """Such a session's calls between steps render from its previous call's prefix, the
+    turns' lines indexed there too (a new prompt re-sending code a turn wrote points to that
+    turn on that path as on the full one): its per-call time grows with the new messages
+    only. The full path (no cache) sends the very same on every call."""
+    messages = _session(12)
+    for k in range(13, 16):
+        code = f"Here is the whole program, version {k}:\n" + _program(k)
+        messages += [{"role": "user", "content": f"Write the program out in full, {k}."},
+                     {"role": "assistant", "content": code},
+                     {"role": "user", "content": _prompt(k) + "\n" + _program(k)},
+                     {"role": "assistant", "content": f"Comment {k}: looks right now."}]
+    session = uuid.uuid4().hex
+    cached = memory_engine(without_young(settings), embedder, True)
+    plain = memory_engine(without_young(settings), embedder, False)
+    reused: list[int] = []  # the calls rendered from the previous call's prefix
+    pointed: list[int] = []  # those whose newest prompt points to a turn
+    for end in [i + 1 for i, m in enumerate(messages) if m["role"] == "user" and i >= 3]:
+        before = cached.prefixes.reused
+        fitted = await fit_agreed(cached, plain, {"messages": messages[:end]}, _call(session))
+        if cached.prefixes.reused > before:
+            reused.append(end)
+            if "lines as in an earlier assistant: Here is the whole program" in str(
+                    fitted.body["messages"][-1]["content"]):
+                pointed.append(end)
+    assert len(reused) >= 10, reused
+    assert len(pointed) >= 2, (reused, pointed)
+
+
+def _item(kind: str, index: int, text: str) -> Item:
+    return Item(id=f"m{index}", kind=kind, unit=f"u{index}",  # type: ignore[arg-type]
+                message_index=index, segment=0, text=text, tokens=len(text) // 4,
+                fixed_tokens=0, turn=index, pinned=False, rewritable=True)
+
+
+def test_the_prefix_line_index_holds_the_turns_at_their_latest_copy() -> None:
+    """`verbatim_index(turns=True)`, which a resend session's prefix keeps for its next call,
+    indexes as `cluster.arrival_duplicates` does: the assistant's turns too, and each line
+    under the latest item that has it; without `turns`, outputs only, the first copy."""
+    old, turn = _program(1), "Here it is:\n" + _program(2)
+    items = [_item("user", 1, old), _item("assistant", 2, turn), _item("user", 3, "short")]
+    shared = _program(1).splitlines()[5]
+    assert shared in _program(2)
+    index = verbatim_index(items, {}, 200, (), turns=True)
+    assert index[shared].id == "m2" and index["Here it is:"].id == "m2"
+    plain = verbatim_index(items, {}, 200, ())
+    assert plain[shared].id == "m1" and "Here it is:" not in plain
+    # a turn with a decision is not sent as written: no marker names it
+    cut = Decision("compress", "compress", "aged", "summary", text="gist")
+    assert verbatim_index(items, {"m2": cut}, 200, (), turns=True)[shared].id == "m1"
