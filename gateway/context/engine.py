@@ -1425,9 +1425,10 @@ def _stable_before(state: SessionState, messages: Sequence[Mapping[str, Any]]) -
     """Record on a session that starts aging as a harness that re-sends its state the calls
     it made before (one per assistant turn): it is recognised only at its third re-sending
     prompt, 5-13 calls in, and those calls kept their prefix. Counted from zero, its first
-    step waited five calls more, on runs that end 12-20 calls in (ChatDev runs, tune: late
-    reduction 59.0 -> 62.2%, bench/README.md, "A harness that re-sends its state, part
-    two")."""
+    step waited five calls more, on runs that end 12-20 calls in (ChatDev runs, tune, every
+    aged prompt a placeholder: late reduction 59.0% counted from zero, 63.5% counted from the
+    session's start at 1 step in 6; bench/README.md, "A harness that re-sends its state,
+    part two")."""
     state.stable_calls = sum(1 for m in messages if m.get("role") == "assistant")
     state.dirty.add("horizon")
 

@@ -303,7 +303,7 @@ def _superseded_turns(due: list[Item], ctx: StageContext,
                       aged: Mapping[str, Decision]) -> dict[str, Decision]:
     """The due user turns (not the task) that later user turns re-send
     (`classify.superseded`), masked to their placeholder rather than digested: their digest
-    kept the phase's head and tail lines and the words it named, ten times a placeholder,
+    kept the phase's head and tail lines and the words it named, seven times a placeholder,
     on every call to come (ChatDev runs, bench/README.md, "A harness that re-sends its
     state, part two")."""
     turns = [item for item in due if item.kind == "user" and item.id in aged
