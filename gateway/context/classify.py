@@ -6,7 +6,7 @@ session and remembers the answer, per session and per agent (`agent_fingerprint`
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +27,21 @@ RESEND_CHARS = 2000
 # ... in this many user turns: a harness that does so at every step, not a queue whose next
 # task re-sends its instructions (MINT's queue: tune recall 0.02 point lower at 1, 0.01 at 2)
 RESEND_TURNS = 3
+
+
+def long_lines(text: str) -> list[str]:
+    """The lines of `text` long enough to tell a re-sent copy (`RESEND_LINE_CHARS`)."""
+    return [line for line in text.splitlines() if len(line) >= RESEND_LINE_CHARS]
+
+
+def superseded(text: str, later: Collection[str]) -> bool:
+    """Whether a prompt is re-sent by later prompts (`later`: their lines): its long lines
+    found there add up to `RESEND_CHARS`, as a re-sending prompt's do (`RequestScan.resends`),
+    or are all there. The newer copy holds the state it held; what is left of it (the
+    phase's own instructions) was for the call that answered it."""
+    lines = long_lines(text)
+    found = sum(len(line) for line in lines if line in later)
+    return bool(lines) and (found >= RESEND_CHARS or found == sum(map(len, lines)))
 
 
 def defined_tools(body: Mapping[str, Any]) -> list[str]:
@@ -124,8 +139,7 @@ class RequestScan:
             for msg in messages[self.resend_count:]:
                 if msg.get("role") != "user":
                     continue
-                lines = [line for line in content_text(msg.get("content")).splitlines()
-                         if len(line) >= RESEND_LINE_CHARS]
+                lines = long_lines(content_text(msg.get("content")))
                 if sum(len(line) for line in lines if line in self.user_lines) >= RESEND_CHARS:
                     self.resent += 1
                 if self.resent >= RESEND_TURNS:

@@ -100,6 +100,9 @@ class SessionState:
     horizon: int = 0  # messages before this index went through an age-based step
     calls: int = 0  # calls seen, and aging steps taken (they change the prefix)
     steps: int = 0
+    # Calls the session made before it aged, recognised late (`engine.resend_aging`): each
+    # kept its prefix, so they count towards the steps' instability budget.
+    stable_calls: int = 0
     # A step left out its digests' mask batch, in whole or in part (`steps.unrepaid`), and
     # no batch has come since: the next one is late (`compress._expired_digests`).
     late_batch: bool = False
@@ -146,7 +149,8 @@ class SessionState:
             return (self.task_class or "").encode()
         if name == "horizon":
             late = ":1" if self.late_batch else ""
-            return f"{self.horizon}:{self.calls}:{self.steps}{late}".encode()
+            stable = f"{late or ':'}:{self.stable_calls}" if self.stable_calls else late
+            return f"{self.horizon}:{self.calls}:{self.steps}{stable}".encode()
         if name in ("fidelity", "lost"):
             return getattr(self, name) or b""
         return self.prefix.encode()
@@ -162,9 +166,11 @@ class SessionState:
         state.horizon = int(horizon)
         if counts:
             calls, _, rest = counts.partition(":")
-            steps, _, late = rest.partition(":")
+            steps, _, rest = rest.partition(":")
+            late, _, stable = rest.partition(":")
             state.calls, state.steps = int(calls), int(steps or 0)
             state.late_batch = late == "1"
+            state.stable_calls = int(stable or 0)
         state.prefix = raw.get(b"prefix", b"").decode()
         state.playbook_pin = raw.get(PLAYBOOK_PIN_FIELD)
         state.fidelity, state.lost = raw.get(b"fidelity"), raw.get(b"lost")

@@ -506,12 +506,13 @@ def horizon_after(
     # most `max_step_share` of its calls before this one (the first had no prefix to keep:
     # prefix stability, as the yardstick counts it, is over the calls after it, and 0.2
     # keeps it at 80% or more; counted with this call, web's holdout half fell to 79.97%).
+    # A session recognised as aging late counts the calls it made before (`stable_calls`).
     # A stale block's early cut (`stale_cut_repays`) still weighs its wait from this call
     # on: counted from the call before, SWE-agent's recall fell under 99%. A call over the
     # budget (`forced`) changes the prefix whatever: it ages what is due up to its latest
     # turn, rather than leave the budget ladder to drop old exchanges whose values a digest
     # keeps; the latest turn stays the ladder's to cut last.
-    affordable = state.steps + 1 <= c.max_step_share * state.calls
+    affordable = state.steps + 1 <= c.max_step_share * (state.calls + state.stable_calls)
     # A large stale block need not wait for the budget; a session's first call has no
     # cached prefix to weigh (the budget ladder cuts it just enough). Nor does a young,
     # small session's credit (`on_credit`) act on it, or on a call over the budget: the

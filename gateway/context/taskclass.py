@@ -258,6 +258,10 @@ class CompressOptions(_Settings):
     # their age, and that step may start a batch (None: no such rule). Masked later, one by
     # one as they age, each change re-sends the new task's turns after it.
     done_task_turns: Count | None = None
+    # Old user turns that later user turns re-send (`classify.superseded`) age straight to
+    # their placeholder, not a digest: a harness that re-sends its state in each prompt
+    # (`engine.resend_aging`) has the newer copy hold what the older one held.
+    superseded_turns: bool = False
     # Finished tool exchanges whose turn closed behind the horizon leave the request, noted
     # in one line per call in the user message before them, and runs of 2+ old closed
     # turns go as one note of what they named (fold.py), once the horizon has passed this

@@ -10,15 +10,17 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from gateway.context.classify import RESEND_CHARS, RequestScan
+from gateway.context.classify import RESEND_CHARS, RequestScan, superseded
 from gateway.context.engine import CallContext, ContextEngine
 from gateway.context.items import Item
 from gateway.context.lines import verbatim_index
-from gateway.context.session import Decision
+from gateway.context.session import Decision, MemorySessionStore, SessionState
+from gateway.observability.droplog import DropLog
+from gateway.observability.metrics import Metrics
 from gateway.settings import Settings
 from tests.context.sessions import fit_agreed, memory_engine
 
-from .conftest import without_young
+from .conftest import with_compaction, without_young
 
 SYSTEM = "A software company of agents: a reviewer and a programmer build what a customer asks."
 TASK = "Build a small ledger application that totals its accounts and prints a report."
@@ -163,3 +165,71 @@ def test_the_prefix_line_index_holds_the_turns_at_their_latest_copy() -> None:
     # a turn with a decision is not sent as written: no marker names it
     cut = Decision("compress", "compress", "aged", "summary", text="gist")
     assert verbatim_index(items, {"m2": cut}, 200, (), turns=True)[shared].id == "m1"
+
+
+def test_a_prompt_later_prompts_re_send_is_superseded() -> None:
+    later = {line for k in (5, 6) for line in _prompt(k).splitlines()}
+    assert superseded(_prompt(4), later)  # the program again, one line changed
+    # a prompt of new things, or one whose copy no later prompt has, is not
+    assert not superseded(_prompt(4), set())
+    news = "\n".join(f"Question {k}: what does account {k} hold at the end of the year?"
+                     for k in range(30))
+    assert not superseded(news, later)
+    # a short prompt all of whose long lines come again is
+    assert superseded(f"Task: {TASK}", {f"Task: {TASK}"})
+
+
+async def test_an_old_prompt_a_later_prompt_re_sends_goes_as_its_placeholder(
+    engine_without_young: ContextEngine,
+) -> None:
+    messages = _session(24)[:-1]
+    fitted = None
+    for end in range(4, len(messages) + 1, 2):
+        fitted = await engine_without_young.fit({"messages": messages[:end]}, _call("rp"))
+    assert fitted is not None
+    sent = fitted.body["messages"]
+    aged = [m["content"] for m, was in zip(sent, messages, strict=True)
+            if m["role"] == "user" and m["content"] != was["content"]
+            and "Phase" in was["content"] and was is not messages[-1]]
+    assert aged
+    # each one line: its placeholder, not a digest of its head and tail lines
+    assert all(text.startswith("[ctxgate: omitted") and "\n" not in text for text in aged)
+
+
+def _stepless(settings: Settings) -> ContextEngine:
+    """An engine whose steps come only on the share (no young session's credit, no young
+    calls weighed), on a memory store."""
+    return ContextEngine(with_compaction(settings, early_calls=0, repay_young_calls=0), None,
+                         Metrics(), DropLog("/dev/null", "none", None), None,
+                         sessions=MemorySessionStore())
+
+
+async def test_a_session_recognised_late_counts_its_earlier_calls_toward_its_steps(
+    settings: Settings,
+) -> None:
+    engine = _stepless(settings)
+    messages = _session(24)[:-1]
+    ends = list(range(4, len(messages) + 1, 2))
+    scan = RequestScan()
+    flip = next(k for k, end in enumerate(ends) if scan.resends(messages[:end]))
+    first = None
+    for k, end in enumerate(ends):
+        fitted = await engine.fit({"messages": messages[:end]}, _call("rl"))
+        if first is None and any(d.reason == "aged" for d in fitted.drops):
+            first = k
+    # its 4 calls before kept their prefix: the share (1 in 6) allows a step 2 calls on,
+    # where counted from the flip it waited 6
+    assert first is not None and flip < first <= flip + 2
+
+
+def test_the_calls_before_a_session_aged_are_kept_with_its_counts() -> None:
+    state = SessionState(horizon=7, calls=20, steps=3, stable_calls=6)
+    again = SessionState.decode({b"horizon": state.encode("horizon")})
+    assert (again.horizon, again.calls, again.steps, again.late_batch,
+            again.stable_calls) == (7, 20, 3, False, 6)
+    state.late_batch = True
+    again = SessionState.decode({b"horizon": state.encode("horizon")})
+    assert (again.late_batch, again.stable_calls) == (True, 6)
+    # none recorded: the field as before
+    assert SessionState(horizon=7, calls=20, steps=3).encode("horizon") == b"7:20:3"
+    assert SessionState.decode({b"horizon": b"7:20:3:1"}).stable_calls == 0

@@ -17,9 +17,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from gateway.context.apply import GIST, apply_decision, placeholder, placeholder_saves
+from gateway.context.classify import long_lines, superseded
 from gateway.context.drawing import drawn_from, later_task_outputs
 from gateway.context.forecast import Budget
-from gateway.context.items import Item
+from gateway.context.items import Item, content_text
 from gateway.context.lines import MINIFIED_JSON, MINIFIED_KEPT, STILL_AGES
 from gateway.context.session import Decision
 from gateway.context.stages.base import StageContext, StageResult, decide
@@ -298,6 +299,29 @@ def _old_turn(item: Item, ctx: StageContext, opts: CompressOptions, digest: bool
     return digest or (undecided(item, ctx.decisions) and item.message_index < ctx.horizon)
 
 
+def _superseded_turns(due: list[Item], ctx: StageContext,
+                      aged: Mapping[str, Decision]) -> dict[str, Decision]:
+    """The due user turns (not the task) that later user turns re-send
+    (`classify.superseded`), masked to their placeholder rather than digested: their digest
+    kept the phase's head and tail lines and the words it named, seven times a placeholder,
+    on every call to come (ChatDev runs, bench/README.md, "A harness that re-sends its
+    state, part two")."""
+    turns = [item for item in due if item.kind == "user" and item.id in aged
+             and not item.goal and item.rewritable]
+    if not turns:
+        return {}
+    by_index = {item.message_index: item for item in turns}
+    later: set[str] = set()  # the lines of the user turns after the one read
+    masked = {}
+    for index in range(len(ctx.messages) - 1, min(by_index) - 1, -1):
+        item = by_index.get(index)
+        if item is not None and superseded(ctx.originals.get(item.id, item).text, later):
+            masked[item.id] = Decision("compress", "mask", "aged", "mask", 1)
+        if ctx.messages[index].get("role") == "user":
+            later.update(long_lines(content_text(ctx.messages[index].get("content"))))
+    return masked
+
+
 def _keep_minified(
     items: list[Item], decisions: dict[str, Decision], minified: Mapping[str, Decision],
     ctx: StageContext,
@@ -354,6 +378,8 @@ async def compress_items(items: list[Item], budget: Budget, ctx: StageContext) -
         for item in due
         if item.id not in kept
     }
+    if opts.superseded_turns:
+        aged.update(_superseded_turns(due, ctx, aged))
     minified = {i: was for i in aged if (was := ctx.decisions.get(i)) is not None
                 and was.reason == MINIFIED_JSON}
     aged.update(_expired_digests(items, ctx, opts, frozenset(aged)))
