@@ -66,11 +66,12 @@ class Clock:
     instructions for one node of its agent, opening with the same template line).
     `called_start`: `task_start` when the agent had made a call answered in prose;
     `json_steps`: one such call was a JSON step answered by a JSON observation
-    (`json_step_result`)."""
+    (`json_step_result`); `system_results`: one was answered by a system message
+    (`system_observation`)."""
 
     __slots__ = ("api_calls", "called_start", "json_steps", "named", "queue_starts", "replies",
-                 "task_start", "task_statement", "task_turns", "template_turns", "text_calls",
-                 "text_results", "turns")
+                 "system_results", "task_start", "task_statement", "task_turns",
+                 "template_turns", "text_calls", "text_results", "turns")
 
     def __init__(self, turns: int = 0) -> None:
         self.turns = turns
@@ -82,6 +83,7 @@ class Clock:
         self.api_calls = False
         self.text_calls = False
         self.json_steps = False  # a call's result was a JSON step's (`json_step_result`)
+        self.system_results = False  # a call's result was a system message
         self.text_results = 0
         self.replies = 0
         self.queue_starts: list[tuple[int, int]] = []
@@ -395,6 +397,7 @@ class Layout:
                 self.open_from = self.turns[-1]  # the call it answers is open
                 self.clock.text_calls = True
                 self.clock.text_results += 1
+                self.clock.system_results = True
             elif role == "assistant":
                 self.turns.append(i)
                 self.open_from = i if msg.get("tool_calls") else None
