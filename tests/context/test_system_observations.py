@@ -15,7 +15,7 @@ import json
 from typing import Any
 
 from gateway.context.classify import RequestScan, agent_fingerprint, is_text_tool_request
-from gateway.context.items import Layout, parse_request, system_observation
+from gateway.context.items import parse_request, system_observation
 from gateway.context.session import SessionState
 from gateway.context.steps import horizon_after, takes_credit
 from gateway.context.taskclass import Compaction, TaskClass
