@@ -96,7 +96,6 @@ from gateway.context.steps import (
     stated_left,
     step_horizon,
     tail_mask_repays,
-    takes_credit,
     text_tools_now,
     undecided,
     unrepaid,
@@ -789,12 +788,8 @@ class ContextEngine:
         forced = over and not first_call
         # a counted run's tail rewrites (`_tail_masks`) spend its instability budget
         tails = _tail_steps(cls, messages, parsed.items, state)
-        # the client changed a message it had sent, so broke its own cached prefix (read
-        # only where it matters: `steps.takes_credit`)
-        edited = (prefix is None and previous is not None and not takes_credit(parsed.items)
-                  and _first_edit(previous, parsed.items, len(messages)) is not None)
         horizon = step_horizon(messages, parsed.items, replace(state, steps=state.steps + tails)
-                               if tails else state, cls, stale, forced=forced, edited=edited)
+                               if tails else state, cls, stale, forced=forced)
         turns_step = horizon != state.horizon
         ctx = StageContext(
             task_class=cls,

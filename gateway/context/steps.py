@@ -178,7 +178,6 @@ def step_horizon(
     cls: TaskClass,
     stale: int = 0,
     forced: bool = False,
-    edited: bool = False,
 ) -> int:
     """Where age-based compaction reaches after this call (unchanged when no step is due).
 
@@ -200,23 +199,20 @@ def step_horizon(
     return horizon_after(turns, tokens_from, len(messages), state, cls, stale, forced,
                          call_tokens=sum(item.tokens for item in items),
                          unanswered=open_tokens(items), first_task=on_first_task(items),
-                         credit=takes_credit(items, edited=edited))
+                         credit=takes_credit(items))
 
 
-def takes_credit(items: Iterable[Item] = (), clock: Clock | None = None,
-                 edited: bool = False) -> bool:
+def takes_credit(items: Iterable[Item] = (), clock: Clock | None = None) -> bool:
     """Whether a young session may step on credit (`on_credit`): not one whose client sends
-    its calls' results back as system messages (`Clock.system_results`), unless the client
-    changed a message it had sent on this call (`edited`: its own cached prefix is broken,
-    so the step re-sends nothing the client did not). Such a client rebuilds the system
-    messages around them on every call (a date, what its memory recalled): measured on one
-    (AutoGPT), 43% of its calls break its own cached prefix and its runs end after 2-6
-    calls, so a step the credit hastens onto a call the client kept is re-sent at full
-    price and not repaid (runs, tune, late / cost @0.1: credit on every call 10.9 / -1.4%,
-    on none 1.6 / +0.5%, on the client's breaks 2.9 / +0.2%; bench/README.md, "Results
-    sent back as system messages")."""
+    its calls' results back as system messages (`Clock.system_results`). Such a client
+    rebuilds the system messages around them on every call (a date, what its memory
+    recalled): measured on one (AutoGPT), 43% of its calls break its own cached prefix and
+    its runs end after 2-6 calls, so a step the credit hastens onto a call the client kept
+    is re-sent at full price and not repaid (runs, tune, late / cost @0.1: 10.9 / -1.4%
+    with it, 1.6 / +0.5% without; bench/README.md, "Results sent back as system
+    messages")."""
     clock = clock if clock is not None else next((item.clock for item in items), None)
-    return clock is None or not clock.system_results or edited
+    return clock is None or not clock.system_results
 
 
 def calls_until_affordable(steps: int, calls: int, share: float) -> int | None:

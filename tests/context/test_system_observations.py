@@ -5,8 +5,7 @@ call the assistant turn before it wrote (`items.system_observation`), so it is h
 ages as a text tool's result does, not a pinned instruction (`Layout.observations`); the
 session is a text-tool agent's (`RequestScan.text_tools`); its agent is its leading system
 prompt, not every system message (`classify.agent_fingerprint`); and a young session of it
-takes no step on credit (`steps.takes_credit`) but on a call where the client broke its own
-cached prefix. A system message mid-conversation that
+takes no step on credit (`steps.takes_credit`). A system message mid-conversation that
 names no call the assistant just wrote (a reminder of the rules, a new task's prompt) stays
 pinned (bench/README.md, "Results sent back as system messages")."""
 
@@ -103,8 +102,6 @@ def test_the_agent_is_its_leading_system_prompt_not_its_rebuilt_header() -> None
 def test_a_young_session_of_such_an_agent_takes_no_step_on_credit() -> None:
     parsed = parse_request({"messages": session()}, TokenCounter(), "o200k_base")
     assert not takes_credit(parsed.items)
-    # unless the client changed a message it had sent: its cached prefix is broken anyway
-    assert takes_credit(parsed.items, edited=True)
     credit = Compaction(verbatim_tokens_high=1000, verbatim_tokens_low=0, max_step_share=0.2,
                         early_calls=12, early_max_tokens=8000, early_share=0.6)
     cls = TaskClass(name="c", compaction=credit)
