@@ -206,7 +206,7 @@ def takes_credit(items: Iterable[Item] = (), clock: Clock | None = None) -> bool
     """Whether a young session may step on credit (`on_credit`): not one whose client sends
     its calls' results back as system messages (`Clock.system_results`). Such a client
     rebuilds the system messages around them on every call (a date, what its memory
-    recalled): measured on one (AutoGPT), 43% of its calls break its own cached prefix and
+    recalled): measured on one such agent, 43% of its calls break its own cached prefix and
     its runs end after 2-6 calls, so a step the credit hastens onto a call the client kept
     is re-sent at full price and not repaid (runs, tune, late / cost @0.1: 10.9 / -1.4%
     with it, 1.6 / +0.5% without; bench/README.md, "Results sent back as system
