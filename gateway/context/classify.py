@@ -12,7 +12,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from gateway.context.items import content_text, json_step_result, text_tool_result
+from gateway.context.items import (
+    content_text,
+    json_step_result,
+    system_observation,
+    text_tool_result,
+)
 from gateway.context.taskclass import DEFAULT_CLASS, TaskClass
 
 if TYPE_CHECKING:
@@ -125,6 +130,10 @@ class RequestScan:
                         or (after and json_step_result(assistant, text))):
                     self.text = True
                     break
+                elif role in ("system", "developer") and after and assistant and (
+                        system_observation(assistant, content_text(msg.get("content")))):
+                    self.text = True  # a call's result sent back as a system message
+                    break
                 after = role == "assistant"
             self.assistant, self.after_assistant = assistant, after
         self.text_count = len(messages)
@@ -154,12 +163,23 @@ def agent_fingerprint(body: Mapping[str, Any]) -> str | None:
     """Which agent sent a request: its system prompt and the tools it defines. Every session
     of one agent has the same fingerprint from its first call on, however short that is.
     None when the request has neither: nothing tells its agent apart."""
-    system, tools = system_text(body.get("messages") or ()), defined_tools(body)
+    system, tools = system_prompt(body.get("messages") or ()), defined_tools(body)
     if not system and not tools:
         return None
     h = hashlib.blake2b(digest_size=12)
     h.update(system.encode() + b"\x00" + "\x00".join(tools).encode())
     return h.hexdigest()
+
+
+def system_prompt(messages: Sequence[Mapping[str, Any]]) -> str:
+    """The request's first message when it is a system or developer one: its agent's
+    prompt. The system messages after it are not the agent's: a header a client rebuilds
+    on every call (the date, what its memory recalled), results of its calls sent back as
+    system messages (`system_observation`); read in, they made each call a new agent."""
+    first = messages[0] if messages else None
+    if first is None or first.get("role") not in ("system", "developer"):
+        return ""
+    return content_text(first.get("content"))
 
 
 def system_text(messages: Sequence[Mapping[str, Any]]) -> str:

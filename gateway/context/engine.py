@@ -332,14 +332,13 @@ class ContextEngine:
     def _session_agent(self, body: dict[str, Any], tenant: str, session_id: str,
                        prefix: Prefix | None) -> str | None:
         """`classify.agent_fingerprint(body)`, read from the session's last call where this
-        one only appends to it (`prefix`: its messages proven unchanged, its tools the same)
-        and appends no system or developer message: the fingerprint reads every such message
-        of the request, a scan of the whole session on each call otherwise."""
+        one only appends to it (`prefix`: its messages proven unchanged, its tools the same):
+        the fingerprint reads the request's first message and tools only, which such a call
+        keeps."""
         key = (tenant, session_id)
         known = self._agents_of.get(key)
         messages = body["messages"]
-        if known is not None and prefix is not None and known[1] == prefix.start and not any(
-                m.get("role") in ("system", "developer") for m in messages[known[1]:]):
+        if known is not None and prefix is not None and known[1] == prefix.start > 0:
             fingerprint = known[0]
         else:
             fingerprint = agent_fingerprint(body)

@@ -66,11 +66,12 @@ class Clock:
     instructions for one node of its agent, opening with the same template line).
     `called_start`: `task_start` when the agent had made a call answered in prose;
     `json_steps`: one such call was a JSON step answered by a JSON observation
-    (`json_step_result`)."""
+    (`json_step_result`); `system_results`: one was answered by a system message
+    (`system_observation`)."""
 
     __slots__ = ("api_calls", "called_start", "json_steps", "named", "queue_starts", "replies",
-                 "task_start", "task_statement", "task_turns", "template_turns", "text_calls",
-                 "text_results", "turns")
+                 "system_results", "task_start", "task_statement", "task_turns",
+                 "template_turns", "text_calls", "text_results", "turns")
 
     def __init__(self, turns: int = 0) -> None:
         self.turns = turns
@@ -82,6 +83,7 @@ class Clock:
         self.api_calls = False
         self.text_calls = False
         self.json_steps = False  # a call's result was a JSON step's (`json_step_result`)
+        self.system_results = False  # a call's result was a system message
         self.text_results = 0
         self.replies = 0
         self.queue_starts: list[tuple[int, int]] = []
@@ -256,6 +258,27 @@ def text_tool_result(assistant: str, user: str) -> bool:
     return any(m.group(1) in words for m in _HTTP_CALL.finditer(assistant))
 
 
+# A call an agent wrote as a JSON object (`"command": {"name": "read_file", "args": ...}`,
+# `{"action": "search", ...}`): the name under one of these keys.
+_JSON_CALL_NAME = re.compile(r'"(?:name|command|action|tool)"\s*:\s*"([A-Za-z_][\w.-]{2,})"')
+_HEAD_WORD = re.compile(r"[A-Za-z_][\w.-]{2,}")
+
+
+def system_observation(assistant: str, system: str) -> bool:
+    """Whether a system message right after an assistant turn is the result of a call that
+    turn wrote, as a harness that writes its results back as system messages sends it
+    (`Command read_file returned: ...`): its first line names the call, as the assistant
+    wrote it in a JSON object (`"name": "read_file"`) or in prose (`read_file(`). Such a
+    message is an observation of the conversation, not an instruction: it ages as a text
+    tool's result does (`Layout.observations`). A system message that starts a new task or
+    reminds the agent of its rules names no call its assistant turn just wrote."""
+    head = system.lstrip()[:_HEAD_CHARS].split("\n", 1)[0]
+    words = set(_HEAD_WORD.findall(head))
+    return (any(m.group(1) in words for m in _JSON_CALL_NAME.finditer(assistant))
+            or ("(" in assistant
+                and any(m.group(0) in assistant for m in _CALL_NAME.finditer(head))))
+
+
 def json_step_result(assistant: str, user: str) -> bool:
     """Whether a user turn right after an assistant turn answers it as a harness answers an
     agent that writes its steps as JSON: both turns are each one JSON object and nothing
@@ -312,6 +335,9 @@ class Layout:
     # user messages before the agent's first call that open as the first one did: the
     # harness's further instructions for the task (a step schema), its statement too
     set_up: set[int] = field(default_factory=set)
+    # system messages that are the results of the calls the assistant turn before each
+    # wrote (`system_observation`): history that ages, not pinned instructions
+    observations: set[int] = field(default_factory=set)
 
     def extend(self, messages: Sequence[Mapping[str, Any]]) -> list[str]:
         """Walk messages[count:]; returns their units."""
@@ -349,7 +375,9 @@ class Layout:
                     self.clock.text_calls = True
                     self.clock.text_results += 1
                 elif self.first_answer is not None:
-                    if messages[i - 1].get("role") != "user":  # a new task starts
+                    # a new task starts (not the harness's prompt after a call's result)
+                    if (messages[i - 1].get("role") != "user"
+                            and i - 1 not in self.observations):
                         self.current_files = set()
                         self.clock.task_start = i
                         if self.clock.text_calls:
@@ -362,6 +390,14 @@ class Layout:
                             i if new_task_statement(self.api_turns, text) else -1)
                     self.current_files.update(_FILE_NAME.findall(text))
                 self.api_turns = 0
+            elif (role in ("system", "developer") and self.open_from is None and self.said
+                    and messages[i - 1].get("role") == "assistant"
+                    and system_observation(self.said, content_text(msg.get("content")))):
+                self.observations.add(i)
+                self.open_from = self.turns[-1]  # the call it answers is open
+                self.clock.text_calls = True
+                self.clock.text_results += 1
+                self.clock.system_results = True
             elif role == "assistant":
                 self.turns.append(i)
                 self.open_from = i if msg.get("tool_calls") else None
@@ -388,8 +424,9 @@ class Layout:
         return units
 
     def pinned_message(self, i: int, kind: Kind) -> bool:
-        """System messages, marked ones and the tool exchange not yet answered."""
-        return (kind == "system" or i in self.pins
+        """System messages but the calls' results among them (`observations`), marked
+        ones and the tool exchange not yet answered."""
+        return ((kind == "system" and i not in self.observations) or i in self.pins
                 or (self.open_from is not None and i >= self.open_from))
 
     def restate(self, item: Item) -> Item:
@@ -560,7 +597,9 @@ def message_items(
         msg = messages[i]
         role = str(msg.get("role", "user"))
         kind: Kind = _ROLE_KIND.get(role, "user")
-        if role == "assistant":
+        if i in layout.observations:
+            kind = "user"  # a call's result, as a text tool's harness sends it
+        elif role == "assistant":
             seen -= 1
             if msg.get("tool_calls"):
                 kind = "tool_call"

@@ -56,6 +56,7 @@ from gateway.context.steps import (
     on_first_task,
     open_tokens,
     stale_tokens,
+    takes_credit,
     undecided,
 )
 from gateway.context.taskclass import CompressOptions, TaskClass
@@ -657,7 +658,8 @@ class Prefix:
         unanswered = sum(open_tokens(group) for group in self.watched.values())
         return horizon_after(turns, tokens_from, n_messages, state, cls, stale,
                              call_tokens=self.item_tokens, unanswered=unanswered,
-                             first_task=on_first_task(clock=layout.clock)) != horizon
+                             first_task=on_first_task(clock=layout.clock),
+                             credit=takes_credit(clock=layout.clock)) != horizon
 
     def _render(
         self,

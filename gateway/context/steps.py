@@ -198,7 +198,21 @@ def step_horizon(
             tokens_from[item.message_index] = tokens_from.get(item.message_index, 0) + item.tokens
     return horizon_after(turns, tokens_from, len(messages), state, cls, stale, forced,
                          call_tokens=sum(item.tokens for item in items),
-                         unanswered=open_tokens(items), first_task=on_first_task(items))
+                         unanswered=open_tokens(items), first_task=on_first_task(items),
+                         credit=takes_credit(items))
+
+
+def takes_credit(items: Iterable[Item] = (), clock: Clock | None = None) -> bool:
+    """Whether a young session may step on credit (`on_credit`): not one whose client sends
+    its calls' results back as system messages (`Clock.system_results`). Such a client
+    rebuilds the system messages around them on every call (a date, what its memory
+    recalled): measured on one such agent, 43% of its calls break its own cached prefix and
+    its runs end after 2-6 calls, so a step the credit hastens onto a call the client kept
+    is re-sent at full price and not repaid (runs, tune, late / cost @0.1: 10.9 / -1.4%
+    with it, 1.6 / +0.5% without; bench/README.md, "Results sent back as system
+    messages")."""
+    clock = clock if clock is not None else next((item.clock for item in items), None)
+    return clock is None or not clock.system_results
 
 
 def calls_until_affordable(steps: int, calls: int, share: float) -> int | None:
@@ -479,11 +493,13 @@ def horizon_after(
     call_tokens: int = 0,
     unanswered: int = 0,
     first_task: bool = True,
+    credit: bool = True,
 ) -> int:
     """`step_horizon` from the assistant turns and the compactable tokens per message; only
     those at or after `state.horizon` count, so a caller may pass just those. `unanswered`:
     the tokens of the exchange the model has not answered yet (`open_tokens`);
-    `first_task`: the session is on its first task (`on_first_task`)."""
+    `first_task`: the session is on its first task (`on_first_task`); `credit`: a young
+    session may step on credit (`takes_credit`)."""
     c = cls.compaction
     if not c.ages:
         return state.horizon
@@ -519,7 +535,8 @@ def horizon_after(
     # latest turn stays the ladder's.
     if stale and not affordable and state.calls:
         affordable = stale_cut_repays(stale, resend, state.steps, state.calls, c)
-    if not (affordable or forced) and state.calls and on_credit(state, c, call_tokens):
+    if (not (affordable or forced) and state.calls and credit
+            and on_credit(state, c, call_tokens)):
         affordable = True  # ahead of the share; its first step also once most of the call
         # is verbatim behind the latest exchange
         over_tokens = over_tokens or (not state.steps and c.early_share > 0
