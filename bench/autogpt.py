@@ -62,9 +62,10 @@ import yaml
 from bench.chat_corpus import (
     Message,
     RepoReader,
+    chained_runs,
     converter_main,
     n_calls,
-    per_call_queues,
+    prompt_queues,
     write_runs_and_queues,
 )
 
@@ -243,16 +244,8 @@ def run_session(sid: str, run: Sequence[int], calls: Sequence[Mapping[str, Any]]
 
 def queue_sessions(runs: Sequence[dict[str, Any]], queue_calls: int) -> list[dict[str, Any]]:
     """Runs of one system prompt one after another (module docstring), per call."""
-    groups: dict[str, list[dict[str, Any]]] = {}
-    for r in runs:
-        groups.setdefault(r["messages"][0]["content"], []).append(r)
-    by_name = {f"a{i:02d}": group for i, group in enumerate(groups.values())}
-
-    def parts(total: int) -> int:
-        return round(total / queue_calls)
-
-    return per_call_queues(by_name, size=lambda r: n_calls(r["messages"]), parts=parts,
-                           name=lambda key, q: f"{CORPUS}-queue/{key}/q{q:02d}")
+    return prompt_queues(runs, queue_calls, corpus=CORPUS,
+                         size=lambda r: n_calls(r["messages"]), key=lambda _p, i: f"a{i:02d}")
 
 
 def convert(repo: Path, out: Path, *, rev: str = REV, queue_calls: int = 250
@@ -260,20 +253,13 @@ def convert(repo: Path, out: Path, *, rev: str = REV, queue_calls: int = 250
     reader = RepoReader(repo, "LICENSE")
     if not reader.git:
         raise ValueError(f"{repo}: a git directory is needed (every version of the cassettes)")
-    commit = reader._git("rev-parse", rev).strip()
-    calls, left = load(reader, rev)
-    runs = chain(calls)
-    kept = [r for r in runs if len(r) >= MIN_CALLS]
-    if not kept:
-        raise ValueError(f"{repo}@{rev}: no run of {MIN_CALLS} calls or more")
+    calls, kept, fields = chained_runs(reader, rev, source=SOURCE, min_calls=MIN_CALLS,
+                                       load=load, chain=chain)
     sessions = [run_session(f"{CORPUS}/{Path(calls[r[0]]['path']).parent.name}/r{n:03d}", r,
                             calls) for n, r in enumerate(kept)]
     rebuilt = sum(c["messages"] != s["messages"][:len(c["messages"])]
                   for s in sessions for c in s["calls"])
-    fields = {
-        "source": SOURCE, "commit": commit, "calls": len(calls), "runs_all": len(runs),
-        "runs": len(kept), "min_calls": MIN_CALLS, "single": len(runs) - len(kept),
-        "left": ", ".join(f"{why} {n:,}" for why, n in left.most_common()),
+    fields |= {
         "models": ", ".join(f"`{m}` {n}" for m, n in
                             Counter(str(s["model"]) for s in sessions).most_common()),
         "tests": ", ".join(f"`{t}` {n}" for t, n in

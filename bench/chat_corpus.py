@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import subprocess
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -235,6 +236,43 @@ def per_call_queues(
         out.append({**group[0], "id": sid, "path": None, "messages": messages,
                     "calls": per_call})
     return out
+
+
+def prompt_queues(
+    runs: Sequence[dict[str, Any]], queue_calls: int, *, corpus: str,
+    size: Callable[[Mapping[str, Any]], int], key: Callable[[str, int], str],
+) -> list[dict[str, Any]]:
+    """Per-call runs of one system prompt one after another: the runs grouped by their
+    first message (in order of first appearance), each group named `key(prompt, index)`
+    and cut into queues of about `queue_calls` calls (`per_call_queues`)."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in runs:
+        groups.setdefault(str(r["messages"][0]["content"]), []).append(r)
+    by_name = {key(prompt, i): group for i, (prompt, group) in enumerate(groups.items())}
+    return per_call_queues(by_name, size=size, parts=lambda total: round(total / queue_calls),
+                           name=lambda name, q: f"{corpus}-queue/{name}/q{q:02d}")
+
+
+def chained_runs(
+    reader: RepoReader, rev: str, *, source: str, min_calls: int,
+    load: Callable[[RepoReader, str], tuple[Sequence[Any], Counter[str]]],
+    chain: Callable[[Sequence[Any]], list[list[int]]],
+) -> tuple[Sequence[Any], list[list[int]], dict[str, Any]]:
+    """A per-call converter's reading: the calls `load` finds at `rev`, chained into runs
+    (`chain`: lists of call indexes), those of `min_calls` calls or more kept (an error when
+    none is). Returns the calls, the kept runs and the README fields every such converter
+    fills (source, commit, counts, what was left out and why)."""
+    commit = reader._git("rev-parse", rev).strip()
+    calls, left = load(reader, rev)
+    runs = chain(calls)
+    kept = [r for r in runs if len(r) >= min_calls]
+    if not kept:
+        raise ValueError(f"{reader.root}@{rev}: no run of {min_calls} calls or more")
+    return calls, kept, {
+        "source": source, "commit": commit, "calls": len(calls), "runs_all": len(runs),
+        "runs": len(kept), "min_calls": min_calls, "single": len(runs) - len(kept),
+        "left": ", ".join(f"{why} {n:,}" for why, n in left.most_common()),
+    }
 
 
 def run_conversion(parser: argparse.ArgumentParser, source: Path, out: Path,

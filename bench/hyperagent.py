@@ -57,8 +57,9 @@ import orjson
 
 from bench.chat_corpus import (
     RepoReader,
+    chained_runs,
     converter_main,
-    per_call_queues,
+    prompt_queues,
     write_runs_and_queues,
 )
 
@@ -187,17 +188,8 @@ def run_session(sid: str, run: Sequence[int], calls: Sequence[Mapping[str, Any]]
 
 def queue_sessions(runs: Sequence[dict[str, Any]], queue_calls: int) -> list[dict[str, Any]]:
     """Runs of one system prompt one after another (module docstring), per call."""
-    groups: dict[str, list[dict[str, Any]]] = {}
-    for r in runs:
-        groups.setdefault(r["messages"][0]["content"], []).append(r)
-    by_name = {f"{role(system)}{i:02d}": group for i, (system, group) in
-               enumerate(groups.items())}
-
-    def parts(total: int) -> int:
-        return round(total / queue_calls)
-
-    return per_call_queues(by_name, size=lambda r: len(r["calls"]), parts=parts,
-                           name=lambda key, q: f"{CORPUS}-queue/{key}/q{q:02d}")
+    return prompt_queues(runs, queue_calls, corpus=CORPUS, size=lambda r: len(r["calls"]),
+                         key=lambda prompt, i: f"{role(prompt)}{i:02d}")
 
 
 def convert(repo: Path, out: Path, *, rev: str = REV, queue_calls: int = 50
@@ -205,20 +197,13 @@ def convert(repo: Path, out: Path, *, rev: str = REV, queue_calls: int = 50
     reader = RepoReader(repo, "README.md")
     if not reader.git:
         raise ValueError(f"{repo}: a git directory is needed (the calls were deleted later)")
-    commit = reader._git("rev-parse", rev).strip()
-    calls, left = load(reader, rev)
-    runs = chain(calls)
-    kept = [r for r in runs if len(r) >= MIN_CALLS]
-    if not kept:
-        raise ValueError(f"{repo}@{rev}: no run of {MIN_CALLS} calls or more")
+    calls, kept, fields = chained_runs(reader, rev, source=SOURCE, min_calls=MIN_CALLS,
+                                       load=load, chain=chain)
     sessions = [run_session(f"{CORPUS}/{order(calls[r[0]]['path'])[0][len(FOLDER):]}r{n:03d}",
                             r, calls) for n, r in enumerate(kept)]
     sizes = sorted(len(r) for r in kept)
-    fields = {
+    fields |= {
         "per_call": f"{sizes[0]} / {sizes[len(sizes) // 2]} / {sizes[-1]}",
-        "source": SOURCE, "commit": commit, "calls": len(calls), "runs_all": len(runs),
-        "runs": len(kept), "min_calls": MIN_CALLS, "single": len(runs) - len(kept),
-        "left": ", ".join(f"{why} {n:,}" for why, n in left.most_common()),
         "roles": ", ".join(f"{r} {n}" for r, n in
                            Counter(s["role"] for s in sessions).most_common()),
         "tasks": ", ".join(f"`{t or '.'}` {n}" for t, n in
