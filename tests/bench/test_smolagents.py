@@ -94,6 +94,11 @@ def test_runs_and_queues(source: tuple[Path, str], tmp_path: Path) -> None:
     assert (line0["model"], line0["task_id"], line0["tools"]) == ("gpt-4o", "GAIA/000", [])
     readme = (out / "smolagents" / "README.md").read_text()
     assert f"`{rev}`" in readme and "Apache-2.0" in readme
+    # the stats count the text of list contents
+    chars = sorted(sum(len(m["content"][0]["text"]) for m in r.messages) for r in runs)
+    assert (f"2 sessions; calls per session min / median / max 2 / 2 / 2; characters of full "
+            f"history (contents + tool-call JSON) min / median / max {chars[0]:,} / "
+            f"{chars[1]:,} / {chars[1]:,}") in readme
     assert ("Read: runs read 4, runs of fewer than 2 calls 1, runs with no memory recorded (the "
             "run failed) 1. Runs used: 2 (`code-gaia` 1, `tool-calling-math` 1)") in readme
     # one queue per system prompt: here each holds its agent's one run
