@@ -16,6 +16,8 @@ from typing import Any, TypeVar
 
 import orjson
 
+from gateway.context.needed import text_content
+
 Message = dict[str, Any]
 Run = TypeVar("Run")
 
@@ -176,7 +178,7 @@ def corpus_stats(sessions: Sequence[Mapping[str, Any]]) -> str:
     """One line for a README: sessions, calls per session, characters of full history."""
     calls = sorted(n_calls(s["messages"]) for s in sessions)
     chars = sorted(
-        sum(len(m.get("content") or "")
+        sum(len(text_content(m.get("content")))
             + (len(orjson.dumps(m["tool_calls"])) if m.get("tool_calls") else 0)
             for m in s["messages"])
         for s in sessions
