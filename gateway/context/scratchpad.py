@@ -89,24 +89,29 @@ def _stripped_end(text: str, start: int, end: int) -> int:
 def unpinned_scratchpad(
     messages: Sequence[Mapping[str, Any]], parsed: ParsedRequest, counter: TokenCounter
 ) -> ParsedRequest:
-    """`parsed` with the scratchpad of its last message, a user message sent as one pinned
-    item, split into pieces (module doc): all steps but the newest unpinned. The pieces'
-    tokens add up to the message's (the tail takes what the seams differ by), so a cut
-    piece's drop event counts what the message saved. `parsed` when there is no such
-    scratchpad of two steps or more."""
+    """`parsed` with the scratchpad of its last message, a user message with string content
+    and a pinned item, split into pieces (module doc): all steps but the newest unpinned.
+    The message is split whole, whatever items it was parsed into (one; retrieved documents;
+    the pieces of a session's earlier call that sent it, pinned again as its latest user
+    message). The pieces' tokens add up to the message's (the tail takes what the seams
+    differ by), so a cut piece's drop event counts what the message saved. `parsed` when
+    there is no such scratchpad of two steps or more."""
     layout = parsed.layout
     last = len(messages) - 1
-    if layout is None or layout.latest_user != last:
+    text = messages[last].get("content") if messages else None
+    if layout is None or layout.latest_user != last or not isinstance(text, str):
         return parsed
     own = [k for k, item in enumerate(parsed.items) if item.message_index == last]
-    item = parsed.items[own[0]] if len(own) == 1 else None
-    if item is None or not item.pinned or not item.rewritable:
+    if not own or not any(parsed.items[k].pinned for k in own):
         return parsed
-    steps = scratchpad_steps(item.text)
+    steps = scratchpad_steps(text)
     if len(steps) < 2:
         return parsed
-    pieces = _pieces(item, steps, counter, parsed.encoding)
-    return replace(parsed, items=[*parsed.items[:own[0]], *pieces, *parsed.items[own[0] + 1:]])
+    first = parsed.items[own[0]]
+    whole = replace(first, text=text, pinned=True, kind="user",
+                    tokens=sum(parsed.items[k].tokens for k in own))
+    pieces = _pieces(whole, steps, counter, parsed.encoding)
+    return replace(parsed, items=[*parsed.items[:own[0]], *pieces, *parsed.items[own[-1] + 1:]])
 
 
 def _pieces(item: Item, steps: list[Step], counter: TokenCounter, encoding: str) -> list[Item]:

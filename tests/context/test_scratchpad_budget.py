@@ -158,3 +158,41 @@ async def test_without_a_budget_s_pressure_the_scratchpad_is_sent_as_written(
     fitted = await engine.fit(body, _call(None))
     assert fitted.body["messages"][-1]["content"] == body["messages"][-1]["content"]
     assert not fitted.drops
+
+
+def test_a_message_parsed_into_several_items_is_split_whole() -> None:
+    """An observation holding a retrieved document (`segments.py`: its own `knowledge`
+    item): the message is split from its text, whatever items it was parsed into."""
+    counter = TokenCounter()
+    document = "<document>" + " ".join(f"retry_limit_{n}" for n in range(40)) + "</document>"
+    text = _message(4).replace("module_1.py is:\n", f"module_1.py is:\n{document}\n", 1)
+    body = {"messages": [{"role": "system", "content": SYSTEM},
+                         {"role": "user", "content": text}]}
+    parsed = parse_request(body, counter, "o200k_base")
+    assert sum(item.message_index == 1 for item in parsed.items) > 1
+    split = unpinned_scratchpad(body["messages"], parsed, counter)
+    pieces = [item for item in split.items if item.message_index == 1]
+    assert "".join(p.text for p in pieces) == text
+    assert split.tokens == parsed.tokens
+    assert [p.kind for p in pieces if not p.pinned] == ["assistant", "tool_result"] * 3
+
+
+async def test_a_session_s_later_calls_under_the_budget_are_cut_too(
+    engine: ContextEngine,
+) -> None:
+    """The same call sent again in its session (its message's pieces pinned again as the
+    latest user message), then a later run's call after the agent's answer: each is cut,
+    not refused, and its log adds up."""
+    body = _body(6)
+    budget = int(0.7 * _tokens(engine, body))
+    call = _call(budget)
+    first = await engine.fit(body, call)
+    again = await engine.fit(body, call)
+    assert again.body["messages"] == first.body["messages"]
+    later = {"messages": [*body["messages"],
+                          {"role": "assistant", "content": "Final Answer: module_2.py"},
+                          {"role": "user", "content": _message(7)}]}
+    fitted = await engine.fit(later, call)
+    assert fitted.tokens_after <= budget
+    assert fitted.body["messages"][-1]["content"].endswith(_step(6) + "Thought:")
+    assert all(drops_add_up(f) for f in (first, again, fitted))
