@@ -563,7 +563,7 @@ class ContextEngine:
         """Every item: remembered decisions, a compaction step when due, render."""
         parsed = r.parsed or self._parsed(r)
         pinned = r.fixed + sum(item.tokens for item in parsed.items if item.pinned)
-        if pinned > r.budget.input:
+        if pinned > r.budget.input:  # turns the model can do without, rather than refuse
             parsed = unpinned_scratchpad(
                 r.messages, _text_call_unpinned(r.messages, parsed), self.counter)
             pinned = r.fixed + sum(item.tokens for item in parsed.items if item.pinned)

@@ -12,9 +12,8 @@ reply (`assistant`, with the labels: dropped with its step, never rewritten, so 
 sent still reads as the loop) and the observation's body (`tool_result`), aged by the steps
 after it. The ladder then digests, masks and drops them as it does tool exchanges: oldest
 first, just enough. Without a budget's pressure nothing is split: a digest inside a message
-the client only appends to re-bills the rest of it at every change (bench/README.md, "A
-scratchpad agent's old observations inside its latest user message, digested": cost @0.1
-−6.30 · −2.45 on HyperAgent's runs).
+the client only appends to re-bills the rest of it at every change (branch scratch59,
+bench/README.md's session 59 paragraph: cost @0.1 −6.30 · −2.45 on HyperAgent's runs).
 """
 
 from __future__ import annotations
