@@ -82,6 +82,7 @@ from gateway.context.render import (
     render_plan,
     with_cut_calls,
 )
+from gateway.context.scratchpad import unpinned_scratchpad
 from gateway.context.session import Decision, RedisSessionStore, SessionState, SessionStore
 from gateway.context.stages import STAGES, StageContext
 from gateway.context.stages.base import decide
@@ -562,8 +563,9 @@ class ContextEngine:
         """Every item: remembered decisions, a compaction step when due, render."""
         parsed = r.parsed or self._parsed(r)
         pinned = r.fixed + sum(item.tokens for item in parsed.items if item.pinned)
-        if pinned > r.budget.input:
-            parsed = _text_call_unpinned(r.messages, parsed)
+        if pinned > r.budget.input:  # turns the model can do without, rather than refuse
+            parsed = unpinned_scratchpad(
+                r.messages, _text_call_unpinned(r.messages, parsed), self.counter)
             pinned = r.fixed + sum(item.tokens for item in parsed.items if item.pinned)
         if pinned > r.budget.input:
             return await self._overflow(r, parsed, pinned)

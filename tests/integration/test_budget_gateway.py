@@ -7,6 +7,9 @@ import json
 import uuid
 from typing import Any
 
+import openai
+import pytest
+
 from gateway.observability.reconstruct import reconstruct
 from tests.harness import Gateway, Upstream
 from tests.integration.test_engine_gateway import TOOLS, client, long_session
@@ -91,3 +94,44 @@ def test_budget_cuts_old_tool_call_arguments_just_enough(
         drops = logged_drops(gateway, trace_id)
         assert sum(d["tokens_before"] - d["tokens_after"] for d in drops) == size - after
         assert any(d["kind"] == "tool_call" and d["tokens_after"] for d in drops)
+
+
+def _scratchpad(steps: int, newest_lines: int = 40) -> list[dict[str, object]]:
+    """A structured-chat agent's call: the system prompt and ONE user message holding the
+    objective and every earlier step (`Thought:` / `Action:` / `Observation:`)."""
+    def step(k: int, lines: int = 40) -> str:
+        listing = "\n".join(f"{n} def handler_{k}_{n}(value): return value * {n}"
+                            for n in range(1, lines + 1))
+        return (f"Thought: I open module_{k}.py next.\nAction:\n```json\n"
+                f'{{"action": "open_file", "action_input": {{"path": "module_{k}.py"}}}}\n```\n'
+                f"Observation: The content of module_{k}.py is:\n{listing}\n")
+    text = ("Objective: find where `parse_config_v2` reads `retry_limit`.\nAgent scratchpad:\n"
+            + "".join(step(k) for k in range(steps - 1)) + step(steps - 1, newest_lines)
+            + "Thought:")
+    return [{"role": "system", "content": "Use a json blob to call open_file. Format:\n"
+                                          "Thought: ...\nAction: ...\nObservation: ..."},
+            {"role": "user", "content": text}]
+
+
+def test_a_scratchpad_over_the_budget_is_cut_not_refused(
+    gateway: Gateway, upstream: Upstream
+) -> None:
+    """The one user message is over the budget: its older steps are cut (the objective and
+    the newest step sent as written), the call lands in the band, the log adds up; with no
+    room for the objective and the newest step, the call is still refused."""
+    messages = _scratchpad(6)
+    size = call_size(gateway, messages, [])
+    budget = int(0.7 * size)
+    after, trace_id, forwarded = budgeted(gateway, upstream, messages, [], budget)
+    assert budget - 0.1 * size <= after <= budget
+    text, sent = str(messages[1]["content"]), forwarded["messages"][1]["content"]
+    assert sent.startswith(text[:text.index("Thought:")])
+    assert sent.endswith(text[text.rindex("Thought: I open module_5.py"):])
+    drops = logged_drops(gateway, trace_id)
+    assert sum(d["tokens_before"] - d["tokens_after"] for d in drops) == size - after
+    huge = _scratchpad(3, newest_lines=400)
+    api = client(gateway, uuid.uuid4().hex,
+                 **{"x-ctxgate-budget-tokens": str(call_size(gateway, huge, []) // 2)})
+    with pytest.raises(openai.BadRequestError) as caught:
+        api.chat.completions.create(model="gpt-4o-mini", messages=huge)  # type: ignore[arg-type]
+    assert caught.value.code == "context_budget_exceeded"
