@@ -259,7 +259,7 @@ def text_tool_result(assistant: str, user: str) -> bool:
     if "```" in assistant and _EXIT_STATUS.match(head) and _SHELL_BLOCK.search(assistant):
         return True
     if _CODE_OBSERVATION.match(head) and (
-            _CODE_TO_RUN.search(assistant) or _JSON_CALL_NAME.search(assistant)):
+            _CODE_TO_RUN.search(assistant) or _CALL_RECORD.search(assistant)):
         return True
     if _names_record_id(head, assistant):
         return True
@@ -284,10 +284,11 @@ def _names_record_id(head: str, assistant: str) -> bool:
 
 # A call an agent wrote as a JSON object (`"command": {"name": "read_file", "args": ...}`,
 # `{"action": "search", ...}`): the name under one of these keys.
-# A record of the call in a Python repr rather than JSON (`{'name': 'web_search', ...}`, as a
-# harness that logs its calls with `str()` writes them) is one too: either quote.
-_JSON_CALL_NAME = re.compile(
-    r"""(['"])(?:name|command|action|tool)\1\s*:\s*(['"])([A-Za-z_][\w.-]{2,})\2""")
+_JSON_CALL_NAME = re.compile(r'"(?:name|command|action|tool)"\s*:\s*"([A-Za-z_][\w.-]{2,})"')
+# A harness's record of a call, as JSON or as a Python repr (`{'name': 'web_search', ...}`,
+# a harness that logs its calls with `str()`): a name under one of those keys, either quote.
+_CALL_RECORD = re.compile(
+    r"""(['"])(?:name|command|action|tool)\1\s*:\s*(['"])[A-Za-z_][\w.-]{2,}\2""")
 # The id a call record gives its call (`"id": "call_3"`, `'tool_call_id': 'call_3'`).
 _RECORD_ID = re.compile(r"""(['"])(?:id|call_id|tool_call_id)\1\s*:\s*(['"])([\w.:-]{4,})\2""")
 _HEAD_WORD = re.compile(r"[A-Za-z_][\w.-]{2,}")
@@ -303,7 +304,7 @@ def system_observation(assistant: str, system: str) -> bool:
     reminds the agent of its rules names no call its assistant turn just wrote."""
     head = system.lstrip()[:_HEAD_CHARS].split("\n", 1)[0]
     words = set(_HEAD_WORD.findall(head))
-    return (any(m.group(3) in words for m in _JSON_CALL_NAME.finditer(assistant))
+    return (any(m.group(1) in words for m in _JSON_CALL_NAME.finditer(assistant))
             or ("(" in assistant
                 and any(m.group(0) in assistant for m in _CALL_NAME.finditer(head))))
 
