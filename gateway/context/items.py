@@ -189,6 +189,18 @@ def content_text(content: Any, kinds: tuple[str | None, ...] = TEXT_PARTS) -> st
     return "" if content is None else str(content)
 
 
+def text_parts(content: Any) -> bool:
+    """Whether a content is a list of plain text parts and nothing else (`[{"type": "text",
+    "text": ...}]`, as a client that always sends lists writes every message): it says no
+    more than its text does, so a rewrite of that text is sent as a string content, as a
+    string content's is. A part with anything else (an image, a cache mark) keeps the list
+    as sent."""
+    return isinstance(content, list) and bool(content) and all(
+        isinstance(part, Mapping) and part.get("type") == "text"
+        and isinstance(part.get("text"), str) and len(part) == 2
+        for part in content)
+
+
 def _digest(*parts: str) -> str:
     h = hashlib.blake2b(digest_size=8)
     for part in parts:
@@ -227,7 +239,7 @@ _EXIT_STATUS = re.compile(r"\W*(?:return ?code|exit ?code|exit status)\W{0,3}-?\
 # Code an agent wrote for its harness to run: an execution tag (CodeAct's `<execute>`,
 # `<execute_bash>`, `<execute_ipython>`) or a fenced code block; and the label such a harness
 # puts before what the code printed (`Observation:`, `OBSERVATION:`).
-_CODE_TO_RUN = re.compile(r"<execute(?:_\w+)?>|^```", re.MULTILINE)
+_CODE_TO_RUN = re.compile(r"<execute(?:_\w+)?>|<code>|^```", re.MULTILINE)
 _CODE_OBSERVATION = re.compile(r"\W*observation(?: \d+)?:", re.IGNORECASE)
 
 
@@ -246,7 +258,10 @@ def text_tool_result(assistant: str, user: str) -> bool:
     head = user.lstrip()[:_HEAD_CHARS].split("\n", 1)[0]
     if "```" in assistant and _EXIT_STATUS.match(head) and _SHELL_BLOCK.search(assistant):
         return True
-    if _CODE_OBSERVATION.match(head) and _CODE_TO_RUN.search(assistant):
+    if _CODE_OBSERVATION.match(head) and (
+            _CODE_TO_RUN.search(assistant) or _CALL_RECORD.search(assistant)):
+        return True
+    if _names_record_id(head, assistant):
         return True
     if len(user) < TEXT_RESULT_MIN_CHARS:
         return False
@@ -258,9 +273,24 @@ def text_tool_result(assistant: str, user: str) -> bool:
     return any(m.group(1) in words for m in _HTTP_CALL.finditer(assistant))
 
 
+def _names_record_id(head: str, assistant: str) -> bool:
+    """Whether a turn's first line names the id of a call the assistant turn before it
+    recorded (`Call id: call_3` after `[{'id': 'call_3', 'function': ...}]`): a harness that
+    runs the calls answers each by its id; a person does not quote it."""
+    return "id" in assistant and any(
+        re.search(rf"(?<![\w.:-]){re.escape(m.group(3))}(?![\w.:-])", head)
+        for m in _RECORD_ID.finditer(assistant))
+
+
 # A call an agent wrote as a JSON object (`"command": {"name": "read_file", "args": ...}`,
 # `{"action": "search", ...}`): the name under one of these keys.
 _JSON_CALL_NAME = re.compile(r'"(?:name|command|action|tool)"\s*:\s*"([A-Za-z_][\w.-]{2,})"')
+# A harness's record of a call, as JSON or as a Python repr (`{'name': 'web_search', ...}`,
+# a harness that logs its calls with `str()`): a name under one of those keys, either quote.
+_CALL_RECORD = re.compile(
+    r"""(['"])(?:name|command|action|tool)\1\s*:\s*(['"])[A-Za-z_][\w.-]{2,}\2""")
+# The id a call record gives its call (`"id": "call_3"`, `'tool_call_id': 'call_3'`).
+_RECORD_ID = re.compile(r"""(['"])(?:id|call_id|tool_call_id)\1\s*:\s*(['"])([\w.:-]{4,})\2""")
 _HEAD_WORD = re.compile(r"[A-Za-z_][\w.-]{2,}")
 
 
@@ -493,7 +523,7 @@ def _message_parts(
     """The segments of one message with their ids and counts (what does not depend on age)."""
     role = str(msg.get("role", "user"))
     content = msg.get("content")
-    rewritable = isinstance(content, str)
+    rewritable = isinstance(content, str) or text_parts(content)
     text = content_text(content)
     fixed = _fixed_tokens(msg, counter, encoding)
     if not rewritable and content is not None:
