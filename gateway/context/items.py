@@ -425,8 +425,6 @@ class Layout:
                     # its harness appended the call's result to the turn: the exchange is
                     # open as a call answered by a user turn is, and the call reads it
                     self.open_from = i
-                    self.clock.text_calls = True
-                    self.clock.text_results += 1
                 if self.first_answer is None:
                     self.first_answer = i
                 if msg.get("tool_calls"):
