@@ -234,6 +234,13 @@ def appended_observation(text: str) -> int | None:
     return starts[-1]
 
 
+def appended_result(text: str, min_chars: int) -> bool:
+    """Whether an assistant turn carries a result its harness appended of `min_chars` or
+    more (`appended_observation`): one a repeat on arrival may point back to."""
+    at = appended_observation(text)
+    return at is not None and len(text) - at >= min_chars
+
+
 # A shell command an agent wrote in a fenced code block (```` ```bash ````, ```` ```sh ````,
 # unlabelled), and the exit status its harness reports first (`<returncode>1</returncode>`,
 # `Exit code: 1`): a person's reply does not open with one, so such a turn is that

@@ -39,7 +39,7 @@ from gateway.context.items import (
     Layout,
     ParsedRequest,
     Part,
-    appended_observation,
+    appended_result,
     message_items,
 )
 from gateway.context.lines import (
@@ -603,7 +603,7 @@ class Prefix:
             if made is not None and (verbatim is None or made.reason != MINIFIED_JSON):
                 continue
             if verbatim is not None and item.kind == "assistant" and (
-                    item.message_index >= start and appended_observation(item.text) is not None):
+                    item.message_index >= start and appended_result(item.text, least)):
                 return None  # a result appended to a new turn: the full path weighs it
             if not arrival_item(item, least, self.layout.pins):
                 if turns and made is None and arrival_turn(item, least, self.layout.pins):

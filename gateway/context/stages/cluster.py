@@ -27,7 +27,7 @@ from datasketch import MinHash, MinHashLSH
 
 from gateway.context.apply import POINTER_EXCERPT, pointer
 from gateway.context.forecast import Budget
-from gateway.context.items import Item, appended_observation
+from gateway.context.items import Item, appended_observation, appended_result
 from gateway.context.lines import (
     MINIFIED_JSON,
     LineIndex,
@@ -251,9 +251,9 @@ def _observation_repeat(
     if made is not None or item.text != original.text or not original.rewritable or (
             original.message_index in marked):
         return None
-    at = appended_observation(original.text)
-    if at is None or len(original.text) - at < min_chars:
+    if not appended_result(original.text, min_chars):
         return None
+    at = appended_observation(original.text)
     result = original.text[at:]
     rep = observed.get(result)
     if new and rep is not None:
