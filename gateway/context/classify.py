@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gateway.context.items import (
+    appended_observation,
     content_text,
     json_step_result,
     system_observation,
@@ -84,7 +85,8 @@ def is_agent_request(body: Mapping[str, Any]) -> bool:
 
 def is_text_tool_request(body: Mapping[str, Any]) -> bool:
     """An agent whose tools are text (no API tools): some user turn after an assistant turn
-    is the result of a call that assistant turn wrote (`text_tool_result`)."""
+    is the result of a call that assistant turn wrote (`text_tool_result`), or an assistant
+    turn carries the result its harness appended to it (`appended_observation`)."""
     return RequestScan().text_tools(body.get("messages") or ())
 
 
@@ -125,6 +127,9 @@ class RequestScan:
                 role = msg.get("role")
                 if role == "assistant":
                     assistant = content_text(msg.get("content"))
+                    if appended_observation(assistant) is not None:
+                        self.text = True  # a call's result appended to the agent's turn
+                        break
                 elif role == "user" and assistant and (
                         text_tool_result(assistant, text := content_text(msg.get("content")))
                         or (after and json_step_result(assistant, text))):

@@ -227,6 +227,32 @@ _REACT_ACTION = re.compile(r"^\W*(?:Action(?: \d+)?: *)?[A-Za-z_]\w*\[[^\n]*\] *
 _OBSERVATION = re.compile(r"Observation(?: \d+)?:")
 
 
+# A ReAct action the agent wrote on a line of its own (`Action: search`), and the
+# `Observation:` label on a line of its own that a harness writes the action's result after
+# when it appends that result to the agent's own turn (the next call sends the turn back
+# with it: the agent's text and the tool's output in one assistant message).
+_ACTION_LINE = re.compile(r"^Action(?: \d+)?:", re.MULTILINE)
+_OBSERVATION_LINE = re.compile(r"^Observation(?: \d+)?:", re.MULTILINE)
+
+
+def appended_observation(text: str) -> int | None:
+    """Where the result a harness appended to an assistant turn starts: its last line that
+    opens with ReAct's `Observation:` label, after a line that opens with `Action:`. None:
+    the turn carries no result. Such a turn's tail is a tool's output, not the agent's
+    words: an agent re-running an action gets the same output appended again."""
+    starts = [m.start() for m in _OBSERVATION_LINE.finditer(text)]
+    if not starts or _ACTION_LINE.search(text, 0, starts[-1]) is None:
+        return None
+    return starts[-1]
+
+
+def appended_result(text: str, min_chars: int) -> bool:
+    """Whether an assistant turn carries a result its harness appended of `min_chars` or
+    more (`appended_observation`): one a repeat on arrival may point back to."""
+    at = appended_observation(text)
+    return at is not None and len(text) - at >= min_chars
+
+
 # A shell command an agent wrote in a fenced code block (```` ```bash ````, ```` ```sh ````,
 # unlabelled), and the exit status its harness reports first (`<returncode>1</returncode>`,
 # `Exit code: 1`): a person's reply does not open with one, so such a turn is that
@@ -432,6 +458,10 @@ class Layout:
                 self.turns.append(i)
                 self.open_from = i if msg.get("tool_calls") else None
                 self.said = "" if msg.get("tool_calls") else content_text(msg.get("content"))
+                if self.said and appended_observation(self.said) is not None:
+                    # its harness appended the call's result to the turn: the exchange is
+                    # open as a call answered by a user turn is, and the call reads it
+                    self.open_from = i
                 if self.first_answer is None:
                     self.first_answer = i
                 if msg.get("tool_calls"):

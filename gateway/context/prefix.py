@@ -34,7 +34,14 @@ from gateway.context.calls import RepeatScan
 from gateway.context.classify import RequestScan
 from gateway.context.fidelity import Haystack
 from gateway.context.fold import FoldMemo
-from gateway.context.items import Item, Layout, ParsedRequest, Part, message_items
+from gateway.context.items import (
+    Item,
+    Layout,
+    ParsedRequest,
+    Part,
+    appended_result,
+    message_items,
+)
 from gateway.context.lines import (
     MINIFIED_JSON,
     LineIndex,
@@ -595,6 +602,9 @@ class Prefix:
             made = decisions.get(item.id)
             if made is not None and (verbatim is None or made.reason != MINIFIED_JSON):
                 continue
+            if verbatim is not None and item.kind == "assistant" and (
+                    item.message_index >= start and appended_result(item.text, least)):
+                return None  # a result appended to a new turn: the full path weighs it
             if not arrival_item(item, least, self.layout.pins):
                 if turns and made is None and arrival_turn(item, least, self.layout.pins):
                     index_lines(index, item, latest=True)  # type: ignore[arg-type]

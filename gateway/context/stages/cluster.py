@@ -25,9 +25,9 @@ from typing import Any
 import numpy as np
 from datasketch import MinHash, MinHashLSH
 
-from gateway.context.apply import pointer
+from gateway.context.apply import POINTER_EXCERPT, pointer
 from gateway.context.forecast import Budget
-from gateway.context.items import Item
+from gateway.context.items import Item, appended_observation, appended_result
 from gateway.context.lines import (
     MINIFIED_JSON,
     LineIndex,
@@ -43,6 +43,8 @@ from gateway.context.stages.base import StageContext, StageResult, decide
 from gateway.context.taskclass import ClusterOptions
 
 NUM_PERM = 64
+# The reason of a turn whose appended result went out as a pointer (`_observation_repeat`)
+REPEATED_RESULT = "repeated_result"
 _WORD = re.compile(r"\S+")
 
 
@@ -188,6 +190,7 @@ def arrival_duplicates(
         return StageResult(items, {})
     minify = opts.arrival_json and not over
     verbatim: dict[str, Item] = {}  # text -> the first copy sent as is (or minified)
+    observed: dict[str, Item] = {}  # a result appended to a turn -> its first turn sent as is
     lines: LineIndex | None = {} if opts.arrival_lines else None
     chosen: dict[str, Decision] = {}
     decided = ctx.decisions
@@ -198,6 +201,12 @@ def arrival_duplicates(
         if made is not None and made.reason != MINIFIED_JSON:
             continue
         original = ctx.originals.get(item.id, item)
+        if original.kind == "assistant":
+            cut = _observation_repeat(item, original, made, observed, opts.arrival_min_chars,
+                                      marked, item.message_index >= start)
+            if cut is not None:
+                chosen[item.id] = cut
+                continue
         if not arrival_item(original, opts.arrival_min_chars, marked):
             if lines is not None and opts.arrival_from_turns and made is None and (
                     item.text == original.text
@@ -226,3 +235,33 @@ def arrival_duplicates(
             if lines is not None:
                 index_lines(lines, item, latest=opts.arrival_from_turns)
     return decide(items, chosen, ctx)
+
+
+def _observation_repeat(
+    item: Item, original: Item, made: Decision | None, observed: dict[str, Item],
+    min_chars: int, marked: Collection[int], new: bool,
+) -> Decision | None:
+    """An assistant turn that carries the result its harness appended to it
+    (`items.appended_observation`: a ReAct agent's `Observation:` in its own turn): when the
+    turn is new and that result (`min_chars` or more) repeats, exactly, one a turn sent as
+    is above it carries, the result goes out as a pointer to that turn and the agent's own
+    words stay (an agent that re-runs an action gets the same output appended again; the
+    copy named is in the same request). Otherwise a turn sent as is is recorded in
+    `observed` as a copy later repeats may name."""
+    if made is not None or item.text != original.text or not original.rewritable or (
+            original.message_index in marked):
+        return None
+    if not appended_result(original.text, min_chars):
+        return None
+    at = appended_observation(original.text)
+    result = original.text[at:]
+    rep = observed.get(result)
+    if new and rep is not None:
+        label, output = result.split(":", 1)
+        first = output.strip().split("\n", 1)[0]
+        quoted = first[:POINTER_EXCERPT] + ("…" if len(first) > POINTER_EXCERPT else "")
+        return Decision("cluster", "dedup", REPEATED_RESULT, "dedup", arg=rep.id,
+                        text=f"{original.text[:at]}{label}: [ctxgate: repeats the result an "
+                             f"earlier turn carries: {quoted}]")
+    observed.setdefault(result, item)
+    return None
