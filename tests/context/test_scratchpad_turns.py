@@ -12,7 +12,7 @@ import uuid
 from typing import Any
 
 from gateway.context.classify import RequestScan
-from gateway.context.engine import CallContext
+from gateway.context.engine import CallContext, FittedCall
 from gateway.context.items import scratchpad
 from gateway.settings import Settings
 from tests.context.sessions import drops_add_up, memory_engine
@@ -91,7 +91,8 @@ def test_a_user_turn_ending_in_the_loop_after_an_observation_is_a_scratchpad() -
     assert scan.scratchpads(calls[3][:2]) and scan.scratchpads(calls[-1])
 
 
-async def _last_fit(settings: Settings, embedder: Any, calls: list[list[dict[str, Any]]]):
+async def _last_fit(settings: Settings, embedder: Any,
+                    calls: list[list[dict[str, Any]]]) -> FittedCall:
     engine = memory_engine(settings, embedder, True)
     session = uuid.uuid4().hex
     fitted = None
