@@ -16,6 +16,7 @@ from gateway.context.items import (
     appended_observation,
     content_text,
     json_step_result,
+    scratchpad,
     system_observation,
     text_tool_result,
 )
@@ -108,6 +109,8 @@ class RequestScan:
     resend: bool = False  # user turns among them re-send earlier ones' lines (`resends`)
     resent: int = 0  # how many of them re-send them
     user_lines: set[str] = field(default_factory=set)  # long lines of the user turns read
+    pad_count: int = 0  # messages `scratchpads` read
+    pad: bool = False  # one of them is a user turn that carries an agent's steps
 
     def agent_history(self, messages: Sequence[Mapping[str, Any]]) -> bool:
         """Whether `messages` (those read before, then new ones) carry tool history."""
@@ -118,6 +121,17 @@ class RequestScan:
             )
         self.count = len(messages)
         return self.agent
+
+    def scratchpads(self, messages: Sequence[Mapping[str, Any]]) -> bool:
+        """Whether a user turn of `messages` (those read before, then new ones) carries an
+        agent's own steps and their results (`items.scratchpad`): tool history kept inside
+        a user message by a harness that sends the whole episode as one."""
+        if not self.pad:
+            self.pad = any(m.get("role") == "user"
+                           and scratchpad(content_text(m.get("content")))
+                           for m in messages[self.pad_count:])
+        self.pad_count = len(messages)
+        return self.pad
 
     def text_tools(self, messages: Sequence[Mapping[str, Any]]) -> bool:
         """`is_text_tool_request` of `messages` (those read before, then new ones)."""

@@ -375,7 +375,9 @@ class ContextEngine:
         cls = self.classes[named]
         if not cls.compaction.ages and self.agent_policy is not None:
             messages = body.get("messages") or ()
-            if body.get("tools") or scan.agent_history(messages):  # is_agent_request
+            # is_agent_request, or tool history a harness keeps inside user turns
+            if (body.get("tools") or scan.agent_history(messages)
+                    or scan.scratchpads(messages)):
                 cls = self._aging.setdefault(named, cls.aging_as(self.agent_policy))
             elif scan.text_tools(messages):  # is_text_tool_request
                 key = f"{named}\x00text"
@@ -511,7 +513,8 @@ class ContextEngine:
         state = await self.sessions.load(call.tenant, session_id)
         # the prefix proved its messages unchanged (`extend`), those its scan read among them
         scan = prefix.scan if prefix is not None else None
-        if prefix is None or scan is None or max(scan.count, scan.text_count) > prefix.start:
+        if prefix is None or scan is None or max(scan.count, scan.text_count,
+                                                  scan.pad_count) > prefix.start:
             scan = RequestScan()
         cls, caps_forecast = await self._forecast_caps(
             await self._task_class(body, call, state, tokens_before, scan))

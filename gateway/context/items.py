@@ -308,6 +308,32 @@ def _names_record_id(head: str, assistant: str) -> bool:
         for m in _RECORD_ID.finditer(assistant))
 
 
+# A ReAct loop's labels at the start of a line (`Action:`, `Observation 2:`), and the prompt
+# for the next thought that ends a scratchpad the harness sends back (LangChain's
+# `llm_prefix`: `Thought:` and nothing after it).
+_LOOP_LABEL = re.compile(r"^(Thought|Action|Observation|Final Answer)(?: (\d+))?:", re.MULTILINE)
+_LOOP_PROMPT = re.compile(r"\nThought(?: \d+)?:\s*\Z")
+
+
+def scratchpad(text: str) -> bool:
+    """Whether a user turn carries an agent's own steps: it ends in the loop's prompt for the
+    next thought, and the labels before it close on an action and its `Observation:`, as a
+    harness that keeps the whole episode in one user message writes it back (a structured
+    or ReAct agent's scratchpad: the objective, then each step's thought, action and
+    observation). Such a turn is tool history, the agent's calls and their results, though
+    no message of the request carries a tool call. A prompt whose worked examples run into
+    the task does not end on an observation then the prompt (the task comes between)."""
+    if not _LOOP_PROMPT.search(text[-40:]):
+        return False
+    labels = [(m.group(1), m.group(2)) for m in _LOOP_LABEL.finditer(text)]
+    if [name for name, _ in labels[-3:-1]] != ["Action", "Observation"]:
+        return False
+    # numbered steps: the prompt is the next step's (`Observation 3:` then `Thought 4:`);
+    # examples numbered from 1 again before the task are not the agent's own steps
+    seen, prompt = labels[-2][1], labels[-1][1]
+    return (seen is None) == (prompt is None) and (seen is None or int(prompt) == int(seen) + 1)
+
+
 # A call an agent wrote as a JSON object (`"command": {"name": "read_file", "args": ...}`,
 # `{"action": "search", ...}`): the name under one of these keys.
 _JSON_CALL_NAME = re.compile(r'"(?:name|command|action|tool)"\s*:\s*"([A-Za-z_][\w.-]{2,})"')
@@ -409,7 +435,8 @@ class Layout:
                 text = content_text(msg.get("content"))
                 template = self.first_line is not None and first_line(text) == self.first_line
                 opens = template and _run_length(messages, i) >= self.first_run
-                if template and self.first_answer is not None:
+                if template and self.first_answer is not None and not scratchpad(text):
+                    # (a turn that carries its run's steps is history, not a statement)
                     self.clock.template_turns.add(i)
                     if not (opens or self.clock.api_calls or self.clock.text_calls):
                         self.set_up.add(i)
