@@ -311,7 +311,7 @@ def _names_record_id(head: str, assistant: str) -> bool:
 # A ReAct loop's labels at the start of a line (`Action:`, `Observation 2:`), and the prompt
 # for the next thought that ends a scratchpad the harness sends back (LangChain's
 # `llm_prefix`: `Thought:` and nothing after it).
-_LOOP_LABEL = re.compile(r"^(Thought|Action|Observation|Final Answer)(?: (\d+))?:", re.MULTILINE)
+LOOP_LABEL = re.compile(r"^(Thought|Action|Observation|Final Answer)(?: (\d+))?:", re.MULTILINE)
 _LOOP_PROMPT = re.compile(r"\nThought(?: \d+)?:\s*\Z")
 
 
@@ -325,7 +325,7 @@ def scratchpad(text: str) -> bool:
     the task does not end on an observation then the prompt (the task comes between)."""
     if not _LOOP_PROMPT.search(text[-40:]):
         return False
-    labels = [(m.group(1), m.group(2)) for m in _LOOP_LABEL.finditer(text)]
+    labels = [(m.group(1), m.group(2)) for m in LOOP_LABEL.finditer(text)]
     if [name for name, _ in labels[-3:-1]] != ["Action", "Observation"]:
         return False
     # numbered steps: the prompt is the next step's (`Observation 3:` then `Thought 4:`);

@@ -23,12 +23,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from gateway.context.items import Item, ParsedRequest, message_id
+from gateway.context.items import LOOP_LABEL, Item, ParsedRequest, message_id
 from gateway.context.tokens import TokenCounter
 from gateway.observability.droplog import Kind
 
-# The ReAct loop's labels, each at the start of a line (`Thought:`, `Action 2:`).
-_LABEL = re.compile(r"^(Thought|Action|Observation|Final Answer)(?: (\d+))?:", re.MULTILINE)
 # What follows the newest observation of a scratchpad: the loop's prompt for the next
 # thought (LangChain's `llm_prefix`), nothing else. Without it the last block may run into
 # the task after a prompt's examples (OpenHands' first call: `Observation:\n[1] 126` ...
@@ -53,7 +51,7 @@ def scratchpad_steps(text: str) -> list[Step]:
     task, are not a scratchpad). A numbered episode's steps start at its last
     `Observation 1:` (the examples before it are another episode's). Empty when `text` is
     no scratchpad or a step has no reply before its observation."""
-    labels = list(_LABEL.finditer(text))
+    labels = list(LOOP_LABEL.finditer(text))
     steps: list[Step] = []
     thought: int | None = None  # the step's latest `Thought:` label, else its first other
     other: int | None = None
