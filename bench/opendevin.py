@@ -26,7 +26,7 @@ always send one message (Monologue, Planner, Delegator, Manager) the log is that
 SWEAgent's and BrowsingAgent's runs logged so are left out.
 
 The source is every version of the mock folders of those agents in the history of `REV`
-(`bench.openhands.folder_versions`): per commit, each test folder's set of logs
+(`bench.openhands.folder_versions`, `numbered_logs`): per commit, each test folder's set of logs
 `prompt_NNN.log` / `response_NNN.log` (contents flattened behind a separator, roles not
 written) is one recorded run, read again only when it changed. A run is kept when its logs are
 `prompt_001 .. prompt_N` with `response_001 .. response_N`, N >= `MIN_CALLS`; the same calls
@@ -65,8 +65,16 @@ from bench.chat_corpus import (
     queue_slices,
     write_runs_and_queues,
 )
-from bench.crewai import read_blobs
-from bench.openhands import LOG, MOCK, REV, SOURCE, agent_of, folder_versions, messages_of
+from bench.openhands import (
+    MOCK,
+    REV,
+    SOURCE,
+    agent_of,
+    folder_versions,
+    log_texts,
+    messages_of,
+    numbered_logs,
+)
 
 CORPUS = "opendevin"
 FRESH = ("MonologueAgent", "PlannerAgent", "DelegatorAgent", "ManagerAgent", "SWEAgent",
@@ -108,29 +116,20 @@ def load(reader: RepoReader, rev: str) -> tuple[list[dict[str, Any]], Counter[st
     left: Counter[str] = Counter()
     versions = [v for v in folder_versions(reader, rev)
                 if agent_of(v[0]).rpartition("/")[2] in FRESH]
-    wanted = sorted({blob for *_, files in versions for blob in files.values()})
-    texts = {blob: (data or b"").decode("utf-8", "replace")
-             for blob, data in zip(wanted, read_blobs(reader.root, wanted), strict=True)}
+    texts = log_texts(reader, versions)
     runs: list[dict[str, Any]] = []
     seen: set[bytes] = set()
     for folder, commit, date, files in versions:
         agent = agent_of(folder).rpartition("/")[2]
         left[f"{agent}: runs read"] += 1
-        logs: dict[str, dict[int, str]] = {"prompt": {}, "response": {}}
-        for name, blob in files.items():
-            if m := LOG.fullmatch(name):
-                logs[m[1]][int(m[2])] = texts[blob]
-        n = len(logs["prompt"])
-        numbers = set(range(1, n + 1))
-        if not n or set(logs["prompt"]) != numbers or set(logs["response"]) != numbers:
+        logs = numbered_logs(files, texts)
+        if logs is None:
             left[f"{agent}: prompt/response logs not numbered 1..N"] += 1
             continue
-        if n < MIN_CALLS:
+        if len(logs[0]) < MIN_CALLS:
             left[f"{agent}: fewer than {MIN_CALLS} calls"] += 1
             continue
-        calls = calls_of([logs["prompt"][k] for k in range(1, n + 1)],
-                         [logs["response"][k] for k in range(1, n + 1)],
-                         one_message=agent in ONE_MESSAGE)
+        calls = calls_of(*logs, one_message=agent in ONE_MESSAGE)
         if calls is None:
             left[f"{agent}: a prompt not laid out as messages"] += 1
             continue
