@@ -184,6 +184,30 @@ def folder_versions(reader: RepoReader, rev: str
     return out
 
 
+def log_texts(reader: RepoReader, versions: Sequence[tuple[str, str, str, dict[str, str]]]
+              ) -> dict[str, str]:
+    """The text of every log blob of `versions` (`folder_versions`), read in one pass; a
+    blob the snapshot lacks reads as empty."""
+    wanted = sorted({blob for *_, files in versions for blob in files.values()})
+    return {blob: (data or b"").decode("utf-8", "replace")
+            for blob, data in zip(wanted, read_blobs(reader.root, wanted), strict=True)}
+
+
+def numbered_logs(files: Mapping[str, str], texts: Mapping[str, str]
+                  ) -> tuple[list[str], list[str]] | None:
+    """A test folder's prompt and response logs in call order (`{log name: blob}` and the
+    blobs' texts), `None` unless they are `prompt_001 .. prompt_N` with `response_001 ..
+    response_N`, N >= 1."""
+    logs: dict[str, dict[int, str]] = {"prompt": {}, "response": {}}
+    for name, blob in files.items():
+        if m := LOG.fullmatch(name):
+            logs[m[1]][int(m[2])] = texts[blob]
+    numbers = range(1, len(logs["prompt"]) + 1)
+    if not numbers or set(logs["prompt"]) != set(numbers) or set(logs["response"]) != set(numbers):
+        return None
+    return [logs["prompt"][k] for k in numbers], [logs["response"][k] for k in numbers]
+
+
 def agent_of(folder: str) -> str:
     """`[<runtime>/]<Agent>` of a mock test folder."""
     return folder[len(MOCK) + 1:].rpartition("/")[0]
@@ -197,28 +221,21 @@ def load(reader: RepoReader, rev: str, *, reminders: bool = False, per_call: boo
     also has its `calls` (`calls_of`)."""
     counts: Counter[str] = Counter()
     versions = folder_versions(reader, rev)
-    wanted = sorted({blob for *_, files in versions for blob in files.values()})
-    texts = {blob: (data or b"").decode("utf-8", "replace")
-             for blob, data in zip(wanted, read_blobs(reader.root, wanted), strict=True)}
+    texts = log_texts(reader, versions)
     runs: list[dict[str, Any]] = []
     seen: set[bytes] = set()
     for folder, commit, date, files in versions:
         agent = agent_of(folder)
         counts["runs"] += 1
-        logs: dict[str, dict[int, str]] = {"prompt": {}, "response": {}}
-        for name, blob in files.items():
-            if m := LOG.fullmatch(name):
-                logs[m[1]][int(m[2])] = texts[blob]
-        n = len(logs["prompt"])
-        if not n or set(logs["prompt"]) != set(range(1, n + 1)) or set(logs["response"]) != \
-                set(range(1, n + 1)):
+        logs = numbered_logs(files, texts)
+        if logs is None:
             counts[f"{agent}: prompt/response logs not numbered 1..N"] += 1
             continue
-        if n < MIN_CALLS:
+        prompts, responses = logs
+        if len(prompts) < MIN_CALLS:
             counts[f"{agent}: fewer than {MIN_CALLS} calls"] += 1
             continue
-        chat = chat_of([logs["prompt"][k] for k in range(1, n + 1)], logs["response"][n],
-                       reminders=reminders)
+        chat = chat_of(prompts, responses[-1], reminders=reminders)
         if chat is None:
             counts[f"{agent}: {NOT_ONE_CHAT}"] += 1
             continue
@@ -231,8 +248,7 @@ def load(reader: RepoReader, rev: str, *, reminders: bool = False, per_call: boo
         runs.append({"id": f"{CORPUS}/{agent}/{test}/{commit[:10]}", "path": folder,
                      "agent": agent, "commit": commit, "date": date, "messages": chat})
         if per_call:
-            runs[-1]["calls"] = calls_of([logs["prompt"][k] for k in range(1, n + 1)],
-                                         [logs["response"][k] for k in range(1, n + 1)])
+            runs[-1]["calls"] = calls_of(prompts, responses)
     runs.sort(key=lambda r: r["path"])  # stable: versions stay oldest first
     return runs, counts
 
