@@ -58,7 +58,7 @@ from gateway.context.items import Item
 from gateway.context.lines import MINIFIED_JSON, MINIFIED_KEPT
 from gateway.context.session import Decision
 from gateway.context.stages.base import StageContext, item_values, unit_pinned
-from gateway.context.summarize import MENTION_CAP, mentions_line, notable, summarize
+from gateway.context.summarize import MENTION_CAP, mentions_line, notable, summarize, whole_links
 from gateway.context.summarize import values as item_values_ordered
 from gateway.context.taskclass import TaskClass
 from gateway.context.tokens import TokenCounter
@@ -184,9 +184,14 @@ class _Values:
 class Ladder:
     """One cut over a list of items; `kept()` and `made` are the result."""
 
-    def __init__(self, items: list[Item], ctx: StageContext, tolerance: int = 0) -> None:
+    def __init__(
+        self, items: list[Item], ctx: StageContext, tolerance: int = 0, links: bool = False
+    ) -> None:
         self.ctx = ctx
         self.tolerance = tolerance  # how far below the target a step may land
+        # a mentions line names a value its text wrote as a link by the whole link
+        # (`_mentioned`): on a first call's cut to a budget
+        self.links = links
         self.current: list[Item | None] = list(items)
         self.made: dict[str, Decision] = {}
         # Units dropped, each as (position, item, decision) before the drop, least useful first
@@ -476,6 +481,9 @@ class Ladder:
         kept = [v for v in goal_values(original.text) if v in lost]
         if not kept:  # a marker's own number ("[…16 lines]"), not the item's
             return decision
+        if self.links:  # as the digests list them (`summarize.whole_links`)
+            whole = whole_links(original.text)
+            kept = list(dict.fromkeys(whole.get(v, v) for v in kept))
         return replace(decision, text=f"{text}\n{mentions_line(kept, cap)}")
 
     def _goal_lost(self, p: int, original: Item, new: Item) -> set[str]:
@@ -606,6 +614,17 @@ def oldest_first(item: Item) -> tuple[bool, int, float, int]:
     return (item.goal, -item.age, item.score, item.message_index)
 
 
+def result(item: Item) -> bool:
+    """Whether `item` is a call's result: a tool message, or in a session whose agent writes
+    its calls in its turns (`Clock.text_calls`), a user turn after one (or a document in
+    it) that is not the task statement."""
+    if item.kind == "tool_result":
+        return True
+    clock = item.clock
+    return (item.kind in ("user", "knowledge") and not item.goal and clock is not None
+            and clock.text_calls)
+
+
 def later_start(items: Sequence[Item]) -> int:
     """The message index of the current task's statement in a queue whose agent calls its
     tools through the API (`Clock.task_statement`), -1 on a first task or a conversation."""
@@ -643,7 +662,7 @@ def cut(
         (p for p, i in enumerate(items) if not i.pinned and counted(i)),
         key=lambda p: rank(items[p]),
     )
-    ladder = Ladder(items, ctx, tolerance=int(LANDING * total))
+    ladder = Ladder(items, ctx, tolerance=int(LANDING * total), links=by_age)
     # Each rung in turn, over everything but the latest exchange, then over that; drops
     # first only of units small enough not to land far below the target. A drop that would
     # (a unit whose tool-call arguments cannot be digested) comes last of all, the smallest
@@ -660,7 +679,7 @@ def cut(
     # Kept whole until then, a large newest output took the whole budget and every older
     # turn went (tau-bench airline `trial3-task33` at 60%: a 2,420-token flight search
     # sent digested, the agent's summary of the reservations dropped with its turn).
-    outputs = [p for p in latest if items[p].kind == "tool_result"]
+    outputs = [p for p in latest if result(items[p])]
     # The history cap on a queue's later task (`later_start`): the earlier tasks' old
     # exchanges go down every rung, drops among them, before the current task's are cut at
     # all. By rung over all old items, the mask rung reached the current task's outputs
