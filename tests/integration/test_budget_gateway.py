@@ -11,8 +11,8 @@ import openai
 import pytest
 
 from gateway.observability.reconstruct import reconstruct
-from tests.harness import Gateway, Upstream
 from tests.context.test_budget_text_results import LINK, _text_call
+from tests.harness import Gateway, Upstream
 from tests.integration.test_engine_gateway import TOOLS, client, long_session
 from tests.openapi_oracle import validate
 
