@@ -678,8 +678,14 @@ def cut(
     # identifiers, a drop loses every value of its unit, the agent's own words among them.
     # Kept whole until then, a large newest output took the whole budget and every older
     # turn went (tau-bench airline `trial3-task33` at 60%: a 2,420-token flight search
-    # sent digested, the agent's summary of the reservations dropped with its turn).
-    outputs = [p for p in latest if result(items[p])]
+    # sent digested, the agent's summary of the reservations dropped with its turn). So
+    # does it a text tool's result (`result`: a user turn answering a call the agent wrote
+    # in its turn) when an older turn is there to drop: a large page read last went whole
+    # while every older turn was dropped (smolagents `tool-calling-gaia/030` at 80%: the
+    # link the agent had visited lost). With none (the task statement and the latest
+    # exchange only), the result and the agent's own turn go by score as before: digested
+    # first, an AutoCodeRover search result lost the file the next turn named.
+    outputs = [p for p in latest if items[p].kind == "tool_result"]
     # The history cap on a queue's later task (`later_start`): the earlier tasks' old
     # exchanges go down every rung, drops among them, before the current task's are cut at
     # all. By rung over all old items, the mask rung reached the current task's outputs
@@ -705,6 +711,8 @@ def cut(
         dropped = [*(p for p in latest if p not in own), *goals, *own]
         latest = [*latest, *goals]
         old, digest_old = [p for p in old if not items[p].goal], old
+        if old:
+            outputs = [p for p in latest if result(items[p])]
     passes = (
         [*((digest_old, to, True, False) for to in rungs if to <= MASK),
          *((outputs, to, True, False) for to in rungs if to < MASK),
