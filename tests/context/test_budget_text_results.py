@@ -93,6 +93,34 @@ def test_a_budget_cut_digests_a_text_tools_latest_result_before_it_drops_a_turn(
     assert {i.message_index for i in kept} == set(range(10))
 
 
+async def test_with_no_older_turn_the_latest_result_is_not_cut_first(
+    engine: ContextEngine,
+) -> None:
+    """The task statement and one exchange only (an agent's first search and the harness's
+    prompt after it): nothing older to drop, so the result and the agent's own turn go by
+    age and score as before, the turn's prose first; digested first, the search result lost
+    the file the next turn names (AutoCodeRover at 60%)."""
+    prose = " ".join(f"I look for the stop list of line {k} in the timetable." for k in range(40))
+    msgs = [
+        {"role": "system", "content": "You are an agent that acts in Python code."},
+        {"role": "user", "content": "New task:\nHow many stops does line 7 have?"},
+        _turn(1, f"# {prose}\nprint(visit_webpage(url=\"{LINK}\"))"),
+        {"role": "user", "content": _page("Stops", 12)},
+        {"role": "user", "content": "Now answer with the number of stops."},
+    ]
+    body = {"messages": msgs}
+    parsed = parse_request(body, engine.counter, "o200k_base")
+    turn = next(i for i in parsed.items if i.message_index == 2)
+    budget = parsed.tokens - turn.tokens // 3
+    fitted = await engine.fit(body, CallContext("t-text-results", uuid.uuid4().hex, {
+        "x-ctxgate-session-id": uuid.uuid4().hex, "x-ctxgate-budget-tokens": str(budget),
+    }))
+    assert fitted.tokens_after <= budget
+    sent = fitted.body["messages"]
+    assert sent[3] == msgs[3] and sent[2] != msgs[2]
+    assert drops_add_up(fitted)
+
+
 def test_a_mentions_line_names_a_link_whole_on_a_budgets_cut() -> None:
     """The agent's turn visits a link a search result listed; its summary leaves the link
     out (read above), and the search result is then masked: the mask lists the value the
