@@ -307,7 +307,7 @@ def _mentions(
     ]
     if not lost:
         return compact
-    whole = _whole_links(source)
+    whole = whole_links(source)
     first = _defined(original) | heads if level >= 3 else set()
     if level >= 3:  # nearest the end first: a turn's closing words state its plan, an
         lost.reverse()  # output's last lines its result (a traceback's innermost frame)
@@ -360,7 +360,7 @@ def _extra(rest: list[str], names: Callable[[str], bool]) -> list[str]:
 
 
 @functools.lru_cache(maxsize=16)  # read only: an aged turn's two value lists read it again
-def _whole_links(source: str) -> Mapping[str, str]:
+def whole_links(source: str) -> Mapping[str, str]:
     """The links and e-mail addresses of `source`, by the value the list would name them
     with (a link's host and path, an address's local part): listed whole, as written, they
     are what an agent opens or writes to next (`https://…/lineups/`, `laura.hall@mcp.com`);

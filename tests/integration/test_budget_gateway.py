@@ -11,6 +11,7 @@ import openai
 import pytest
 
 from gateway.observability.reconstruct import reconstruct
+from tests.context.test_budget_text_results import LINK, _text_call
 from tests.harness import Gateway, Upstream
 from tests.integration.test_engine_gateway import TOOLS, client, long_session
 from tests.openapi_oracle import validate
@@ -135,3 +136,22 @@ def test_a_scratchpad_over_the_budget_is_cut_not_refused(
     with pytest.raises(openai.BadRequestError) as caught:
         api.chat.completions.create(model="gpt-4o-mini", messages=huge)  # type: ignore[arg-type]
     assert caught.value.code == "context_budget_exceeded"
+
+
+def test_a_text_tool_agents_first_call_keeps_its_turns_under_a_budget(
+    gateway: Gateway, upstream: Upstream
+) -> None:
+    """An agent acting in `<code>` answered by `Observation:` user turns, every content a
+    list of text parts (smolagents' shape): at 80% the large page it read last is digested
+    before any older turn is dropped, the call lands in the band with every turn sent, the
+    link its turn visited still named whole, and the log adds up."""
+    messages: list[dict[str, object]] = [
+        {**m, "content": [{"type": "text", "text": m["content"]}]} for m in _text_call()]
+    size = call_size(gateway, messages, [])
+    budget = int(0.8 * size)
+    after, trace_id, forwarded = budgeted(gateway, upstream, messages, [], budget)
+    assert budget - 0.1 * size <= after <= budget
+    assert len(forwarded["messages"]) == len(messages)
+    assert LINK in json.dumps(forwarded["messages"])
+    drops = logged_drops(gateway, trace_id)
+    assert sum(d["tokens_before"] - d["tokens_after"] for d in drops) == size - after

@@ -58,7 +58,7 @@ from gateway.context.items import Item
 from gateway.context.lines import MINIFIED_JSON, MINIFIED_KEPT
 from gateway.context.session import Decision
 from gateway.context.stages.base import StageContext, item_values, unit_pinned
-from gateway.context.summarize import MENTION_CAP, mentions_line, notable, summarize
+from gateway.context.summarize import MENTION_CAP, mentions_line, notable, summarize, whole_links
 from gateway.context.summarize import values as item_values_ordered
 from gateway.context.taskclass import TaskClass
 from gateway.context.tokens import TokenCounter
@@ -184,9 +184,14 @@ class _Values:
 class Ladder:
     """One cut over a list of items; `kept()` and `made` are the result."""
 
-    def __init__(self, items: list[Item], ctx: StageContext, tolerance: int = 0) -> None:
+    def __init__(
+        self, items: list[Item], ctx: StageContext, tolerance: int = 0, links: bool = False
+    ) -> None:
         self.ctx = ctx
         self.tolerance = tolerance  # how far below the target a step may land
+        # a mentions line names a value its text wrote as a link by the whole link
+        # (`_mentioned`): on a first call's cut to a budget
+        self.links = links
         self.current: list[Item | None] = list(items)
         self.made: dict[str, Decision] = {}
         # Units dropped, each as (position, item, decision) before the drop, least useful first
@@ -476,6 +481,9 @@ class Ladder:
         kept = [v for v in goal_values(original.text) if v in lost]
         if not kept:  # a marker's own number ("[…16 lines]"), not the item's
             return decision
+        if self.links:  # as the digests list them (`summarize.whole_links`)
+            whole = whole_links(original.text)
+            kept = list(dict.fromkeys(whole.get(v, v) for v in kept))
         return replace(decision, text=f"{text}\n{mentions_line(kept, cap)}")
 
     def _goal_lost(self, p: int, original: Item, new: Item) -> set[str]:
@@ -606,6 +614,17 @@ def oldest_first(item: Item) -> tuple[bool, int, float, int]:
     return (item.goal, -item.age, item.score, item.message_index)
 
 
+def result(item: Item) -> bool:
+    """Whether `item` is a call's result: a tool message, or in a session whose agent writes
+    its calls in its turns (`Clock.text_calls`), a user turn after one (or a document in
+    it) that is not the task statement."""
+    if item.kind == "tool_result":
+        return True
+    clock = item.clock
+    return (item.kind in ("user", "knowledge") and not item.goal and clock is not None
+            and clock.text_calls)
+
+
 def later_start(items: Sequence[Item]) -> int:
     """The message index of the current task's statement in a queue whose agent calls its
     tools through the API (`Clock.task_statement`), -1 on a first task or a conversation."""
@@ -643,7 +662,7 @@ def cut(
         (p for p, i in enumerate(items) if not i.pinned and counted(i)),
         key=lambda p: rank(items[p]),
     )
-    ladder = Ladder(items, ctx, tolerance=int(LANDING * total))
+    ladder = Ladder(items, ctx, tolerance=int(LANDING * total), links=by_age)
     # Each rung in turn, over everything but the latest exchange, then over that; drops
     # first only of units small enough not to land far below the target. A drop that would
     # (a unit whose tool-call arguments cannot be digested) comes last of all, the smallest
@@ -659,7 +678,13 @@ def cut(
     # identifiers, a drop loses every value of its unit, the agent's own words among them.
     # Kept whole until then, a large newest output took the whole budget and every older
     # turn went (tau-bench airline `trial3-task33` at 60%: a 2,420-token flight search
-    # sent digested, the agent's summary of the reservations dropped with its turn).
+    # sent digested, the agent's summary of the reservations dropped with its turn). So
+    # does it a text tool's result (`result`: a user turn answering a call the agent wrote
+    # in its turn) when an older turn is there to drop: a large page read last went whole
+    # while every older turn was dropped (smolagents `tool-calling-gaia/030` at 80%: the
+    # link the agent had visited lost). With none (the task statement and the latest
+    # exchange only), the result and the agent's own turn go by score as before: digested
+    # first, an AutoCodeRover search result lost the file the next turn named.
     outputs = [p for p in latest if items[p].kind == "tool_result"]
     # The history cap on a queue's later task (`later_start`): the earlier tasks' old
     # exchanges go down every rung, drops among them, before the current task's are cut at
@@ -686,6 +711,8 @@ def cut(
         dropped = [*(p for p in latest if p not in own), *goals, *own]
         latest = [*latest, *goals]
         old, digest_old = [p for p in old if not items[p].goal], old
+        if old:
+            outputs = [p for p in latest if result(items[p])]
     passes = (
         [*((digest_old, to, True, False) for to in rungs if to <= MASK),
          *((outputs, to, True, False) for to in rungs if to < MASK),
