@@ -81,6 +81,7 @@ def _expired_digests(
     oldest = 0
     task = _young_task(items, opts)
     done = _done_task(items, opts)
+    closed = _done_results(items, opts)
     current = _current_task(items, opts)
     drawn = _drawn_blocks(items, ctx, opts)
     typed = functools.cache(lambda: _typed(items, ctx))
@@ -97,7 +98,9 @@ def _expired_digests(
             # decided for good (masked, pointed to, dropped) and no digest: none of the
             # branches below takes it (a step walks the whole history, mostly such items)
             continue
-        before = done is not None and item.message_index < done
+        # a result of a task the queue has moved on from (`_done_results`)
+        result = closed is not None and item.kind == "user" and item.message_index < closed
+        before = (done is not None and item.message_index < done) or result
         # the current task's items age slower: they join at `mask_current_turns`
         aged = (item.age - (opts.mask_current_turns or 0) + after
                 if current is not None and item.message_index > current else item.age)
@@ -127,9 +130,14 @@ def _expired_digests(
             # a short content block sent whole (`whole_block_tokens`) joins a batch as a
             # digest would, never starts one: the prefix changes no more often than without
             expired[item.id] = (item, None, False)
-        elif _old_turn(item, ctx, opts, digest, from_turns):  # joins a batch, never starts one...
+        elif _old_turn(item, ctx, opts, digest, 0 if result else from_turns):
+            # joins a batch, never starts one...
             expired[item.id] = (item, GIST, False)
-            if ("user" not in opts.kinds and not digests()
+            if result and "user" not in opts.kinds:
+                # ... but a done task's result, never digested, starts one as a done
+                # task's digest does
+                oldest = max(oldest, 2 * after)
+            elif ("user" not in opts.kinds and not digests()
                     and item.message_index < item.clock.task_start):
                 # ... but where user turns are never digested (a text-tool agent's results,
                 # `text_tools_aging`), a result's gist starts the batch its digest would
@@ -275,6 +283,23 @@ def _done_task(items: list[Item], opts: CompressOptions) -> int | None:
     if len(users) < 2 or users[-2].age - users[-1].age < least:
         return None
     return users[-1].message_index
+
+
+def _done_results(items: list[Item], opts: CompressOptions) -> int | None:
+    """In a text-tool agent's queue of tasks (`_queue_task`), the start of the latest task
+    that has lasted `done_results_turns` turns: the results of the tasks before it are done
+    with (None: no such task, or no such rule). A queue of short tasks (2-10 calls) never
+    meets `done_task_turns`, so its earlier tasks' results, most of a late call, went
+    verbatim, and each step re-sent them; once the next task is under way the agent has
+    moved on from them (smolagents queues' tune split, late / recall / cost @0.1: 40.50 /
+    99.368 / 10.25 -> 77.26 / 99.419 / 43.93; bench/README.md, "smolagents queues: a done
+    task's results")."""
+    least = opts.done_results_turns
+    if least is None or _queue_task(items) is None:
+        return None
+    clock = items[0].clock
+    held = clock.turns - least
+    return next((i for i, turns in reversed(clock.queue_starts) if turns <= held), None)
 
 
 def _old_turn(item: Item, ctx: StageContext, opts: CompressOptions, digest: bool,
