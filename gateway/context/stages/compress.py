@@ -32,7 +32,7 @@ from gateway.context.steps import (
     undecided,
     whole_block,
 )
-from gateway.context.summarize import shell_digest, shell_values
+from gateway.context.summarize import notable, shell_digest, shell_values, values
 from gateway.context.taskclass import CompressOptions
 
 EXPIRED_MIN_TOKENS = 60  # a shorter digest is left as it is: a placeholder saves too little
@@ -82,6 +82,7 @@ def _expired_digests(
     task = _young_task(items, opts)
     done = _done_task(items, opts)
     closed = _done_results(items, opts)
+    named = _task_named(items, ctx) if closed is not None else frozenset()
     current = _current_task(items, opts)
     drawn = _drawn_blocks(items, ctx, opts)
     typed = functools.cache(lambda: _typed(items, ctx))
@@ -99,7 +100,8 @@ def _expired_digests(
             # branches below takes it (a step walks the whole history, mostly such items)
             continue
         # a result of a task the queue has moved on from (`_done_results`)
-        result = closed is not None and item.kind == "user" and item.message_index < closed
+        result = (closed is not None and item.kind == "user" and item.message_index < closed
+                  and not _holds(item, named, ctx))
         before = (done is not None and item.message_index < done) or result
         # the current task's items age slower: they join at `mask_current_turns`
         aged = (item.age - (opts.mask_current_turns or 0) + after
@@ -300,6 +302,24 @@ def _done_results(items: list[Item], opts: CompressOptions) -> int | None:
     clock = items[0].clock
     held = clock.turns - least
     return next((i for i, turns in reversed(clock.queue_starts) if turns <= held), None)
+
+
+def _task_named(items: list[Item], ctx: StageContext) -> frozenset[str]:
+    """The notable values (`summarize.notable`: ids, numbers, paths) the current task's
+    statement names, in a text-tool agent's queue (`_queue_task`)."""
+    queued = _queue_task(items)
+    if queued is None:
+        return frozenset()
+    text = content_text(ctx.messages[queued[0]].get("content"))
+    return frozenset(v for v in values(text) if notable(v))
+
+
+def _holds(item: Item, named: frozenset[str], ctx: StageContext) -> bool:
+    """Whether an earlier task's result, as the client sent it, holds a value the current
+    task's statement names: the task is not done with it (a queue of patients' records
+    whose later task names a patient an earlier one looked up: the agent copies the
+    record's reference from that result)."""
+    return bool(named) and not named.isdisjoint(values(ctx.originals.get(item.id, item).text))
 
 
 def _old_turn(item: Item, ctx: StageContext, opts: CompressOptions, digest: bool,
