@@ -31,14 +31,15 @@ def _observation(task: int, step: int) -> str:
         f"batch b{task}{step}{j}x, inspected by crew {j % 7}.\n" for j in range(25))
 
 
-def _queue() -> list[dict[str, Any]]:
+def _queue(later: str = "") -> list[dict[str, Any]]:
     """TASKS tasks one after the other, each two code steps answered by `Observation:` and a
-    closing answer; each task stated as `New task:` and its question."""
+    closing answer; each task stated as `New task:` and its question (each later one's with
+    `later` after it)."""
     messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM}]
     for task in range(TASKS):
         messages.append({"role": "user", "content": (
             f"New task:\nHow heavy is the heaviest row of lot {task}? Give the weight in kg "
-            f"as a number, read from the inventory tables.")})
+            f"as a number, read from the inventory tables.{later if task else ''}")})
         for step in range(2):
             messages.append({"role": "assistant", "content": (
                 f"Thought: I read lot {task}-{step}.\n<code>\nprint(read_lot('{task}-{step}'))"
@@ -55,9 +56,9 @@ def _off(settings: Settings) -> Settings:
     return settings.model_copy(update={"task_classes": classes})
 
 
-async def _first_results(engine: ContextEngine, session: str) -> list[str]:
+async def _first_results(engine: ContextEngine, session: str, later: str = "") -> list[str]:
     """The first task's results as the queue's last call sends them."""
-    messages = _queue()
+    messages = _queue(later)
     fits = await fit_each_call(engine, messages, [], "t-done-results", session)
     assert all(drops_add_up(fit) for fit in fits)
     sent = fits[-1].body["messages"]
@@ -81,3 +82,11 @@ async def test_a_short_tasks_results_go_as_gists_once_the_queue_moves_on(
         log.close()
     # without the rule no task lasts `done_task_turns`: the results go as the agent read them
     assert kept == [_observation(0, 0), _observation(0, 1)]
+
+
+async def test_a_result_the_current_task_names_a_value_of_stays(engine: ContextEngine) -> None:
+    # every later task names a batch only the first task's first result holds: that result
+    # is what the agent will copy from, the first task's other result is done with
+    sent = await _first_results(engine, "done-results-named", " Leave out batch b005x.")
+    assert sent[0] == _observation(0, 0)
+    assert sent[1].startswith("[ctxgate: omitted")
