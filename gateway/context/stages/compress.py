@@ -20,7 +20,7 @@ from gateway.context.apply import GIST, apply_decision, placeholder, placeholder
 from gateway.context.classify import long_lines, superseded
 from gateway.context.drawing import drawn_from, later_task_outputs
 from gateway.context.forecast import Budget
-from gateway.context.items import Item, content_text
+from gateway.context.items import Item, content_text, json_step_result, text_tool_result
 from gateway.context.lines import MINIFIED_JSON, MINIFIED_KEPT, STILL_AGES
 from gateway.context.session import Decision
 from gateway.context.stages.base import StageContext, StageResult, decide
@@ -101,7 +101,7 @@ def _expired_digests(
             continue
         # a result of a task the queue has moved on from (`_done_results`)
         result = (closed is not None and item.kind == "user" and item.message_index < closed
-                  and not _holds(item, named, ctx))
+                  and _answers_call(item, ctx) and not _holds(item, named, ctx))
         before = (done is not None and item.message_index < done) or result
         # the current task's items age slower: they join at `mask_current_turns`
         aged = (item.age - (opts.mask_current_turns or 0) + after
@@ -312,6 +312,19 @@ def _task_named(items: list[Item], ctx: StageContext) -> frozenset[str]:
         return frozenset()
     text = content_text(ctx.messages[queued[0]].get("content"))
     return frozenset(v for v in values(text) if notable(v))
+
+
+def _answers_call(item: Item, ctx: StageContext) -> bool:
+    """Whether a user turn is the result of a call the assistant turn right before it wrote
+    (`items.text_tool_result`, `json_step_result`): a task's statement or a harness's prompt
+    for the next step is not a result, and is not done with as one."""
+    i = item.message_index
+    before = ctx.messages[i - 1] if 0 < i <= len(ctx.messages) - 1 else None
+    if before is None or before.get("role") != "assistant" or before.get("tool_calls"):
+        return False
+    said = content_text(before.get("content"))
+    text = content_text(ctx.messages[i].get("content"))
+    return bool(said) and (text_tool_result(said, text) or json_step_result(said, text))
 
 
 def _holds(item: Item, named: frozenset[str], ctx: StageContext) -> bool:
