@@ -258,6 +258,13 @@ class CompressOptions(_Settings):
     # their age, and that step may start a batch (None: no such rule). Masked later, one by
     # one as they age, each change re-sends the new task's turns after it.
     done_task_turns: Count | None = None
+    # In a text-tool agent's queue of tasks (`Clock.text_queue`), once a later task has
+    # lasted this many turns, the results (user turns) of the tasks before it are done with:
+    # they go as gists at the next step and that step may start a batch, however short the
+    # tasks were (None: no such rule). `done_task_turns` waits for a task of 20 turns, which
+    # a queue of 2-10-call tasks never has: their results stayed verbatim, re-sent by every
+    # step. The agent's own turns age as before.
+    done_results_turns: Count | None = None
     # Old user turns that later user turns re-send (`classify.superseded`) age straight to
     # their placeholder, not a digest: a harness that re-sends its state in each prompt
     # (`engine.resend_aging`) has the newer copy hold what the older one held.

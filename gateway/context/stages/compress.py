@@ -20,7 +20,7 @@ from gateway.context.apply import GIST, apply_decision, placeholder, placeholder
 from gateway.context.classify import long_lines, superseded
 from gateway.context.drawing import drawn_from, later_task_outputs
 from gateway.context.forecast import Budget
-from gateway.context.items import Item, content_text
+from gateway.context.items import Item, content_text, text_tool_result
 from gateway.context.lines import MINIFIED_JSON, MINIFIED_KEPT, STILL_AGES
 from gateway.context.session import Decision
 from gateway.context.stages.base import StageContext, StageResult, decide
@@ -32,7 +32,7 @@ from gateway.context.steps import (
     undecided,
     whole_block,
 )
-from gateway.context.summarize import shell_digest, shell_values
+from gateway.context.summarize import notable, shell_digest, shell_values, values
 from gateway.context.taskclass import CompressOptions
 
 EXPIRED_MIN_TOKENS = 60  # a shorter digest is left as it is: a placeholder saves too little
@@ -81,6 +81,8 @@ def _expired_digests(
     oldest = 0
     task = _young_task(items, opts)
     done = _done_task(items, opts)
+    closed = _done_results(items, opts)
+    named = _task_named(items, ctx) if closed is not None else frozenset()
     current = _current_task(items, opts)
     drawn = _drawn_blocks(items, ctx, opts)
     typed = functools.cache(lambda: _typed(items, ctx))
@@ -97,7 +99,10 @@ def _expired_digests(
             # decided for good (masked, pointed to, dropped) and no digest: none of the
             # branches below takes it (a step walks the whole history, mostly such items)
             continue
-        before = done is not None and item.message_index < done
+        # a result of a task the queue has moved on from (`_done_results`)
+        result = (closed is not None and item.kind == "user" and item.message_index < closed
+                  and _answers_call(item, ctx) and not _holds(item, named, ctx))
+        before = (done is not None and item.message_index < done) or result
         # the current task's items age slower: they join at `mask_current_turns`
         aged = (item.age - (opts.mask_current_turns or 0) + after
                 if current is not None and item.message_index > current else item.age)
@@ -127,9 +132,14 @@ def _expired_digests(
             # a short content block sent whole (`whole_block_tokens`) joins a batch as a
             # digest would, never starts one: the prefix changes no more often than without
             expired[item.id] = (item, None, False)
-        elif _old_turn(item, ctx, opts, digest, from_turns):  # joins a batch, never starts one...
+        elif _old_turn(item, ctx, opts, digest, 0 if result else from_turns):
+            # joins a batch, never starts one...
             expired[item.id] = (item, GIST, False)
-            if ("user" not in opts.kinds and not digests()
+            if result and "user" not in opts.kinds:
+                # ... but a done task's result, never digested, starts one as a done
+                # task's digest does
+                oldest = max(oldest, 2 * after)
+            elif ("user" not in opts.kinds and not digests()
                     and item.message_index < item.clock.task_start):
                 # ... but where user turns are never digested (a text-tool agent's results,
                 # `text_tools_aging`), a result's gist starts the batch its digest would
@@ -275,6 +285,56 @@ def _done_task(items: list[Item], opts: CompressOptions) -> int | None:
     if len(users) < 2 or users[-2].age - users[-1].age < least:
         return None
     return users[-1].message_index
+
+
+def _done_results(items: list[Item], opts: CompressOptions) -> int | None:
+    """In a text-tool agent's queue of tasks (`_queue_task`), the start of the latest task
+    that has lasted `done_results_turns` turns: the results of the tasks before it are done
+    with (None: no such task, or no such rule). A queue of short tasks (2-10 calls) never
+    meets `done_task_turns`, so its earlier tasks' results, most of a late call, went
+    verbatim, and each step re-sent them; once the next task is under way the agent has
+    moved on from them (smolagents queues' tune split, late / recall / cost @0.1: 40.50 /
+    99.368 / 10.25 -> 77.26 / 99.419 / 43.93; bench/README.md, "smolagents queues: a done
+    task's results")."""
+    least = opts.done_results_turns
+    if least is None or _queue_task(items) is None:
+        return None
+    clock = items[0].clock
+    held = clock.turns - least
+    return next((i for i, turns in reversed(clock.queue_starts) if turns <= held), None)
+
+
+def _task_named(items: list[Item], ctx: StageContext) -> frozenset[str]:
+    """The notable values (`summarize.notable`: ids, numbers, paths) the current task's
+    statement names, in a text-tool agent's queue (`_queue_task`)."""
+    queued = _queue_task(items)
+    if queued is None:
+        return frozenset()
+    text = content_text(ctx.messages[queued[0]].get("content"))
+    return frozenset(v for v in values(text) if notable(v))
+
+
+def _answers_call(item: Item, ctx: StageContext) -> bool:
+    """Whether a user turn is the result of a call the assistant turn right before it wrote
+    in its text (`items.text_tool_result`): a task's statement or a harness's prompt for the
+    next step is not a result, and is not done with as one. A JSON step's observation
+    (`json_step_result`) is left out: with it, TapeAgents' queues' holdout recall fell
+    99.261 -> 99.211 (bench/README.md, "smolagents queues: a done task's results")."""
+    i = item.message_index
+    before = ctx.messages[i - 1] if 0 < i <= len(ctx.messages) - 1 else None
+    if before is None or before.get("role") != "assistant" or before.get("tool_calls"):
+        return False
+    said = content_text(before.get("content"))
+    text = content_text(ctx.messages[i].get("content"))
+    return bool(said) and text_tool_result(said, text)
+
+
+def _holds(item: Item, named: frozenset[str], ctx: StageContext) -> bool:
+    """Whether an earlier task's result, as the client sent it, holds a value the current
+    task's statement names: the task is not done with it (a queue of patients' records
+    whose later task names a patient an earlier one looked up: the agent copies the
+    record's reference from that result)."""
+    return bool(named) and not named.isdisjoint(values(ctx.originals.get(item.id, item).text))
 
 
 def _old_turn(item: Item, ctx: StageContext, opts: CompressOptions, digest: bool,
