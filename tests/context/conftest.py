@@ -53,6 +53,18 @@ def without_young(settings: Settings) -> Settings:
     return with_compaction(settings, repay_young_calls=0)
 
 
+def without_done_results(settings: Settings) -> Settings:
+    """The settings with a text-tool queue's done tasks' results left as sent
+    (`done_results_turns` off in every class): for tests of how a queue's outputs age by the
+    policy's own turns, which that rule overrides on purpose (test_done_results.py)."""
+    classes = copy.deepcopy(settings.task_classes)
+    for spec in classes.values():
+        compress = spec.get("stages", {}).get("compress") if isinstance(spec, dict) else None
+        if isinstance(compress, dict) and "done_results_turns" in compress:
+            compress["done_results_turns"] = None
+    return settings.model_copy(update={"task_classes": classes})
+
+
 @pytest.fixture
 async def redis_client(redis_url: str) -> AsyncIterator[aioredis.Redis]:
     client = aioredis.from_url(redis_url)

@@ -9,12 +9,20 @@ statement does."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
+
+import redis.asyncio as aioredis
 
 from gateway.context.classify import is_agent_request, is_text_tool_request
 from gateway.context.engine import CallContext, ContextEngine
 from gateway.context.items import text_tool_result
 from gateway.context.summarize import summarize
+from gateway.embeddings import Embedder
+from gateway.observability.droplog import DropLog
+from gateway.observability.metrics import Metrics
+from gateway.settings import Settings
+from tests.context.conftest import without_done_results, without_young
 
 SYSTEM = ("You are a helpful assistant that can interact multiple times with a computer shell "
           "to solve programming tasks.\nYour response must contain exactly ONE bash code block "
@@ -136,22 +144,37 @@ async def test_a_short_shell_runs_old_outputs_go_with_the_digests_batch(
 
 
 async def test_a_shell_queues_outputs_age_as_the_policys(
-    engine_without_young: ContextEngine,
+    settings: Settings, redis_client: aioredis.Redis, embedder: Embedder, drop_log_path: Path,
 ) -> None:
     # a queue: a second task opens as the first did (`Clock.queue_starts`), so the policy's
-    # `text_tools` no longer apply (`steps.one_run`): under the policy's 60th turn no old
-    # output goes as a gist (with them, later batches cost MedAgentBench's queues)
-    engine = engine_without_young
+    # `text_tools` no longer apply (`steps.one_run`): under the policy's 60th turn no output
+    # of the current task goes as a gist (with them, later batches cost MedAgentBench's
+    # queues). The first task's are done with (`done_results_turns`, test_done_results.py):
+    # gists with the shipped settings, as sent with that rule off
     first = _session(10, _grep_reply)[:-1]  # the run ends with the agent's last turn
     second = _session(35, _grep_reply)[1:]  # the task statement again, then its turns
     messages = first + second
-    headers = {"x-ctxgate-session-id": "shell-queue", "x-ctxgate-task-class": "default"}
-    fitted = None
-    for end in range(2, len(messages) + 1, 2):  # each call ends with a user turn
-        fitted = await engine.fit({"messages": messages[:end]}, CallContext("t-sh", "s", headers))
-    assert fitted is not None and fitted.task_class == "default"
-    assert not [d for d in fitted.drops if d.kind == "user" and d.reason == "aged"]
-    assert sum(d.tokens_saved for d in fitted.drops) == fitted.tokens_before - fitted.tokens_after
+    for done_results in (False, True):
+        shipped = without_young(settings)
+        metrics = Metrics()
+        log = DropLog(str(drop_log_path), "hash", metrics)
+        engine = ContextEngine(shipped if done_results else without_done_results(shipped),
+                               redis_client, metrics, log, embedder)
+        headers = {"x-ctxgate-session-id": f"shell-queue-{done_results}",
+                   "x-ctxgate-task-class": "default"}
+        fitted = None
+        try:
+            for end in range(2, len(messages) + 1, 2):  # each call ends with a user turn
+                fitted = await engine.fit({"messages": messages[:end]},
+                                          CallContext("t-sh", "s", headers))
+        finally:
+            log.close()
+        assert fitted is not None and fitted.task_class == "default"
+        aged = [d for d in fitted.drops if d.kind == "user" and d.reason == "aged"]
+        assert not [d for d in aged if (d.message_index or 0) >= len(first)]
+        assert bool(aged) == done_results
+        assert sum(d.tokens_saved for d in fitted.drops) == (
+            fitted.tokens_before - fitted.tokens_after)
 
 
 def _prose_session(calls: int) -> list[dict[str, Any]]:

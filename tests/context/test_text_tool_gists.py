@@ -7,9 +7,17 @@ queues: …")."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import redis.asyncio as aioredis
+
 from gateway.context.engine import CallContext, ContextEngine
+from gateway.embeddings import Embedder
+from gateway.observability.droplog import DropLog
+from gateway.observability.metrics import Metrics
+from gateway.settings import Settings
+from tests.context.conftest import without_done_results
 
 
 def _call(session: str) -> CallContext:
@@ -76,11 +84,28 @@ async def test_old_results_of_a_short_turned_text_tool_agent_go_as_gists(
     assert sum(d.tokens_saved for d in fitted.drops) == fitted.tokens_before - fitted.tokens_after
 
 
-async def test_a_short_text_tool_session_keeps_its_results(engine: ContextEngine) -> None:
-    # before the 60th turn no old result goes as a gist, nor folds
+async def test_a_short_text_tool_session_keeps_its_results(
+    engine: ContextEngine, settings: Settings, redis_client: aioredis.Redis,
+    embedder: Embedder, drop_log_path: Path,
+) -> None:
+    # before the 60th turn no old result goes as a gist by its age, nor folds: with the
+    # done-results rule off (`done_results_turns`) every result goes as sent; with the
+    # shipped settings the earlier tasks' results are done with (test_done_results.py), the
+    # current task's go as sent
     messages = _rest_queue(10)
-    fitted = await _late(engine, messages, "rest-short")
-    assert not [d for d in fitted.drops if d.kind == "user" and d.reason == "aged"]
-    assert not [d for d in fitted.drops if d.reason in ("folded_turns", "folded_exchange")]
-    text = "\n".join(str(m["content"]) for m in fitted.body["messages"])
-    assert all(f"obs-{t}-{k}-7" in text for t in range(10) for k in range(2))
+    metrics = Metrics()
+    log = DropLog(str(drop_log_path), "hash", metrics)
+    off = ContextEngine(without_done_results(settings), redis_client, metrics, log, embedder)
+    try:
+        kept = await _late(off, messages, "rest-short-off")
+    finally:
+        log.close()
+    shipped = await _late(engine, messages, "rest-short")
+    for fitted, tasks in ((kept, range(10)), (shipped, range(9, 10))):
+        assert not [d for d in fitted.drops if d.reason in ("folded_turns", "folded_exchange")]
+        text = "\n".join(str(m["content"]) for m in fitted.body["messages"])
+        assert all(f"obs-{t}-{k}-7" in text for t in tasks for k in range(2))
+    assert not [d for d in kept.drops if d.kind == "user" and d.reason == "aged"]
+    start = messages.index({"role": "user", "content": _task(9)})
+    aged = [d for d in shipped.drops if d.kind == "user" and d.reason == "aged"]
+    assert aged and all((d.message_index or 0) < start for d in aged)
