@@ -44,7 +44,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.chat_corpus import Message, RepoReader, corpus_stats, run_conversion, write_corpus
+from bench.chat_corpus import RepoReader, corpus_stats, run_conversion, write_corpus
 
 SOURCE = "jkassemi/friendly_names"
 REV = "33ef87a9021de5c22b97abc6f7346ac4da45b3a9"
@@ -134,7 +134,7 @@ def chain(calls: Sequence[Mapping[str, Any]]) -> list[list[int]]:
     return list(runs.values())
 
 
-README = """# Aider, a terminal pair programmer (one user's log of every request): one session per run, per call
+README = """# Aider, a terminal pair programmer (one user's log of every request): per run, per call
 
 Converted by `bench/aider.py` (ctxgate) from `{path}` in {source} at commit `{commit}`.
 Licence of the source: MIT (its `LICENSE.txt`, "Copyright (c) 2025-present James Kassemi").
