@@ -5,10 +5,12 @@ from gateway.context.summarize import summarize, without_ansi
 
 # A coloured test run as a harness passes it on (pytest with colour forced): bold paths,
 # green passes, a red failure, and an OSC window-title sequence.
+_BOLD, _GREEN, _RED, _OFF = "\x1b[1m", "\x1b[32m", "\x1b[31m", "\x1b[0m"
 _RUN = "\n".join(
-    [f"\x1b[1mtests/test_module_{i}.py\x1b[0m::test_case_{i} \x1b[32mPASSED\x1b[0m" for i in range(40)]
-    + ["\x1b]0;pytest\x07\x1b[1m\x1b[31mFAILED\x1b[0m \x1b[1mtests/test_generator.py\x1b[0m::test_names"
-       " - AssertionError", "\x1b[31m1 failed, 40 passed in 2.31s\x1b[0m"])
+    [f"{_BOLD}tests/test_module_{i}.py{_OFF}::test_case_{i} {_GREEN}PASSED{_OFF}"
+     for i in range(40)]
+    + [f"\x1b]0;pytest\x07{_BOLD}{_RED}FAILED{_OFF} {_BOLD}tests/test_generator.py{_OFF}"
+       "::test_names - AssertionError", f"{_RED}1 failed, 40 passed in 2.31s{_OFF}"])
 
 
 def test_control_sequences_are_gone_and_the_text_stays():
