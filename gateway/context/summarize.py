@@ -66,6 +66,19 @@ _FILE_REF = re.compile(
     rf"|\b[\w-]+\.(?:{_FILE_EXTENSIONS})\b", re.MULTILINE)
 
 
+# A terminal's control sequences (colours, cursor moves: CSI `ESC [ … m`, OSC `ESC ] … BEL`,
+# two-byte escapes): a coloured test run or `git diff` a harness passes on as it printed it.
+# They mean nothing to the model, and in a digest their residue glued to a value made a false
+# one (`1mtests/test_generator.py` from `ESC[1mtests/…`; aider's log: 6.8% of what it sends).
+_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
+
+
+def without_ansi(text: str) -> str:
+    """`text` without terminal control sequences (`_ANSI`): what a digest reads of a tool's
+    output, so no value it lists carries their residue."""
+    return _ANSI.sub("", text) if "\x1b" in text else text
+
+
 def _kept_code(m: re.Match[str]) -> bool:
     """Whether an assistant turn's code block (`_CODE`) stays as written in its digest: a
     fenced block always, tag-delimited code when it names a file or a path."""
@@ -1284,7 +1297,7 @@ def summarize(
         head, text = record
         payload = text
     if not prose:  # encoded data (base64, a `data:` URI) kept as what it is and how long
-        text = describe(text)
+        text = describe(without_ansi(text))
         payload = text if payload is not None else None
     source = text if prose else _PROMPT.sub("", text)
     # A turn's prose lists only the notable values it omits (names with digits, `_`, `.`, `/`,
