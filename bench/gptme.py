@@ -24,6 +24,7 @@ system messages"). Here a run's chat is read back from that print:
 - a reply ends where the console's own output starts: a line `Preview` (gptme shows a tool
   use before running it, then the command's live output), a carriage return or a run of 40
   or more spaces;
+- a spinner never replaced by a reply (the call failed or was cut off) ends the chat;
 - texts as printed: the console wraps user and system messages at 80 columns (the line
   breaks are kept), the replies are streamed unwrapped;
 - the hidden system prompt is not in the print: a run starts with the user's request;
@@ -72,6 +73,7 @@ FORMATS = ("markdown", "xml", "tool")
 START = "--- ^^^ past messages ^^^ ---\n"
 END = "--- Finished generation ---"
 ROLES = {"User": "user", "Assistant": "assistant", "System": "system"}
+SPINNING = "Thinking..."
 SPINNER = re.compile(r"Assistant: Thinking\.\.\.\s*(?=Assistant:)")
 LABEL = re.compile(r"(?:^|[ \t\r]{40,}|\r)(User|Assistant|System):[ \t]?", re.M)
 CONSOLE = re.compile(r"[ \t\r]{40,}|\r|^Preview$", re.M)
@@ -94,6 +96,8 @@ def blocks(printed: str) -> list[Block] | None:
         role = ROLES[label]
         if role == "assistant":
             body = CONSOLE.split(body, 1)[0]
+            if body.strip() == SPINNING:
+                break  # the spinner never replaced: that call got no reply
         out.append((role, body.strip()))
     return out
 
