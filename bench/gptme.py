@@ -30,8 +30,8 @@ system messages"). Here a run's chat is read back from that print:
 - the hidden system prompt is not in the print: a run starts with the user's request;
 - in the `tool` format each `@name(id): {json}` line of a reply is a tool call (arguments as
   printed; an empty text left out, as gptme does) and the system messages that follow
-  answer the calls in order as `tool` messages; a run where a call has no recorded answer, or a line's JSON does not parse, is
-  left out.
+  answer the calls in order as `tool` messages; a run where a call has no recorded answer,
+  or a line's JSON does not parse, is left out.
 
 This converter writes, outside the repository, each with a `README.md`:
 

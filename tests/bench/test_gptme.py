@@ -66,7 +66,8 @@ MARKDOWN_CHAT = [
 TOOL_CHAT = [
     {"role": "user", "content": "make a git repository"},
     said(None, ("call_1", "shell", '{"command": "git init"}')),
-    {"role": "tool", "tool_call_id": "call_1", "content": "Ran command: `git init`\n\n`Initialized`"},
+    {"role": "tool", "tool_call_id": "call_1",
+     "content": "Ran command: `git init`\n\n`Initialized`"},
     said("Now a file.", ("call_2", "save", '{"path": "a.py", "content": "x = 1"}')),
     {"role": "tool", "tool_call_id": "call_2", "content": "Saved to a.py"},
     said("Done."),
@@ -134,7 +135,7 @@ def test_a_call_line_whose_json_does_not_parse_is_not_a_call() -> None:
 @pytest.mark.skipif(not MIRROR.is_dir(), reason=f"no mirror of gptme/gptme at {MIRROR}")
 def test_the_recorded_runs(tmp_path: Path) -> None:
     written = gptme.convert(MIRROR, tmp_path)
-    runs, queues = loaded(written, tmp_path, "gptme")
+    runs, _ = loaded(written, tmp_path, "gptme")
     assert written == {"gptme": 3330, "gptme-queue": 259}
     assert all(r.messages[0]["role"] == "user" and r.messages[-1]["role"] == "assistant"
                for r in runs)
