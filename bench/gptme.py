@@ -24,7 +24,8 @@ system messages"). Here a run's chat is read back from that print:
 - a reply ends where the console's own output starts: a line `Preview` (gptme shows a tool
   use before running it, then the command's live output), a carriage return or a run of 40
   or more spaces;
-- a spinner never replaced by a reply (the call failed or was cut off) ends the chat;
+- a spinner never replaced by a reply (the call failed or was cut off) ends the chat, at
+  its last reply (and the `tool` messages answering it);
 - texts as printed: the console wraps user and system messages at 80 columns (the line
   breaks are kept), the replies are streamed unwrapped;
 - the hidden system prompt is not in the print: a run starts with the user's request;
@@ -140,6 +141,16 @@ def messages_of(chat: Sequence[Block], fmt: str, ids: CallIds) -> list[Message] 
     return None if open_calls else out
 
 
+def up_to_last_reply(messages: list[Message]) -> list[Message]:
+    """The chat up to its last reply and the `tool` messages answering it: what follows (a
+    chat ended by a standing spinner) went with a call that got no reply."""
+    last = max(i for i, m in enumerate(messages) if m["role"] == "assistant")
+    end = last + 1
+    while end < len(messages) and messages[end]["role"] == "tool":
+        end += 1
+    return messages[:end]
+
+
 def load(reader: RepoReader, rev: str) -> tuple[list[dict[str, Any]], Counter[str]]:
     """Every run of `MIN_CALLS` calls or more, in path order, each with its printed chat
     (`blocks`) and format, and what was left out."""
@@ -161,6 +172,7 @@ def load(reader: RepoReader, rev: str) -> tuple[list[dict[str, Any]], Counter[st
         if n_calls(messages) < MIN_CALLS:
             left[f"runs of fewer than {MIN_CALLS} calls"] += 1
             continue
+        messages = up_to_last_reply(messages)
         runs.append({
             "id": f"{CORPUS}/{m['time']}/{m['model']}@{fmt}/{m['test']}",
             "source": f"{SOURCE}@{rev[:7]}", "path": path,
@@ -182,7 +194,8 @@ def queue_sessions(runs: Sequence[dict[str, Any]], queue_calls: int) -> list[dic
     joined, _ = join_queues(
         by_format, calls=lambda r: n_calls(r["messages"]),
         parts=lambda total: round(total / queue_calls), system=lambda _r: None,
-        messages=lambda r, ids: messages_of(r["_chat"], r["_format"], ids) or [],
+        messages=lambda r, ids: up_to_last_reply(
+            messages_of(r["_chat"], r["_format"], ids) or []),
         name=lambda fmt, q, _g: f"{CORPUS}-queue/{fmt}/q{q:02d}")
     out = []
     for sid, messages in joined:

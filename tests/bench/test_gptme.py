@@ -39,6 +39,7 @@ TOOL = (HEAD + "User: make a git repository\n"
 UNANSWERED = (HEAD + "User: go\n" + SPIN + "\n@shell(call_1): {\"command\": \"ls\"}\n"
               + SPIN + "again\n" + SPIN + "and again\n--- Finished generation ---\n")
 CUT_OFF = (HEAD + "User: hi\n" + SPIN + "Hello!\nSystem: ok\n" + SPIN + "More.\nSystem: ok\n"
+           + SPIN + "Third.\nSystem: ok\n"
            + "Assistant: Thinking..." + " " * 80 + "\rerror: timed out\nSystem: ok\n" + SPIN
            + "Late.\n--- Finished generation ---\n")
 SHORT = HEAD + "User: hi\n" + SPIN + "Hello!\n--- Finished generation ---\n"
@@ -63,6 +64,8 @@ MARKDOWN_CHAT = [
     {"role": "system", "content": "Ran command: `cat hello.py`\n\n`print('hi')`"},
     said("Done."),
 ]
+CUT_CHAT = [{"role": "user", "content": "hi"}, said("Hello!"), {"role": "system", "content": "ok"},
+            said("More."), {"role": "system", "content": "ok"}, said("Third.")]
 TOOL_CHAT = [
     {"role": "user", "content": "make a git repository"},
     said(None, ("call_1", "shell", '{"command": "git init"}')),
@@ -108,23 +111,27 @@ def test_chats_read_back_from_the_console_print(source: tuple[Path, str],
     assert [r.id for r in runs] == [
         "gptme/20250101_000000Z/openai/gpt-4o@markdown/hello",
         "gptme/20250101_000000Z/openai/gpt-4o@tool/init-git",
-        "gptme/20250102_000000Z/openrouter/meta-llama/llama-3-8b@markdown/hello"]
+        "gptme/20250102_000000Z/openrouter/meta-llama/llama-3-8b@markdown/hello",
+        "gptme/20250102_000000Z/openrouter/meta-llama/llama-3-8b@markdown/hi"]
     assert runs[0].messages == MARKDOWN_CHAT == runs[2].messages
     assert runs[1].messages == TOOL_CHAT
-    assert [len(session_calls(r)) for r in runs] == [4, 3, 4]
+    # the spinner left standing ends the chat at its last reply: what followed went with
+    # a call that got no reply
+    assert runs[3].messages == CUT_CHAT
+    assert [len(session_calls(r)) for r in runs] == [4, 3, 4, 3]
     line = rows(out, "gptme")[1]
     assert (line["model"], line["task_id"], line["tools"]) == ("openai/gpt-4o", "init-git", [])
     assert "_chat" not in line
     # per format, runs one after another, cut near every 4 calls; no system prompt added
     assert [q.id for q in queues] == ["gptme-queue/markdown/q00", "gptme-queue/markdown/q01",
-                                      "gptme-queue/tool/q00"]
-    assert queues[0].messages == MARKDOWN_CHAT and queues[2].messages == TOOL_CHAT
+                                      "gptme-queue/markdown/q02", "gptme-queue/tool/q00"]
+    assert queues[0].messages == MARKDOWN_CHAT and queues[3].messages == TOOL_CHAT
+    assert queues[2].messages == CUT_CHAT
     readme = (out / "gptme" / "README.md").read_text()
     assert f"`{rev}`" in readme and "MIT" in readme
-    # the spinner left standing ends the chat: 2 calls, too short
-    assert ("runs read 7, runs of fewer than 3 calls 2, tool-format runs with a call "
+    assert ("runs read 7, runs of fewer than 3 calls 1, tool-format runs with a call "
             "unanswered or unparsed 1, runs that printed no chat 1") in readme
-    assert "Runs used: 3 (`markdown` 2, `tool` 1)" in readme
+    assert "Runs used: 4 (`markdown` 3, `tool` 1)" in readme
 
 
 def test_a_call_line_whose_json_does_not_parse_is_not_a_call() -> None:
@@ -137,7 +144,7 @@ def test_the_recorded_runs(tmp_path: Path) -> None:
     written = gptme.convert(MIRROR, tmp_path)
     runs, _ = loaded(written, tmp_path, "gptme")
     assert written == {"gptme": 3330, "gptme-queue": 259}
-    assert all(r.messages[0]["role"] == "user" and r.messages[-1]["role"] == "assistant"
+    assert all(r.messages[0]["role"] == "user" and r.messages[-1]["role"] in ("assistant", "tool")
                for r in runs)
     # the console's spinner never survives as a reply
     assert not any(m.get("content") == "Thinking..." for r in runs for m in r.messages)
