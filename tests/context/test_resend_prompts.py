@@ -10,7 +10,13 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from gateway.context.classify import RESEND_CHARS, RequestScan, superseded
+from gateway.context.classify import (
+    RESEND_CHARS,
+    RESEND_MIN_CHARS,
+    RequestScan,
+    long_lines,
+    superseded,
+)
 from gateway.context.engine import CallContext, ContextEngine
 from gateway.context.items import Item
 from gateway.context.lines import verbatim_index
@@ -71,6 +77,33 @@ def test_a_prompt_that_re_sends_earlier_prompts_lines_marks_the_session() -> Non
     # a chat whose user turns say new things each time is not one
     chat = [{"role": "user", "content": f"Question {k}: " + f"what about item {k}? " * 30}
             for k in range(6)]
+    assert not RequestScan().resends(chat)
+
+
+def _template_prompt(step: int) -> str:
+    """A made-up micro-agent prompt: a 12-line template (about 900 characters of long lines)
+    and the history of this step, under a third of it."""
+    template = "\n".join(f"Rule {i}: answer with one JSON action; never repeat an action "
+                         f"already taken, and finish when the goal of rule {i} holds."
+                         for i in range(12))
+    history = "\n".join(f'{{"action": "run", "args": {{"command": "check step {step}.{j}"}}, '
+                         f'"observation": "ok {step}.{j}"}}' for j in range(3))
+    return f"# Task\nVerify the fix of step {step}.\n{template}\n# History\n{history}"
+
+
+def test_a_small_template_re_sent_with_another_history_marks_the_session() -> None:
+    prompts = [{"role": "user", "content": _template_prompt(k)} for k in range(4)]
+    lines = long_lines(_template_prompt(1))
+    resent = sum(len(line) for line in lines if line in long_lines(_template_prompt(0)))
+    # under the absolute threshold, over the short prompt's floor and half its long lines
+    assert RESEND_MIN_CHARS <= resent < RESEND_CHARS
+    assert 2 * resent >= sum(map(len, lines))
+    scan = RequestScan()
+    assert not scan.resends(prompts[:3])  # two re-sending prompts are not enough
+    assert scan.resends(prompts)
+    # new questions sharing a short header (under the floor) are not a re-sent state
+    chat = [{"role": "user", "content": "Header of this assistant, answer briefly please.\n"
+             f"Question {k}: " + f"what about item {k}? " * 3} for k in range(6)]
     assert not RequestScan().resends(chat)
 
 
