@@ -1456,7 +1456,7 @@ def resend_aging(cls: TaskClass, policy: TaskClass) -> TaskClass:
     compress = aged.stages.compress
     if compress is None or not aged.compaction.ages:
         return aged
-    compress = compress.model_copy(update={"kinds": ("user",), "fold_from_turns": None,
+    compress = compress.model_copy(update={"kinds": ("user", "knowledge"), "fold_from_turns": None,
                                            "mask_turns_from_turns": 0, "mask_after_turns": 4,
                                            "superseded_turns": True})
     share = min(aged.compaction.max_step_share, RESEND_STEP_SHARE)
