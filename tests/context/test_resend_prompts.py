@@ -266,3 +266,38 @@ def test_the_calls_before_a_session_aged_are_kept_with_its_counts() -> None:
     # none recorded: the field as before
     assert SessionState(horizon=7, calls=20, steps=3).encode("horizon") == b"7:20:3"
     assert SessionState.decode({b"horizon": b"7:20:3:1"}).stable_calls == 0
+
+
+def _sectioned_prompt(phase: int) -> str:
+    """A made-up prompt rendered in markdown sections, as a fresh-prompt agent writes its
+    whole state each step: sections of 80+ characters each, which the parser reads as
+    documents (`segments.find_documents`), not as one user turn."""
+    return (f"# Task\nPhase {phase}: review the ledger code below; {TASK}\n\n"
+            f"## Code\n```python\n{_program(phase)}\n```\n\n"
+            "## Format\nAnswer with one JSON object: the comment, the line it is about and "
+            f"the fix, for phase {phase} only; never repeat an earlier comment.\n")
+
+
+async def test_old_prompts_in_sections_age_as_whole_prompts_do(
+    engine_without_young: ContextEngine,
+) -> None:
+    """A re-sending session whose prompts are split into sections (markdown headings) ages
+    those sections as it ages a prompt's text: an older copy of the state is superseded
+    whatever the parser made of its parts. Without that, no old prompt changed at all."""
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": SYSTEM}, {"role": "user", "content": TASK},
+        {"role": "assistant", "content": "We will write it in Python."}]
+    for k in range(1, 25):
+        messages += [{"role": "user", "content": _sectioned_prompt(k)},
+                     {"role": "assistant", "content": f"Comment {k}: check entries_{k}."}]
+    messages = messages[:-1]  # ends with the newest prompt
+    fitted = None
+    for end in range(4, len(messages) + 1, 2):
+        fitted = await engine_without_young.fit({"messages": messages[:end]}, _call("rk"))
+    assert fitted is not None
+    sent = fitted.body["messages"]
+    assert sent[-1]["content"].startswith("# Task\nPhase 24:")  # the newest prompt
+    prompts = sum(len(m["content"]) for m in sent if m["role"] == "user")
+    assert prompts < 0.3 * sum(len(m["content"]) for m in messages if m["role"] == "user")
+    written = [m["content"] for m in sent if m["role"] == "assistant"]
+    assert written == [m["content"] for m in messages if m["role"] == "assistant"]
