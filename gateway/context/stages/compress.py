@@ -39,8 +39,6 @@ EXPIRED_MIN_TOKENS = 60  # a shorter digest is left as it is: a placeholder save
 # User turns only: old assistant answers masked too lost recall on the values the agent
 # re-tells (bench/README.md, "Old customer turns as gists").
 TURN_KINDS = frozenset({"user"})
-# A re-sent prompt's parts: its text, or its sections read as documents (`segments.find_documents`)
-PROMPT_KINDS = frozenset({"user", "knowledge"})
 # An aged output sent minified stays so unless its digest is this much shorter (0: shorter
 # at all). tau-bench's 11-call runs, cost saved @0.1 / late reduction (bench/README.md,
 # "Short runs' cost with prompt caching"): always digest -0.8 / 16.1%, 0 -0.7 / 16.2%, 0.15
@@ -368,19 +366,17 @@ def _superseded_turns(due: list[Item], ctx: StageContext,
     kept the phase's head and tail lines and the words it named, seven times a placeholder,
     on every call to come (ChatDev runs, bench/README.md, "A harness that re-sends its
     state, part two")."""
-    turns = [item for item in due if item.kind in PROMPT_KINDS and item.id in aged
+    turns = [item for item in due if item.kind == "user" and item.id in aged
              and not item.goal and item.rewritable]
     if not turns:
         return {}
-    by_index: dict[int, list[Item]] = {}
-    for item in turns:
-        by_index.setdefault(item.message_index, []).append(item)
+    by_index = {item.message_index: item for item in turns}
     later: set[str] = set()  # the lines of the user turns after the one read
     masked = {}
     for index in range(len(ctx.messages) - 1, min(by_index) - 1, -1):
-        for item in by_index.get(index, ()):
-            if superseded(ctx.originals.get(item.id, item).text, later):
-                masked[item.id] = Decision("compress", "mask", "aged", "mask", 1)
+        item = by_index.get(index)
+        if item is not None and superseded(ctx.originals.get(item.id, item).text, later):
+            masked[item.id] = Decision("compress", "mask", "aged", "mask", 1)
         if ctx.messages[index].get("role") == "user":
             later.update(long_lines(content_text(ctx.messages[index].get("content"))))
     return masked
