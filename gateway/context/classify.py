@@ -39,11 +39,6 @@ RESEND_TURNS = 3
 # micro-agent prompts, whose re-sent lines never add up to `RESEND_CHARS`)
 RESEND_MIN_CHARS = 500
 RESEND_SHARE = 0.5
-# An older prompt is superseded (`superseded`) when later prompts re-send this share of its
-# long lines' characters or more: opendevin-queue tune recall 97.26 -> RECALL at equal late
-# reduction; ChatDev runs' tune late 64.06 -> 63.65 (bench/README.md, "Fresh-prompt queues,
-# part two")
-SUPERSEDED_SHARE = 0.8
 
 
 def long_lines(text: str) -> list[str]:
@@ -62,18 +57,12 @@ def resent(lines: Sequence[str], earlier: Collection[str]) -> bool:
 def superseded(text: str, later: Collection[str]) -> bool:
     """Whether a prompt is re-sent by later prompts (`later`: their lines): its long lines
     found there add up to `RESEND_CHARS`, as a re-sending prompt's do (`RequestScan.resends`),
-    or are all there, and are `SUPERSEDED_SHARE` of its long lines' characters. The newer
-    copy holds the state it held; what is left of it (the phase's own instructions) was for
-    the call that answered it. A prompt of which a later one re-sends the rules but not the
-    history (a fresh-prompt agent's next run) is not superseded: that history is nowhere
-    else (OpenDevin's Monologue queue: 4,446 of 5,817 characters re-sent, 0.76; the next
-    run wrote the file the run before wrote; bench/README.md, "Fresh-prompt queues, part
-    two"). (`resent`'s short-prompt share is not used here: it changed nothing on the
-    queues that needed it.)"""
+    or are all there. The newer copy holds the state it held; what is left of it (the
+    phase's own instructions) was for the call that answered it. (The share that `resent`
+    also counts is not used here: it changed nothing on the queues that needed it.)"""
     lines = long_lines(text)
-    found, total = sum(len(line) for line in lines if line in later), sum(map(len, lines))
-    return bool(lines) and found >= SUPERSEDED_SHARE * total and (
-        found >= RESEND_CHARS or found == total)
+    found = sum(len(line) for line in lines if line in later)
+    return bool(lines) and (found >= RESEND_CHARS or found == sum(map(len, lines)))
 
 
 def defined_tools(body: Mapping[str, Any]) -> list[str]:

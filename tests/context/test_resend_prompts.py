@@ -301,18 +301,3 @@ async def test_old_prompts_in_sections_age_as_whole_prompts_do(
     assert prompts < 0.3 * sum(len(m["content"]) for m in messages if m["role"] == "user")
     written = [m["content"] for m in sent if m["role"] == "assistant"]
     assert written == [m["content"] for m in messages if m["role"] == "assistant"]
-
-
-def test_a_prompt_whose_rules_only_are_re_sent_is_not_superseded() -> None:
-    """An older prompt is superseded when later prompts re-send most of it, not when they
-    re-send its rules (2,000+ characters) and another history: the next run of a
-    fresh-prompt agent starts a new history, and the old one is nowhere else."""
-    rules = "\n".join(f"Rule {i}: answer with one JSON action and never repeat an earlier one"
-                      f" unless the observation of rule {i} says so." for i in range(30))
-    history = "\n".join(f'{{"action": "write", "args": {{"path": "run1_{j}.sh", '
-                        f'"content": "#!/bin/sh\\necho run one step {j}"}}}}' for j in range(12))
-    old = f"{rules}\n{history}"
-    later = set(long_lines(rules))
-    assert sum(map(len, later)) >= RESEND_CHARS  # the rules alone are over the old threshold
-    assert not superseded(old, later)
-    assert superseded(old, later | set(long_lines(history)))  # re-sent whole: superseded
