@@ -20,6 +20,7 @@ from gateway.context.classify import (
 from gateway.context.engine import CallContext, ContextEngine
 from gateway.context.items import Item
 from gateway.context.lines import verbatim_index
+from gateway.context.segments import in_code_block
 from gateway.context.session import Decision, MemorySessionStore, SessionState
 from gateway.observability.droplog import DropLog
 from gateway.observability.metrics import Metrics
@@ -301,3 +302,56 @@ async def test_old_prompts_in_sections_age_as_whole_prompts_do(
     assert prompts < 0.3 * sum(len(m["content"]) for m in messages if m["role"] == "user")
     written = [m["content"] for m in sent if m["role"] == "assistant"]
     assert written == [m["content"] for m in messages if m["role"] == "assistant"]
+
+
+def _commented_program(version: int) -> str:
+    """`_program` with a comment at the start of each ten methods, at the line's start: as
+    a markdown heading would be (`# Accounts 0 to 9`), inside the code block."""
+    lines = _program(version).splitlines()
+    for start in (30, 20, 10, 0):
+        lines.insert(1 + start, f"# Accounts {start} to {start + 9}")
+    return "\n".join(lines)
+
+
+def _prompt_with_code(phase: int) -> str:
+    """A made-up prompt in markdown sections whose code block the parser splits at its
+    comments too: sections of the prompt and sections of the code."""
+    return (f"# Task\nPhase {phase}: review the ledger code below; {TASK}\n\n"
+            f"## Code\n```python\n{_commented_program(phase)}\n```\n\n"
+            "## Format\nAnswer with one JSON object: the comment, the line it is about and "
+            f"the fix, for phase {phase} only; never repeat an earlier comment.\n")
+
+
+def test_a_comment_in_a_code_block_is_not_a_section_heading() -> None:
+    text = _prompt_with_code(3)
+    assert not in_code_block(text, text.index("# Task"))
+    assert in_code_block(text, text.index("# Accounts 10 to 19"))
+    assert not in_code_block(text, text.index("## Format"))
+    assert not in_code_block("no code here", 3)
+
+
+async def test_old_prompts_code_sections_stay_whole_their_markdown_sections_age(
+    engine_without_young: ContextEngine,
+) -> None:
+    """A re-sending session ages its old prompts' markdown sections, not the pieces of code
+    the parser cut at the code's comment lines: a later reply copies the code's lines
+    verbatim (ChatDev's phase prompts). Without it every old version's changed line was
+    digested away."""
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": SYSTEM}, {"role": "user", "content": TASK},
+        {"role": "assistant", "content": "We will write it in Python."}]
+    for k in range(1, 25):
+        messages += [{"role": "user", "content": _prompt_with_code(k)},
+                     {"role": "assistant", "content": f"Comment {k}: check entries_{k}."}]
+    messages = messages[:-1]
+    fitted = None
+    for end in range(4, len(messages) + 1, 2):
+        fitted = await engine_without_young.fit({"messages": messages[:end]}, _call("rc"))
+    assert fitted is not None
+    sent = "\n".join(m["content"] for m in fitted.body["messages"] if m["role"] == "user")
+    # each old version's own line is still sent as written
+    assert all(f"def account_{k}_total(self) -> float:  # version {k}" in sent
+               for k in range(1, 25))
+    # the old prompts' own sections aged
+    formats = sum(f"the fix, for phase {k} only" in sent for k in range(1, 24))
+    assert formats < 12
