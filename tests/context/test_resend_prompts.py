@@ -8,6 +8,7 @@ earlier prompt or turn has go out as markers on arrival (`RequestScan.resends`,
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from gateway.context.classify import (
@@ -279,24 +280,32 @@ def _sectioned_prompt(phase: int) -> str:
             f"the fix, for phase {phase} only; never repeat an earlier comment.\n")
 
 
+async def _fit_prompts(
+    engine: ContextEngine, prompt: Callable[[int], str], session: str,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """A session of 24 prompts (`prompt` of each phase), each answered, fitted call by call:
+    the messages of the last call and what was forwarded of them."""
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": SYSTEM}, {"role": "user", "content": TASK},
+        {"role": "assistant", "content": "We will write it in Python."}]
+    for k in range(1, 25):
+        messages += [{"role": "user", "content": prompt(k)},
+                     {"role": "assistant", "content": f"Comment {k}: check entries_{k}."}]
+    messages = messages[:-1]  # ends with the newest prompt
+    fitted = None
+    for end in range(4, len(messages) + 1, 2):
+        fitted = await engine.fit({"messages": messages[:end]}, _call(session))
+    assert fitted is not None
+    return messages, fitted.body["messages"]
+
+
 async def test_old_prompts_in_sections_age_as_whole_prompts_do(
     engine_without_young: ContextEngine,
 ) -> None:
     """A re-sending session whose prompts are split into sections (markdown headings) ages
     those sections as it ages a prompt's text: an older copy of the state is superseded
     whatever the parser made of its parts. Without that, no old prompt changed at all."""
-    messages: list[dict[str, Any]] = [
-        {"role": "system", "content": SYSTEM}, {"role": "user", "content": TASK},
-        {"role": "assistant", "content": "We will write it in Python."}]
-    for k in range(1, 25):
-        messages += [{"role": "user", "content": _sectioned_prompt(k)},
-                     {"role": "assistant", "content": f"Comment {k}: check entries_{k}."}]
-    messages = messages[:-1]  # ends with the newest prompt
-    fitted = None
-    for end in range(4, len(messages) + 1, 2):
-        fitted = await engine_without_young.fit({"messages": messages[:end]}, _call("rk"))
-    assert fitted is not None
-    sent = fitted.body["messages"]
+    messages, sent = await _fit_prompts(engine_without_young, _sectioned_prompt, "rk")
     assert sent[-1]["content"].startswith("# Task\nPhase 24:")  # the newest prompt
     prompts = sum(len(m["content"]) for m in sent if m["role"] == "user")
     assert prompts < 0.3 * sum(len(m["content"]) for m in messages if m["role"] == "user")
@@ -337,18 +346,8 @@ async def test_old_prompts_code_sections_stay_whole_their_markdown_sections_age(
     the parser cut at the code's comment lines: a later reply copies the code's lines
     verbatim (ChatDev's phase prompts). Without it every old version's changed line was
     digested away."""
-    messages: list[dict[str, Any]] = [
-        {"role": "system", "content": SYSTEM}, {"role": "user", "content": TASK},
-        {"role": "assistant", "content": "We will write it in Python."}]
-    for k in range(1, 25):
-        messages += [{"role": "user", "content": _prompt_with_code(k)},
-                     {"role": "assistant", "content": f"Comment {k}: check entries_{k}."}]
-    messages = messages[:-1]
-    fitted = None
-    for end in range(4, len(messages) + 1, 2):
-        fitted = await engine_without_young.fit({"messages": messages[:end]}, _call("rc"))
-    assert fitted is not None
-    sent = "\n".join(m["content"] for m in fitted.body["messages"] if m["role"] == "user")
+    _, forwarded = await _fit_prompts(engine_without_young, _prompt_with_code, "rc")
+    sent = "\n".join(m["content"] for m in forwarded if m["role"] == "user")
     # each old version's own line is still sent as written
     assert all(f"def account_{k}_total(self) -> float:  # version {k}" in sent
                for k in range(1, 25))
