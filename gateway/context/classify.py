@@ -34,6 +34,11 @@ RESEND_CHARS = 2000
 # ... in this many user turns: a harness that does so at every step, not a queue whose next
 # task re-sends its instructions (MINT's queue: tune recall 0.02 point lower at 1, 0.01 at 2)
 RESEND_TURNS = 3
+# ... or, in a short prompt, at least `RESEND_MIN_CHARS` that are `RESEND_SHARE` or more of
+# its long lines' characters: a small template re-sent with another history (2-4k-character
+# micro-agent prompts, whose re-sent lines never add up to `RESEND_CHARS`)
+RESEND_MIN_CHARS = 500
+RESEND_SHARE = 0.5
 
 
 def long_lines(text: str) -> list[str]:
@@ -41,11 +46,20 @@ def long_lines(text: str) -> list[str]:
     return [line for line in text.splitlines() if len(line) >= RESEND_LINE_CHARS]
 
 
+def resent(lines: Sequence[str], earlier: Collection[str]) -> bool:
+    """Whether a prompt's long `lines` re-send `earlier` lines: `RESEND_CHARS` of them, or
+    in a short prompt `RESEND_MIN_CHARS` that are `RESEND_SHARE` of its long lines."""
+    found = sum(len(line) for line in lines if line in earlier)
+    return found >= RESEND_CHARS or (
+        found >= RESEND_MIN_CHARS and found >= RESEND_SHARE * sum(map(len, lines)))
+
+
 def superseded(text: str, later: Collection[str]) -> bool:
     """Whether a prompt is re-sent by later prompts (`later`: their lines): its long lines
     found there add up to `RESEND_CHARS`, as a re-sending prompt's do (`RequestScan.resends`),
     or are all there. The newer copy holds the state it held; what is left of it (the
-    phase's own instructions) was for the call that answered it."""
+    phase's own instructions) was for the call that answered it. (The share that `resent`
+    also counts is not used here: it changed nothing on the queues that needed it.)"""
     lines = long_lines(text)
     found = sum(len(line) for line in lines if line in later)
     return bool(lines) and (found >= RESEND_CHARS or found == sum(map(len, lines)))
@@ -168,7 +182,7 @@ class RequestScan:
                 if msg.get("role") != "user":
                     continue
                 lines = long_lines(content_text(msg.get("content")))
-                if sum(len(line) for line in lines if line in self.user_lines) >= RESEND_CHARS:
+                if resent(lines, self.user_lines):
                     self.resent += 1
                 if self.resent >= RESEND_TURNS:
                     self.resend, self.user_lines = True, set()

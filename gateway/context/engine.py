@@ -110,6 +110,7 @@ from gateway.context.taskclass import (
     STAGE_ORDER,
     ClusterOptions,
     Compaction,
+    CompressKind,
     TaskClass,
     TextTools,
     agent_policy,
@@ -1430,6 +1431,13 @@ def resend_arrivals(cls: TaskClass, policy: TaskClass) -> TaskClass:
 # earlier; at 0.2 the ChatDev queues' tune prefix stable fell to 80.0% (0.17: 82.9%;
 # bench/README.md, "A harness that re-sends its state, part two").
 RESEND_STEP_SHARE = 0.17
+# What of a re-sending session ages: its prompts, whether read as one turn or as sections
+# (`segments.find_documents` makes a prompt of two or more markdown sections of 80+
+# characters `knowledge` spans). Its prompts' sections are parts of an older copy of the
+# state, not documents a task retrieved: with user turns only, no section of a sectioned
+# prompt ever aged (OpenDevin's micro-agent queues, tune late reduction 43.2 -> 52.4;
+# bench/README.md, "Fresh-prompt queues, part two").
+PROMPT_KINDS: tuple[CompressKind, ...] = ("user", "knowledge")
 
 
 def _stable_before(state: SessionState, messages: Sequence[Mapping[str, Any]]) -> None:
@@ -1446,7 +1454,8 @@ def _stable_before(state: SessionState, messages: Sequence[Mapping[str, Any]]) -
 
 def resend_aging(cls: TaskClass, policy: TaskClass) -> TaskClass:
     """The agent policy's aging for a session whose harness re-sends its state in each
-    prompt (`RequestScan.resends`), on its prompts only: an old prompt is a superseded copy
+    prompt (`RequestScan.resends`), on its prompts only (`PROMPT_KINDS`, their sections
+    too): an old prompt is a superseded copy
     of the state the newest one holds whole, so old user turns age (digests, then gists in
     the policy's batches) while the agents' own turns stay as written (no digest, no fold):
     what they wrote is what a later turn quotes. New prompts' runs of lines an earlier
@@ -1456,7 +1465,7 @@ def resend_aging(cls: TaskClass, policy: TaskClass) -> TaskClass:
     compress = aged.stages.compress
     if compress is None or not aged.compaction.ages:
         return aged
-    compress = compress.model_copy(update={"kinds": ("user",), "fold_from_turns": None,
+    compress = compress.model_copy(update={"kinds": PROMPT_KINDS, "fold_from_turns": None,
                                            "mask_turns_from_turns": 0, "mask_after_turns": 4,
                                            "superseded_turns": True})
     share = min(aged.compaction.max_step_share, RESEND_STEP_SHARE)

@@ -17,6 +17,8 @@ _NUMBERED = re.compile(
 )
 _HEADING = re.compile(r"^#{1,4} \S", re.MULTILINE)
 MIN_DOC_CHARS = 80
+# A fenced code block, fences paired in order (as `summarize` reads an assistant turn's)
+_FENCED = re.compile(r"```.*?```", re.DOTALL)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +73,18 @@ def _numbered(text: str) -> list[tuple[int, int]]:
     if current:
         docs.append(current)
     return docs if len(docs) >= 2 else []
+
+
+def in_code_block(text: str, pos: int) -> bool:
+    """Whether `pos` of `text` lies inside a fenced code block: a section found there opens
+    at a comment of the code (`# Load images`) or of a quoted file, not at a heading of the
+    text around it."""
+    for block in _FENCED.finditer(text):
+        if block.start() >= pos:
+            return False
+        if pos < block.end():
+            return True
+    return False
 
 
 def _sections(text: str) -> list[tuple[int, int]]:

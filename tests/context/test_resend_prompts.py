@@ -8,12 +8,20 @@ earlier prompt or turn has go out as markers on arrival (`RequestScan.resends`,
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from typing import Any
 
-from gateway.context.classify import RESEND_CHARS, RequestScan, superseded
+from gateway.context.classify import (
+    RESEND_CHARS,
+    RESEND_MIN_CHARS,
+    RequestScan,
+    long_lines,
+    superseded,
+)
 from gateway.context.engine import CallContext, ContextEngine
 from gateway.context.items import Item
 from gateway.context.lines import verbatim_index
+from gateway.context.segments import in_code_block
 from gateway.context.session import Decision, MemorySessionStore, SessionState
 from gateway.observability.droplog import DropLog
 from gateway.observability.metrics import Metrics
@@ -71,6 +79,33 @@ def test_a_prompt_that_re_sends_earlier_prompts_lines_marks_the_session() -> Non
     # a chat whose user turns say new things each time is not one
     chat = [{"role": "user", "content": f"Question {k}: " + f"what about item {k}? " * 30}
             for k in range(6)]
+    assert not RequestScan().resends(chat)
+
+
+def _template_prompt(step: int) -> str:
+    """A made-up micro-agent prompt: a 12-line template (about 900 characters of long lines)
+    and the history of this step, under a third of it."""
+    template = "\n".join(f"Rule {i}: answer with one JSON action; never repeat an action "
+                         f"already taken, and finish when the goal of rule {i} holds."
+                         for i in range(12))
+    history = "\n".join(f'{{"action": "run", "args": {{"command": "check step {step}.{j}"}}, '
+                         f'"observation": "ok {step}.{j}"}}' for j in range(3))
+    return f"# Task\nVerify the fix of step {step}.\n{template}\n# History\n{history}"
+
+
+def test_a_small_template_re_sent_with_another_history_marks_the_session() -> None:
+    prompts = [{"role": "user", "content": _template_prompt(k)} for k in range(4)]
+    lines = long_lines(_template_prompt(1))
+    resent = sum(len(line) for line in lines if line in long_lines(_template_prompt(0)))
+    # under the absolute threshold, over the short prompt's floor and half its long lines
+    assert RESEND_MIN_CHARS <= resent < RESEND_CHARS
+    assert 2 * resent >= sum(map(len, lines))
+    scan = RequestScan()
+    assert not scan.resends(prompts[:3])  # two re-sending prompts are not enough
+    assert scan.resends(prompts)
+    # new questions sharing a short header (under the floor) are not a re-sent state
+    chat = [{"role": "user", "content": "Header of this assistant, answer briefly please.\n"
+             f"Question {k}: " + f"what about item {k}? " * 3} for k in range(6)]
     assert not RequestScan().resends(chat)
 
 
@@ -233,3 +268,89 @@ def test_the_calls_before_a_session_aged_are_kept_with_its_counts() -> None:
     # none recorded: the field as before
     assert SessionState(horizon=7, calls=20, steps=3).encode("horizon") == b"7:20:3"
     assert SessionState.decode({b"horizon": b"7:20:3:1"}).stable_calls == 0
+
+
+def _sectioned_prompt(phase: int) -> str:
+    """A made-up prompt rendered in markdown sections, as a fresh-prompt agent writes its
+    whole state each step: sections of 80+ characters each, which the parser reads as
+    documents (`segments.find_documents`), not as one user turn."""
+    return (f"# Task\nPhase {phase}: review the ledger code below; {TASK}\n\n"
+            f"## Code\n```python\n{_program(phase)}\n```\n\n"
+            "## Format\nAnswer with one JSON object: the comment, the line it is about and "
+            f"the fix, for phase {phase} only; never repeat an earlier comment.\n")
+
+
+async def _fit_prompts(
+    engine: ContextEngine, prompt: Callable[[int], str], session: str,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """A session of 24 prompts (`prompt` of each phase), each answered, fitted call by call:
+    the messages of the last call and what was forwarded of them."""
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": SYSTEM}, {"role": "user", "content": TASK},
+        {"role": "assistant", "content": "We will write it in Python."}]
+    for k in range(1, 25):
+        messages += [{"role": "user", "content": prompt(k)},
+                     {"role": "assistant", "content": f"Comment {k}: check entries_{k}."}]
+    messages = messages[:-1]  # ends with the newest prompt
+    fitted = None
+    for end in range(4, len(messages) + 1, 2):
+        fitted = await engine.fit({"messages": messages[:end]}, _call(session))
+    assert fitted is not None
+    return messages, fitted.body["messages"]
+
+
+async def test_old_prompts_in_sections_age_as_whole_prompts_do(
+    engine_without_young: ContextEngine,
+) -> None:
+    """A re-sending session whose prompts are split into sections (markdown headings) ages
+    those sections as it ages a prompt's text: an older copy of the state is superseded
+    whatever the parser made of its parts. Without that, no old prompt changed at all."""
+    messages, sent = await _fit_prompts(engine_without_young, _sectioned_prompt, "rk")
+    assert sent[-1]["content"].startswith("# Task\nPhase 24:")  # the newest prompt
+    prompts = sum(len(m["content"]) for m in sent if m["role"] == "user")
+    assert prompts < 0.3 * sum(len(m["content"]) for m in messages if m["role"] == "user")
+    written = [m["content"] for m in sent if m["role"] == "assistant"]
+    assert written == [m["content"] for m in messages if m["role"] == "assistant"]
+
+
+def _commented_program(version: int) -> str:
+    """`_program` with a comment at the start of each ten methods, at the line's start: as
+    a markdown heading would be (`# Accounts 0 to 9`), inside the code block."""
+    lines = _program(version).splitlines()
+    for start in (30, 20, 10, 0):
+        lines.insert(1 + start, f"# Accounts {start} to {start + 9}")
+    return "\n".join(lines)
+
+
+def _prompt_with_code(phase: int) -> str:
+    """A made-up prompt in markdown sections whose code block the parser splits at its
+    comments too: sections of the prompt and sections of the code."""
+    return (f"# Task\nPhase {phase}: review the ledger code below; {TASK}\n\n"
+            f"## Code\n```python\n{_commented_program(phase)}\n```\n\n"
+            "## Format\nAnswer with one JSON object: the comment, the line it is about and "
+            f"the fix, for phase {phase} only; never repeat an earlier comment.\n")
+
+
+def test_a_comment_in_a_code_block_is_not_a_section_heading() -> None:
+    text = _prompt_with_code(3)
+    assert not in_code_block(text, text.index("# Task"))
+    assert in_code_block(text, text.index("# Accounts 10 to 19"))
+    assert not in_code_block(text, text.index("## Format"))
+    assert not in_code_block("no code here", 3)
+
+
+async def test_old_prompts_code_sections_stay_whole_their_markdown_sections_age(
+    engine_without_young: ContextEngine,
+) -> None:
+    """A re-sending session ages its old prompts' markdown sections, not the pieces of code
+    the parser cut at the code's comment lines: a later reply copies the code's lines
+    verbatim (ChatDev's phase prompts). Without it every old version's changed line was
+    digested away."""
+    _, forwarded = await _fit_prompts(engine_without_young, _prompt_with_code, "rc")
+    sent = "\n".join(m["content"] for m in forwarded if m["role"] == "user")
+    # each old version's own line is still sent as written
+    assert all(f"def account_{k}_total(self) -> float:  # version {k}" in sent
+               for k in range(1, 25))
+    # the old prompts' own sections aged
+    formats = sum(f"the fix, for phase {k} only" in sent for k in range(1, 24))
+    assert formats < 12

@@ -22,6 +22,7 @@ from gateway.context.drawing import drawn_from, later_task_outputs
 from gateway.context.forecast import Budget
 from gateway.context.items import Item, content_text, text_tool_result
 from gateway.context.lines import MINIFIED_JSON, MINIFIED_KEPT, STILL_AGES
+from gateway.context.segments import find_documents, in_code_block
 from gateway.context.session import Decision
 from gateway.context.stages.base import StageContext, StageResult, decide
 from gateway.context.stages.ladder import cut
@@ -382,6 +383,21 @@ def _superseded_turns(due: list[Item], ctx: StageContext,
     return masked
 
 
+def _code_section(item: Item, ctx: StageContext, opts: CompressOptions) -> bool:
+    """In a re-sending session's aging (`superseded_turns`), a prompt's section that opens
+    inside a fenced code block (`segments.in_code_block`): the parser split the code at a
+    comment line, and the code is what the agent's replies copy verbatim. It is not
+    digested, as a prompt's sections never were before they aged (ChatDev queues'
+    holdout recall 99.841 -> 99.395 with every section digested; bench/README.md,
+    "Fresh-prompt queues, part three"); its prompt's markdown sections still are."""
+    if not opts.superseded_turns or item.kind != "knowledge":
+        return False
+    msg = ctx.messages[item.message_index]
+    text = content_text(msg.get("content"))
+    spans = find_documents(text, sections=msg.get("role") == "user")
+    return item.segment < len(spans) and in_code_block(text, spans[item.segment].start)
+
+
 def _keep_minified(
     items: list[Item], decisions: dict[str, Decision], minified: Mapping[str, Decision],
     ctx: StageContext,
@@ -430,7 +446,7 @@ async def compress_items(items: list[Item], budget: Budget, ctx: StageContext) -
     due = [
         item for item in items
         if ages and undecided(item, ctx.decisions) and item.message_index < ctx.horizon
-        and ages_out(item, opts)
+        and ages_out(item, opts) and not _code_section(item, ctx, opts)
     ]
     kept = _drawn(items, due, ctx, opts)
     aged = {
