@@ -1,0 +1,93 @@
+"""In a text-tool agent's queue of short tasks (eight code steps each, every task stated as the
+first was), a later task takes one aging step, once it has lasted `done_results_turns`
+turns, and no other while it is younger than `queue_step_turns` (`steps.waits_for_task`):
+a step in the middle of a task re-sent that task's results verbatim at full price. The real
+engine on the embedded Redis, the shipped configuration, and the same with the wait off.
+A made-up fixture."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from gateway.context.engine import ContextEngine
+from gateway.embeddings import Embedder
+from gateway.observability.droplog import DropLog
+from gateway.observability.metrics import Metrics
+from gateway.settings import Settings
+from tests.context.conftest import with_compaction
+from tests.context.sessions import drops_add_up, fit_each_call
+
+SYSTEM = ("You solve tasks by writing Python between '<code>' and '</code>'. What it prints "
+          "appears after 'Observation:'. Answer with final_answer(value).")
+TASKS = 5
+STEPS = 8
+
+
+def _observation(task: int, step: int) -> str:
+    return "Observation:\n" + "".join(
+        f"Row {j} of lot {task}-{step}: weight {100 + j * task} kg, shelf S-{task}-{j}, "
+        f"batch b{task}{step}{j}x, inspected by crew {j % 7}.\n" for j in range(25))
+
+
+def _queue() -> list[dict[str, Any]]:
+    """TASKS tasks one after the other, each STEPS code steps answered by `Observation:` and
+    a closing answer, each stated as `New task:` and its question."""
+    messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM}]
+    for task in range(TASKS):
+        messages.append({"role": "user", "content": (
+            f"New task:\nHow heavy is the heaviest row of lot {task}? Give the weight in kg "
+            "as a number, read from the inventory tables.")})
+        for step in range(STEPS):
+            messages.append({"role": "assistant", "content": (
+                f"Thought: I read lot {task}-{step} and compare its heaviest row with the rows "
+                f"of the lots before it; the crews inspect in turn, so the shelves of lot "
+                f"{task}-{step} may list a heavier batch than the ones I printed so far, and I "
+                "keep the largest weight seen in a variable for the final answer.\n<code>\n"
+                f"rows_{step} = read_lot('{task}-{step}')\nprint(rows_{step})\n</code>")})
+            messages.append({"role": "user", "content": _observation(task, step)})
+        messages.append({"role": "assistant", "content": (
+            f"Thought: I have it.\n<code>\nfinal_answer({100 + 24 * task})\n</code>")})
+    return messages
+
+
+async def _steps_by_task(engine: ContextEngine, session: str) -> dict[int, list[int]]:
+    """For each later task, the turns it had lasted on the calls that changed the prefix
+    the session's previous call had sent (its aging steps)."""
+    messages = _queue()
+    fits = await fit_each_call(engine, messages, [], "t-queue-steps", session)
+    assert all(drops_add_up(fit) for fit in fits)
+    ends = [end for end in range(3, len(messages)) if messages[end]["role"] == "assistant"]
+    steps: dict[int, list[int]] = {}
+    for before, after, end in zip(fits, fits[1:], ends[1:], strict=False):
+        sent, now = before.body["messages"], after.body["messages"]
+        if now[: len(sent)] == sent:
+            continue
+        starts = [i for i in range(end) if str(messages[i]["content"]).startswith("New task")]
+        task = len(starts) - 1
+        age = sum(1 for i in range(starts[-1], end) if messages[i]["role"] == "assistant")
+        if task:
+            steps.setdefault(task, []).append(age)
+    return steps
+
+
+async def test_a_later_task_steps_once_it_has_lasted_a_turn_and_not_again(
+    engine: ContextEngine, settings: Settings, redis_client: aioredis.Redis,
+    embedder: Embedder, drop_log_path: Path,
+) -> None:
+    assert settings.task_classes["agent"]["compaction"]["queue_step_turns"] == 10
+    steps = await _steps_by_task(engine, "queue-steps-on")
+    # one step per later task at most, never on the call that brings its statement
+    assert steps and all(len(ages) == 1 and ages[0] >= 1 for ages in steps.values())
+    metrics = Metrics()
+    log = DropLog(str(drop_log_path), "hash", metrics)
+    off = ContextEngine(with_compaction(settings, queue_step_turns=None), redis_client,
+                        metrics, log, embedder)
+    try:
+        free = await _steps_by_task(off, "queue-steps-off")
+    finally:
+        log.close()
+    # without the wait, the share's steps land anywhere in a task, some twice in one
+    assert any(len(ages) > 1 or 0 in ages for ages in free.values())
