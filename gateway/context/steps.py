@@ -483,10 +483,14 @@ def waits_for_task(state: SessionState, cls: TaskClass, clock: Clock | None) -> 
     task as gists (bench/README.md, "smolagents queues' cost @0.1: a later task's one
     step"). A task that took no step (it ended before it lasted `done_results_turns`, or the
     share held its step back) leaves it to the next task's first call: waited for, a queue of
-    one-turn tasks never stepped (MedAgentBench queues, tune late 94.19 -> 89.04%)."""
+    one-turn tasks never stepped (MedAgentBench queues, tune late 94.19 -> 89.04%). Only
+    where the session grows a turn a call (`clock.turns`, at least the calls before this
+    one): a harness that sends each call as a fresh prompt, the agent's steps inside it,
+    adds calls, not turns, so its tasks never aged past the wait (HyperAgent queues, tune
+    late 66.53 -> 51.27%)."""
     c, opts = cls.compaction, cls.stages.compress
     if (c.queue_step_turns is None or opts is None or opts.done_results_turns is None
-            or clock is None or not clock.text_queue()):
+            or clock is None or not clock.text_queue() or clock.turns < state.calls):
         return False
     start, turns = clock.queue_starts[-1]
     age = clock.turns - turns
