@@ -7,12 +7,17 @@ A made-up fixture."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import redis.asyncio as aioredis
 
 from gateway.context.engine import ContextEngine
+from gateway.context.items import Clock
+from gateway.context.session import SessionState
+from gateway.context.steps import waits_for_task
+from gateway.context.taskclass import Compaction, CompressOptions, Stages, TaskClass
 from gateway.embeddings import Embedder
 from gateway.observability.droplog import DropLog
 from gateway.observability.metrics import Metrics
@@ -91,3 +96,40 @@ async def test_a_later_task_steps_once_it_has_lasted_a_turn_and_not_again(
         log.close()
     # without the wait, the share's steps land anywhere in a task, some twice in one
     assert any(len(ages) > 1 or 0 in ages for ages in free.values())
+
+
+QUEUE = TaskClass(name="q", compaction=Compaction(verbatim_tokens_high=500, queue_step_turns=10),
+                  stages=Stages(compress=CompressOptions(done_results_turns=1)))
+
+
+def _clock(turns: int, starts: list[tuple[int, int]]) -> Clock:
+    """A text-tool queue's clock: `turns` walked, later tasks opened at `starts`."""
+    clock = Clock(turns)
+    clock.text_calls = True
+    clock.queue_starts = starts
+    return clock
+
+
+def test_the_wait_reads_the_tasks_age_and_its_step() -> None:
+    starts = [(20, 5)]  # the previous task (the first) lasted 5 turns
+    growing = SessionState(horizon=12, calls=5)
+    assert waits_for_task(growing, QUEUE, _clock(5, starts))  # the statement's call
+    assert not waits_for_task(replace(growing, calls=6), QUEUE, _clock(6, starts))
+    stepped = SessionState(horizon=22, calls=7)  # the task took its step
+    assert waits_for_task(stepped, QUEUE, _clock(7, starts))
+    assert not waits_for_task(replace(stepped, calls=15), QUEUE, _clock(15, starts))  # 10 turns
+    off = QUEUE.model_copy(update={"compaction": Compaction(verbatim_tokens_high=500)})
+    assert not waits_for_task(growing, off, _clock(5, starts))
+
+
+def test_a_task_that_could_not_step_leaves_its_step_to_the_next_tasks_first_call() -> None:
+    # the previous task lasted one turn: it had no call at which it had lasted one
+    starts = [(20, 5), (23, 6)]
+    assert not waits_for_task(SessionState(horizon=12, calls=6), QUEUE, _clock(6, starts))
+    # ... unless it stepped on its own first call
+    assert waits_for_task(SessionState(horizon=21, calls=6), QUEUE, _clock(6, starts))
+
+
+def test_a_session_of_fresh_prompts_does_not_wait() -> None:
+    # more calls than turns: each call a fresh prompt, the agent's steps inside it
+    assert not waits_for_task(SessionState(horizon=12, calls=9), QUEUE, _clock(5, [(20, 5)]))
