@@ -133,3 +133,9 @@ def test_a_task_that_could_not_step_leaves_its_step_to_the_next_tasks_first_call
 def test_a_session_of_fresh_prompts_does_not_wait() -> None:
     # more calls than turns: each call a fresh prompt, the agent's steps inside it
     assert not waits_for_task(SessionState(horizon=12, calls=9), QUEUE, _clock(5, [(20, 5)]))
+
+
+def test_an_agent_of_json_steps_does_not_wait() -> None:
+    clock = _clock(5, [(20, 5)])
+    clock.json_steps = True  # its done tasks' results are not gisted: nothing to wait for
+    assert not waits_for_task(SessionState(horizon=12, calls=5), QUEUE, clock)
