@@ -139,3 +139,9 @@ def test_an_agent_of_json_steps_does_not_wait() -> None:
     clock = _clock(5, [(20, 5)])
     clock.json_steps = True  # its done tasks' results are not gisted: nothing to wait for
     assert not waits_for_task(SessionState(horizon=12, calls=5), QUEUE, clock)
+
+
+def test_a_client_of_system_results_does_not_wait() -> None:
+    clock = _clock(5, [(20, 5)])
+    clock.system_results = True  # it breaks its own cached prefix: no step to hold back
+    assert not waits_for_task(SessionState(horizon=12, calls=5), QUEUE, clock)
