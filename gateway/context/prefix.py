@@ -671,7 +671,8 @@ class Prefix:
                              call_tokens=self.item_tokens, unanswered=unanswered,
                              first_task=on_first_task(clock=layout.clock),
                              credit=takes_credit(clock=layout.clock),
-                             task_wait=waits_for_task(state, cls, layout.clock)) != horizon
+                             task_wait=waits_for_task(state, cls, layout.clock, tokens_from,
+                                                       turns)) != horizon
 
     def _render(
         self,

@@ -98,8 +98,13 @@ async def test_a_later_task_steps_once_it_has_lasted_a_turn_and_not_again(
     assert any(len(ages) > 1 or 0 in ages for ages in free.values())
 
 
-QUEUE = TaskClass(name="q", compaction=Compaction(verbatim_tokens_high=500, queue_step_turns=10),
+QUEUE = TaskClass(name="q", compaction=Compaction(verbatim_tokens_high=500, queue_step_turns=10,
+                                                   queue_wait_tokens=2000),
                   stages=Stages(compress=CompressOptions(done_results_turns=1)))
+# still verbatim from message 12 on: the agent's turns (odd) and the results (even), a later
+# task stated at message 20: results of 2,500 tokens
+TURNS = [13, 15, 17, 19, 21]
+LARGE = {i: 2500 for i in range(12, 23)}
 
 
 def _clock(turns: int, starts: list[tuple[int, int]]) -> Clock:
@@ -113,35 +118,51 @@ def _clock(turns: int, starts: list[tuple[int, int]]) -> Clock:
 def test_the_wait_reads_the_tasks_age_and_its_step() -> None:
     starts = [(20, 5)]  # the previous task (the first) lasted 5 turns
     growing = SessionState(horizon=12, calls=5)
-    assert waits_for_task(growing, QUEUE, _clock(5, starts))  # the statement's call
-    assert not waits_for_task(replace(growing, calls=6), QUEUE, _clock(6, starts))
+    assert waits_for_task(growing, QUEUE, _clock(5, starts), LARGE, TURNS)  # its statement's
+    assert not waits_for_task(replace(growing, calls=6), QUEUE, _clock(6, starts), LARGE,
+                              TURNS)
     stepped = SessionState(horizon=22, calls=7)  # the task took its step
-    assert waits_for_task(stepped, QUEUE, _clock(7, starts))
-    assert not waits_for_task(replace(stepped, calls=15), QUEUE, _clock(15, starts))  # 10 turns
+    assert waits_for_task(stepped, QUEUE, _clock(7, starts), LARGE, TURNS)
+    assert not waits_for_task(replace(stepped, calls=15), QUEUE, _clock(15, starts), LARGE,
+                              TURNS)  # 10 turns
     off = QUEUE.model_copy(update={"compaction": Compaction(verbatim_tokens_high=500)})
-    assert not waits_for_task(growing, off, _clock(5, starts))
+    assert not waits_for_task(growing, off, _clock(5, starts), LARGE, TURNS)
 
 
 def test_a_task_that_could_not_step_leaves_its_step_to_the_next_tasks_first_call() -> None:
     # the previous task lasted one turn: it had no call at which it had lasted one
     starts = [(20, 5), (23, 6)]
-    assert not waits_for_task(SessionState(horizon=12, calls=6), QUEUE, _clock(6, starts))
+    assert not waits_for_task(SessionState(horizon=12, calls=6), QUEUE, _clock(6, starts),
+                              LARGE, TURNS)
     # ... unless it stepped on its own first call
-    assert waits_for_task(SessionState(horizon=21, calls=6), QUEUE, _clock(6, starts))
+    assert waits_for_task(SessionState(horizon=21, calls=6), QUEUE, _clock(6, starts), LARGE,
+                          TURNS)
 
 
 def test_a_session_of_fresh_prompts_does_not_wait() -> None:
     # more calls than turns: each call a fresh prompt, the agent's steps inside it
-    assert not waits_for_task(SessionState(horizon=12, calls=9), QUEUE, _clock(5, [(20, 5)]))
+    assert not waits_for_task(SessionState(horizon=12, calls=9), QUEUE, _clock(5, [(20, 5)]),
+                              LARGE, TURNS)
 
 
 def test_an_agent_of_json_steps_does_not_wait() -> None:
     clock = _clock(5, [(20, 5)])
     clock.json_steps = True  # its done tasks' results are not gisted: nothing to wait for
-    assert not waits_for_task(SessionState(horizon=12, calls=5), QUEUE, clock)
+    assert not waits_for_task(SessionState(horizon=12, calls=5), QUEUE, clock, LARGE, TURNS)
 
 
 def test_a_client_of_system_results_does_not_wait() -> None:
     clock = _clock(5, [(20, 5)])
     clock.system_results = True  # it breaks its own cached prefix: no step to hold back
-    assert not waits_for_task(SessionState(horizon=12, calls=5), QUEUE, clock)
+    assert not waits_for_task(SessionState(horizon=12, calls=5), QUEUE, clock, LARGE, TURNS)
+
+
+def test_a_task_of_small_results_does_not_wait() -> None:
+    # the same tasks, their results under queue_wait_tokens: a step in a task's middle
+    # re-sends little, and the wait would leave the results to a done task's gists
+    state, clock = SessionState(horizon=12, calls=5), _clock(5, [(8, 3), (20, 5)])
+    assert waits_for_task(state, QUEUE, clock, LARGE, TURNS)
+    small = {i: (600 if i in TURNS else 100) for i in range(12, 23)}
+    assert not waits_for_task(state, QUEUE, clock, small, TURNS)
+    # the results of the tasks before the previous one (message 8 on) count none
+    assert not waits_for_task(state, QUEUE, clock, {i: 5000 for i in range(1, 8)}, TURNS)
