@@ -1,9 +1,11 @@
 """In a text-tool agent's queue of short tasks (eight code steps each, every task stated as the
 first was), a later task takes one aging step, once it has lasted `done_results_turns`
 turns, and no other while it is younger than `queue_step_turns` (`steps.waits_for_task`):
-a step in the middle of a task re-sent that task's results verbatim at full price. The real
-engine on the embedded Redis, the shipped configuration, and the same with the wait off.
-A made-up fixture."""
+a step in the middle of a task re-sent that task's results verbatim at full price; only while
+the results since the task before's start reach `queue_wait_tokens` (1000 here: the shipped
+8000 would need tables past the budget, whose forced steps never wait). The real engine on the
+embedded Redis, the shipped configuration with that bound, and the same with the wait off. A
+made-up fixture."""
 
 from __future__ import annotations
 
@@ -79,15 +81,17 @@ async def _steps_by_task(engine: ContextEngine, session: str) -> dict[int, list[
 
 
 async def test_a_later_task_steps_once_it_has_lasted_a_turn_and_not_again(
-    engine: ContextEngine, settings: Settings, redis_client: aioredis.Redis,
+    settings: Settings, redis_client: aioredis.Redis,
     embedder: Embedder, drop_log_path: Path,
 ) -> None:
     assert settings.task_classes["agent"]["compaction"]["queue_step_turns"] == 10
-    steps = await _steps_by_task(engine, "queue-steps-on")
-    # one step per later task at most, never on the call that brings its statement
-    assert steps and all(len(ages) == 1 and ages[0] >= 1 for ages in steps.values())
     metrics = Metrics()
     log = DropLog(str(drop_log_path), "hash", metrics)
+    on = ContextEngine(with_compaction(settings, queue_wait_tokens=1000), redis_client,
+                       metrics, log, embedder)
+    steps = await _steps_by_task(on, "queue-steps-on")
+    # one step per later task at most, never on the call that brings its statement
+    assert steps and all(len(ages) == 1 and ages[0] >= 1 for ages in steps.values())
     off = ContextEngine(with_compaction(settings, queue_step_turns=None), redis_client,
                         metrics, log, embedder)
     try:
