@@ -65,6 +65,7 @@ from gateway.context.steps import (
     stale_tokens,
     takes_credit,
     undecided,
+    waits_for_task,
 )
 from gateway.context.taskclass import CompressOptions, TaskClass
 from gateway.context.tokens import TokenCounter
@@ -669,7 +670,9 @@ class Prefix:
         return horizon_after(turns, tokens_from, n_messages, state, cls, stale,
                              call_tokens=self.item_tokens, unanswered=unanswered,
                              first_task=on_first_task(clock=layout.clock),
-                             credit=takes_credit(clock=layout.clock)) != horizon
+                             credit=takes_credit(clock=layout.clock),
+                             task_wait=waits_for_task(state, cls, layout.clock, tokens_from,
+                                                       turns)) != horizon
 
     def _render(
         self,

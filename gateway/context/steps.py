@@ -199,7 +199,9 @@ def step_horizon(
     return horizon_after(turns, tokens_from, len(messages), state, cls, stale, forced,
                          call_tokens=sum(item.tokens for item in items),
                          unanswered=open_tokens(items), first_task=on_first_task(items),
-                         credit=takes_credit(items))
+                         credit=takes_credit(items),
+                         task_wait=waits_for_task(state, cls, items[0].clock if items else None,
+                                                  tokens_from, turns))
 
 
 def takes_credit(items: Iterable[Item] = (), clock: Clock | None = None) -> bool:
@@ -472,6 +474,62 @@ def _first_repaid(order: list[int], changed: Mapping[int, int], sent: Mapping[in
     return first
 
 
+def waits_for_task(state: SessionState, cls: TaskClass, clock: Clock | None,
+                   tokens_from: Mapping[int, int], turns: Sequence[int]) -> bool:
+    """Whether a step waits for the current task's end: in a text-tool agent's queue of tasks
+    (`Clock.text_queue`), a later task younger than `queue_step_turns` turns takes one step,
+    once it has lasted `done_results_turns` (the task before is then done with, its results
+    gisted: `compress._done_results`), and no other. A step taken mid-task re-sends at full
+    price everything after its first change, the current task's results verbatim (a 40k
+    page in one smolagents queue); the step at the next task's start re-sends the finished
+    task as gists (bench/README.md, "smolagents queues' cost @0.1: a later task's one
+    step"). A task that took no step (it ended before it lasted `done_results_turns`, or the
+    share held its step back) leaves it to the next task's first call: waited for, a queue of
+    one-turn tasks never stepped (MedAgentBench queues, tune late 94.19 -> 89.04%). Only
+    where the session grows a turn a call (`clock.turns`, at least the calls before this
+    one): a harness that sends each call as a fresh prompt, the agent's steps inside it,
+    adds calls, not turns, so its tasks never aged past the wait (HyperAgent queues, tune
+    late 66.53 -> 51.27%). Nor for an agent that writes its steps as JSON
+    (`Clock.json_steps`), whose results a done task does not gist (`compress._answers_call`):
+    its task's step has nothing to wait for (TapeAgents queues, holdout recall 99.261 ->
+    99.211%). Nor for a client that sends its calls' results back as system messages
+    (`Clock.system_results`): it rebuilds them around every call and breaks its own cached
+    prefix (`takes_credit`), so a task's steps protect no prefix (AutoGPT queues, holdout
+    cost @0.1 13.73 -> 12.69%). Only while the results since the task before's start, still
+    verbatim (`tokens_from`, less the agent's `turns` and the tasks' statements), reach
+    `queue_wait_tokens`: a task of small results (3-5 turns of 100-token tracebacks)
+    re-sends little at a step in its middle, and held back to the next task the step gisted
+    them (`_done_results`) where the share's step had masked them, the fold of earlier tasks
+    keeping the gists (MINT queues, tune late / recall / cost @0.1 92.30 / 99.903 / 73.89 ->
+    91.38 / 99.885 / 73.23 without this bound)."""
+    c, opts = cls.compaction, cls.stages.compress
+    if (c.queue_step_turns is None or opts is None or opts.done_results_turns is None
+            or clock is None or not clock.text_queue() or clock.json_steps
+            or clock.system_results or clock.turns < state.calls):
+        return False
+    start, at = clock.queue_starts[-1]
+    age = clock.turns - at
+    if age >= c.queue_step_turns:
+        return False
+    before = clock.queue_starts[-2][0] if len(clock.queue_starts) > 1 else 0
+    if _results_since(tokens_from, turns, before, (i for i, _ in clock.queue_starts)) < (
+            c.queue_wait_tokens):
+        return False
+    if state.horizon > start:  # the task has taken its step
+        return True
+    if age >= opts.done_results_turns:
+        return False
+    return state.horizon > before
+
+
+def _results_since(tokens_from: Mapping[int, int], turns: Sequence[int], start: int,
+                   statements: Iterable[int]) -> int:
+    """The verbatim tokens (`tokens_from`: at or after the horizon) of the messages after
+    `start` that are neither the agent's turns nor a task's statement: the results."""
+    skip = {*turns, *statements}
+    return sum(t for i, t in tokens_from.items() if i > start and i not in skip)
+
+
 def on_credit(state: SessionState, c: Compaction, call_tokens: int) -> bool:
     """Whether a young, small session may step now on its credit: fewer than `early_calls`
     calls so far (this one included), a call of at most `early_max_tokens` (a step re-sends
@@ -494,14 +552,16 @@ def horizon_after(
     unanswered: int = 0,
     first_task: bool = True,
     credit: bool = True,
+    task_wait: bool = False,
 ) -> int:
     """`step_horizon` from the assistant turns and the compactable tokens per message; only
     those at or after `state.horizon` count, so a caller may pass just those. `unanswered`:
     the tokens of the exchange the model has not answered yet (`open_tokens`);
     `first_task`: the session is on its first task (`on_first_task`); `credit`: a young
-    session may step on credit (`takes_credit`)."""
+    session may step on credit (`takes_credit`); `task_wait`: the step waits for the
+    current task's end (`waits_for_task`), unless the call is over the budget."""
     c = cls.compaction
-    if not c.ages:
+    if not c.ages or (task_wait and not forced):
         return state.horizon
 
     turns = sorted(turns)

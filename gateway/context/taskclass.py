@@ -118,6 +118,13 @@ class Compaction(_Settings):
     # the calls those still had left, at least one (`steps.agent_left`; 0: off).
     repay_agent_runs: int = 0
     repay_agent_quantile: Share = 0.9
+    # In a text-tool agent's queue of tasks, a later task takes its first step once it has
+    # lasted the compress stage's `done_results_turns`, and no other until it has lasted
+    # this many turns (`steps.waits_for_task`; None: off).
+    queue_step_turns: int | None = None
+    # ... only while the results since the task before's start, verbatim, reach this many
+    # tokens (`steps.waits_for_task`): smaller ones cost a step's re-send less than waiting
+    queue_wait_tokens: int = 0
     # The price of a cached input token relative to a fresh one (the provider's prompt-cache
     # discount): what a step's full-price re-send is weighed against (`steps.py`).
     cached_price: float = 0.1
