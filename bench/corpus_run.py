@@ -28,6 +28,7 @@ from bench.yardstick import (
     haystack,
     late_calls,
     needed_values,
+    needed_with_system_results,
     recall,
     reduction,
     serialized,
@@ -135,9 +136,12 @@ def breaks_before(previous_sent: Sequence[Mapping[str, Any]],
 
 
 async def replay_session(
-    engine: ContextEngine, session: Session, *, corpus: str, wire_format: str = "chat"
+    engine: ContextEngine, session: Session, *, corpus: str, wire_format: str = "chat",
+    system_results: bool = False,
 ) -> list[dict[str, Any]]:
-    """Per call: the session's position, the needed values and each method's figures."""
+    """Per call: the session's position, the needed values and each method's figures
+    (`system_results`: mid-chat system messages count as sources, not the issue's rule)."""
+    needed_of = needed_with_system_results if system_results else needed_values
     calls = session_calls(session)
     late = late_calls(len(calls))
     headers = {"x-ctxgate-session-id": f"{corpus}:{session.id}"}
@@ -153,7 +157,7 @@ async def replay_session(
             wire_format,
         )
         seconds = time.perf_counter() - start
-        needed = needed_values(reply, prefix)
+        needed = needed_of(reply, prefix)
         methods: dict[str, Any] = {}
         candidates = {"none": prefix, "ctxgate": forwarded}
         candidates.update({f"keep-{n}": mask_keep(prefix, n) for n in MASK_KEEPS})
@@ -199,12 +203,13 @@ async def replay_session(
 
 async def replay_corpus(
     engine: ContextEngine, sessions: Sequence[Session], *, corpus: str,
-    wire_format: str = "chat",
+    wire_format: str = "chat", system_results: bool = False,
 ) -> list[dict[str, Any]]:
     records = []
     for session in sessions:
         records += await replay_session(engine, session, corpus=corpus,
-                                        wire_format=wire_format)
+                                        wire_format=wire_format,
+                                        system_results=system_results)
     return records
 
 

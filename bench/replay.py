@@ -299,7 +299,7 @@ def run_legacy(
 
 async def run_corpora(
     sessions: dict[str, list[Session]], settings: Settings, budget_calls_per_corpus: int,
-    wire_format: str = "chat",
+    wire_format: str = "chat", system_results: bool = False,
 ) -> dict[str, dict[str, Any]]:
     """Per corpus: the per-call records of the live replay and of budget mode."""
     engine = build_engine(settings)  # no playbook source: only the engine is measured
@@ -309,7 +309,8 @@ async def run_corpora(
     try:
         for name, group in sessions.items():
             start = time.perf_counter()
-            records = await replay_corpus(engine, group, corpus=name, wire_format=wire_format)
+            records = await replay_corpus(engine, group, corpus=name, wire_format=wire_format,
+                                          system_results=system_results)
             mid = time.perf_counter()
             # Budget mode re-embeds every item of a call (rerank under pressure): on the
             # synthetic sessions, 10 sampled calls of the 100-call sessions are enough.
@@ -345,6 +346,9 @@ def main() -> int:
     parser.add_argument("--budget-calls", type=int, default=40, help="sampled per corpus")
     parser.add_argument("--no-legacy", action="store_true", help="skip the earlier figures")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--system-results", action="store_true",
+                        help="count mid-chat system messages as sources of needed values (a check"
+                        " of the yardstick's blind spot, not the issue's rule)")
     parser.add_argument("--format", choices=("chat", "responses", "messages"), default="chat",
                         help="the wire format each corpus call is sent in")
     parser.add_argument("--prefix-replay", action="store_true",
@@ -393,7 +397,8 @@ def main() -> int:
             print(f"corpus {args.corpora / name} not found: skipped", file=sys.stderr)
             continue
         sessions[name] = group[: args.max_sessions] if args.max_sessions else group
-    records = asyncio.run(run_corpora(sessions, settings, args.budget_calls, args.format))
+    records = asyncio.run(run_corpora(sessions, settings, args.budget_calls, args.format,
+                                      args.system_results))
     splits = ("all", "tune", "holdout") if args.split == "all" else (args.split,)
     figures = {
         name: {split: corpus_figures(r["calls"], r["budget"], split) for split in splits}

@@ -38,6 +38,7 @@ from gateway.context.needed import (
     Message,
     action_values,
     haystack,
+    is_system,
     needed_values,
     recall,
     searchable_text,
@@ -46,7 +47,23 @@ from gateway.context.needed import (
 
 __all__ = ["TEXT_TOKEN", "action_values", "billed", "cached_chars", "call_chars", "call_ends",
            "common_prefix_chars", "haystack", "late_calls", "message_chars", "needed_values",
-           "recall", "reduction", "searchable_text", "serialized", "text_content"]
+           "needed_with_system_results", "recall", "reduction", "searchable_text", "serialized",
+           "text_content"]
+
+
+def needed_with_system_results(assistant: Message, earlier: Sequence[Message]) -> set[str]:
+    """Needed values with system messages after the first other message counted as sources.
+
+    Not the issue's yardstick, which skips every system message as a source (there for the
+    system prompt's instructions): a client that sends its tools' results back as mid-chat
+    system messages (AutoGPT, gptme) has values the yardstick never asks for. This check
+    sizes that blind spot (`bench.replay --system-results`); the leading system messages
+    are still skipped.
+    """
+    values = action_values(assistant)
+    first = next((i for i, m in enumerate(earlier) if not is_system(m)), len(earlier))
+    found = haystack(earlier[first:])
+    return {v for v in values if v in found}
 
 
 def message_chars(msg: Message) -> int:
