@@ -38,7 +38,8 @@ questions, each a `history` of the team's events with the orchestrator's own log
 `<corpus>-queue`: the runs in log order one after another (`prompt_queues`: one system
 message, cut at run boundaries near every `--queue-calls` calls).
 
-    python -m bench.magenticone --repo /work/.mirror/mingyin1+Agents_Failure_Attribution/repo --out /tmp/gen64/out
+    python -m bench.magenticone --out /tmp/gen64/out \
+        --repo /work/.mirror/mingyin1+Agents_Failure_Attribution/repo
 """
 
 from __future__ import annotations
@@ -63,7 +64,8 @@ SOURCE = "mingyin1/Agents_Failure_Attribution"
 REV = "3d9d568840f004b389638f97adf3e0ab8b5a9514"
 FOLDER = "Who&When/Hand-Crafted/"
 CORPUS = "magentic-one"
-AGENT = "Magentic-One orchestrator (progress-ledger calls of a planner leading web, file and code agents)"
+AGENT = ("Magentic-One orchestrator (progress-ledger calls of a planner leading web, file and "
+         "code agents)")
 MIN_CALLS = 3
 ORCHESTRATOR = "Orchestrator"
 THOUGHT = f"{ORCHESTRATOR} (thought)"

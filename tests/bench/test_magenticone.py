@@ -7,6 +7,7 @@ where present."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from bench import corpora, magenticone
 from bench.corpora import session_calls
 from tests.bench.converted import committed, loaded, rows
 
+FOLDER = magenticone.FOLDER
 MIRROR = Path("/work/.mirror/mingyin1+Agents_Failure_Attribution/repo")
 TASK = "How tall is the clock tower in Lund?\n"
 PLAN = "We are working to address the following user request:\n\nHow tall ...\n\nPlan: search."
@@ -131,7 +133,7 @@ def test_ledger_calls_carry_the_chat_as_it_stood(source: tuple[Path, str],
 
 
 def test_a_queue_puts_the_earlier_runs_chat_before_each_call() -> None:
-    counts = magenticone.Counter[str]()
+    counts: Counter[str] = Counter()
     first = magenticone.ledger_calls(HISTORY, counts)
     second = magenticone.ledger_calls([event("human", "Another request."), *HISTORY[1:7]],
                                       counts)
@@ -146,8 +148,6 @@ def test_a_queue_puts_the_earlier_runs_chat_before_each_call() -> None:
                                              *second[0]["messages"][1:]]
     assert len(queue["calls"]) == 7
 
-
-FOLDER = magenticone.FOLDER
 
 
 @pytest.mark.skipif(not MIRROR.is_dir(),
