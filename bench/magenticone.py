@@ -24,7 +24,8 @@ questions, each a `history` of the team's events with the orchestrator's own log
   logged (`json.dumps(..., indent=2)` of the parsed reply) as the reply;
 - **not recorded, so written here**: the system message (a short neutral statement naming
   the team) and the ledger question (a short neutral request for the five verdicts, with
-  the user's request and the team's names, the same every call as the real one is);
+  the user's request and the team's descriptions as the plan lists them, the same every
+  call as the real one is);
   Magentic-One's own prompts are longer. The planning calls (facts and plan, at the start
   and at each replan) are not calls here: only their combined text is logged. Screenshots
   the WebSurfer attached to its answers are not in the logs (text only);
@@ -76,10 +77,11 @@ TEAM = ("Assistant", "ComputerTerminal", "FileSurfer", "WebSurfer")
 SYSTEM = ("You are the orchestrator of a team of agents ({team}). You plan how the team "
           "answers the user's request, keep track of its progress, and each round choose "
           "which agent acts next and what to ask it.")
-QUESTION = ("We are working on this request:\n\n{task}\n\nThe team: {team}.\n\nUpdate the "
+QUESTION = ("We are working on this request:\n\n{task}\n\nThe team:\n\n{team}\n\nUpdate the "
             "progress ledger. Answer with a JSON object with the keys is_request_satisfied, "
-            "is_in_loop, is_progress_being_made, next_speaker (one of the team) and "
+            "is_in_loop, is_progress_being_made, next_speaker (one of: {names}) and "
             "instruction_or_question, each an object with a \"reason\" and an \"answer\".")
+TEAM_TEXT = re.compile(r"assembled the following team:\n\n(.+?)\n\n", re.S)
 
 
 def said(text: str) -> Message:
@@ -95,8 +97,9 @@ def ledger_calls(history: Sequence[Mapping[str, Any]], counts: Counter[str]
     """A log's ledger calls in order, each `{messages, reply}` (module docstring); events
     that are neither chat turns nor ledgers are counted by kind."""
     chat: list[Message] = []
-    system = {"role": "system", "content": SYSTEM.format(team=", ".join(TEAM))}
-    calls = []
+    names = ", ".join(TEAM)
+    system = {"role": "system", "content": SYSTEM.format(team=names)}
+    team, calls = names, []
     for event in history:
         role, text = str(event["role"]), str(event.get("content") or "")
         if role == "human":
@@ -105,8 +108,11 @@ def ledger_calls(history: Sequence[Mapping[str, Any]], counts: Counter[str]
             if text.startswith(PLAN[1]):
                 chat = chat[:1]  # a replan keeps only the request
             chat.append(said(text.split("\n", 1)[1]))
+            if found := TEAM_TEXT.search(text):
+                team = found[1].strip()
         elif role == THOUGHT and text.startswith(LEDGER):
-            question = QUESTION.format(task=str(chat[0]["content"]).strip(), team=", ".join(TEAM))
+            question = QUESTION.format(task=str(chat[0]["content"]).strip(), team=team,
+                                       names=names)
             calls.append({"messages": [system, *chat, heard(question)],
                           "reply": said(text[len(LEDGER):])})
         elif TO_AGENT.match(role):
@@ -168,8 +174,9 @@ there.
 - Each session carries `calls`: per ledger call the orchestrator's chat as it stood (the
   request; the plan and each instruction as assistant turns; each agent's answer as a user
   turn; cut back to the request and the new plan at a replan) between a short neutral
-  system message and a short neutral ledger question (both written by the converter: the
-  logs do not hold the prompts), and the ledger logged as the reply. `messages` is the last
+  system message and a short neutral ledger question with the request and the team as the
+  plan lists it (both written by the converter: the logs do not hold the prompts), and the
+  ledger logged as the reply. `messages` is the last
   call's list and its reply. No tools. Screenshots are not in the logs.
 {join}"""
 

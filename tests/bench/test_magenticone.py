@@ -19,7 +19,9 @@ from tests.bench.converted import committed, loaded, rows
 FOLDER = magenticone.FOLDER
 MIRROR = Path("/work/.mirror/mingyin1+Agents_Failure_Attribution/repo")
 TASK = "How tall is the clock tower in Lund?\n"
-PLAN = "We are working to address the following user request:\n\nHow tall ...\n\nPlan: search."
+TEAM = "WebSurfer: browses the web.\nAssistant: writes code."
+PLAN = ("We are working to address the following user request:\n\nHow tall ...\n\n\nTo answer "
+        f"this request we have assembled the following team:\n\n{TEAM}\n\n\nPlan: search.")
 NEW = "We are working to address the following user request:\n\nHow tall ...\n\nPlan: ask."
 LEDGERS = [f'{{\n  "next_speaker": {{\n    "answer": "WebSurfer"\n  }}, "n": {n}\n}}'
            for n in range(5)]
@@ -104,7 +106,9 @@ def test_ledger_calls_carry_the_chat_as_it_stood(source: tuple[Path, str],
     system = calls[0][0][0]
     assert system["role"] == "system" and "WebSurfer" in system["content"]
     question = calls[0][0][-1]
-    assert question["role"] == "user" and TASK.strip() in question["content"]
+    # the ledger question carries the request and the team as the plan lists it
+    assert question["role"] == "user"
+    assert TASK.strip() in question["content"] and TEAM in question["content"]
     chats = [m[1:-1] for m, _ in calls]
     # the plan and instructions are the orchestrator's turns, answers are user turns; the
     # status lines are not turns; a replan keeps only the request and the new plan
