@@ -391,6 +391,9 @@ class ContextEngine:
                     key, resend_aging(cls, self.agent_policy))
                 if not (state.calls or state.steps or state.stable_calls):
                     _stable_before(state, messages)
+            elif scan.reports(messages):  # an agent whose observations are user turns
+                cls = self._aging.setdefault(f"{named}\x00reports", report_aging(
+                    cls, self.agent_policy))
         return cls
 
     async def _forecast_caps(self, cls: TaskClass) -> tuple[TaskClass, bool]:
@@ -1472,6 +1475,25 @@ def resend_aging(cls: TaskClass, policy: TaskClass) -> TaskClass:
     return aged.model_copy(update={
         "stages": aged.stages.model_copy(update={"compress": compress}),
         "compaction": aged.compaction.model_copy(update={"max_step_share": share})})
+
+
+# What of an agent's session without tools ages (`report_aging`): the user turns its
+# observations come in, as a single turn or as sections (`PROMPT_KINDS`).
+REPORT_KINDS: tuple[CompressKind, ...] = PROMPT_KINDS
+
+
+def report_aging(cls: TaskClass, policy: TaskClass) -> TaskClass:
+    """The agent policy's aging for an agent without tools whose observations come as user
+    turns (`RequestScan.reports`), on its user turns only (`REPORT_KINDS`): old reports
+    age into digests in the policy's steps, while the agent's own turns (its plan, its
+    instructions) stay as written: a later turn quotes them."""
+    aged = cls.aging_as(policy)
+    compress = aged.stages.compress
+    if compress is None or not aged.compaction.ages:
+        return aged
+    compress = compress.model_copy(update={"kinds": REPORT_KINDS, "fold_from_turns": None})
+    return aged.model_copy(update={"stages": aged.stages.model_copy(
+        update={"compress": compress})})
 
 
 def text_tools_aging(cls: TaskClass, text: TextTools | None = None) -> TaskClass:
