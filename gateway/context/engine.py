@@ -1501,7 +1501,9 @@ def report_aging(cls: TaskClass, policy: TaskClass) -> TaskClass:
     age into digests in the policy's steps, then join its batches as gists, while the
     agent's own turns (its plan, its instructions) stay as written: a later turn quotes
     them (digested too, the tune queues' recall fell 99.93 -> 98.49: the plan's facts).
-    The latest user turn is pinned, as in any session."""
+    The latest user turn is pinned, as in any session, and a step leaves what came after
+    the latest assistant turn verbatim (`Compaction.hold_latest`): the newest report is
+    what the agent reads now, where no open call pins it as it pins a tool's result."""
     aged = cls.aging_as(policy)
     compress = aged.stages.compress
     if compress is None or not aged.compaction.ages:
@@ -1512,7 +1514,8 @@ def report_aging(cls: TaskClass, policy: TaskClass) -> TaskClass:
     share = min(max(aged.compaction.max_step_share, REPORT_STEP_SHARE), 1.0)
     return aged.model_copy(update={
         "stages": aged.stages.model_copy(update={"compress": compress}),
-        "compaction": aged.compaction.model_copy(update={"max_step_share": share})})
+        "compaction": aged.compaction.model_copy(update={"max_step_share": share,
+                                                         "hold_latest": True})})
 
 
 def text_tools_aging(cls: TaskClass, text: TextTools | None = None) -> TaskClass:
