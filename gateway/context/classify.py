@@ -137,6 +137,7 @@ class RequestScan:
     reported: int = 0  # user turns among them that are reports
     answers: int = 0  # user turns among them that answer an assistant turn
     answered: int | None = None  # the characters of the assistant turn just read
+    report_lines: set[str] = field(default_factory=set)  # long lines of the user turns read
     pad: bool = False  # one of them is a user turn that carries an agent's steps
 
     def agent_history(self, messages: Sequence[Mapping[str, Any]]) -> bool:
@@ -163,8 +164,9 @@ class RequestScan:
     def reports(self, messages: Sequence[Mapping[str, Any]]) -> bool:
         """Whether `messages` (those read before, then new ones) are an agent's session
         without tools: `REPORT_TURNS` user turns or more that answer an assistant turn are
-        reports (`REPORT_CHARS`, `REPORT_RATIO` times that turn's length), and they are half
-        the user turns that answer one or more. An orchestrator that delegates in prose
+        reports (`REPORT_CHARS`, `REPORT_RATIO` times that turn's length, not re-sending
+        earlier user turns' lines as a harness's prompt template does: `resent`), and they
+        are half the user turns that answer one or more. An orchestrator that delegates in prose
         gets its team's findings back as user turns: history that ages as tool results do,
         not a person's instructions (a person's long turns seldom follow short answers
         three times)."""
@@ -174,14 +176,19 @@ class RequestScan:
                 if role == "assistant":
                     self.answered = len(content_text(msg.get("content")))
                     continue
-                if role == "user" and self.answered is not None:
-                    chars = len(content_text(msg.get("content")))
-                    self.answers += 1
-                    if chars >= REPORT_CHARS and chars >= REPORT_RATIO * self.answered:
-                        self.reported += 1
+                if role == "user":
+                    text = content_text(msg.get("content"))
+                    lines = long_lines(text)
+                    if self.answered is not None:
+                        self.answers += 1
+                        if (len(text) >= REPORT_CHARS
+                                and len(text) >= REPORT_RATIO * self.answered
+                                and not resent(lines, self.report_lines)):
+                            self.reported += 1
+                    self.report_lines.update(lines)
                 self.answered = None
                 if self.reported >= REPORT_TURNS and 2 * self.reported >= self.answers:
-                    self.report = True
+                    self.report, self.report_lines = True, set()
                     break
         self.report_count = len(messages)
         return self.report
