@@ -1501,9 +1501,10 @@ def report_aging(cls: TaskClass, policy: TaskClass) -> TaskClass:
     age into digests in the policy's steps, then join its batches as gists, while the
     agent's own turns (its plan, its instructions) stay as written: a later turn quotes
     them (digested too, the tune queues' recall fell 99.93 -> 98.49: the plan's facts).
-    The latest user turn is pinned, as in any session, and a step leaves what came after
-    the latest assistant turn verbatim (`Compaction.hold_latest`): the newest report is
-    what the agent reads now, where no open call pins it as it pins a tool's result."""
+    The latest user turn is pinned, as in any session; the newest report is not (no open
+    call pins it as one pins a tool's result): held verbatim at each step, the runs' tune
+    late calls were 25.3% smaller instead of 34.2%, cost @0.1 9.5% instead of 17.1%, at
+    the same recall (99.91)."""
     aged = cls.aging_as(policy)
     compress = aged.stages.compress
     if compress is None or not aged.compaction.ages:
@@ -1514,8 +1515,7 @@ def report_aging(cls: TaskClass, policy: TaskClass) -> TaskClass:
     share = min(max(aged.compaction.max_step_share, REPORT_STEP_SHARE), 1.0)
     return aged.model_copy(update={
         "stages": aged.stages.model_copy(update={"compress": compress}),
-        "compaction": aged.compaction.model_copy(update={"max_step_share": share,
-                                                         "hold_latest": True})})
+        "compaction": aged.compaction.model_copy(update={"max_step_share": share})})
 
 
 def text_tools_aging(cls: TaskClass, text: TextTools | None = None) -> TaskClass:

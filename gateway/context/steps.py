@@ -622,8 +622,7 @@ def horizon_after(
     # large calls weighed, part two").
     weighed = (not forced and call_tokens > c.early_max_tokens
                and young(state.calls + 1, c, first_task))
-    reach = (n_messages if affordable and not weighed and not (c.hold_latest and not forced)
-             else latest)
+    reach = n_messages if affordable and not weighed else latest
     for start in [*turns, n_messages]:
         if start <= state.horizon:
             continue

@@ -125,10 +125,6 @@ class Compaction(_Settings):
     # ... only while the results since the task before's start, verbatim, reach this many
     # tokens (`steps.waits_for_task`): smaller ones cost a step's re-send less than waiting
     queue_wait_tokens: int = 0
-    # A step stops at the latest assistant turn (`steps.horizon_after`): what came after it
-    # stays verbatim, unless the call is over the budget. For a session whose observations
-    # are user turns (`engine.report_aging`), where no open call pins the newest one.
-    hold_latest: bool = False
     # The price of a cached input token relative to a fresh one (the provider's prompt-cache
     # discount): what a step's full-price re-send is weighed against (`steps.py`).
     cached_price: float = 0.1

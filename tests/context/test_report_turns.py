@@ -95,7 +95,6 @@ async def test_old_reports_age_the_planners_turns_and_the_question_stay(
     written = [m["content"] for m in sent if m["role"] == "assistant"]
     assert written == [m["content"] for m in messages if m["role"] == "assistant"]
     assert sent[1]["content"] == REQUEST and sent[-1]["content"] == QUESTION
-    assert sent[-2]["content"] == _report(rounds)  # the newest report as sent
     old = [m["content"] for m, was in zip(sent, messages, strict=True)
            if m["role"] == "user" and was["content"].startswith("I opened")]
     assert sum(map(len, old)) < 0.4 * sum(len(_report(k)) for k in range(1, rounds + 1))
