@@ -16,6 +16,7 @@ from gateway.context.items import (
     appended_observation,
     content_text,
     json_step_result,
+    observation_label,
     scratchpad,
     system_observation,
     text_tool_result,
@@ -165,7 +166,11 @@ class RequestScan:
         """Whether `messages` (those read before, then new ones) are an agent's session
         without tools: `REPORT_TURNS` user turns or more that answer an assistant turn are
         reports (`REPORT_CHARS`, `REPORT_RATIO` times that turn's length, not re-sending
-        earlier user turns' lines as a harness's prompt template does: `resent`), and they
+        earlier user turns' lines as a harness's prompt template does, `resent`, nor
+        labelled as a prose call's result, `items.observation_label`: a text-tool agent
+        whose call form `is_text_tool_request` does not know yet, which it ages once it
+        does; report-aged before that, a DA-Code queue's first calls changed what its later
+        ones kept: tune recall 99.272 -> 99.270), and they
         are half the user turns that answer one or more. An orchestrator that delegates in prose
         gets its team's findings back as user turns: history that ages as tool results do,
         not a person's instructions (a person's long turns seldom follow short answers
@@ -183,6 +188,7 @@ class RequestScan:
                         self.answers += 1
                         if (len(text) >= REPORT_CHARS
                                 and len(text) >= REPORT_RATIO * self.answered
+                                and not observation_label(text)
                                 and not resent(lines, self.report_lines)):
                             self.reported += 1
                     self.report_lines.update(lines)

@@ -109,3 +109,17 @@ async def test_a_chat_of_the_same_size_goes_as_sent(
         fitted = await engine_without_young.fit({"messages": messages[:end]}, _call("rc"))
     assert fitted is not None
     assert fitted.body["messages"] == messages
+
+
+def test_observations_labelled_as_a_prose_calls_result_are_left_to_the_text_tool_check() -> (
+        None):
+    """A ReAct agent whose call form the text-tool check does not know yet is not taken for
+    a planner reading reports: it ages as a text-tool agent once that check knows it."""
+    messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM},
+                                      {"role": "user", "content": REQUEST}]
+    for k in range(1, 8):
+        messages += [{"role": "assistant", "content": f"Thought: look again.\nAction: look({k})"},
+                     {"role": "user", "content": "Observation: " + _report(k)}]
+    assert not RequestScan().reports(messages)
+    unlabelled = [dict(m, content=m["content"].removeprefix("Observation: ")) for m in messages]
+    assert RequestScan().reports(unlabelled)
