@@ -164,17 +164,16 @@ class RequestScan:
 
     def reports(self, messages: Sequence[Mapping[str, Any]]) -> bool:
         """Whether `messages` (those read before, then new ones) are an agent's session
-        without tools: `REPORT_TURNS` user turns or more that answer an assistant turn are
-        reports (`REPORT_CHARS`, `REPORT_RATIO` times that turn's length, not re-sending
-        earlier user turns' lines as a harness's prompt template does, `resent`, nor
-        labelled as a prose call's result, `items.observation_label`: a text-tool agent
-        whose call form `is_text_tool_request` does not know yet, which it ages once it
-        does; report-aged before that, a DA-Code queue's first calls changed what its later
-        ones kept: tune recall 99.272 -> 99.270), and they
-        are half the user turns that answer one or more. An orchestrator that delegates in prose
-        gets its team's findings back as user turns: history that ages as tool results do,
-        not a person's instructions (a person's long turns seldom follow short answers
-        three times)."""
+        without tools: `REPORT_TURNS` or more of the user turns that answer an assistant
+        turn are reports, and they are half of those turns or more. A report has
+        `REPORT_CHARS`, `REPORT_RATIO` times the turn it answers; it re-sends no earlier
+        user turn's lines (`resent`: a harness's prompt template) and carries no label of a
+        prose call's result (`items.observation_label`: a text-tool agent whose call form
+        `is_text_tool_request` does not know yet; report-aged before that check knew it, a
+        DA-Code queue's first calls changed what its later ones kept, tune recall 99.272 ->
+        99.270). An orchestrator that delegates in prose gets its team's findings back as
+        user turns: history that ages as tool results do, not a person's instructions (a
+        person's long turns seldom follow short answers three times)."""
         if not self.report:
             for msg in messages[self.report_count:]:
                 role = msg.get("role")
