@@ -16,6 +16,7 @@ from gateway.context.items import (
     appended_observation,
     content_text,
     json_step_result,
+    observation_label,
     scratchpad,
     system_observation,
     text_tool_result,
@@ -39,6 +40,14 @@ RESEND_TURNS = 3
 # micro-agent prompts, whose re-sent lines never add up to `RESEND_CHARS`)
 RESEND_MIN_CHARS = 500
 RESEND_SHARE = 0.5
+# A user turn answering an assistant turn is a report (`RequestScan.reports`) when it has
+# `REPORT_CHARS` or more and `REPORT_RATIO` times the characters of the turn it answers: an
+# observation sent back to an agent (another agent's findings, a page read), where a person
+# chatting asks in fewer words than the answer they get. `REPORT_TURNS` of them, and half
+# the user turns that answer the assistant or more, make the session an agent's.
+REPORT_CHARS = 400
+REPORT_RATIO = 2
+REPORT_TURNS = 3
 
 
 def long_lines(text: str) -> list[str]:
@@ -124,6 +133,12 @@ class RequestScan:
     resent: int = 0  # how many of them re-send them
     user_lines: set[str] = field(default_factory=set)  # long lines of the user turns read
     pad_count: int = 0  # messages `scratchpads` read
+    report_count: int = 0  # messages `reports` read
+    report: bool = False  # their user turns are an agent's observations (`reports`)
+    reported: int = 0  # user turns among them that are reports
+    answers: int = 0  # user turns among them that answer an assistant turn
+    answered: int | None = None  # the characters of the assistant turn just read
+    report_lines: set[str] = field(default_factory=set)  # long lines of the user turns read
     pad: bool = False  # one of them is a user turn that carries an agent's steps
 
     def agent_history(self, messages: Sequence[Mapping[str, Any]]) -> bool:
@@ -146,6 +161,42 @@ class RequestScan:
                            for m in messages[self.pad_count:])
         self.pad_count = len(messages)
         return self.pad
+
+    def reports(self, messages: Sequence[Mapping[str, Any]]) -> bool:
+        """Whether `messages` (those read before, then new ones) are an agent's session
+        without tools: `REPORT_TURNS` or more of the user turns that answer an assistant
+        turn are reports, and they are half of those turns or more. A report has
+        `REPORT_CHARS`, `REPORT_RATIO` times the turn it answers; it re-sends no earlier
+        user turn's lines (`resent`: a harness's prompt template) and carries no label of a
+        prose call's result (`items.observation_label`: a text-tool agent whose call form
+        `is_text_tool_request` does not know yet; report-aged before that check knew it, a
+        DA-Code queue's first calls changed what its later ones kept, tune recall 99.272 ->
+        99.270). An orchestrator that delegates in prose gets its team's findings back as
+        user turns: history that ages as tool results do, not a person's instructions (a
+        person's long turns seldom follow short answers three times)."""
+        if not self.report:
+            for msg in messages[self.report_count:]:
+                role = msg.get("role")
+                if role == "assistant":
+                    self.answered = len(content_text(msg.get("content")))
+                    continue
+                if role == "user":
+                    text = content_text(msg.get("content"))
+                    lines = long_lines(text)
+                    if self.answered is not None:
+                        self.answers += 1
+                        if (len(text) >= REPORT_CHARS
+                                and len(text) >= REPORT_RATIO * self.answered
+                                and not observation_label(text)
+                                and not resent(lines, self.report_lines)):
+                            self.reported += 1
+                    self.report_lines.update(lines)
+                self.answered = None
+                if self.reported >= REPORT_TURNS and 2 * self.reported >= self.answers:
+                    self.report, self.report_lines = True, set()
+                    break
+        self.report_count = len(messages)
+        return self.report
 
     def text_tools(self, messages: Sequence[Mapping[str, Any]]) -> bool:
         """`is_text_tool_request` of `messages` (those read before, then new ones)."""

@@ -269,6 +269,12 @@ _CODE_TO_RUN = re.compile(r"<execute(?:_\w+)?>|<code>|^```", re.MULTILINE)
 _CODE_OBSERVATION = re.compile(r"\W*observation(?: \d+)?:", re.IGNORECASE)
 
 
+def observation_label(text: str) -> bool:
+    """Whether a turn opens with ReAct's `Observation:` label: a harness writing back the
+    result of a call its agent wrote in prose, whatever form the call took."""
+    return _CODE_OBSERVATION.match(text.lstrip()[:_HEAD_CHARS]) is not None
+
+
 def text_tool_result(assistant: str, user: str) -> bool:
     """Whether a user turn answers a call the assistant turn before it named in prose: it is
     long and its first line names that call (`Result of search_class("X"):`), or the HTTP
