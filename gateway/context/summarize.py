@@ -622,7 +622,8 @@ def markup(text: str) -> str:
     for i in sorted(kept):
         if out and i > last + 1 and kept[i].startswith("</") and not out[-1].startswith("</"):
             out.append("…")
-        out.append(kept[i])
+        if not out or kept[i] != out[-1]:  # a tag written twice in a row (`<think>`), once
+            out.append(kept[i])
         last = i
     return "".join(out)
 
