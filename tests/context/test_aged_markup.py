@@ -85,3 +85,21 @@ async def test_a_late_call_keeps_the_closing_tags_of_its_aged_turns(
     assert all("</thinking>" in text and "</tool-use>" in text for text in aged)
     assert all(len(text) < 0.5 * len(turn(0)["content"]) for text in aged)
     assert sum(d.tokens_saved for d in fitted.drops) == fitted.tokens_before - fitted.tokens_after
+
+
+def test_such_an_agents_replies_list_values_with_their_periods() -> None:
+    # its replies re-tell what a run found (`…the 100th prime is 541.`) as the next run of
+    # the same task finds it again: their value lists keep the sentence's period
+    found = {"role": "assistant", "content": "The script ran: the 100th prime is 541.\n"
+             + "It checks every odd divisor up to the square root. " * 6}
+    messages = [*session(2), found, {"role": "user", "content": "next: a web page"}]
+    parsed = parse_request({"messages": messages}, TokenCounter(), "o200k_base")
+    reply = next(item for item in parsed.items if item.message_index == 5)
+    assert reply.periods
+    digest = rewritten_text(reply, Decision("compress", "compress", "aged", "summary", 3))
+    assert digest is not None and "541." in digest
+    result = next(item for item in parsed.items if item.message_index == 2)
+    assert not result.periods  # a result's values as before
+    users = [{**m, "role": "user"} if m["role"] == "system" else m for m in messages]
+    parsed = parse_request({"messages": users}, TokenCounter(), "o200k_base")
+    assert not next(item for item in parsed.items if item.message_index == 5).periods
