@@ -42,7 +42,8 @@ def test_the_skeleton_of_a_turns_markup() -> None:
     assert markup(turn(3)["content"]) == (
         "<thinking>…</thinking><tool-use><shell>…</shell></tool-use>")
     # an element and its children only: not the HTML a save element writes
-    saved = "<tool-use>\n<save args='a.html'>\n<html>\n<body>\n</body>\n</html>\n</save>\n</tool-use>"
+    saved = ("<tool-use>\n<save args='a.html'>\n<html>\n<body>\n</body>\n</html>\n</save>\n"
+             "</tool-use>")
     assert markup(saved) == "<tool-use><save args='a.html'>…</save></tool-use>"
     # a tag written twice in a row is kept once
     assert markup("<think>  \n<think>\nhm\n</think>  \n</think>\ndone") == "<think>…</think>"
