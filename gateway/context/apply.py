@@ -14,7 +14,14 @@ import orjson
 
 from gateway.context.items import Item
 from gateway.context.session import Decision
-from gateway.context.summarize import envelope, kept_fields, notable, summarize, values
+from gateway.context.summarize import (
+    envelope,
+    kept_fields,
+    markup,
+    notable,
+    summarize,
+    values,
+)
 from gateway.context.tokens import TokenCounter
 from gateway.observability.droplog import Action, DropEvent, Stage
 
@@ -133,6 +140,21 @@ def pointer(rep: Item, near: bool = False) -> str:
 def rewritten_text(
     item: Item, decision: Decision, known: frozenset[str] = frozenset()
 ) -> str | None:
+    """`item`'s text under `decision` (None: dropped). An assistant turn of an agent whose
+    calls' results come back as system messages (`Clock.system_results`) keeps its markup
+    (`summarize.markup`) in whatever it becomes: such a harness's result names no call
+    (`Saved to main.py`), so the turn's tags are the only record of the format the agent
+    writes its next call in, and the next call writes them again (gptme queues, tune:
+    463 of the 527 values lost were closing tags of aged replies; bench/README.md, "Aged
+    replies keep their markup")."""
+    text = _rewritten_text(item, decision, known)
+    if text is None or item.kind != "assistant" or not item.clock.system_results:
+        return text
+    skeleton = markup(item.text)
+    return f"{text}\n{skeleton}" if skeleton and skeleton not in text else text
+
+
+def _rewritten_text(item: Item, decision: Decision, known: frozenset[str]) -> str | None:
     method = decision.method
     if decision.text is not None:
         return decision.text

@@ -156,8 +156,13 @@ class Item:
     def periods(self) -> bool:
         """Whether its digest's value list names a value that ends a sentence with its period
         (`summarize.values`' `periods`): every item of an agent that writes its steps as
-        JSON (`Clock.json_steps`), and an API-tool agent's own replies (`OWN_TURN_KINDS`)."""
-        return self.clock.json_steps or (self.clock.api_calls and self.kind in OWN_TURN_KINDS)
+        JSON (`Clock.json_steps`), and the own replies (`OWN_TURN_KINDS`) of an API-tool
+        agent or of one whose results come back as system messages (`system_results`: its
+        replies re-tell what they found, `…is 541.`, as the next run of a queue's task
+        finds it again; gptme queues' tune recall 99.32 -> 99.70; bench/README.md, "Aged
+        replies keep their markup")."""
+        return self.clock.json_steps or ((self.clock.api_calls or self.clock.system_results)
+                                         and self.kind in OWN_TURN_KINDS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -352,19 +357,45 @@ _RECORD_ID = re.compile(r"""(['"])(?:id|call_id|tool_call_id)\1\s*:\s*(['"])([\w
 _HEAD_WORD = re.compile(r"[A-Za-z_][\w.-]{2,}")
 
 
+# A code fence on a line of its own (```` ``` ````, ```` ```shell ````, ```` ```save main.py ````),
+# and a closing tag alone on a turn's last line (`</tool-use>`, `</shell>`).
+_FENCE_LINE = re.compile(r"^[ \t]*```", re.MULTILINE)
+_CLOSING_TAG = re.compile(r"</([A-Za-z][\w.:-]*)>")
+
+
+def ends_in_block(text: str) -> bool:
+    """Whether a turn ends in a block written for a harness to run: its last line closes a
+    fenced code block (an even count of fence lines), or is a closing tag alone whose element
+    opens on a line of its own earlier in the turn (`<tool-use>` ... `</tool-use>`). An agent
+    whose harness runs such blocks stops its turn there, and what comes next from the
+    harness is the block's result; a turn that goes on in prose after its code (an answer
+    showing code) does not end in one."""
+    body = text.rstrip()
+    last = body.rsplit("\n", 1)[-1].strip()
+    if last == "```":
+        return len(_FENCE_LINE.findall(body)) % 2 == 0
+    tag = _CLOSING_TAG.fullmatch(last)
+    return tag is not None and re.search(
+        rf"^[ \t]*<{re.escape(tag.group(1))}[\s>]", body, re.MULTILINE) is not None
+
+
 def system_observation(assistant: str, system: str) -> bool:
     """Whether a system message right after an assistant turn is the result of a call that
     turn wrote, as a harness that writes its results back as system messages sends it
     (`Command read_file returned: ...`): its first line names the call, as the assistant
-    wrote it in a JSON object (`"name": "read_file"`) or in prose (`read_file(`). Such a
-    message is an observation of the conversation, not an instruction: it ages as a text
-    tool's result does (`Layout.observations`). A system message that starts a new task or
-    reminds the agent of its rules names no call its assistant turn just wrote."""
+    wrote it in a JSON object (`"name": "read_file"`) or in prose (`read_file(`); or the
+    assistant's turn ends in a block for its harness to run (`ends_in_block`: a fenced
+    ```` ```shell ```` block, a `<tool-use>` element), whose result comes back however it
+    opens (`Ran command: ...`, `Saved to main.py`). Such a message is an observation of the
+    conversation, not an instruction: it ages as a text tool's result does
+    (`Layout.observations`). A system message that starts a new task or reminds the agent
+    of its rules follows a turn that named no call and ended in prose."""
     head = system.lstrip()[:_HEAD_CHARS].split("\n", 1)[0]
     words = set(_HEAD_WORD.findall(head))
     return (any(m.group(1) in words for m in _JSON_CALL_NAME.finditer(assistant))
             or ("(" in assistant
-                and any(m.group(0) in assistant for m in _CALL_NAME.finditer(head))))
+                and any(m.group(0) in assistant for m in _CALL_NAME.finditer(head)))
+            or ends_in_block(assistant))
 
 
 def json_step_result(assistant: str, user: str) -> bool:

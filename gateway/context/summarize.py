@@ -583,6 +583,51 @@ def shell_digest(text: str, known: frozenset[str] = frozenset(), original: str =
     return f"{lines}\n{mentions_line([forms.get(v, v) for v in lost[:MASK_VALUES]], MASK_VALUES)}"
 
 
+# A line that is one tag alone, opening (`<tool-use>`, `<save args='main.py'>`) or closing
+# (`</thinking>`): the markup a text-tool agent writes its calls and its reasoning in.
+_TAG_LINE = re.compile(r"[ \t]*<(/?)([A-Za-z][\w.:-]*)(?:\s[^<>\n]*)?>[ \t]*")
+MARKUP_DEPTH = 2  # an element and the elements it opens directly (`<tool-use>` `<save …>`)
+
+
+def markup(text: str) -> str:
+    """The skeleton of an assistant turn's markup: its lines that are a tag alone, outside
+    fenced code, in order, an element and its children only (`MARKUP_DEPTH`: not the
+    HTML a `<save>` element writes), each closing tag with the opening line it closes,
+    `…` where text stood between them (`<thinking>…</thinking><tool-use><shell>…</shell>
+    </tool-use>`); "" when the turn has none. An agent that writes its calls as markup
+    writes the same tags on every turn, and its next turn is read for them: a digest or a
+    mask that keeps its prose's first line and its code left its old turns without them
+    (bench/README.md, "Aged replies keep their markup")."""
+    lines = _FENCE.sub("", text).splitlines()
+    open_at: list[tuple[str, int]] = []  # the open elements: name, index of the opening line
+    kept: dict[int, str] = {}
+    for i, line in enumerate(lines):
+        m = _TAG_LINE.fullmatch(line)
+        if m is None:
+            continue
+        name = m.group(2)
+        if not m.group(1):
+            open_at.append((name, i))
+            continue
+        at = next((k for k in range(len(open_at) - 1, -1, -1) if open_at[k][0] == name), None)
+        if at is None:
+            continue
+        if at < MARKUP_DEPTH:
+            start = open_at[at][1]
+            kept[start] = lines[start].strip()
+            kept[i] = lines[i].strip()
+        del open_at[at:]
+    out: list[str] = []
+    last = -1
+    for i in sorted(kept):
+        if out and i > last + 1 and kept[i].startswith("</") and not out[-1].startswith("</"):
+            out.append("…")
+        if not out or kept[i] != out[-1]:  # a tag written twice in a row (`<think>`), once
+            out.append(kept[i])
+        last = i
+    return "".join(out)
+
+
 def _shell_bodies(text: str) -> str:
     """The lines of a turn's fenced shell blocks after each block's command line."""
     return "\n".join(line for body in _shell_blocks(text) for line in body[1:])

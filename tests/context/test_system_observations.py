@@ -15,7 +15,7 @@ import json
 from typing import Any
 
 from gateway.context.classify import RequestScan, agent_fingerprint, is_text_tool_request
-from gateway.context.items import parse_request, system_observation
+from gateway.context.items import ends_in_block, parse_request, system_observation
 from gateway.context.session import SessionState
 from gateway.context.steps import horizon_after, takes_credit
 from gateway.context.taskclass import Compaction, TaskClass
@@ -109,3 +109,66 @@ def test_a_young_session_of_such_an_agent_takes_no_step_on_credit() -> None:
     over = {2: 300, 3: 900}
     assert horizon_after([2, 4], over, 6, third, cls, call_tokens=3000) == 4
     assert horizon_after([2, 4], over, 6, third, cls, call_tokens=3000, credit=False) == 0
+
+
+# A terminal agent that writes its calls as blocks at the end of its turn (a fenced block
+# named after the tool, or the same in XML tags) and gets each block's output back as a system
+# message that names no call (`Ran command: ...`, `Saved to main.py`).
+ASK = {"role": "user", "content": "initialize a git repository, write main.py, and commit it"}
+
+
+def fenced(prose: str, info: str, code: str) -> dict[str, str]:
+    return {"role": "assistant", "content": f"{prose}\n\n```{info}\n{code}\n```"}
+
+
+def xml_call(prose: str, tag: str, code: str, args: str = "") -> dict[str, str]:
+    return {"role": "assistant",
+            "content": f"{prose}\n\n<tool-use>\n<{tag}{args}>\n{code}\n</{tag}>\n</tool-use>"}
+
+
+def output(text: str) -> dict[str, str]:
+    return {"role": "system", "content": text}
+
+
+def block_session() -> list[dict[str, str]]:
+    return [ASK,
+            fenced("First the repository:", "shell", "git init"),
+            output("Ran command: `git init`\n\nstdout: `Initialized empty Git repository in "
+                   "/home/user/workspace/.git/`" + " (details)" * 30),
+            xml_call("Now the file:", "save", 'print("Hello, world!")', ' path="main.py"'),
+            output("Saved to main.py"),
+            fenced("Then the commit:", "shell", "git add main.py && git commit -m init")]
+
+
+def test_a_turn_that_ends_in_a_block_to_run_ends_in_one() -> None:
+    assert ends_in_block(fenced("Let me run it:", "shell", "ls")["content"] + "\n\n")
+    assert ends_in_block(xml_call("Saving:", "save", "x = 1", ' path="a.py"')["content"])
+    assert ends_in_block("Saving:\n<save>\nx = 1\n</save>")
+    # code shown, then prose: an answer, not a block to run
+    assert not ends_in_block("Here it is:\n```python\nx = 1\n```\nThat sets x.")
+    assert not ends_in_block("An unclosed fence:\n```")  # a fence opened, none closed
+    assert not ends_in_block("It is <b>bold</b>")  # a tag inside a line of prose
+    assert not ends_in_block("Stray closing tag\n</tool-use>")  # no element opened
+
+
+def test_a_system_message_after_a_turn_ending_in_a_block_is_its_result() -> None:
+    said = fenced("Saving it:", "save main.py", 'print("hi")')["content"]
+    assert system_observation(said, "Saved to main.py")
+    assert system_observation(xml_call("Running:", "shell", "ls")["content"], "Ran command: `ls`")
+    assert not system_observation("Here it is:\n```python\nx = 1\n```\nThat sets x.",
+                                  "Remember: answer briefly.")
+
+
+def test_block_results_sent_as_system_messages_age_as_text_tool_history() -> None:
+    messages = block_session()
+    parsed = parse_request({"messages": messages}, TokenCounter(), "o200k_base")
+    assert parsed.layout is not None and parsed.layout.observations == {2, 4}
+    by_index = {item.message_index: item for item in parsed.items}
+    assert not by_index[2].pinned and not by_index[4].pinned  # answered: history that ages
+    assert parsed.layout.clock.text_calls and parsed.layout.clock.system_results
+    assert parsed.layout.clock.task_start == -1  # the outputs start no new task
+    assert is_text_tool_request({"messages": messages})
+    answered = [*messages, output("Ran command: `git add main.py && git commit -m init`")]
+    latest = parse_request({"messages": answered}, TokenCounter(), "o200k_base")
+    assert latest.layout is not None and 6 in latest.layout.observations
+    assert next(i for i in latest.items if i.message_index == 6).pinned  # the open call's
