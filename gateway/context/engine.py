@@ -90,6 +90,7 @@ from gateway.context.stages.cluster import arrival_duplicates
 from gateway.context.stages.ladder import give_back, step_target
 from gateway.context.stale import stale_rule, stale_text
 from gateway.context.steps import (
+    ahead_of_share,
     calls_left,
     lagging_tokens,
     on_first_task,
@@ -835,7 +836,7 @@ class ContextEngine:
             if turns_step and not over and state.calls:
                 final, horizon, left_batch = _leave_unrepaid(
                     messages, before, final, ctx, state.decisions, state, cls.compaction,
-                    horizon)
+                    horizon, ahead_of_share(state, cls.compaction, before))
         marked = parsed.layout.pins if parsed.layout else ()
         newest = _arrival_start(messages, first_call)
         start = _edited_start(messages, parsed.items, before, state, newest, prefix, previous)
@@ -1106,13 +1107,15 @@ def _leave_unrepaid(
     state: SessionState,
     c: Compaction,
     horizon: int,
+    ahead: bool = False,
 ) -> tuple[list[Item], int, bool]:
     """An aging step without the rewrites that do not repay the re-send they cause
     (`steps.unrepaid`): those messages go out as the decisions before the step sent them,
     and keep those decisions. A step left with no rewrite is not taken (the horizon stays;
-    the session's step budget is not spent). Also whether a left-out message held one of
-    the step's digests' mask batch (`_batch_mask`): the session records that the next
-    batch is late (`SessionState.late_batch`)."""
+    the session's step budget is not spent). `ahead`: the step is one the share does not
+    allow yet (`steps.ahead_of_share`), weighed over fewer calls. Also whether a left-out
+    message held one of the step's digests' mask batch (`_batch_mask`): the session records
+    that the next batch is late (`SessionState.late_batch`)."""
     new_from = next((i for i in range(len(messages) - 1, -1, -1)
                      if messages[i].get("role") == "assistant"), len(messages))
     if len(before) != len(final) or {i.id for i in before} != {i.id for i in final}:
@@ -1121,7 +1124,7 @@ def _leave_unrepaid(
     if text is not None and text.repay_calls is not None:
         c = c.model_copy(update={"repay_calls": text.repay_calls})
     left = unrepaid(before, final, new_from, state.calls + 1, c, calls_left(messages),
-                    stated_left(messages), state.agent_runs)
+                    stated_left(messages), state.agent_runs, ahead)
     if not left:
         return final, horizon, False
     was = {item.id: item for item in before}

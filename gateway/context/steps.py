@@ -392,6 +392,7 @@ def agent_left(calls: int, c: Compaction, runs: tuple[int, ...] | None) -> int |
 def unrepaid(
     before: list[Item], after: list[Item], new_from: int, calls: int, c: Compaction,
     left: int | None = None, stated: int | None = None, runs: tuple[int, ...] | None = None,
+    ahead: bool = False,
 ) -> set[int]:
     """The old messages whose rewrite by this step does not repay: those before its first
     change that does.
@@ -429,6 +430,8 @@ def unrepaid(
     that estimate, the step's early rewrites left out came back in a later step, one more
     prefix change: Moatless runs, tune, cost @0.1 11.41 -> 11.11%, prefix stable 79.8 ->
     79.6%).
+    A step the share does not allow yet (`ahead`, `ahead_of_share`) is weighed over
+    `repay_ahead_share` of the session's age at most (`ahead_calls`).
     `new_from`: the first message index the last call did not send (billed in full anyway)."""
     if not c.repay_calls or (not young(calls, c, on_first_task(before))
                              and sum(item.tokens for item in before) > c.early_max_tokens):
@@ -447,6 +450,8 @@ def unrepaid(
     calls_to_come = max(calls, c.repay_calls) if stated is None else min(calls, stated)
     if left is not None:
         calls_to_come = min(calls_to_come, left)
+    if ahead and c.repay_ahead_share:
+        calls_to_come = min(calls_to_come, ahead_calls(calls, c))
     order = sorted(changed)
     first = _first_repaid(order, changed, sent, new_from, calls_to_come, c)
     bound = agent_left(calls, c, runs)
@@ -454,6 +459,54 @@ def unrepaid(
             _first_repaid(order, changed, sent, new_from, bound, c) == len(order)):
         return set(order)  # nothing of the step repays over the calls the agent has left
     return set(order[:first])
+
+
+def ahead_of_share(state: SessionState, c: Compaction, items: Iterable[Item]) -> bool:
+    """Whether a step now is one the instability budget does not allow yet and not the
+    session's first: the young-session credit's later step (`on_credit`), or a stale
+    block's early cut (`stale_cut_repays`), a session's second step hastened from the
+    call the share allows it on. Its gain over taking it then is what it saves on the
+    calls until then, so a run that ends first (Moatless runs: half end within seven calls,
+    their second step on credit at the sixth) pays its re-send for a call or two of saving
+    (`ahead_calls`). Only on the session's first task (`on_first_task` of `items`, as
+    `young`): the age of a session the user gave a later task says nothing of what that
+    task has left, and a queue's later tasks run long (tau-bench airline queues weighed so
+    on every task: tune recall 99.458 -> 99.343, cost @0.1 -0.20; bench/README.md, "A step
+    ahead of the share weighed over half the session's age"). Not for an agent whose record
+    says its runs go on (`long_running`)."""
+    return (state.steps >= 1 and bool(c.repay_ahead_share)
+            and state.steps + 1 > c.max_step_share * (state.calls + state.stable_calls)
+            and on_first_task(items)
+            and not long_running(state.calls + 1, c, state.agent_runs))
+
+
+def ahead_calls(calls: int, c: Compaction) -> int:
+    """The calls a step ahead of the share (`ahead_of_share`) is weighed over in a session of
+    `calls` calls (this one included): `repay_ahead_share` of them, at least one. By its age
+    alone a session that has made n calls makes r·n more with a chance of 1 / (1 + r) (the
+    age is a uniform draw of its length): at half its age, two times in three. Weighed over
+    the age itself (r = 1), the Moatless runs' second steps stayed (prefix stable 79.8 ·
+    79.4%); over half, 81.0 · 80.4% (bench/README.md, "A step ahead of the share weighed
+    over half the session's age")."""
+    return max(1, round(c.repay_ahead_share * calls))
+
+
+def long_running(calls: int, c: Compaction, runs: tuple[int, ...] | None) -> bool:
+    """Whether the agent's record (`runs`, once it has started more than `repay_ahead_runs`
+    sessions) says half its sessions that reached this age ran on to `repay_calls` calls
+    or past the record's last mark (`agent_left` at the median finds no end sooner). The
+    age is a guess made for want of a record, and this one says it is a bad one: the
+    premise of weighing a step ahead by half the age (the session ends soon) does not hold
+    for an agent whose runs last dozens of calls. mini-SWE-agent's runs (13-145 calls, one
+    agent for all 500) weighed so lost recall and cost @0.1 (tune 99.447 -> 99.439, holdout
+    17.082 -> 16.896); with this, from its 6th run on, as before the rule (bench/README.md,
+    "Moatless runs' prefix stable: a step ahead of the share, unless the agent's record
+    says its runs go on"). A few runs are enough: it only turns the age's guess off."""
+    if not c.repay_ahead_runs or runs is None or runs[0] <= c.repay_ahead_runs:
+        return False
+    median = c.model_copy(update={"repay_agent_runs": c.repay_ahead_runs,
+                                  "repay_agent_quantile": 0.5})
+    return agent_left(calls, median, runs) is None
 
 
 def _first_repaid(order: list[int], changed: Mapping[int, int], sent: Mapping[int, int],

@@ -125,6 +125,14 @@ class Compaction(_Settings):
     # ... only while the results since the task before's start, verbatim, reach this many
     # tokens (`steps.waits_for_task`): smaller ones cost a step's re-send less than waiting
     queue_wait_tokens: int = 0
+    # A step the share does not allow yet, not the session's first (`steps.ahead_of_share`:
+    # the young-session credit's later step), is weighed over this share of the session's
+    # calls so far, not over `repay_calls` (0: off).
+    repay_ahead_share: Share = 0.0
+    # ... unless the agent's record, once it has started more than this many sessions, says
+    # half of its sessions of this age ran on to `repay_calls` (`steps.long_running`; 0: the
+    # record is not read).
+    repay_ahead_runs: int = 0
     # The price of a cached input token relative to a fresh one (the provider's prompt-cache
     # discount): what a step's full-price re-send is weighed against (`steps.py`).
     cached_price: float = 0.1

@@ -7,12 +7,23 @@ calls took an aging step on a quarter of their calls, each re-sending more than 
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
 
 from gateway.context.engine import CallContext, ContextEngine
 from gateway.context.items import Item
 from gateway.context.steps import stated_left, unrepaid
 from gateway.context.taskclass import Compaction
+from gateway.embeddings import Embedder
+from gateway.observability.droplog import DropLog
+from gateway.observability.metrics import Metrics
+from gateway.settings import Settings
+
+from .conftest import with_compaction
 
 LIMIT = "The maximum number of steps you can take is 20."
 SYSTEM = ("You are a data scientist. Act with Bash(code=\"...\"), Python(file_path=\"...\") "
@@ -97,7 +108,22 @@ async def _prefix_changes(engine: ContextEngine, messages: list[dict[str, Any]],
     return changes
 
 
-async def test_a_run_with_a_stated_limit_keeps_its_prefix_longer(engine: ContextEngine) -> None:
+@pytest.fixture
+async def engine_without_ahead(
+    settings: Settings, redis_client: aioredis.Redis, embedder: Embedder, drop_log_path: Path
+) -> AsyncIterator[ContextEngine]:
+    """`engine` with a step ahead of the share weighed as any other (`repay_ahead_share`
+    off): the run below is short enough for that rule alone to leave its second step out."""
+    metrics = Metrics()
+    log = DropLog(str(drop_log_path), "hash", metrics)
+    yield ContextEngine(with_compaction(settings, repay_ahead_share=0), redis_client, metrics,
+                        log, embedder)
+    log.close()
+
+
+async def test_a_run_with_a_stated_limit_keeps_its_prefix_longer(
+        engine_without_ahead: ContextEngine) -> None:
+    engine = engine_without_ahead
     unstated = await _prefix_changes(engine, _run(""), "unstated")
     assert unstated > 0  # steps taken, weighed over at least 20 calls to come
     assert await _prefix_changes(engine, _run(LIMIT), "stated") < unstated
