@@ -173,8 +173,11 @@ class RequestScan:
         DA-Code queue's first calls changed what its later ones kept, tune recall 99.272 ->
         99.270). An orchestrator that delegates in prose gets its team's findings back as
         user turns: history that ages as tool results do, not a person's instructions (a
-        person's long turns seldom follow short answers three times)."""
-        if not self.report:
+        person's long turns seldom follow short answers three times). Only a session that
+        opens with a system prompt, as a harness sets one: a person's chat without one that
+        pastes long texts between short answers goes out as sent."""
+        if not self.report and messages and messages[0].get("role") in (
+                "system", "developer"):
             for msg in messages[self.report_count:]:
                 role = msg.get("role")
                 if role == "assistant":
