@@ -24,7 +24,8 @@ The source is a project that committed its developer's OpenCode exports
 
 - a user message is one user turn: its text parts not `ignored` (one text as a string,
   more as a list of text parts); `text/plain` and directory files are left out (their
-  content is among the synthetic texts); another file as a text part `[file: NAME]`;
+  content is among the synthetic texts); another file (an image: OpenCode sends the file
+  itself; none in the source) as a text part `[file: NAME]`;
 - an assistant message is an assistant turn (its texts joined; its tool parts as tool
   calls, the input as JSON) and one tool message per tool part: the output (cleared when
   pruned before the call), the error text, or `[Tool execution was interrupted]` for a
