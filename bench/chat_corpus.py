@@ -277,6 +277,23 @@ def chained_runs(
     }
 
 
+def git_commit(repo: Path, rev: str) -> tuple[RepoReader, str]:
+    """A converter's reader of the git directory `repo` and the full commit `rev` names: the
+    per-call converters read one commit, so a checkout will not do."""
+    reader = RepoReader(repo, "README.md")
+    if not reader.git:
+        raise ValueError(f"{repo}: a git directory is needed")
+    return reader, reader._git("rev-parse", rev).strip()
+
+
+def per_call_fields(runs: Sequence[Mapping[str, Any]], left: Counter[str]) -> dict[str, str]:
+    """The README fields of per-call runs (each with `calls`): calls per run min / median /
+    max (`per_call`), and what was read and left out, most first (`left`)."""
+    sizes = sorted(len(r["calls"]) for r in runs)
+    return {"per_call": f"{sizes[0]} / {sizes[len(sizes) // 2]} / {sizes[-1]}",
+            "left": "; ".join(f"{why} {n:,}" for why, n in left.most_common())}
+
+
 def run_conversion(parser: argparse.ArgumentParser, source: Path, out: Path,
                    convert: Callable[[], Mapping[str, int]]) -> None:
     """A converter's command line around its `convert()`: a git error reading `source`

@@ -53,6 +53,8 @@ from bench.chat_corpus import (
     Message,
     RepoReader,
     converter_main,
+    git_commit,
+    per_call_fields,
     prompt_queues,
     write_runs_and_queues,
 )
@@ -292,21 +294,16 @@ def queue_sessions(runs: Sequence[dict[str, Any]], queue_calls: int) -> list[dic
 
 def convert(repo: Path, out: Path, *, rev: str = REV, queue_calls: int = 50
             ) -> dict[str, int]:
-    reader = RepoReader(repo, "README.md")
-    if not reader.git:
-        raise ValueError(f"{repo}: a git directory is needed")
-    commit = reader._git("rev-parse", rev).strip()
+    reader, commit = git_commit(repo, rev)
     runs, left = load(reader, rev)
     if not runs:
         raise ValueError(f"{repo}@{rev}: no run of {MIN_CALLS} calls or more")
     sessions = [run_session(r, i, commit) for i, r in enumerate(runs)]
-    sizes = sorted(len(r["calls"]) for r in runs)
     return write_runs_and_queues(
         out, CORPUS, sessions, queue_sessions(sessions, queue_calls), README,
         (JOIN_RUNS, JOIN_QUEUE.format(queue_calls=queue_calls)), folder=FOLDER,
         source=SOURCE, commit=commit, runs=len(runs), side=sum(r["side"] for r in runs),
-        per_call=f"{sizes[0]} / {sizes[len(sizes) // 2]} / {sizes[-1]}",
-        left="; ".join(f"{why} {n:,}" for why, n in left.most_common()))
+        **per_call_fields(runs, left))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
