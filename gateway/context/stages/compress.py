@@ -395,8 +395,8 @@ def _restated_turns(items: list[Item], ctx: StageContext, opts: CompressOptions,
     (`classify.superseded` at `RESTATED_CHARS`), digested though `kinds` leaves its turns
     as written (`restated_turns`): a new plan written on the old one's template holds what
     the agent works from now; the old one's own lines are a finished task's (Magentic-One
-    queues: earlier tasks' plans, 13% of a late call; bench/README.md, "An orchestrator's
-    earlier plans age")."""
+    queues: earlier tasks' plans, 13% of a late call; bench/README.md, "Magentic-One's late
+    gap to keep-2")."""
     turns = {item.message_index: item for item in items
              if item.kind in OWN_TURN_KINDS and item.message_index < ctx.horizon
              and item.id not in kept and undecided(item, ctx.decisions) and not item.pinned
