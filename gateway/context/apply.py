@@ -79,6 +79,10 @@ def placeholder_saves(item: Item, chars: int) -> bool:
 
 
 GIST = "gist"  # a masked turn's decision arg: its placeholder lists the values it named
+# A digest's decision arg: its value list names a value that ends a sentence with its period
+# (`summarize.values`' `periods`), whatever the item's own `periods`: an agent's restated
+# turn (`compress._restated_turns`), whose log lines a later turn re-quotes (`…-05-13.`).
+PERIODS = "periods"
 GIST_VALUES = 12  # values a turn's gist lists at most
 
 
@@ -168,7 +172,7 @@ def _rewritten_text(item: Item, decision: Decision, known: frozenset[str]) -> st
         return re.sub(decision.arg, "", item.text)
     if method == "summary":
         return summarize(item.text, item.kind, decision.level, known,
-                         periods=item.periods)
+                         periods=item.periods or decision.arg == PERIODS)
     if method == "args":  # only the tool calls' arguments are cut: the text stays
         return item.text
     raise ValueError(f"unknown decision method {method!r}")

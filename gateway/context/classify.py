@@ -48,6 +48,11 @@ RESEND_SHARE = 0.5
 REPORT_CHARS = 400
 REPORT_RATIO = 2
 REPORT_TURNS = 3
+# An agent's own turn is restated (`superseded` with this `least`) when a later turn of its
+# own re-sends this many characters of its long lines: a new plan written on the old one's
+# template (its headings, the team it lists), where the old plan's own lines are a finished
+# task's. Tune, Magentic-One queues: a plan shares 1,019-1,269 characters with the next.
+RESTATED_CHARS = RESEND_MIN_CHARS
 
 
 def long_lines(text: str) -> list[str]:
@@ -63,15 +68,17 @@ def resent(lines: Sequence[str], earlier: Collection[str]) -> bool:
         found >= RESEND_MIN_CHARS and found >= RESEND_SHARE * sum(map(len, lines)))
 
 
-def superseded(text: str, later: Collection[str]) -> bool:
+def superseded(text: str, later: Collection[str], least: int = RESEND_CHARS) -> bool:
     """Whether a prompt is re-sent by later prompts (`later`: their lines): its long lines
-    found there add up to `RESEND_CHARS`, as a re-sending prompt's do (`RequestScan.resends`),
-    or are all there. The newer copy holds the state it held; what is left of it (the
-    phase's own instructions) was for the call that answered it. (The share that `resent`
-    also counts is not used here: it changed nothing on the queues that needed it.)"""
+    found there add up to `least` (`RESEND_CHARS`), as a re-sending prompt's do
+    (`RequestScan.resends`), or are all there. The newer copy holds the state it held; what
+    is left of it (the phase's own instructions) was for the call that answered it. (The
+    share that `resent` also counts is not used here: it changed nothing on the queues that
+    needed it.) An agent's own turn re-written on its template (`RESTATED_CHARS`: a new
+    plan) is read with a lower `least`."""
     lines = long_lines(text)
     found = sum(len(line) for line in lines if line in later)
-    return bool(lines) and (found >= RESEND_CHARS or found == sum(map(len, lines)))
+    return bool(lines) and (found >= least or found == sum(map(len, lines)))
 
 
 def defined_tools(body: Mapping[str, Any]) -> list[str]:

@@ -1515,7 +1515,7 @@ def report_aging(cls: TaskClass, policy: TaskClass) -> TaskClass:
         return aged
     compress = compress.model_copy(update={
         "kinds": REPORT_KINDS, "fold_from_turns": None, "mask_turns_from_turns": 0,
-        "mask_after_turns": REPORT_MASK_TURNS})
+        "mask_after_turns": REPORT_MASK_TURNS, "restated_turns": True})
     share = min(max(aged.compaction.max_step_share, REPORT_STEP_SHARE), 1.0)
     return aged.model_copy(update={
         "stages": aged.stages.model_copy(update={"compress": compress}),

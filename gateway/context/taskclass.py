@@ -284,6 +284,11 @@ class CompressOptions(_Settings):
     # their placeholder, not a digest: a harness that re-sends its state in each prompt
     # (`engine.resend_aging`) has the newer copy hold what the older one held.
     superseded_turns: bool = False
+    # The agent's own turns that a later own turn restates (`classify.superseded` at
+    # `RESTATED_CHARS`: a new plan on the old one's template) age as a digest, though
+    # `kinds` leaves the agent's turns as written (`engine.report_aging`): the newer turn
+    # is the one the agent works from.
+    restated_turns: bool = False
     # Finished tool exchanges whose turn closed behind the horizon leave the request, noted
     # in one line per call in the user message before them, and runs of 2+ old closed
     # turns go as one note of what they named (fold.py), once the horizon has passed this

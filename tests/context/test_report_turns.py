@@ -8,7 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.context.classify import REPORT_CHARS, REPORT_TURNS, RequestScan
+from gateway.context.classify import (
+    REPORT_CHARS,
+    REPORT_TURNS,
+    RESTATED_CHARS,
+    RequestScan,
+    long_lines,
+    superseded,
+)
 from gateway.context.engine import CallContext, ContextEngine
 
 SYSTEM = "You coordinate a small team: a browser, a file reader and a coder."
@@ -123,3 +130,83 @@ def test_observations_labelled_as_a_prose_calls_result_are_left_to_the_text_tool
     assert not RequestScan().reports(messages)
     unlabelled = [dict(m, content=m["content"].removeprefix("Observation: ")) for m in messages]
     assert RequestScan().reports(unlabelled)
+
+
+TEAM = "\n".join(f"{name}: a team member that {does}, and reports back what it found in full."
+                 for name, does in (("Browser", "opens web pages, searches and scrolls them"),
+                                    ("Reader", "opens the local files it is given and reads them"),
+                                    ("Coder", "writes short Python programs for the others to run"),
+                                    ("Terminal", "runs the programs and shell scripts it is sent"),
+                                    ("Archivist", "looks records up in the library's catalogue"),
+                                    ("Clerk", "writes the final answer in the form the user asks")))
+
+
+def _plan(request: str, k: int, template: bool = True) -> str:
+    """A made-up plan: the template's headings and team, then this request's own steps."""
+    steps = "\n".join(f"{i}. Check register volume {k * 1000 + i} for the ferry line of "
+                      f"town {k}-{i}, then note its pier." for i in range(1, 9))
+    if not template:
+        return f"Steps for {request}\n{steps}"
+    return (f"We are working to address the following user request:\n{request}\n\nTo answer "
+            f"this request we have assembled the following team:\n{TEAM}\n\nHere is the plan "
+            f"to follow as best as possible:\n{steps}")
+
+
+def _task(request: str, k: int, rounds: int, template: bool = True) -> list[dict[str, Any]]:
+    """One request's turns as its ledger call sends them: the request, its plan, `rounds`
+    instructions each answered by a report, and the ledger question."""
+    turns: list[dict[str, Any]] = [{"role": "user", "content": request},
+                                   {"role": "assistant", "content": _plan(request, k, template)}]
+    for r in range(1, rounds + 1):
+        turns.append({"role": "assistant", "content": f"Please open result {k * 100 + r}."})
+        turns.append({"role": "user", "content": _report(k * 100 + r)})
+    return [*turns, {"role": "user", "content": QUESTION.replace(REQUEST, request)}]
+
+
+async def _queue(engine: ContextEngine, session: str, template: bool) -> tuple[
+        list[dict[str, Any]], list[dict[str, Any]]]:
+    """A planner's queue of two requests, each call fitted in turn: the first request's
+    last call and ledger reply stay before the second's turns. Returns (sent, forwarded)."""
+    first, second = REQUEST, "Which lighthouses of the same coast were lit before 1900?"
+    system = {"role": "system", "content": SYSTEM}
+    calls = [[system, *_task(first, 1, r)] for r in range(1, 9)]
+    done = [*calls[-1], {"role": "assistant", "content": '{"is_request_satisfied": true}'}]
+    calls += [[*done, *_task(second, 2, r, template)] for r in range(1, 13)]
+    fitted = None
+    for messages in calls:
+        fitted = await engine.fit({"messages": messages}, _call(session))
+    assert fitted is not None and fitted.task_class == "default"
+    return calls[-1], fitted.body["messages"]
+
+
+def test_a_turn_is_restated_by_one_on_its_template() -> None:
+    later = set(long_lines(_plan("Which lighthouses were lit?", 2)))
+    assert superseded(_plan(REQUEST, 1), later, RESTATED_CHARS)
+    assert not superseded(_plan(REQUEST, 1), later)  # not a re-sent prompt's 2,000
+    assert not superseded(_plan(REQUEST, 1), set(long_lines(_plan("Which?", 2, False))),
+                          RESTATED_CHARS)
+
+
+async def test_an_earlier_plan_restated_by_a_later_one_ages(
+    engine_without_young: ContextEngine,
+) -> None:
+    """The first request's plan, restated by the second's on the same template, goes as a
+    digest listing its values; the second plan and every instruction go as written."""
+    sent, forwarded = await _queue(engine_without_young, "rr", template=True)
+    plans = [i for i, m in enumerate(sent)
+             if m["role"] == "assistant" and m["content"].startswith("We are working")]
+    assert len(plans) == 2
+    old, new = plans
+    assert len(forwarded[old]["content"]) < 0.5 * len(sent[old]["content"])
+    assert "1008" in forwarded[old]["content"]  # a value of its own steps, listed
+    assert forwarded[new] == sent[new]
+    assert all(f == m for i, (f, m) in enumerate(zip(forwarded, sent, strict=True))
+               if m["role"] == "assistant" and i != old)
+
+
+async def test_a_plan_no_later_turn_restates_goes_as_written(
+    engine_without_young: ContextEngine,
+) -> None:
+    sent, forwarded = await _queue(engine_without_young, "rn", template=False)
+    assert all(f == m for f, m in zip(forwarded, sent, strict=True) if m["role"] == "assistant")
+    assert len(forwarded[4]["content"]) < len(sent[4]["content"])  # its reports still age

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
-from gateway.context.apply import apply_decision, kept_cells
+from gateway.context.apply import PERIODS, apply_decision, kept_cells
 from gateway.context.caches import ContextCaches, SeenHead
 from gateway.context.forecast import Budget
 from gateway.context.items import Item
@@ -159,7 +159,7 @@ def decide(items: list[Item], chosen: Mapping[str, Decision], ctx: StageContext)
                                     or item.message_index == ctx.held_turn),
                     step=step if item.message_index == latest_talk else frozenset(),
                     named_lines=text_tools,
-                    periods=original.periods,
+                    periods=original.periods or decision.arg == PERIODS,
                 ),
             )
             if _saves_little(item, decision, ctx):

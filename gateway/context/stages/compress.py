@@ -16,11 +16,17 @@ import functools
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 
-from gateway.context.apply import GIST, apply_decision, placeholder, placeholder_saves
-from gateway.context.classify import long_lines, superseded
+from gateway.context.apply import (
+    GIST,
+    PERIODS,
+    apply_decision,
+    placeholder,
+    placeholder_saves,
+)
+from gateway.context.classify import RESTATED_CHARS, long_lines, superseded
 from gateway.context.drawing import drawn_from, later_task_outputs
 from gateway.context.forecast import Budget
-from gateway.context.items import Item, content_text, text_tool_result
+from gateway.context.items import OWN_TURN_KINDS, Item, content_text, text_tool_result
 from gateway.context.lines import MINIFIED_JSON, MINIFIED_KEPT, STILL_AGES
 from gateway.context.segments import find_documents, in_code_block
 from gateway.context.session import Decision
@@ -383,6 +389,33 @@ def _superseded_turns(due: list[Item], ctx: StageContext,
     return masked
 
 
+def _restated_turns(items: list[Item], ctx: StageContext, opts: CompressOptions,
+                    kept: frozenset[str]) -> dict[str, Decision]:
+    """The agent's own turns behind the horizon that a later own turn restates
+    (`classify.superseded` at `RESTATED_CHARS`), digested though `kinds` leaves its turns
+    as written (`restated_turns`): a new plan written on the old one's template holds what
+    the agent works from now; the old one's own lines are a finished task's (Magentic-One
+    queues: earlier tasks' plans, 13% of a late call; bench/README.md, "Magentic-One's late
+    gap to keep-2")."""
+    turns = {item.message_index: item for item in items
+             if item.kind in OWN_TURN_KINDS and item.message_index < ctx.horizon
+             and item.id not in kept and undecided(item, ctx.decisions) and not item.pinned
+             and not item.goal and item.rewritable and item.tokens >= opts.min_tokens}
+    if not turns:
+        return {}
+    later: set[str] = set()  # the lines of the agent's turns after the one read
+    aged = {}
+    for index in range(len(ctx.messages) - 1, min(turns) - 1, -1):
+        item = turns.get(index)
+        if item is not None and superseded(ctx.originals.get(item.id, item).text, later,
+                                           RESTATED_CHARS):
+            aged[item.id] = Decision("compress", "compress", "aged", "summary", opts.level,
+                                     PERIODS)
+        if ctx.messages[index].get("role") == "assistant":
+            later.update(long_lines(content_text(ctx.messages[index].get("content"))))
+    return aged
+
+
 def _code_section(item: Item, ctx: StageContext, opts: CompressOptions) -> bool:
     """In a re-sending session's aging (`superseded_turns`), a prompt's section that opens
     inside a fenced code block (`segments.in_code_block`): the parser split the code at a
@@ -456,6 +489,8 @@ async def compress_items(items: list[Item], budget: Budget, ctx: StageContext) -
     }
     if opts.superseded_turns:
         aged.update(_superseded_turns(due, ctx, aged))
+    if opts.restated_turns:
+        aged.update(_restated_turns(items, ctx, opts, frozenset(kept)))
     minified = {i: was for i in aged if (was := ctx.decisions.get(i)) is not None
                 and was.reason == MINIFIED_JSON}
     aged.update(_expired_digests(items, ctx, opts, frozenset(aged)))
