@@ -93,9 +93,10 @@ _VALUE = re.compile(r"(?<![\d:])\d{1,2}:\d{2}(?![\d:])|[A-Za-z0-9_][A-Za-z0-9_.\
 _PROMPT = re.compile(
     r"^\((?:Open file|Current directory)[^)]*\)\s*$|^\S{0,40}[$#>]\s*$", re.MULTILINE
 )
-# File-view line numbers (`12:`, `12|`, a file reader's `    12→`, `cat -n`'s `    12\t`): not
-# values of the text, which its lines carry (`numbered_listing`).
-_LINE_NO = re.compile(r"^\s*\d+[:|→]|^[ \t]+\d+\t", re.MULTILINE)
+# File-view line numbers (`12:`, `12|`, a file reader's `    12→`): not values of the text.
+# (`cat -n`'s `    12\t` stay values: a code-search result's first and last ones are listed,
+# `_header_paths`.)
+_LINE_NO = re.compile(r"^\s*\d+[:|→]", re.MULTILINE)
 # A line's gutter of line numbers, as `_LINE_NO` reads one (`:` and `|` not before a digit:
 # `12:30` is a time, not line 12), with the padding before it.
 _GUTTER = re.compile(r"[ \t]*(\d{1,7})(→|\t|[:|](?!\d))")
