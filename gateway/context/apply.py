@@ -15,10 +15,12 @@ import orjson
 from gateway.context.items import Item
 from gateway.context.session import Decision
 from gateway.context.summarize import (
+    code_line,
     envelope,
     kept_fields,
     markup,
     notable,
+    numbered_listing,
     summarize,
     values,
 )
@@ -34,12 +36,28 @@ def first_line(item: Item) -> str:
     payload = envelope(text)
     if payload is not None:
         return next((line.strip() for line in payload.splitlines() if _NAMES.search(line)), "")
-    return first_nonblank(text)
+    first = first_nonblank(text)
+    if first[:1].isdigit():
+        head = text[text.find(first): text.find(first) + LISTING_HEAD_CHARS].splitlines()
+        if numbered_listing(head):
+            return _listing_line(head)
+    return first
 
 
 _NAMES = re.compile(r"[^\W_]")  # a line that is not only brackets, quotes and blanks
 _NONBLANK = re.compile(r"\S")  # `\S` and `str.strip` agree on what is blank (`str.isspace`)
 _LINE_BREAK = re.compile("[\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029]")  # `str.splitlines`'
+
+# Characters of a numbered listing's head a preview reads for its first line naming something
+LISTING_HEAD_CHARS = 800
+
+
+def _listing_line(head: list[str]) -> str:
+    """The first line of a numbered listing's `head` (`summarize.numbered_listing`) that
+    names something, as its code, stripped: what a preview of it shows (`# VSLA Status`, not
+    `1→# VSLA`; ` * @file tensor.h`, not `1→/**`); its first line's code when none does."""
+    code = [code_line(line).strip() for line in head if line.strip()]
+    return next((line for line in code if _NAMES.search(line)), code[0])
 
 
 def first_nonblank(text: str) -> str:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 import itertools
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -40,7 +40,7 @@ _FILE_EXTENSIONS = (r"py|js|ts|tsx|go|rs|java|c|h|cc|cpp|rb|php"
 _PATH = re.compile(rf"(?:[\w.-]+/)+[\w.-]+|\b[\w-]+\.(?:{_FILE_EXTENSIONS})\b")
 _LINE_REF = re.compile(r"(?i)\bline \d+|:\d+:|\(\d+ lines total\)|\d+ (more )?lines? (above|below)")
 _DEFINITION = re.compile(
-    r"^\s*(?:\d+:)?\s*(?:async\s+)?(def|class|function|fn|func|interface|"
+    r"^\s*(?:\d+[:→])?\s*(?:async\s+)?(def|class|function|fn|func|interface|"
     r"struct|impl|public|private|protected|export)\b"
 )
 _TIMESTAMP = re.compile(
@@ -93,7 +93,21 @@ _VALUE = re.compile(r"(?<![\d:])\d{1,2}:\d{2}(?![\d:])|[A-Za-z0-9_][A-Za-z0-9_.\
 _PROMPT = re.compile(
     r"^\((?:Open file|Current directory)[^)]*\)\s*$|^\S{0,40}[$#>]\s*$", re.MULTILINE
 )
-_LINE_NO = re.compile(r"^\s*\d+[:|]", re.MULTILINE)  # file-view line numbers: kept as a range
+# File-view line numbers (`12:`, `12|`, a file reader's `    12→`): not values of the text.
+# (`cat -n`'s `    12\t` stay values: a code-search result's first and last ones are listed,
+# `_header_paths`.)
+_LINE_NO = re.compile(r"^\s*\d+[:|→]", re.MULTILINE)
+# A file view's numbered line that a digest does not take for an error the command met. Not a
+# file reader's `12→` line: its listing's lines that name an error stay among the lines a
+# digest may keep. Read as source code too, they left 1 value a late call re-typed behind
+# (bench/README.md, "Line-number gutters", variant F).
+_VIEW_LINE_NO = re.compile(r"^\s*\d+[:|]")
+# A file reader's gutter of line numbers (`     12→`: the number right-aligned, an arrow),
+# with the padding before it. Only the arrow: a line opening with `12:` or `12\t` is as often
+# a time, a record or a table's row as a numbered line, and the digests that read those
+# forms already (`_LINE_NO`, `_header_paths`) are measured with them as they are.
+_GUTTER = re.compile(r"[ \t]*(\d{1,7})→")
+
 _BLOB = re.compile(r"[0-9A-Za-z+/=]{120,}")  # encoded payloads pasted into a command
 # Digests and blobs: no one retypes them. A hex digest has a letter; a long run of decimal
 # digits is a number (an id, a key, a flag's body), listed like any other value.
@@ -127,6 +141,32 @@ _ESCAPED = re.compile(r"\\[nrt]")  # "\n" spelled out inside quoted or serialize
 # without it did not hold (bench/README.md, "The ninth agent kind, part two").
 _SENTENCE_END = re.compile(r"\.(?=[\s\"'\\)\]]|$)")
 _MARKED = re.compile(r"[\d_/]")
+
+
+def _gutter(line: str) -> re.Match[str] | None:
+    """The gutter `line` opens with (`_GUTTER`), None when it has none."""
+    return _GUTTER.match(line)
+
+
+def numbered_listing(lines: Sequence[str]) -> bool:
+    """Whether `lines` open as a file reader's listing of numbered lines (`     1→…`): its
+    first non-blank line has the gutter (`_GUTTER`). A digest and a preview of such a text
+    read its code: its gutter is line numbers, which made a preview show `1→/**` and a
+    line whose only value was its number a line the digest kept."""
+    first = next((line for line in lines if line.strip()), "")
+    return _gutter(first) is not None
+
+
+def code_line(line: str) -> str:
+    """`line` without its gutter of line numbers (`_GUTTER`), if it has one."""
+    m = _gutter(line)
+    return line[m.end():] if m else line
+
+
+def _compact_gutter(line: str) -> str:
+    """`line` with its gutter's padding cut (`    12→x` is `12→x`): the number stays."""
+    m = _gutter(line)
+    return line[m.start(1):] if m else line
 
 
 def values(text: str, periods: bool = False) -> list[str]:
@@ -771,10 +811,12 @@ def _digest(lines: list[str], known: frozenset[str], focus: frozenset[str] = fro
     out, the first line too: the command above it says what the output was."""
     if not lines:
         return ""
-    errors = [i for i, line in enumerate(lines) if _ERROR.search(line) and not _LINE_NO.match(line)]
+    errors = [i for i, line in enumerate(lines)
+              if _ERROR.search(line) and not _VIEW_LINE_NO.match(line)]
+    read = code_line if numbered_listing(lines) else str  # a listing's line numbers: not values
     keep: set[int] = set()
     for i in [0, *errors[:2], *_focus_lines(lines, focus), len(lines) - 1]:
-        if not set(_VALUE.findall(lines[i])) <= known:
+        if not set(_VALUE.findall(read(lines[i]))) <= known:
             keep.add(i)
     return _keep_lines(lines, keep, DIGEST_LINE_CHARS)
 
@@ -835,6 +877,8 @@ def _structured(
     if compact is not None:
         return compact
     lines = [line for line in text.splitlines() if not _PROMPT.match(line)]
+    if numbered_listing(lines):  # its kept lines keep their numbers, not the padding
+        lines = [_compact_gutter(line) for line in lines]
     if len(lines) <= SHORT_LINES.get(level, 3):
         if level >= 3:  # lines that all read as prompts (`<output>`, `</output>`) kept
             return _digest([line for line in lines if line.strip()] or lines
