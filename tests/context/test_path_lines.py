@@ -1,0 +1,69 @@
+"""A digest's value list keeps a file's `path:line[:col]` whole (`summarize._PATH_LINE`): an
+agent's summary cites its edits as `app/deps.lock:41`, and a later turn re-types that token
+whole, while the list split it at the `:` into the file (named elsewhere, so not listed) and a
+bare `41`. The file alone is not listed beside it (the whole token holds it)."""
+
+from __future__ import annotations
+
+from gateway.context.summarize import summarize, values
+
+SUMMARY = (
+    "Done - I pinned the parser to the fork's commit and refreshed the lockfile, which is what "
+    "the build reads first.\n\n"
+    "- Updated `app/deps.lock:9` and `app/deps.lock:41` with the same pinned source.\n"
+    "- Updated `app/manifest.json:13` to the fork's commit.\n"
+    "- Updated `NOTES.md:76` to describe the workflow (refresh `app/deps.lock` after a fork "
+    "update).\n"
+)
+
+
+def listed(out: str) -> list[str]:
+    """The values of a digest's `[omitted text mentions: …]` line."""
+    line = out.splitlines()[-1]
+    assert line.startswith("[omitted text mentions:")
+    return line.removeprefix("[omitted text mentions: ").removesuffix("]").split()
+
+
+def test_values_keep_a_file_and_its_line_whole_only_when_asked() -> None:
+    text = "see `src/app.py:12:5`, `lib/io.rs:3-9`, at 03:00, https://example.com:8080 x.y:3.5"
+    assert values(text) == ["see", "src/app.py", "12", "lib/io.rs", "3-9", "at", "03:00",
+                            "https", "example.com", "8080", "x.y", "3.5"]
+    assert values(text, lines=True) == ["see", "src/app.py:12:5", "lib/io.rs:3-9", "at",
+                                        "03:00", "https", "example.com", "8080", "x.y", "3.5"]
+
+
+def test_an_aged_summary_lists_the_lines_it_cites_whole() -> None:
+    # the files are named elsewhere the model sees (`known`): before, the list kept only the
+    # bare numbers, and no `app/deps.lock:41` the agent re-types later
+    known = frozenset({"app/deps.lock", "app/manifest.json", "NOTES.md"})
+    out = summarize(SUMMARY, "assistant", 3, known)
+    assert len(out) < len(SUMMARY)
+    names = listed(out)
+    for cited in ("app/deps.lock:9", "app/deps.lock:41", "app/manifest.json:13", "NOTES.md:76"):
+        assert cited in names
+    assert "41" not in names and "76" not in names
+
+
+def test_a_file_listed_with_its_line_is_not_listed_again_bare() -> None:
+    out = summarize(SUMMARY, "assistant", 3)
+    names = listed(out)
+    assert "app/deps.lock:41" in names
+    assert "app/deps.lock" not in names  # held by `app/deps.lock:41`
+
+
+def test_a_compiler_output_lists_its_warnings_lines_an_absolute_one_with_its_slash() -> None:
+    rows = [f"building target {k}: ok" for k in range(60)]
+    warnings = ["/srv/app/src/engine.c:214:9: warning: 'width' shadows a global",
+                "src/parse_args.c:88:1: warning: unused variable 'flags'"]
+    text = "\n".join([*rows[:30], *warnings, *rows[30:]])
+    names = listed(summarize(text, "tool_result", 3))
+    assert "/srv/app/src/engine.c:214:9" in names
+    assert "src/parse_args.c:88:1" in names
+    assert "src/parse_args.c" not in names and "88" not in names
+
+
+def test_a_link_with_a_port_is_not_a_file_line() -> None:
+    rows = [f"request {k} served" for k in range(60)]
+    text = "\n".join([*rows[:30], "listening on http://api.local.dev:8080 now", *rows[30:]])
+    out = summarize(text, "tool_result", 3)
+    assert "api.local.dev:8080" not in " ".join(n for n in listed(out) if "://" not in n)
