@@ -135,17 +135,17 @@ _MARKED = re.compile(r"[\d_/]")
 # at the `:` into the file (most often named elsewhere, so not listed) and a bare number.
 # `values(lines=True)` (a digest's value list, `_mentions`) keeps it one value. Not after `//`
 # nor `:` (a link's host and port: `whole_links` lists the link) nor as a longer token's tail.
-_PATH_LINE = (r"(?<![A-Za-z0-9_.:-])(?<!//)[A-Za-z0-9_][A-Za-z0-9_.\-/]*\.[A-Za-z][A-Za-z0-9]{0,7}"
+_FILE_LINE = (r"(?<![A-Za-z0-9_.:-])(?<!//)[A-Za-z0-9_][A-Za-z0-9_.\-/]*\.[A-Za-z][A-Za-z0-9]{0,7}"
               r":\d+(?:[:-]\d+)?(?![A-Za-z0-9_/]|[.:-]\d)")
-_VALUE_LINES = re.compile(f"{_PATH_LINE}|{_VALUE.pattern}")
-_LINE_SUFFIX = re.compile(r":\d+(?:[:-]\d+)?$")  # a `_PATH_LINE` value's line
+_VALUE_LINES = re.compile(f"{_FILE_LINE}|{_VALUE.pattern}")
+_LINE_SUFFIX = re.compile(r":\d+(?:[:-]\d+)?$")  # a `_FILE_LINE` value's line
 
 
 def values(text: str, periods: bool = False, lines: bool = False) -> list[str]:
     """Identifier-like values (names, paths, numbers) in order of first appearance. An
     escaped newline is a separator, not the start of a name ("\\nDavid" is "David"). With
     `periods`, a value with a digit, `_` or `/` that ends a sentence keeps its period; with
-    `lines`, a file name with its line number (`_PATH_LINE`) is one value."""
+    `lines`, a file name with its line number (`_FILE_LINE`) is one value."""
     text = _ESCAPED.sub(" ", text)
     pattern = _VALUE_LINES if lines else _VALUE
     if not periods:
@@ -363,7 +363,7 @@ def _mentions(
 
 
 def _without_line_files(lost: list[str]) -> list[str]:
-    """`lost` without the files it also lists with a line (`_PATH_LINE`): `core/bun.lock:41`
+    """`lost` without the files it also lists with a line (`_FILE_LINE`): `core/bun.lock:41`
     holds `core/bun.lock`, which need not take a place of its own."""
     files = {v[: m.start()] for v in lost if (m := _LINE_SUFFIX.search(v)) and "." in v[: m.start()]}
     return [v for v in lost if v not in files] if files else lost

@@ -1,4 +1,4 @@
-"""A digest's value list keeps a file's `path:line[:col]` whole (`summarize._PATH_LINE`): an
+"""A digest's value list keeps a file's `path:line[:col]` whole (`summarize._FILE_LINE`): an
 agent's summary cites its edits as `app/deps.lock:41`, and a later turn re-types that token
 whole, while the list split it at the `:` into the file (named elsewhere, so not listed) and a
 bare `41`. The file alone is not listed beside it (the whole token holds it)."""
