@@ -147,18 +147,26 @@ def values(text: str, periods: bool = False, lines: bool = False) -> list[str]:
     `periods`, a value with a digit, `_` or `/` that ends a sentence keeps its period; with
     `lines`, a file name with its line number (`_FILE_LINE`) is one value."""
     text = _ESCAPED.sub(" ", text)
-    pattern = _VALUE_LINES if lines else _VALUE
-    if not periods:
-        return list(dict.fromkeys(v for v in pattern.findall(text) if len(v) >= 2))
     out = []
-    for m in pattern.finditer(text):
-        v = m.group()
+    for v, end in _tokens(text, lines):
         if len(v) < 2:
             continue
-        if _SENTENCE_END.match(text, m.end()) and _MARKED.search(v):
+        if periods and _SENTENCE_END.match(text, end) and _MARKED.search(v):
             v += "."
         out.append(v)
     return list(dict.fromkeys(out))
+
+
+def _tokens(text: str, lines: bool) -> Iterator[tuple[str, int]]:
+    """`_VALUE`'s matches of `text` and where each ends; with `lines`, a file's line
+    (`_FILE_LINE`) is one, unless longer than a listed value's 80 characters (a traceback's
+    `…/site-packages/…/solvers.py:960`): the list drops such a value, and keeps the line's
+    number when it stays split."""
+    for m in (_VALUE_LINES if lines else _VALUE).finditer(text):
+        if len(m.group()) <= 80 or not lines or not _LINE_SUFFIX.search(m.group()):
+            yield m.group(), m.end()
+        else:
+            yield from ((p.group(), m.start() + p.end()) for p in _VALUE.finditer(m.group()))
 
 
 # A name joined by hyphens (`wenshuo-dev`, a branch, a slug, a kebab-case key): an identifier
@@ -221,9 +229,10 @@ def _absolute(source: str) -> set[str]:
     text = _ESCAPED.sub(" ", source)
     out = set()
     for m in _ABSOLUTE.finditer(text):
-        value = _VALUE_LINES.match(text, m.end())  # a file's line too (`/src/app.py:12`)
-        if value is not None and "/" in value.group():
-            out.add(value.group())
+        for pattern in (_VALUE, _VALUE_LINES):  # a file's line too (`/src/app.py:12`)
+            value = pattern.match(text, m.end())
+            if value is not None and "/" in value.group():
+                out.add(value.group())
     return out
 
 

@@ -67,3 +67,13 @@ def test_a_link_with_a_port_is_not_a_file_line() -> None:
     text = "\n".join([*rows[:30], "listening on http://api.local.dev:8080 now", *rows[30:]])
     out = summarize(text, "tool_result", 3)
     assert "api.local.dev:8080" not in " ".join(n for n in listed(out) if "://" not in n)
+
+
+def test_a_long_file_line_stays_split_so_its_line_is_still_listed() -> None:
+    # over a listed value's 80 characters the whole token would be dropped (`_mentions`),
+    # and with it the line's number, which the split values keep
+    deep = "opt/env/lib/python3.9/site-packages/some_package/subpackage/inner/module_file.py"
+    rows = [f"step {k} done" for k in range(60)]
+    text = "\n".join([*rows[:30], f'  File "/x", in run  # /{deep}:9644 raised', *rows[30:]])
+    assert values(text, lines=True) == values(text)
+    assert "9644" in values(text, lines=True)
