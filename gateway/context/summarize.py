@@ -374,7 +374,8 @@ def _mentions(
 def _without_line_files(lost: list[str]) -> list[str]:
     """`lost` without the files it also lists with a line (`_FILE_LINE`): `core/bun.lock:41`
     holds `core/bun.lock`, which need not take a place of its own."""
-    files = {v[: m.start()] for v in lost if (m := _LINE_SUFFIX.search(v)) and "." in v[: m.start()]}
+    files = {v[: m.start()] for v in lost
+             if (m := _LINE_SUFFIX.search(v)) and "." in v[: m.start()]}
     return [v for v in lost if v not in files] if files else lost
 
 
