@@ -133,8 +133,12 @@ _MARKED = re.compile(r"[\d_/]")
 # `src/app.py:12:5`, `AGENTS.md:76-80`): an agent's summary cites its edits so, and re-types the
 # whole token later (the yardstick's `[A-Za-z0-9_./:-]{4,}`), while the value list split it
 # at the `:` into the file (most often named elsewhere, so not listed) and a bare number.
-# `values(lines=True)` (a digest's value list, `_mentions`) keeps it one value. Not after `//`
-# nor `:` (a link's host and port: `whole_links` lists the link) nor as a longer token's tail.
+# `values(lines=True)` (the value list of a turn's prose, `_mentions`) keeps it one value. Not
+# after `//` nor `:` (a link's host and port: `whole_links` lists the link) nor as a longer
+# token's tail. Only in prose: in tool outputs too (grep -n, compilers, tracebacks: a value per
+# line cited, pushing names out of the capped list) Claude Code's tune recall fell 95.947 ->
+# 95.929 and cost @0.1 0.106 point; OpenCode's tune recall rose 95.811 -> 96.334 either way
+# (bench/README.md, "branch `pl65`").
 _FILE_LINE = (r"(?<![A-Za-z0-9_.:-])(?<!//)[A-Za-z0-9_][A-Za-z0-9_.\-/]*\.[A-Za-z][A-Za-z0-9]{0,7}"
               r":\d+(?:[:-]\d+)?(?![A-Za-z0-9_/]|[.:-]\d)")
 _VALUE_LINES = re.compile(f"{_FILE_LINE}|{_VALUE.pattern}")
@@ -325,7 +329,8 @@ def _mentions(
 ) -> str:
     """The values of the omitted text that appear nowhere else the model will see
     (`periods`: `values`'s); `written`: listed as the text writes them (`_written_forms`)."""
-    seen = set(values(compact, periods)) | set(values(compact, periods, lines=True)) | known
+    lines = notable_only  # a turn's prose: its `path:line` references whole (`_FILE_LINE`)
+    seen = set(values(compact, periods)) | set(values(compact, periods, lines)) | known
     source = _LINE_NO.sub(" ", without_encoded(original))  # no pieces of encoded data
     current = current_terms(focus)
     later = level >= 3 and bool(current) and not notable_only  # a queue's later task
@@ -336,7 +341,7 @@ def _mentions(
     prose_forms = _written_forms(_CODE.sub(" ", source)) if written else {}
     lost = [
         v
-        for v in (_long_path(v, source) for v in values(source, periods, lines=True))
+        for v in (_long_path(v, source) for v in values(source, periods, lines))
         if (v.lstrip("/") not in seen or v in folders or _form_lost(v, prose_forms.get(v), compact))
         and (not notable_only or _NOTABLE.search(v))
         and (v.startswith("/") or ((len(v) <= 80 or v in heads) and not _HASH.search(v)))
