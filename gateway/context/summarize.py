@@ -169,22 +169,48 @@ def _compact_gutter(line: str) -> str:
     return line[m.start(1):] if m else line
 
 
-def values(text: str, periods: bool = False) -> list[str]:
+# A file name and the line it points at, with its column or the line range (`core/bun.lock:41`,
+# `src/app.py:12:5`, `AGENTS.md:76-80`): an agent's summary cites its edits so, and re-types the
+# whole token later (the yardstick's `[A-Za-z0-9_./:-]{4,}`), while the value list split it
+# at the `:` into the file (most often named elsewhere, so not listed) and a bare number.
+# `values(lines=True)` (the value list of a turn's prose, `_mentions`) keeps it one value. Not
+# after `//` nor `:` (a link's host and port: `whole_links` lists the link) nor as a longer
+# token's tail. Only in prose: in tool outputs too (grep -n, compilers, tracebacks: a value per
+# line cited, pushing names out of the capped list) Claude Code's tune recall fell 95.947 ->
+# 95.929 and cost @0.1 0.106 point; OpenCode's tune recall rose 95.811 -> 96.334 either way
+# (bench/README.md, "branch `pl65`").
+_FILE_LINE = (r"(?<![A-Za-z0-9_.:-])(?<!//)[A-Za-z0-9_][A-Za-z0-9_.\-/]*\.[A-Za-z][A-Za-z0-9]{0,7}"
+              r":\d+(?:[:-]\d+)?(?![A-Za-z0-9_/]|[.:-]\d)")
+_VALUE_LINES = re.compile(f"{_FILE_LINE}|{_VALUE.pattern}")
+_LINE_SUFFIX = re.compile(r":\d+(?:[:-]\d+)?$")  # a `_FILE_LINE` value's line
+
+
+def values(text: str, periods: bool = False, lines: bool = False) -> list[str]:
     """Identifier-like values (names, paths, numbers) in order of first appearance. An
     escaped newline is a separator, not the start of a name ("\\nDavid" is "David"). With
-    `periods`, a value with a digit, `_` or `/` that ends a sentence keeps its period."""
+    `periods`, a value with a digit, `_` or `/` that ends a sentence keeps its period; with
+    `lines`, a file name with its line number (`_FILE_LINE`) is one value."""
     text = _ESCAPED.sub(" ", text)
-    if not periods:
-        return list(dict.fromkeys(v for v in _VALUE.findall(text) if len(v) >= 2))
     out = []
-    for m in _VALUE.finditer(text):
-        v = m.group()
+    for v, end in _tokens(text, lines):
         if len(v) < 2:
             continue
-        if _SENTENCE_END.match(text, m.end()) and _MARKED.search(v):
+        if periods and _SENTENCE_END.match(text, end) and _MARKED.search(v):
             v += "."
         out.append(v)
     return list(dict.fromkeys(out))
+
+
+def _tokens(text: str, lines: bool) -> Iterator[tuple[str, int]]:
+    """`_VALUE`'s matches of `text` and where each ends; with `lines`, a file's line
+    (`_FILE_LINE`) is one, unless longer than a listed value's 80 characters (a traceback's
+    `…/site-packages/…/solvers.py:960`): the list drops such a value, and keeps the line's
+    number when it stays split."""
+    for m in (_VALUE_LINES if lines else _VALUE).finditer(text):
+        if len(m.group()) <= 80 or not lines or not _LINE_SUFFIX.search(m.group()):
+            yield m.group(), m.end()
+        else:
+            yield from ((p.group(), m.start() + p.end()) for p in _VALUE.finditer(m.group()))
 
 
 # A name joined by hyphens (`wenshuo-dev`, a branch, a slug, a kebab-case key): an identifier
@@ -247,9 +273,10 @@ def _absolute(source: str) -> set[str]:
     text = _ESCAPED.sub(" ", source)
     out = set()
     for m in _ABSOLUTE.finditer(text):
-        value = _VALUE.match(text, m.end())
-        if value is not None and "/" in value.group():
-            out.add(value.group())
+        for pattern in (_VALUE, _VALUE_LINES):  # a file's line too (`/src/app.py:12`)
+            value = pattern.match(text, m.end())
+            if value is not None and "/" in value.group():
+                out.add(value.group())
     return out
 
 
@@ -342,7 +369,8 @@ def _mentions(
 ) -> str:
     """The values of the omitted text that appear nowhere else the model will see
     (`periods`: `values`'s); `written`: listed as the text writes them (`_written_forms`)."""
-    seen = set(values(compact, periods)) | known
+    lines = notable_only  # a turn's prose: its `path:line` references whole (`_FILE_LINE`)
+    seen = set(values(compact, periods)) | set(values(compact, periods, lines)) | known
     source = _LINE_NO.sub(" ", without_encoded(original))  # no pieces of encoded data
     current = current_terms(focus)
     later = level >= 3 and bool(current) and not notable_only  # a queue's later task
@@ -353,11 +381,12 @@ def _mentions(
     prose_forms = _written_forms(_CODE.sub(" ", source)) if written else {}
     lost = [
         v
-        for v in (_long_path(v, source) for v in values(source, periods))
+        for v in (_long_path(v, source) for v in values(source, periods, lines))
         if (v.lstrip("/") not in seen or v in folders or _form_lost(v, prose_forms.get(v), compact))
         and (not notable_only or _NOTABLE.search(v))
         and (v.startswith("/") or ((len(v) <= 80 or v in heads) and not _HASH.search(v)))
     ]
+    lost = _without_line_files(lost)
     if not lost:
         return compact
     whole = whole_links(source)
@@ -385,6 +414,14 @@ def _mentions(
     if forms:
         lost = [forms.get(v, v) for v in lost[:cap]] + lost[cap:]
     return f"{compact}\n{mentions_line(lost, cap)}"
+
+
+def _without_line_files(lost: list[str]) -> list[str]:
+    """`lost` without the files it also lists with a line (`_FILE_LINE`): `core/bun.lock:41`
+    holds `core/bun.lock`, which need not take a place of its own."""
+    files = {v[: m.start()] for v in lost
+             if (m := _LINE_SUFFIX.search(v)) and "." in v[: m.start()]}
+    return [v for v in lost if v not in files] if files else lost
 
 
 # A capped value list is main's (ranked by the first task's terms and the latest calls'); at a
