@@ -19,7 +19,9 @@ The source is a person's archive of those files (`mischa-thisness/M-Gemini`, CC0
   `gemini` message before it, each `gemini` one as an assistant turn (its text, its calls
   with `args` as JSON) followed by one tool message per call: the `output` (or `error`)
   string of the call's `functionResponse`, the text the model reads; `thoughts` are left
-  out (not sent back as text); `info` and `error` notes are left out (never sent);
+  out (not sent back as text); `info` and `error` notes are left out (never sent); a
+  user turn or tool result over `TOOL_CHARS` characters is cut to that as the shared
+  corpora are (`bench.toolathlon.cut`: its head and tail, the cut count between; counted);
 - **not recorded, so written here**: the system message (a short neutral statement; the
   CLI's system prompt, its opening context turn about the date, OS and folder, and the
   function declarations are not in the files: `tools` is empty) and, for a call without a
@@ -58,6 +60,7 @@ from bench.chat_corpus import (
     prompt_queues,
     write_runs_and_queues,
 )
+from bench.toolathlon import TOOL_CHARS, cut
 
 SOURCE = "mischa-thisness/M-Gemini"
 REV = "3bad8d462ef0a93165eb373a44f09a77910e5ecd"
@@ -104,8 +107,15 @@ def results_of(message: Recorded, renamed: Mapping[str, str],
             counts["tool calls without a recorded result (NO_RESULT)"] += 1
             text = NO_RESULT
         out.append({"role": "tool", "tool_call_id": renamed[str(c.get("id"))],
-                    "content": text})
+                    "content": cut_counted(text, counts)})
     return out
+
+
+def cut_counted(text: str, counts: Counter[str]) -> str:
+    """`text` cut to `TOOL_CHARS` as the shared corpora's converters cut, counted."""
+    if len(text) > TOOL_CHARS:
+        counts[f"contents over {TOOL_CHARS:,} characters cut to that"] += 1
+    return cut(text)
 
 
 def conversation_calls(messages: Sequence[Recorded], counts: Counter[str]
@@ -117,7 +127,8 @@ def conversation_calls(messages: Sequence[Recorded], counts: Counter[str]
     for m in messages:
         kind = m.get("type")
         if kind == "user":
-            history.append({"role": "user", "content": str(m.get("content") or "")})
+            history.append({"role": "user",
+                            "content": cut_counted(str(m.get("content") or ""), counts)})
         elif kind == "gemini":
             if history[-1]["role"] == "assistant":
                 counts["replies right after a reply without calls (no turn between)"] += 1
@@ -194,8 +205,10 @@ of the ctxgate repository; do not commit it there.
   assistant turn with its calls, each call's `output` or `error` as a tool message), after
   a short neutral system message written by the converter (the CLI's system prompt, its
   opening context turn and its function declarations are not in the files; `tools` is
-  empty), and the reply. `thoughts` and `info` / `error` notes are left out. `messages` is
-  the last call's list and its reply's text.
+  empty), and the reply. `thoughts` and `info` / `error` notes are left out. A user turn
+  or tool result over 24,000 characters is cut to 24,000 (head two thirds, tail one third,
+  the cut count between), as the shared corpora are. `messages` is the last call's list
+  and its reply's text.
 {join}"""
 
 JOIN_RUNS = "- One session per conversation, in file-name (start time) order.\n"
