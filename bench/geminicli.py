@@ -74,18 +74,19 @@ NO_RESULT = "[no result recorded]"
 Recorded = Mapping[str, Any]  # one recorded message: {id, type, content, toolCalls, ...}
 
 
+def response_text(response: Any) -> str:
+    """A `functionResponse`'s `response` as the text the model reads: its `output` or
+    `error` string, else its JSON."""
+    value = response.get("output", response.get("error")) if isinstance(response, dict) else None
+    return value if isinstance(value, str) else orjson.dumps(response).decode()
+
+
 def result_text(call: Recorded) -> str | None:
-    """What a recorded call sent back as text: each `functionResponse`'s `output` or
-    `error` string (another response as its JSON), joined; `None` when nothing was."""
-    texts = []
-    for part in call.get("result") or ():
-        response = (part.get("functionResponse") or {}).get("response") if isinstance(
-            part, dict) else None
-        if response is None:
-            continue
-        value = response.get("output", response.get("error")) if isinstance(
-            response, dict) else None
-        texts.append(value if isinstance(value, str) else orjson.dumps(response).decode())
+    """What a recorded call sent back, each `functionResponse` as text, joined; `None`
+    when nothing was."""
+    parts = [p.get("functionResponse") for p in call.get("result") or () if isinstance(p, dict)]
+    texts = [response_text(f["response"]) for f in parts
+             if isinstance(f, dict) and f.get("response") is not None]
     return "\n".join(texts) if texts else None
 
 
