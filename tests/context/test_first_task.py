@@ -66,6 +66,13 @@ def test_a_text_tool_agents_session_is_never_weighed() -> None:
     assert not on_first_task([])
 
 
+def _shell_call(k: int) -> list[dict[str, Any]]:
+    """A turn running one fenced shell command and its exit status (mini-SWE-agent's form)."""
+    return [{"role": "assistant", "content": f"THOUGHT: look.\n\n```bash\ncat f{k}.py\n```"},
+            {"role": "user", "content": f"<returncode>0</returncode>\n<output>\n"
+                                        f"{'value = 1' * 20}\n</output>"}]
+
+
 def test_a_shell_agents_answered_commands_are_its_first_task() -> None:
     """A text-tool agent whose outputs the layout reads as its calls' results (an exit
     status after a fenced shell block, mini-SWE-agent) is on its first task until a user
@@ -75,9 +82,7 @@ def test_a_shell_agents_answered_commands_are_its_first_task() -> None:
         {"role": "user", "content": "<pr_description>\nfix parser.py\n</pr_description>"}]
     assert not _first(msgs)  # no call yet
     for k in range(3):
-        msgs += [{"role": "assistant", "content": f"THOUGHT: look.\n\n```bash\ncat f{k}.py\n```"},
-                 {"role": "user", "content": f"<returncode>0</returncode>\n<output>\n"
-                                             f"{'value = 1' * 20}\n</output>"}]
+        msgs += _shell_call(k)
         assert _first(msgs)
     # the queue's next task statement, opening as the first did (`Clock.queue_starts`)
     msgs += [{"role": "assistant", "content": "THOUGHT: done.\n\n```bash\nsubmit\n```"},
@@ -98,17 +103,13 @@ def test_a_format_reminder_does_not_end_a_shell_runs_first_task() -> None:
         {"role": "system", "content": "You can interact with a computer shell."},
         {"role": "user", "content": "<pr_description>\nfix parser.py\n</pr_description>"}]
     for k in range(3):
-        msgs += [{"role": "assistant", "content": f"THOUGHT: look.\n\n```bash\ncat f{k}.py\n```"},
-                 {"role": "user", "content": f"<returncode>0</returncode>\n<output>\n"
-                                             f"{'value = 1' * 20}\n</output>"}]
+        msgs += _shell_call(k)
     msgs += [{"role": "assistant", "content": "THOUGHT: I think the fix is in parser.py."},
              {"role": "user", "content": "Please always provide EXACTLY ONE action in "
                                          "triple backticks, found 0 actions."}]
     assert _first(msgs)
     for k in range(3, 5):
-        msgs += [{"role": "assistant", "content": f"THOUGHT: look.\n\n```bash\ncat f{k}.py\n```"},
-                 {"role": "user", "content": f"<returncode>0</returncode>\n<output>\n"
-                                             f"{'value = 1' * 20}\n</output>"}]
+        msgs += _shell_call(k)
         assert _first(msgs)
     # a queue's next task still ends it
     msgs += [{"role": "assistant", "content": "THOUGHT: done.\n\n```bash\nsubmit\n```"},
