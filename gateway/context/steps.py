@@ -268,8 +268,7 @@ def on_first_task(items: Iterable[Item] = (), clock: Clock | None = None) -> boo
     clock = clock or next((item.clock for item in items), None)
     if clock is None or not (clock.api_calls or clock.text_calls):
         return False
-    return (clock.called_start if clock.json_steps else clock.task_start) < 0 or one_run(
-        clock=clock)
+    return (clock.called_start if clock.json_steps else clock.task_start) < 0
 
 
 def text_tools_now(cls: TaskClass, items: Iterable[Item]) -> TextTools | None:
@@ -287,14 +286,14 @@ def text_tools_now(cls: TaskClass, items: Iterable[Item]) -> TextTools | None:
     return cls.text_tools
 
 
-def one_run(items: Iterable[Item] = (), clock: Clock | None = None) -> bool:
+def one_run(items: Iterable[Item]) -> bool:
     """Whether the session of `items` is a text-tool agent's run of one task: it has
     answered a call written in prose (`Clock.text_calls`), none through the API, most of the
     user messages after its first answer answered its calls (`Clock.text_results`; not an
     agent that writes a call now and then, AutoCodeRover, whose later turns are its
     harness's prose), and no later task opened as its first did (`Clock.queue_starts`; a
     harness's reply to a malformed turn, which ends `on_first_task`'s first task, is none)."""
-    clock = clock or next((item.clock for item in items), None)
+    clock = next((item.clock for item in items), None)
     return (clock is not None and clock.text_calls and not clock.api_calls
             and 2 * clock.text_results > clock.replies and not clock.queue_starts)
 
