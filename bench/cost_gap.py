@@ -142,7 +142,8 @@ async def run(names: Sequence[str], root: Path, split: str) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--corpora", type=Path, default=corpora.CORPORA)
-    parser.add_argument("--corpus", action="append", choices=corpora.CORPUS_NAMES[:-1])
+    parser.add_argument("--corpus", action="append",
+                        help="a shared corpus or a converted folder under --corpora")
     parser.add_argument("--split", choices=("all", "tune", "holdout"), default="all")
     args = parser.parse_args()
     asyncio.run(run(args.corpus or ["swe-agent"], args.corpora, args.split))
