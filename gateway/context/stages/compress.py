@@ -205,7 +205,7 @@ def _masked_commands(item: Item, opts: CompressOptions, ctx: StageContext,
 
 
 # Names a masked numbered listing's placeholder lists at most (`_masked_listing`).
-LISTING_NAMES = 64
+LISTING_NAMES = 24
 
 
 def _masked_listing(item: Item, ctx: StageContext) -> str | None:
