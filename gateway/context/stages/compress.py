@@ -218,14 +218,13 @@ def _masked_listing(item: Item, ctx: StageContext) -> str | None:
     listings keep their declared names"). None (a plain placeholder) for any other item."""
     if item.kind != "tool_result":
         return None
-    original = ctx.originals.get(item.id, item).text
-    head = original[:LISTING_HEAD_CHARS].lstrip("\n").splitlines()
-    if not numbered_listing(head):
+    original = ctx.originals.get(item.id, item)  # the placeholder a plain mask shows
+    if not numbered_listing(original.text[:LISTING_HEAD_CHARS].splitlines()):
         return None
-    names = [v for v in declared(original) if v not in ctx.known]
+    names = [v for v in declared(original.text) if v not in ctx.known]
     if not names:
         return None
-    return f"{placeholder(item)}\n{mentions_line(names, LISTING_NAMES)}"
+    return f"{placeholder(original)}\n{mentions_line(names, LISTING_NAMES)}"
 
 
 def _typed(items: list[Item], ctx: StageContext) -> dict[str, int]:
