@@ -204,18 +204,22 @@ def _masked_commands(item: Item, opts: CompressOptions, ctx: StageContext,
     return f"{placeholder(item)}\n{blocks}" if blocks else None
 
 
-# Names a masked numbered listing's placeholder lists at most (`_masked_listing`).
+# Names a masked numbered listing's placeholder lists at most (`_masked_listing`). Claude
+# Code's tune recall / cost @0.1 (runs, queues): 12 names +0.08 / -0.03 and +0.08 / -0.38;
+# 24 +0.13 / -0.06 and +0.16 / -0.72; 64 as 24 and 0.01-0.04 point more cost.
 LISTING_NAMES = 24
 
 
 def _masked_listing(item: Item, ctx: StageContext) -> str | None:
     """What an aged file listing with numbered lines (`summarize.numbered_listing`) is
     masked as: its placeholder, then the names its top-level lines declare
-    (`summarize.declared`) that the model sees nowhere else. A placeholder's 16-character
-    preview held none of a 25k-character file's names, and the agent re-types the
-    functions and types a file it read long ago defines (Claude Code's tune misses: 61
-    of 80 `Read` outputs behind them masked whole; bench/README.md, "Masked file
-    listings keep their declared names"). None (a plain placeholder) for any other item."""
+    (`summarize.declared`) that the system prompt and task do not name. A placeholder's
+    16-character preview held none of a 25k-character file's names, and the agent re-types
+    the functions and types a file it read long ago defines (Claude Code's tune misses: 61
+    of 80 `Read` outputs behind them masked whole, 93 -> 78 values missed; bench/README.md,
+    "Masked file listings keep their declared names"). Leaving out the names the model
+    reads above the listing kept less recall for as much cost. None (a plain placeholder)
+    for any other item."""
     if item.kind != "tool_result":
         return None
     original = ctx.originals.get(item.id, item)  # the placeholder a plain mask shows
