@@ -157,34 +157,6 @@ def numbered_listing(lines: Sequence[str]) -> bool:
     return _gutter(first) is not None
 
 
-# A numbered listing's top-level declaration, read on a line's code without its gutter and
-# unindented (a body's statements are indented): a macro (`#define NAME`), a type a closing
-# brace names (`} name_t;`), a function declared or defined (`int name(`, `void *name (`),
-# not a control statement. What a later call re-types from a file read long ago is mostly
-# such a name (Claude Code's tune misses: `vsla_gpu_context_t`, `test_malloc`).
-_DECLARED = (
-    re.compile(r"#\s*define\s+([A-Za-z_]\w*)"),
-    re.compile(r"}\s*([A-Za-z_]\w*)\s*;"),
-    re.compile(r"(?!(?:if|for|while|switch|return|else|do|sizeof)\b)"
-               r"[A-Za-z_][\w \t*&:<>,]*?\b([A-Za-z_]\w*)\s*\("),
-)
-
-
-def declared(text: str) -> list[str]:
-    """The notable names a numbered listing's top-level lines declare (`_DECLARED`), in
-    order, once each: what a masked listing still names (`compress._masked_listing`)."""
-    out: list[str] = []
-    for line in text.splitlines():
-        m = _gutter(line)
-        if m is None:
-            continue
-        code = line[m.end():]
-        found = next((d for d in (rx.match(code) for rx in _DECLARED) if d), None)
-        if found is not None and _NOTABLE.search(found.group(1)):
-            out.append(found.group(1))
-    return list(dict.fromkeys(out))
-
-
 def code_line(line: str) -> str:
     """`line` without its gutter of line numbers (`_GUTTER`), if it has one."""
     m = _gutter(line)

@@ -18,7 +18,6 @@ from dataclasses import replace
 
 from gateway.context.apply import (
     GIST,
-    LISTING_HEAD_CHARS,
     PERIODS,
     apply_decision,
     placeholder,
@@ -40,15 +39,7 @@ from gateway.context.steps import (
     undecided,
     whole_block,
 )
-from gateway.context.summarize import (
-    declared,
-    mentions_line,
-    notable,
-    numbered_listing,
-    shell_digest,
-    shell_values,
-    values,
-)
+from gateway.context.summarize import notable, shell_digest, shell_values, values
 from gateway.context.taskclass import CompressOptions
 
 EXPIRED_MIN_TOKENS = 60  # a shorter digest is left as it is: a placeholder saves too little
@@ -181,8 +172,7 @@ def _expired_digests(
         age = {item.id: item.age for item in items}
         expired = {k: v for k, v in expired.items() if age[k] >= least}
     return {k: Decision("compress", "mask", "aged", "mask", 1, arg=arg,
-                        text=(_masked_commands(item, opts, ctx, typed)
-                              or _masked_listing(item, ctx)) if commands else None)
+                        text=_masked_commands(item, opts, ctx, typed) if commands else None)
             for k, (item, arg, commands) in expired.items()}
 
 
@@ -202,33 +192,6 @@ def _masked_commands(item: Item, opts: CompressOptions, ctx: StageContext,
     blocks = shell_digest(item.text, ctx.known, ctx.originals.get(item.id, item).text,
                           lambda v: typed().get(v, item.message_index) < item.message_index)
     return f"{placeholder(item)}\n{blocks}" if blocks else None
-
-
-# Names a masked numbered listing's placeholder lists at most (`_masked_listing`). Claude
-# Code's tune recall / cost @0.1 (runs, queues): 12 names +0.08 / -0.03 and +0.08 / -0.38;
-# 24 +0.13 / -0.06 and +0.16 / -0.72; 64 as 24 and 0.01-0.04 point more cost.
-LISTING_NAMES = 24
-
-
-def _masked_listing(item: Item, ctx: StageContext) -> str | None:
-    """What an aged file listing with numbered lines (`summarize.numbered_listing`) is
-    masked as: its placeholder, then the names its top-level lines declare
-    (`summarize.declared`) that the system prompt and task do not name. A placeholder's
-    16-character preview held none of a 25k-character file's names, and the agent re-types
-    the functions and types a file it read long ago defines (Claude Code's tune misses: 61
-    of 80 `Read` outputs behind them masked whole, 93 -> 78 values missed; bench/README.md,
-    "Masked file listings keep their declared names"). Leaving out the names the model
-    reads above the listing kept less recall for as much cost. None (a plain placeholder)
-    for any other item."""
-    if item.kind != "tool_result":
-        return None
-    original = ctx.originals.get(item.id, item)  # the placeholder a plain mask shows
-    if not numbered_listing(original.text[:LISTING_HEAD_CHARS].splitlines()):
-        return None
-    names = [v for v in declared(original.text) if v not in ctx.known]
-    if not names:
-        return None
-    return f"{placeholder(original)}\n{mentions_line(names, LISTING_NAMES)}"
 
 
 def _typed(items: list[Item], ctx: StageContext) -> dict[str, int]:
