@@ -51,6 +51,7 @@ from gateway.context.lines import (
     index_lines,
     lines_decision,
     minified_decision,
+    reads_file,
     verbatim_index,
     verbatim_items,
 )
@@ -621,7 +622,8 @@ class Prefix:
                 repeats += 1
             else:
                 cut = lines_decision(item.text, index, least) if new and index else None
-                if cut is None and new and json_min is not None:
+                if cut is None and new and json_min is not None and not reads_file(
+                        messages, item.message_index):
                     cut = minified_decision(item.text)
                     if cut is not None and verbatim is not None:
                         pending.setdefault(item.text, verbatim.setdefault(item.text, item))
