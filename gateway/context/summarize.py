@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 import itertools
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -387,9 +387,11 @@ def _mentions(
         and (v.startswith("/") or ((len(v) <= 80 or v in heads) and not _HASH.search(v)))
     ]
     lost = _without_line_files(lost)
+    whole = whole_links(source)
+    if notable_only:
+        lost += _bare_links(source, compact, known, {whole.get(v) for v in lost})
     if not lost:
         return compact
-    whole = whole_links(source)
     first = _defined(original) | heads if level >= 3 else set()
     if level >= 3:  # nearest the end first: a turn's closing words state its plan, an
         lost.reverse()  # output's last lines its result (a traceback's innermost frame)
@@ -447,6 +449,17 @@ LATER_TASK_VALUES = 5
 def _extra(rest: list[str], names: Callable[[str], bool]) -> list[str]:
     """The first EXTRA_VALUES of `rest` (what a capped list left out) that `names`."""
     return [v for v in rest if names(v)][:EXTRA_VALUES]
+
+
+def _bare_links(source: str, compact: str, known: frozenset[str],
+                listed: Collection[str | None]) -> list[str]:
+    """The links of a turn's prose that its value list would not name (`listed`: those it
+    does, whole): a link whose parts are plain words (`chrome://apps`, `helium://apps`)
+    is no notable value, yet the agent types it whole next (gemini-cli tune: two such
+    links lost from an aged turn's digest)."""
+    return [link for link in dict.fromkeys(_links(source))
+            if link not in listed and link not in compact and link not in known
+            and "://" in link and len(link) <= RECORD_CELL_CHARS * 2]
 
 
 @functools.lru_cache(maxsize=16)  # read only: an aged turn's two value lists read it again
@@ -1194,8 +1207,9 @@ _LINK_INNER = "|".join(f"{o}{_LINK_CHAR}*{c}" for o, c in _BRACKETS)
 _LINK_GROUP = "|".join(f"{o}(?:{_LINK_CHAR}|{_LINK_INNER})*{c}" for o, c in _BRACKETS)
 # An address starts where its run of name characters does: tried at every character of a
 # long run with no `@` (a blob, a minified line), it took quadratic time (20,000 characters:
-# 4.7 s).
-_LINK = re.compile(rf"https?://(?:{_LINK_CHAR}|{_LINK_GROUP})+"
+# 4.7 s). A link has any scheme (`chrome://apps`, `file:///…`, `s3://…`), not only
+# `http(s)`: the agent opens or types it whole the same way.
+_LINK = re.compile(rf"(?<![\w+.-])[A-Za-z][\w+.-]{{0,15}}://(?:{_LINK_CHAR}|{_LINK_GROUP})+"
                    r"|(?<![\w.+-])[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
 _LINK_END = ".,;:!?*~"  # GitHub's autolinker's trailing punctuation, but for `_` (`…/Foo_`)
 
