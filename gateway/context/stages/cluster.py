@@ -184,8 +184,9 @@ def arrival_duplicates(
     `marked`: messages a wire adapter pinned (opaque or signed content), never rewritten.
     With `arrival_json`, a new one that is JSON laid out with whitespace goes out without
     it (`lines.minified`), except a file's text (`lines.reads_file`), on a call over its
-    budget (`over`: the ladder's cut) and in a message before `newest` (the call's new messages: one before, looked at again in
-    case the client edited it, was left as it is where the previous call was over)."""
+    budget (`over`: the ladder's cut) and in a message before `newest` (the call's new
+    messages: one before, looked at again in case the client edited it, was left as it is
+    where the previous call was over)."""
     opts = ctx.task_class.stages.cluster
     if opts is None or not opts.on_arrival:
         return StageResult(items, {})
