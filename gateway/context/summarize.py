@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 import itertools
 import re
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -36,7 +36,7 @@ _ERROR = re.compile(
 # A source or text file's extensions: a file name (`_PATH`, `_FILE_REF`) or a path line
 # (`_PATH_LINE`) ends in one.
 FILE_EXTENSIONS = (r"py|js|ts|tsx|go|rs|java|c|h|cc|cpp|rb|php"
-                    r"|json|ya?ml|toml|md|rst|txt|cfg|ini|sh|sql|html|css|lock|xml|csv")
+                   r"|json|ya?ml|toml|md|rst|txt|cfg|ini|sh|sql|html|css|lock|xml|csv")
 _PATH = re.compile(rf"(?:[\w.-]+/)+[\w.-]+|\b[\w-]+\.(?:{FILE_EXTENSIONS})\b")
 _LINE_REF = re.compile(r"(?i)\bline \d+|:\d+:|\(\d+ lines total\)|\d+ (more )?lines? (above|below)")
 _DEFINITION = re.compile(
@@ -387,11 +387,11 @@ def _mentions(
         and (v.startswith("/") or ((len(v) <= 80 or v in heads) and not _HASH.search(v)))
     ]
     lost = _without_line_files(lost)
-    whole = whole_links(source)
-    if notable_only:
-        lost += _bare_links(source, compact, known, {whole.get(v) for v in lost})
+    if notable_only:  # a turn's prose: its links of other schemes, whole
+        lost += _bare_links(source, compact, known)
     if not lost:
         return compact
+    whole = whole_links(source)
     first = _defined(original) | heads if level >= 3 else set()
     if level >= 3:  # nearest the end first: a turn's closing words state its plan, an
         lost.reverse()  # output's last lines its result (a traceback's innermost frame)
@@ -451,15 +451,17 @@ def _extra(rest: list[str], names: Callable[[str], bool]) -> list[str]:
     return [v for v in rest if names(v)][:EXTRA_VALUES]
 
 
-def _bare_links(source: str, compact: str, known: frozenset[str],
-                listed: Collection[str | None]) -> list[str]:
-    """The links of a turn's prose that its value list would not name (`listed`: those it
-    does, whole): a link whose parts are plain words (`chrome://apps`, `helium://apps`)
-    is no notable value, yet the agent types it whole next (gemini-cli tune: two such
-    links lost from an aged turn's digest)."""
-    return [link for link in dict.fromkeys(_links(source))
-            if link not in listed and link not in compact and link not in known
-            and "://" in link and len(link) <= RECORD_CELL_CHARS * 2]
+def _bare_links(source: str, compact: str, known: frozenset[str]) -> list[str]:
+    """The links of a turn's prose with a scheme other than `http(s)` (`_SCHEME_LINK`) that
+    `compact` left out, whole: the value list splits `chrome://apps` into two plain words
+    and lists neither, `file:///home/u/x.html` as its path, yet the agent opens or types
+    the link whole next (gemini-cli tune: `chrome://apps`, `helium://apps` lost from an
+    aged turn's digest). An `http(s)` link is listed whole already (`whole_links`)."""
+    if "://" not in source:
+        return []
+    links = (m.group().rstrip(_LINK_END) for m in _SCHEME_LINK.finditer(source))
+    return [link for link in dict.fromkeys(links)
+            if link not in compact and link not in known and len(link) <= RECORD_CELL_CHARS * 2]
 
 
 @functools.lru_cache(maxsize=16)  # read only: an aged turn's two value lists read it again
@@ -1207,10 +1209,13 @@ _LINK_INNER = "|".join(f"{o}{_LINK_CHAR}*{c}" for o, c in _BRACKETS)
 _LINK_GROUP = "|".join(f"{o}(?:{_LINK_CHAR}|{_LINK_INNER})*{c}" for o, c in _BRACKETS)
 # An address starts where its run of name characters does: tried at every character of a
 # long run with no `@` (a blob, a minified line), it took quadratic time (20,000 characters:
-# 4.7 s). A link has any scheme (`chrome://apps`, `file:///…`, `s3://…`), not only
-# `http(s)`: the agent opens or types it whole the same way.
-_LINK = re.compile(rf"(?<![\w+.-])[A-Za-z][\w+.-]{{0,15}}://(?:{_LINK_CHAR}|{_LINK_GROUP})+"
+# 4.7 s).
+_LINK = re.compile(rf"https?://(?:{_LINK_CHAR}|{_LINK_GROUP})+"
                    r"|(?<![\w.+-])[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
+# A link of another scheme (`chrome://apps`, `file:///…`, `s3://…`, `ssh://…`), as `_LINK`
+# reads one; its scheme starts where its run of name characters does (`_bare_links`)
+_SCHEME_LINK = re.compile(rf"(?<![\w+.-])(?!https?://)[A-Za-z][\w+.-]{{0,15}}://"
+                          rf"(?:{_LINK_CHAR}|{_LINK_GROUP})+")
 _LINK_END = ".,;:!?*~"  # GitHub's autolinker's trailing punctuation, but for `_` (`…/Foo_`)
 
 _JSON_ESCAPE = re.compile(r'\\(u[0-9a-fA-F]{4}|["\\/bfnrt])')
