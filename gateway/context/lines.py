@@ -14,22 +14,18 @@ With `cluster.arrival_json`, a new output that is JSON laid out with spaces or l
 goes out without the whitespace outside its strings (`minified`): the same JSON value, every
 string byte for byte, 8-10% fewer characters on tau-bench's reservation records. Like a
 marker, it is decided on the output's first call, so no sent prefix changes, and the output
-still ages from its original text. A file's text is not minified (`reads_file`): an
-agent that edits by exact text quotes the lines as it read them.
+still ages from its original text.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Collection, Mapping, Sequence
-from typing import Any
+from collections.abc import Collection, Mapping
 
 from gateway.context.apply import excerpt
 from gateway.context.items import Item
-from gateway.context.needed import arguments, tool_calls
 from gateway.context.session import Decision
-from gateway.context.summarize import FILE_EXTENSIONS
 
 ARRIVAL_KINDS = frozenset({"tool_result", "user"})  # outputs and observations, never a turn
 REPEATED_LINES = "repeated_lines"  # a dedup of some lines only: the item may still age
@@ -39,11 +35,6 @@ MINIFIED_KEPT = "minified_kept"  # aged, but kept minified: its digest was hardl
 STILL_AGES = frozenset({REPEATED_LINES, MINIFIED_JSON})
 # A JSON string (escapes included) or a run of whitespace outside one
 _JSON_SPACE = re.compile(r'("(?:[^"\\]|\\.)*")|\s+')
-
-# A file named without a folder (`settings.json`: a known extension) or with one (any
-# extension: `a/b.conf`, `C:\x\y.orig`)
-_FILE_NAME = re.compile(rf"[\w.-]+\.(?:{FILE_EXTENSIONS})")
-_FILE_PATH = re.compile(r"[^\n@]*[/\\][\w.-]*\.[A-Za-z]\w{0,7}")
 
 # Characters of the named item's first line a marker quotes: more than an exact repeat's
 # pointer (apply.POINTER_EXCERPT), since the marker's lines are only part of the output.
@@ -267,34 +258,3 @@ def minified_decision(text: str) -> Decision | None:
     if out is None:
         return None
     return Decision("cluster", "compress", MINIFIED_JSON, "dedup", text=out)
-
-
-def file_path(value: object) -> bool:
-    """Whether a call argument's value names a file: a path whose last part has an
-    extension (`/home/u/.app/settings.json`, `C:\\u\\x.json.orig`) or a file name with a
-    known one (`package.json`); a link (`scheme://`) names a resource, not a file."""
-    if not isinstance(value, str) or "://" in value or len(value) > 400:
-        return False
-    return bool(_FILE_PATH.fullmatch(value) or _FILE_NAME.fullmatch(value))
-
-
-def reads_file(messages: Sequence[Mapping[str, Any]], index: int) -> bool:
-    """Whether the tool message at `index` answers a call that names a file in one of its
-    arguments: its output is then (most likely) that file's text, laid out as the agent
-    will quote it in an exact-text edit, so it is not minified on arrival (a pretty
-    `settings.json` read, then `replace` of three of its lines; an API's JSON record
-    answers a call naming ids, not files). False for an output of any other shape."""
-    if not 0 <= index < len(messages):
-        return False
-    call_id = messages[index].get("tool_call_id")
-    if messages[index].get("role") != "tool" or call_id is None:
-        return False
-    for msg in reversed(messages[:index]):
-        for call in tool_calls(msg):
-            if call.get("id") == call_id:
-                value = arguments(call)[1]
-                return isinstance(value, Mapping) and any(
-                    file_path(v) for v in value.values())
-        if msg.get("role") == "assistant":
-            return False
-    return False

@@ -51,7 +51,6 @@ from gateway.context.lines import (
     index_lines,
     lines_decision,
     minified_decision,
-    reads_file,
     verbatim_index,
     verbatim_items,
 )
@@ -622,8 +621,7 @@ class Prefix:
                 repeats += 1
             else:
                 cut = lines_decision(item.text, index, least) if new and index else None
-                if cut is None and new and json_min is not None and not reads_file(
-                        messages, item.message_index):
+                if cut is None and new and json_min is not None:
                     cut = minified_decision(item.text)
                     if cut is not None and verbatim is not None:
                         pending.setdefault(item.text, verbatim.setdefault(item.text, item))

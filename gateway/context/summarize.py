@@ -35,9 +35,9 @@ _ERROR = re.compile(
 )
 # A source or text file's extensions: a file name (`_PATH`, `_FILE_REF`) or a path line
 # (`_PATH_LINE`) ends in one.
-FILE_EXTENSIONS = (r"py|js|ts|tsx|go|rs|java|c|h|cc|cpp|rb|php"
-                   r"|json|ya?ml|toml|md|rst|txt|cfg|ini|sh|sql|html|css|lock|xml|csv")
-_PATH = re.compile(rf"(?:[\w.-]+/)+[\w.-]+|\b[\w-]+\.(?:{FILE_EXTENSIONS})\b")
+_FILE_EXTENSIONS = (r"py|js|ts|tsx|go|rs|java|c|h|cc|cpp|rb|php"
+                    r"|json|ya?ml|toml|md|rst|txt|cfg|ini|sh|sql|html|css|lock|xml|csv")
+_PATH = re.compile(rf"(?:[\w.-]+/)+[\w.-]+|\b[\w-]+\.(?:{_FILE_EXTENSIONS})\b")
 _LINE_REF = re.compile(r"(?i)\bline \d+|:\d+:|\(\d+ lines total\)|\d+ (more )?lines? (above|below)")
 _DEFINITION = re.compile(
     r"^\s*(?:\d+[:→])?\s*(?:async\s+)?(def|class|function|fn|func|interface|"
@@ -63,7 +63,7 @@ _CODE = re.compile(r"```.*?```|<(execute(?:_\w+)?)>(.*?)</\1>", re.DOTALL)
 # is none), or a file name with a known extension (`bad.txt`, as `_PATH`).
 _FILE_REF = re.compile(
     r"(?:(?<=[\s'\"=,!>(])|^)(?:\.{1,2}|~)?/[A-Za-z_][\w.-]*(?:/[\w.-]+)*"
-    rf"|\b[\w-]+\.(?:{FILE_EXTENSIONS})\b", re.MULTILINE)
+    rf"|\b[\w-]+\.(?:{_FILE_EXTENSIONS})\b", re.MULTILINE)
 
 
 # A terminal's control sequences (colours, cursor moves: CSI `ESC [ … m`, OSC `ESC ] … BEL`,
@@ -823,7 +823,7 @@ def _assistant(
 # read did (`ViewCode` 262-302, 1732-1810), and a list ranked them as bare numbers, last
 # (Moatless queues, tune: recall 98.82 -> 99.05%; bench/README.md, "Code-search results: long
 # path lines").
-_PATH_LINE = re.compile(rf"(?:/?(?:[\w.+-]+/)+)?[\w+-][\w.+-]*\.(?:{FILE_EXTENSIONS})")
+_PATH_LINE = re.compile(rf"(?:/?(?:[\w.+-]+/)+)?[\w+-][\w.+-]*\.(?:{_FILE_EXTENSIONS})")
 _NUMBERED = re.compile(r"\s*(\d+)\t")
 HEADER_LINES = 8
 

@@ -11,7 +11,7 @@ import uuid
 from typing import Any
 
 from gateway.context.engine import CallContext, ContextEngine
-from gateway.context.lines import file_path, minified
+from gateway.context.lines import minified
 from gateway.context.session import MemorySessionStore
 from gateway.observability.droplog import DropLog
 from gateway.observability.metrics import Metrics
@@ -217,35 +217,3 @@ async def test_a_kept_record_short_once_its_nulls_went_is_still_masked_when_old(
     assert 100 < len(minified(messages[3]["content"]) or "") < 160  # short once minified
     assert "user_0000" not in sent[3]["content"]  # the oldest record: masked
     assert sent[3]["content"].startswith("[ctxgate:")
-
-
-def test_a_call_naming_a_file_path_reads_a_file() -> None:
-    for value in ("/home/u/.app/settings.json", "C:\\Users\\u\\.app\\settings.json.orig",
-                  ".app\\settings.json", "config/app.conf", "package.json"):
-        assert file_path(value), value
-    for value in ("RES001X", "omar@example.com", "example.com", "https://x.io/a.json",
-                  "src/module", "12.5", 42):
-        assert not file_path(value), value
-
-
-async def test_a_file_read_as_json_keeps_its_layout_and_a_record_is_still_minified(
-    settings: Settings, embedder: Any
-) -> None:
-    """An agent that edits by exact text quotes a file's lines as it read them (a
-    `settings.json` read, then a replace of three of its pretty lines): the file's text goes
-    out as read, while an API's record, from a call naming no file, is minified."""
-    pretty = json.dumps({"ui": {"theme": "Default Dark", "showCitations": True,
-                                "hideWindowTitle": True}, "tools": {"sandbox": False}},
-                        indent=2)
-    messages = _session(3)
-    messages.append({"role": "assistant", "content": "Reading the settings.", "tool_calls": [
-        {"id": "r1", "type": "function", "function": {
-            "name": "get_reservation_details",  # any name: the argument is what counts
-            "arguments": json.dumps({"file_path": "/home/u/.app/settings.json"})}}]})
-    messages.append({"role": "tool", "tool_call_id": "r1", "content": pretty})
-    messages += _session(5)[len(_session(3)):]  # two more records after the read
-    fitted, _ = await _replay(without_credit(settings), embedder, messages)
-    sent = [m["content"] for m in fitted.body["messages"] if m["role"] == "tool"]
-    assert pretty in sent
-    records = [m["content"] for m in messages if m["role"] == "tool" and m["content"] != pretty]
-    assert sent[-1] == minified(records[-1])  # the latest, read after the file

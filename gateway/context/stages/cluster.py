@@ -37,7 +37,6 @@ from gateway.context.lines import (
     index_lines,
     lines_decision,
     minified_decision,
-    reads_file,
 )
 from gateway.context.session import Decision
 from gateway.context.stages.base import StageContext, StageResult, decide
@@ -183,10 +182,9 @@ def arrival_duplicates(
     rendered verbatim before them (`items`: as they will be sent) become pointers to it.
     `marked`: messages a wire adapter pinned (opaque or signed content), never rewritten.
     With `arrival_json`, a new one that is JSON laid out with whitespace goes out without
-    it (`lines.minified`), except a file's text (`lines.reads_file`), on a call over its
-    budget (`over`: the ladder's cut) and in a message before `newest` (the call's new
-    messages: one before, looked at again in case the client edited it, was left as it is
-    where the previous call was over)."""
+    it (`lines.minified`), except on a call over its budget (`over`: the ladder's cut) and
+    in a message before `newest` (the call's new messages: one before, looked at again in
+    case the client edited it, was left as it is where the previous call was over)."""
     opts = ctx.task_class.stages.cluster
     if opts is None or not opts.on_arrival:
         return StageResult(items, {})
@@ -226,9 +224,7 @@ def arrival_duplicates(
             continue
         cut = lines_decision(original.text, lines, opts.arrival_min_chars) if (
             new and lines) else None
-        if cut is None and new and minify and (
-                newest is None or item.message_index >= newest) and not reads_file(
-                ctx.messages, item.message_index):
+        if cut is None and new and minify and (newest is None or item.message_index >= newest):
             cut = minified_decision(original.text)
             if cut is not None:
                 verbatim.setdefault(original.text, item)
