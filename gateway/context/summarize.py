@@ -387,6 +387,8 @@ def _mentions(
         and (v.startswith("/") or ((len(v) <= 80 or v in heads) and not _HASH.search(v)))
     ]
     lost = _without_line_files(lost)
+    if notable_only:  # a turn's prose: its links of other schemes, whole
+        lost += _bare_links(source, compact, known)
     if not lost:
         return compact
     whole = whole_links(source)
@@ -447,6 +449,19 @@ LATER_TASK_VALUES = 5
 def _extra(rest: list[str], names: Callable[[str], bool]) -> list[str]:
     """The first EXTRA_VALUES of `rest` (what a capped list left out) that `names`."""
     return [v for v in rest if names(v)][:EXTRA_VALUES]
+
+
+def _bare_links(source: str, compact: str, known: frozenset[str]) -> list[str]:
+    """The links of a turn's prose with a scheme other than `http(s)` (`_SCHEME_LINK`) that
+    `compact` left out, whole: the value list splits `chrome://apps` into two plain words
+    and lists neither, `file:///home/u/x.html` as its path, yet the agent opens or types
+    the link whole next (gemini-cli tune: `chrome://apps`, `helium://apps` lost from an
+    aged turn's digest). An `http(s)` link is listed whole already (`whole_links`)."""
+    if "://" not in source:
+        return []
+    links = (m.group().rstrip(_LINK_END) for m in _SCHEME_LINK.finditer(source))
+    return [link for link in dict.fromkeys(links)
+            if link not in compact and link not in known and len(link) <= RECORD_CELL_CHARS * 2]
 
 
 @functools.lru_cache(maxsize=16)  # read only: an aged turn's two value lists read it again
@@ -1197,6 +1212,10 @@ _LINK_GROUP = "|".join(f"{o}(?:{_LINK_CHAR}|{_LINK_INNER})*{c}" for o, c in _BRA
 # 4.7 s).
 _LINK = re.compile(rf"https?://(?:{_LINK_CHAR}|{_LINK_GROUP})+"
                    r"|(?<![\w.+-])[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
+# A link of another scheme (`chrome://apps`, `file:///…`, `s3://…`, `ssh://…`), as `_LINK`
+# reads one; its scheme starts where its run of name characters does (`_bare_links`)
+_SCHEME_LINK = re.compile(rf"(?<![\w+.-])(?!https?://)[A-Za-z][\w+.-]{{0,15}}://"
+                          rf"(?:{_LINK_CHAR}|{_LINK_GROUP})+")
 _LINK_END = ".,;:!?*~"  # GitHub's autolinker's trailing punctuation, but for `_` (`…/Foo_`)
 
 _JSON_ESCAPE = re.compile(r'\\(u[0-9a-fA-F]{4}|["\\/bfnrt])')
