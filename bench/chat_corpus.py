@@ -286,6 +286,33 @@ def git_commit(repo: Path, rev: str) -> tuple[RepoReader, str]:
     return reader, reader._git("rev-parse", rev).strip()
 
 
+def convert_per_call(
+    repo: Path, out: Path, rev: str, queue_calls: int, *, corpus: str, none: str,
+    load: Callable[[RepoReader, str], tuple[Sequence[Mapping[str, Any]], Counter[str]]],
+    session: Callable[[Mapping[str, Any], int, str], dict[str, Any]], queue_key: str,
+    readme: str, joins: tuple[str, str],
+    fields: Callable[[Sequence[Mapping[str, Any]]], dict[str, Any]] = lambda _runs: {},
+    **constants: Any,
+) -> dict[str, int]:
+    """A per-call converter of one commit's chat files: the runs `load` reads at `rev` (an
+    error naming `none` when there is no run), a session each (`session(run, index,
+    commit)`), the runs of one system prompt one after another as queues of about
+    `queue_calls` calls (`prompt_queues`, groups named `queue_key` + index), both folders
+    written (`write_runs_and_queues`; the queues' join line formatted with `queue_calls`)
+    with the per-call README fields, `fields(runs)` and `constants`."""
+    reader, commit = git_commit(repo, rev)
+    runs, left = load(reader, rev)
+    if not runs:
+        raise ValueError(f"{repo}@{rev}: no {none}")
+    sessions = [session(r, i, commit) for i, r in enumerate(runs)]
+    queues = prompt_queues(sessions, queue_calls, corpus=corpus, size=lambda r: len(r["calls"]),
+                           key=lambda _prompt, i: f"{queue_key}{i:02d}")
+    return write_runs_and_queues(
+        out, corpus, sessions, queues, readme,
+        (joins[0], joins[1].format(queue_calls=queue_calls)), commit=commit, runs=len(runs),
+        **per_call_fields(runs, left), **fields(runs), **constants)
+
+
 def per_call_fields(runs: Sequence[Mapping[str, Any]], left: Counter[str]) -> dict[str, str]:
     """The README fields of per-call runs (each with `calls`): calls per run min / median /
     max (`per_call`), and what was read and left out, most first (`left`)."""

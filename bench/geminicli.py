@@ -54,11 +54,8 @@ from bench.chat_corpus import (
     Message,
     RepoReader,
     assistant_message,
+    convert_per_call,
     converter_main,
-    git_commit,
-    per_call_fields,
-    prompt_queues,
-    write_runs_and_queues,
 )
 from bench.toolathlon import TOOL_CHARS, cut
 
@@ -221,23 +218,12 @@ JOIN_QUEUE = """- Queues: the conversations in file-name order, cut at the conve
 """
 
 
-def queue_sessions(runs: Sequence[dict[str, Any]], queue_calls: int) -> list[dict[str, Any]]:
-    """The conversations one after another (module docstring), per call."""
-    return prompt_queues(runs, queue_calls, corpus=CORPUS, size=lambda r: len(r["calls"]),
-                         key=lambda _prompt, i: f"user{i:02d}")
-
-
 def convert(repo: Path, out: Path, *, rev: str = REV, queue_calls: int = 50) -> dict[str, int]:
-    reader, commit = git_commit(repo, rev)
-    runs, left = load(reader, rev)
-    if not runs:
-        raise ValueError(f"{repo}@{rev}: no conversation of {MIN_CALLS} calls or more")
-    sessions = [run_session(r, i, commit) for i, r in enumerate(runs)]
-    return write_runs_and_queues(
-        out, CORPUS, sessions, queue_sessions(sessions, queue_calls), README,
-        (JOIN_RUNS, JOIN_QUEUE.format(queue_calls=queue_calls)),
-        folders=" and ".join(f"`{f}`" for f in FOLDERS), source=SOURCE, commit=commit,
-        runs=len(runs), **per_call_fields(runs, left))
+    return convert_per_call(
+        repo, out, rev, queue_calls, corpus=CORPUS, load=load, session=run_session,
+        none=f"conversation of {MIN_CALLS} calls or more", queue_key="user",
+        readme=README, joins=(JOIN_RUNS, JOIN_QUEUE),
+        folders=" and ".join(f"`{f}`" for f in FOLDERS), source=SOURCE)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
