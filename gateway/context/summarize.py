@@ -409,7 +409,7 @@ def _mentions(
     lead = lead_terms(focus)
     lost.sort(key=lambda v: (v in trailer, v not in first, v.lower() not in lead, _priority(v)))
     cap = MENTION_CAP.get(level, 30)
-    if level >= 3 and not listed:
+    if level >= 3 and not (listed and not later):
         cap = max(cap, len(original) // MENTION_CHARS_PER_VALUE)
     if later:
         cap += LATER_TASK_VALUES  # an output of a queue's later task (see below)
