@@ -126,9 +126,10 @@ MENTION_CAP = {1: 12, 2: 6, 3: 10}
 # Issue-7 yardstick, tune split: agentdojo recall 98.8% -> 99.3% (late 97.7% -> 98.9%); web
 # late reduction 90.6% -> 90.5%, intercode 32.2% -> 32.0%. One per 1000: recall unchanged.
 # Not for a payload whose digest lists its fields or records (an MCP content block's, a JSON
-# record's text): there the list's values past MENTION_CAP supplied 1 needed value in ~5,000
-# calls of Toolathlon, for 0.2-0.3 point of cost @0.1 forwarded (bench.digest_parts;
-# bench/README.md, "Session 67, size67": cost @0.1 +0.4 to +0.7 points on Toolathlon runs).
+# record's text), outside a queue's later task: on Toolathlon runs the list's values past
+# MENTION_CAP there supplied next to no needed value (bench.digest_parts). Measured, not
+# merged (bench/README.md, "Session 67, size67"): runs' cost @0.1 +0.4 to +0.7 points, but the
+# queues' holdout recall falls 0.08 to 0.24.
 MENTION_CHARS_PER_VALUE = 500
 SALIENT_LINES = {1: 3, 2: 1}
 DEFINITION_LINES = {1: 8, 2: 3}  # `def`/`class` lines: what an agent greps for and calls later
