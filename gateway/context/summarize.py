@@ -125,11 +125,6 @@ MENTION_CAP = {1: 12, 2: 6, 3: 10}
 # when that is more than its cap: a 27k-character file listing keeps 55 of its names, not 16.
 # Issue-7 yardstick, tune split: agentdojo recall 98.8% -> 99.3% (late 97.7% -> 98.9%); web
 # late reduction 90.6% -> 90.5%, intercode 32.2% -> 32.0%. One per 1000: recall unchanged.
-# Not for a payload whose digest lists its fields or records (an MCP content block's, a JSON
-# record's text), outside a queue's later task: on Toolathlon runs the list's values past
-# MENTION_CAP there supplied next to no needed value (bench.digest_parts). Measured, not
-# merged (bench/README.md, "Session 67, size67"): runs' cost @0.1 +0.4 to +0.7 points, but the
-# queues' holdout recall falls 0.08 to 0.24.
 MENTION_CHARS_PER_VALUE = 500
 SALIENT_LINES = {1: 3, 2: 1}
 DEFINITION_LINES = {1: 8, 2: 3}  # `def`/`class` lines: what an agent greps for and calls later
@@ -371,12 +366,9 @@ def _mentions(
     focus: frozenset[str] = frozenset(),
     periods: bool = False,
     written: bool = False,
-    listed: bool = False,
 ) -> str:
     """The values of the omitted text that appear nowhere else the model will see
-    (`periods`: `values`'s); `written`: listed as the text writes them (`_written_forms`);
-    `listed`: the digest lists the text's fields or records already, so a long text lists
-    no more values than a short one (MENTION_CAP, not MENTION_CHARS_PER_VALUE)."""
+    (`periods`: `values`'s); `written`: listed as the text writes them (`_written_forms`)."""
     lines = notable_only  # a turn's prose: its `path:line` references whole (`_FILE_LINE`)
     seen = set(values(compact, periods)) | set(values(compact, periods, lines)) | known
     source = _LINE_NO.sub(" ", without_encoded(original))  # no pieces of encoded data
@@ -410,7 +402,7 @@ def _mentions(
     lead = lead_terms(focus)
     lost.sort(key=lambda v: (v in trailer, v not in first, v.lower() not in lead, _priority(v)))
     cap = MENTION_CAP.get(level, 30)
-    if level >= 3 and not (listed and not later):
+    if level >= 3:
         cap = max(cap, len(original) // MENTION_CHARS_PER_VALUE)
     if later:
         cap += LATER_TASK_VALUES  # an output of a queue's later task (see below)
@@ -1461,12 +1453,9 @@ def summarize(
     # late reduction +0.3..1.6 points, recall unchanged on every corpus.
     notable_only = prose
     compact = _structured(text, kind, level, known, focus, whole_commands, step, named_lines)
-    bare = compact  # a payload's digest before its fields and records lines
-    listed = False  # whether it lists them
     if payload is not None:
         compact = _with_fields(source, compact, known, focus)
         compact = _with_records(payload, compact, known, focus)
-        listed = compact != bare
     elif not prose and (cut := cut_payload(text)) is not None:
         # a content block cut short: its digest is the raw text's as before, and, as a whole
         # block's, its short multi-word field values (a record's `Long Beach, US`, read
@@ -1475,7 +1464,6 @@ def summarize(
         # recall 97.6 -> 97.7; no other corpus has a cut block.
         compact = _with_fields(cut, compact, known, focus, FIELD_MIN)
         compact = _with_records(cut, compact, known, focus)
-        listed = compact != bare
     elif kind == "tool_result":
         # a plain text listing records by their links (search hits): the links, whole
         compact = _with_links(source, compact, known, focus)
@@ -1485,7 +1473,7 @@ def summarize(
                                  _lost_keyed(source, compact, known, focus), FIELD_MIN,
                                  current_terms(focus))
     out = _mentions(source, compact, known, level, notable_only, focus, periods,
-                    named_lines and prose, listed=listed)
+                    named_lines and prose)
     if kind == "tool_call" and level >= 3 and not _FENCE.search(text):
         # An aged turn that made tool calls and ran no command keeps none of its prose, only
         # the notable values it names: its calls (sent whole) say what it did, and its
