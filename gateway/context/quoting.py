@@ -5,11 +5,12 @@ Coding agents edit a file by quoting the lines to replace (`old_string`, `old_st
 indentation included. A file's JSON read minified on arrival (`lines.minified`) no longer
 carries those lines (`"hideTips": true,\\n    "hideBanner": false` became
 `"hideTips":true,"hideBanner":false`), and the edit's anchor is gone from the context. So
-a JSON output keeps its layout when it answers a call that names a file and the agent of
-its session has already replaced two or more lines of an earlier output, quoted exactly,
-by a text that keeps a line of them: an agent that edits that way. An agent that only
-reads JSON (records, API answers), or writes a file whole from a result, still gets it
-minified.
+a JSON output keeps its layout when it answers a call that names a file and either the
+file is a JSON file (the output is that file as laid out on disk: a configuration file an
+agent reads to change) or the agent of its session has already replaced two or more lines
+of an earlier output, quoted exactly, by a text that keeps a line of them: an agent that
+edits that way. An agent that only reads JSON records and API answers, or writes a file
+whole from a result, still gets them minified.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ QUOTE_MIN_CHARS = 24
 # A file named by a call: a path or a file name with an extension, no spaces (a command
 # line is not a path: `cat x.json` names a command)
 _FILE = re.compile(r"^[~./\\\w:-]*[\w-]\.\w{1,8}$")
+_JSON_FILE = re.compile(r"\.json[c5]?$", re.IGNORECASE)  # a file that is JSON itself
 
 
 def _strings(value: Any) -> Iterator[str]:
@@ -46,17 +48,17 @@ def _call_strings(msg: Mapping[str, Any], call_id: str) -> Iterator[str]:
             yield from _strings(arguments(call)[1])
 
 
-def names_file(messages: Sequence[Mapping[str, Any]], index: int) -> bool:
-    """Whether the tool message at `index` answers a call whose arguments name a file."""
+def named_files(messages: Sequence[Mapping[str, Any]], index: int) -> list[str]:
+    """The files named by the arguments of the call the tool message at `index` answers."""
     call_id = messages[index].get("tool_call_id")
     if not isinstance(call_id, str):
-        return False
+        return []
     for i in range(index - 1, -1, -1):
         msg = messages[i]
         if msg.get("role") == "assistant" and any(
                 c.get("id") == call_id for c in tool_calls(msg)):
-            return any(_FILE.match(s) for s in _call_strings(msg, call_id))
-    return False
+            return [s for s in _call_strings(msg, call_id) if _FILE.match(s)]
+    return []
 
 
 def _lines(text: str) -> set[str]:
@@ -95,5 +97,8 @@ def quotes_outputs(messages: Sequence[Mapping[str, Any]], before: int) -> bool:
 
 def keeps_layout(messages: Sequence[Mapping[str, Any]], index: int) -> bool:
     """Whether a new JSON output at message `index` goes out as laid out (see the module)."""
-    return (0 <= index < len(messages) and messages[index].get("role") == "tool"
-            and names_file(messages, index) and quotes_outputs(messages, index))
+    if not (0 <= index < len(messages) and messages[index].get("role") == "tool"):
+        return False
+    files = named_files(messages, index)
+    return bool(files) and (any(_JSON_FILE.search(f) for f in files)
+                            or quotes_outputs(messages, index))

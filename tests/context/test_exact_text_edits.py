@@ -1,8 +1,8 @@
-"""quoting.keeps_layout: a file's JSON read by an agent that edits by exact text goes out as
-laid out. Such an agent re-types several lines of the file, indentation included, as the
-text to replace; minified on arrival (`cluster.arrival_json`) the read no longer carries
-them (Gemini CLI's `settings.json` edits). An agent that never replaced quoted lines, or one
-that reads JSON records, still gets them minified."""
+"""quoting.keeps_layout: a JSON file's read, or a file's JSON read by an agent that edits by
+exact text, goes out as laid out. Such an agent re-types several lines of the file,
+indentation included, as the text to replace; minified on arrival (`cluster.arrival_json`)
+the read no longer carries them (Gemini CLI's `settings.json` edits). Other files' JSON
+read by an agent that never replaced quoted lines, and JSON records, are still minified."""
 
 from __future__ import annotations
 
@@ -39,15 +39,16 @@ def _call(k: int, name: str, args: dict[str, Any], content: str) -> list[dict[st
             {"role": "tool", "tool_call_id": f"c{k}", "content": content}]
 
 
-def _session(new_text: str) -> list[dict[str, Any]]:
-    """A shell output, a `replace` of two of its lines by `new_text`, then a file's JSON."""
+def _session(new_text: str, path: str = "/home/u/.gemini/settings.json"
+             ) -> list[dict[str, Any]]:
+    """A shell output, a `replace` of two of its lines by `new_text`, then `path`'s JSON."""
     return [
         {"role": "system", "content": SYSTEM},
         {"role": "user", "content": "Add a dev script, then hide the banner in my settings."},
         *_call(0, "run_shell_command", {"command": "npm init -y"}, PACKAGE),
         *_call(1, "replace", {"file_path": "package.json", "old_string": QUOTE,
                               "new_string": new_text}, "Successfully modified package.json."),
-        *_call(2, "read_file", {"file_path": "/home/u/.gemini/settings.json"}, SETTINGS),
+        *_call(2, "read_file", {"file_path": path}, SETTINGS),
     ]
 
 
@@ -70,11 +71,22 @@ async def _last_call(settings: Settings, embedder: Any, messages: list[dict[str,
     return fitted
 
 
+EDIT = '  "scripts": {\n    "dev": "vite",\n    "test": "vitest"\n  },'
+NOT_AN_EDIT = "module.exports = {};"  # the quote's place taken by nothing of it
+NOTEBOOK = "analysis/report.ipynb"  # a file whose read is JSON, not named as JSON
+
+
+async def test_a_json_files_read_keeps_its_layout(settings: Settings, embedder: Any) -> None:
+    messages = _session(NOT_AN_EDIT)
+    assert keeps_layout(messages, len(messages) - 1)
+    fitted = await _last_call(without_credit(settings), embedder, messages)
+    assert fitted.body["messages"][-1]["content"] == SETTINGS
+
+
 async def test_an_exact_text_editors_json_read_keeps_its_layout(
     settings: Settings, embedder: Any
 ) -> None:
-    edit = '  "scripts": {\n    "dev": "vite",\n    "test": "vitest"\n  },'
-    messages = _session(edit)
+    messages = _session(EDIT, NOTEBOOK)
     assert keeps_layout(messages, len(messages) - 1)
     fitted = await _last_call(without_credit(settings), embedder, messages)
     assert fitted.body["messages"][-1]["content"] == SETTINGS  # the lines an edit quotes
@@ -86,16 +98,15 @@ async def test_json_is_minified_when_no_quoted_lines_were_replaced(
     settings: Settings, embedder: Any
 ) -> None:
     # the quote written whole with nothing of it kept: a copy of a result, not an edit
-    messages = _session("module.exports = {};")
+    messages = _session(NOT_AN_EDIT, NOTEBOOK)
     assert not keeps_layout(messages, len(messages) - 1)
     fitted = await _last_call(without_credit(settings), embedder, messages)
     assert fitted.body["messages"][-1]["content"] == minified(SETTINGS)
 
 
 def test_only_an_output_answering_a_call_that_names_a_file_keeps_it() -> None:
-    edit = '  "scripts": {\n    "dev": "vite"\n  },'
-    messages = _session(edit)
+    messages = _session(EDIT)
     messages[-2]["tool_calls"][0]["function"]["arguments"] = json.dumps(
         {"command": "cat ~/.gemini/settings.json"})  # a command line, not a path
     assert not keeps_layout(messages, len(messages) - 1)
-    assert keeps_layout(_session(edit), len(messages) - 1)
+    assert keeps_layout(_session(EDIT), len(messages) - 1)
