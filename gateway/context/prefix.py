@@ -54,6 +54,7 @@ from gateway.context.lines import (
     verbatim_index,
     verbatim_items,
 )
+from gateway.context.quoting import keeps_layout
 from gateway.context.render import CutMemo, Mark, Picks, Plan, Rendered, render_plan
 from gateway.context.session import Decision, SessionState
 from gateway.context.steps import (
@@ -623,6 +624,8 @@ class Prefix:
                 cut = lines_decision(item.text, index, least) if new and index else None
                 if cut is None and new and json_min is not None:
                     cut = minified_decision(item.text)
+                    if cut is not None and keeps_layout(messages, item.message_index):
+                        cut = None  # as the full path (`quoting.keeps_layout`)
                     if cut is not None and verbatim is not None:
                         pending.setdefault(item.text, verbatim.setdefault(item.text, item))
             if cut is None:

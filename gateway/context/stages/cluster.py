@@ -38,6 +38,7 @@ from gateway.context.lines import (
     lines_decision,
     minified_decision,
 )
+from gateway.context.quoting import keeps_layout
 from gateway.context.session import Decision
 from gateway.context.stages.base import StageContext, StageResult, decide
 from gateway.context.taskclass import ClusterOptions
@@ -226,6 +227,8 @@ def arrival_duplicates(
             new and lines) else None
         if cut is None and new and minify and (newest is None or item.message_index >= newest):
             cut = minified_decision(original.text)
+            if cut is not None and keeps_layout(ctx.messages, item.message_index):
+                cut = None  # an exact-text editor's file: its lines are edit anchors
             if cut is not None:
                 verbatim.setdefault(original.text, item)
         if cut is not None:
