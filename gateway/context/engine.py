@@ -94,6 +94,7 @@ from gateway.context.steps import (
     calls_left,
     lagging_tokens,
     on_first_task,
+    runs_of_one,
     stale_tokens,
     stated_left,
     step_horizon,
@@ -1143,7 +1144,8 @@ def _leave_unrepaid(
         kept.append(item)
     # only a batch left out by a weighed step on the session's first task is late
     # (`steps.young`); past it the next batch masks every digest due
-    batch = batch and young(state.calls + 1, c, on_first_task(before))
+    batch = batch and young(state.calls + 1, c, on_first_task(
+        before, through=runs_of_one(state.calls + 1, c, state.agent_runs)))
     if all(a.text == b.text for a, b in zip(before, kept, strict=True)):
         return kept, state.horizon, batch
     return kept, horizon, batch
@@ -1231,7 +1233,8 @@ def _held_turn(items: list[Item], state: SessionState, c: Compaction, forced: bo
     the step digested it on time, one of the agent's latest turns."""
     if (not c.ages or forced or not state.calls
             or sum(item.tokens for item in items) <= c.early_max_tokens
-            or not young(state.calls + 1, c, on_first_task(items))):
+            or not young(state.calls + 1, c, on_first_task(
+                items, through=runs_of_one(state.calls + 1, c, state.agent_runs)))):
         return -1
     return state.horizon
 

@@ -63,6 +63,7 @@ from gateway.context.steps import (
     lagging_tokens,
     on_first_task,
     open_tokens,
+    runs_of_one,
     stale_tokens,
     takes_credit,
     undecided,
@@ -672,7 +673,9 @@ class Prefix:
         unanswered = sum(open_tokens(group) for group in self.watched.values())
         return horizon_after(turns, tokens_from, n_messages, state, cls, stale,
                              call_tokens=self.item_tokens, unanswered=unanswered,
-                             first_task=on_first_task(clock=layout.clock),
+                             first_task=on_first_task(
+                                 clock=layout.clock, through=runs_of_one(
+                                     state.calls + 1, cls.compaction, state.agent_runs)),
                              credit=takes_credit(clock=layout.clock),
                              task_wait=waits_for_task(state, cls, layout.clock, tokens_from,
                                                        turns)) != horizon

@@ -148,7 +148,8 @@ def lagging_tokens(
     behind = [item for item in waiting if item.message_index < state.horizon]
     c = cls.compaction
     if (behind and messages and call_tokens > c.early_max_tokens
-            and young(state.calls + 1, c, on_first_task(behind))):
+            and young(state.calls + 1, c, on_first_task(
+                behind, through=runs_of_one(state.calls + 1, c, state.agent_runs)))):
         # While a large call's step is weighed too (`unrepaid`), what a step left out did
         # not repay over the calls estimated to come: it does not hasten the next step on
         # its own, only the exchange that was open at the last one does. Counted, a left-out
@@ -198,7 +199,9 @@ def step_horizon(
             tokens_from[item.message_index] = tokens_from.get(item.message_index, 0) + item.tokens
     return horizon_after(turns, tokens_from, len(messages), state, cls, stale, forced,
                          call_tokens=sum(item.tokens for item in items),
-                         unanswered=open_tokens(items), first_task=on_first_task(items),
+                         unanswered=open_tokens(items),
+                         first_task=on_first_task(items, through=runs_of_one(
+                             state.calls + 1, cls.compaction, state.agent_runs)),
                          credit=takes_credit(items),
                          task_wait=waits_for_task(state, cls, items[0].clock if items else None,
                                                   tokens_from, turns))
@@ -248,7 +251,8 @@ def young(calls: int, c: Compaction, first_task: bool = True) -> bool:
     return bool(c.repay_calls and calls <= c.repay_young_calls and first_task)
 
 
-def on_first_task(items: Iterable[Item] = (), clock: Clock | None = None) -> bool:
+def on_first_task(items: Iterable[Item] = (), clock: Clock | None = None,
+                  through: bool = False) -> bool:
     """Whether the session of `items` (or of their layout's `clock`) is on its first task,
     its agent having made a tool call (`Clock.api_calls`, `Clock.text_calls`): the layout
     found no later task (`Clock.task_start`: a user message after the agent answered, the
@@ -268,7 +272,29 @@ def on_first_task(items: Iterable[Item] = (), clock: Clock | None = None) -> boo
     clock = clock or next((item.clock for item in items), None)
     if clock is None or not (clock.api_calls or clock.text_calls):
         return False
+    if through and run_of_one(clock):
+        return True
     return (clock.called_start if clock.json_steps else clock.task_start) < 0
+
+
+def runs_of_one(calls: int, c: Compaction, runs: tuple[int, ...] | None) -> bool:
+    """Whether a text-tool run stays on its first task through its harness's replies
+    (`on_first_task`'s `through`): the agent's record (`runs`, once it has started more than
+    `repay_ahead_runs` sessions before this one) says fewer than `repay_agent_quantile` of
+    those ran past the record's last mark: runs of one task each, not a queue of tasks. A
+    harness's reply to a malformed turn ("Please always provide EXACTLY ONE action…", a
+    timeout notice) answers no call, so it ended the first task (`Clock.task_start`), and
+    from it on the run's large calls stepped unweighed (`young`), each step re-sending the
+    run's history for the few calls it had left (mini-SWE-agent runs: 17% of steps 17+
+    turns deep, 7.9 points of cost @0.1; bench/README.md, "Session 67, step67"). Off with no
+    record and on an agent whose sessions nearly all run long: a queue's first task is such
+    a run, but its later tasks are many calls to come (applied there too, mini-SWE-agent and
+    DA-Code queues lost recall, HyperAgent queues' holdout cost @0.1)."""
+    if not c.repay_ahead_runs or runs is None:
+        return False
+    before = runs[0] - 1  # the current session is counted from its first call
+    long = runs[-1] - (calls >= RUN_MARKS[-1])
+    return before > c.repay_ahead_runs and long < c.repay_agent_quantile * before
 
 
 def text_tools_now(cls: TaskClass, items: Iterable[Item]) -> TextTools | None:
@@ -293,7 +319,11 @@ def one_run(items: Iterable[Item]) -> bool:
     agent that writes a call now and then, AutoCodeRover, whose later turns are its
     harness's prose), and no later task opened as its first did (`Clock.queue_starts`; a
     harness's reply to a malformed turn, which ends `on_first_task`'s first task, is none)."""
-    clock = next((item.clock for item in items), None)
+    return run_of_one(next((item.clock for item in items), None))
+
+
+def run_of_one(clock: Clock | None) -> bool:
+    """`one_run` of a layout's clock."""
     return (clock is not None and clock.text_calls and not clock.api_calls
             and 2 * clock.text_results > clock.replies and not clock.queue_starts)
 
@@ -433,7 +463,8 @@ def unrepaid(
     A step the share does not allow yet (`ahead`, `ahead_of_share`) is weighed over
     `repay_ahead_share` of the session's age at most (`ahead_calls`).
     `new_from`: the first message index the last call did not send (billed in full anyway)."""
-    if not c.repay_calls or (not young(calls, c, on_first_task(before))
+    if not c.repay_calls or (not young(calls, c, on_first_task(
+                                 before, through=runs_of_one(calls, c, runs)))
                              and sum(item.tokens for item in before) > c.early_max_tokens):
         return set()
     was = {item.id: item for item in before}
@@ -476,7 +507,7 @@ def ahead_of_share(state: SessionState, c: Compaction, items: Iterable[Item]) ->
     says its runs go on (`long_running`)."""
     return (state.steps >= 1 and bool(c.repay_ahead_share)
             and state.steps + 1 > c.max_step_share * (state.calls + state.stable_calls)
-            and on_first_task(items)
+            and on_first_task(items, through=runs_of_one(state.calls + 1, c, state.agent_runs))
             and not long_running(state.calls + 1, c, state.agent_runs))
 
 

@@ -11,11 +11,12 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from gateway.context.agents import RUN_MARKS
 from gateway.context.engine import _leave_unrepaid
 from gateway.context.items import parse_request
 from gateway.context.session import Decision, SessionState
 from gateway.context.stages.base import StageContext
-from gateway.context.steps import horizon_after, on_first_task, young
+from gateway.context.steps import horizon_after, on_first_task, runs_of_one, young
 from gateway.context.taskclass import Compaction, TaskClass, task_class
 from gateway.context.tokens import TokenCounter
 
@@ -82,6 +83,60 @@ def test_a_shell_agents_answered_commands_are_its_first_task() -> None:
     msgs += [{"role": "assistant", "content": "THOUGHT: done.\n\n```bash\nsubmit\n```"},
              {"role": "user", "content": "<pr_description>fix lexer.py</pr_description>"}]
     assert not _first(msgs)
+
+
+def _shell_run(reminder: bool) -> list[dict[str, Any]]:
+    """mini-SWE-agent's run: fenced shell blocks answered by their exit status; `reminder`:
+    one turn wrote two blocks, and the harness answered with its format reminder."""
+    msgs: list[dict[str, Any]] = [
+        {"role": "system", "content": "You can interact with a computer shell."},
+        {"role": "user", "content": "<pr_description>\nfix parser.py\n</pr_description>"}]
+    for k in range(4):
+        if reminder and k == 2:
+            msgs += [{"role": "assistant",
+                      "content": "THOUGHT: both.\n\n```bash\nls\n```\n\n```bash\npwd\n```"},
+                     {"role": "user", "content": "Please always provide EXACTLY ONE action in "
+                                                 "triple backticks, found 2 actions."}]
+        msgs += [{"role": "assistant", "content": f"THOUGHT: look.\n\n```bash\ncat f{k}.py\n```"},
+                 {"role": "user", "content": f"<returncode>0</returncode>\n<output>\n"
+                                             f"{'value = 1' * 20}\n</output>"}]
+    return msgs
+
+
+def test_a_shell_run_stays_on_its_first_task_through_a_format_reminder() -> None:
+    """The harness's reply to a malformed turn answers no call: read as a new task, it ended
+    the run's first task, and the run's later large calls stepped unweighed. Where the
+    agent's record says its sessions are runs of one task (`runs_of_one`), the run stays
+    on its first task through it, until a later task opens as the first did."""
+    run = parse_request({"messages": _shell_run(reminder=True)}, TokenCounter(), "o200k_base")
+    assert not on_first_task(run.items)  # the reminder ends it, by the layout alone
+    assert on_first_task(run.items, through=True)
+    assert on_first_task(parse_request({"messages": _shell_run(reminder=False)}, TokenCounter(),
+                                       "o200k_base").items)
+    queue = [*_shell_run(reminder=True),
+             {"role": "assistant", "content": "THOUGHT: done.\n\n```bash\nsubmit\n```"},
+             {"role": "user", "content": "<pr_description>\nfix lexer.py\n</pr_description>"}]
+    later = parse_request({"messages": queue}, TokenCounter(), "o200k_base")
+    assert not on_first_task(later.items, through=True)
+
+
+def _record(started: int, long: int) -> tuple[int, ...]:
+    """An agent's run record (`agents.AgentRunStore`): `started` sessions, `long` of them
+    past the last of `RUN_MARKS` (the others ended at 13 calls)."""
+    return tuple(started if mark <= 13 else long for mark in RUN_MARKS)
+
+
+def test_runs_of_one_task_by_the_agents_record() -> None:
+    """Runs of one task each: more than `repay_ahead_runs` sessions before this one, fewer
+    than nine in ten of them past the record's last mark (mini-SWE-agent's runs: 61%). A
+    queue's sessions all run long: never, nor with no record or too few sessions."""
+    c = YOUNG.model_copy(update={"repay_ahead_runs": 5, "repay_agent_quantile": 0.9})
+    assert runs_of_one(6, c, _record(11, 6))
+    assert not runs_of_one(6, c, _record(11, 10))  # a queue of tasks
+    assert runs_of_one(40, c, _record(11, 9))  # this session past the mark is not counted
+    assert not runs_of_one(6, c, _record(6, 0))  # five sessions before this one
+    assert not runs_of_one(6, c, None)
+    assert not runs_of_one(6, c.model_copy(update={"repay_ahead_runs": 0}), _record(11, 0))
 
 
 def test_a_large_call_on_a_later_task_is_not_weighed() -> None:
