@@ -19,7 +19,7 @@ from typing import Any
 
 from bench import corpora
 from bench.corpus_run import BUDGET_FRACTIONS, budget_calls
-from gateway.context.replay import build_engine
+from gateway.context.replay import engine_for
 from gateway.settings import Settings
 
 
@@ -67,8 +67,7 @@ def summary(records: list[dict[str, Any]], fraction: float) -> str:
 async def run(
     names: list[str], root: Path, per_split: int, fractions: Sequence[float]
 ) -> None:
-    engine = build_engine(Settings())
-    try:
+    with engine_for(Settings()) as engine:
         for name in names:
             records = await budget_calls(
                 engine, corpora.load(name, root), corpus=name, per_split=per_split,
@@ -80,9 +79,6 @@ async def run(
             print("\n".join(lines))
             for fraction in fractions:
                 print(summary(records, fraction))
-    finally:
-        if engine.embedder is not None:
-            engine.embedder.close()
 
 
 def main() -> int:

@@ -35,7 +35,7 @@ from bench.yardstick import (
 )
 from gateway.context.engine import CallContext, ContextEngine, FittedCall
 from gateway.context.items import parse_request
-from gateway.context.replay import WIRE_FORMATS, build_engine, fit_as
+from gateway.context.replay import WIRE_FORMATS, engine_for, fit_as
 from gateway.errors import ContextBudgetExceeded
 from gateway.settings import Settings
 from gateway.wire.view import unmarked
@@ -62,8 +62,7 @@ async def late_fits(name: str, sessions: Sequence[Session], split: str = "all",
     the messages sent, the engine's fitted call and their characters. Every call of every
     session is fitted, in order, so that a late one meets the session state a client's
     would have left; one engine (shipped config) for all, closed at the end."""
-    engine = build_engine(Settings())
-    try:
+    with engine_for(Settings()) as engine:
         for session in sessions:
             calls = session_calls(session)
             late = late_calls(len(calls))
@@ -75,9 +74,6 @@ async def late_fits(name: str, sessions: Sequence[Session], split: str = "all",
                 total = call_chars(body["messages"])
                 if late[k] and total and split in ("all", session.split):
                     yield body["messages"], fitted, total
-    finally:
-        if engine.embedder is not None:
-            engine.embedder.close()
 
 
 def _method_figures(

@@ -32,7 +32,7 @@ from bench.baselines import mask_keep, placeholder
 from bench.corpus_run import request
 from bench.yardstick import call_ends, common_prefix_chars, serialized
 from gateway.context.engine import CallContext, ContextEngine
-from gateway.context.replay import build_engine
+from gateway.context.replay import engine_for
 from gateway.settings import Settings
 
 RATE = 0.1
@@ -124,8 +124,7 @@ def print_gap(messages_by: Counter[str], calls_by: Counter[str], counts: Counter
 
 
 async def run(names: Sequence[str], root: Path, split: str) -> None:
-    engine = build_engine(Settings())
-    try:
+    with engine_for(Settings()) as engine:
         for name in names:
             sessions = [s for s in corpora.load(name, root) if split in ("all", s.split)]
             tables: tuple[Counter[str], Counter[str], Counter[str]] = (
@@ -134,9 +133,6 @@ async def run(names: Sequence[str], root: Path, split: str) -> None:
                 await session_gap(engine, session, *tables)
             print(f"### {name} ({split}, {len(sessions)} sessions)\n")
             print_gap(*tables)
-    finally:
-        if engine.embedder is not None:
-            engine.embedder.close()
 
 
 def main() -> int:

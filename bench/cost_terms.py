@@ -35,7 +35,7 @@ from bench.baselines import mask_keep
 from bench.corpus_run import request
 from bench.yardstick import cached_chars, call_ends, serialized
 from gateway.context.engine import CallContext, ContextEngine
-from gateway.context.replay import build_engine
+from gateway.context.replay import engine_for
 from gateway.settings import Settings
 
 RATE = 0.1
@@ -139,15 +139,11 @@ def print_terms(name: str, split: str, sessions: int, t: dict[str, Any]) -> None
 
 
 async def run(names: Sequence[str], root: Path, split: str) -> None:
-    engine = build_engine(Settings())
-    try:
+    with engine_for(Settings()) as engine:
         for name in names:
             sessions = [s for s in corpora.load(name, root) if split in ("all", s.split)]
             calls = [c for s in sessions for c in await session_calls(engine, s)]
             print_terms(name, split, len(sessions), terms(calls))
-    finally:
-        if engine.embedder is not None:
-            engine.embedder.close()
 
 
 def main() -> int:

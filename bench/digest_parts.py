@@ -36,7 +36,7 @@ from bench import corpora
 from bench.corpus_run import TENANT, call_request
 from bench.yardstick import billed, cached_chars, haystack, needed_values, serialized, text_content
 from gateway.context.engine import CallContext
-from gateway.context.replay import build_engine
+from gateway.context.replay import engine_for
 from gateway.settings import Settings
 
 RATE = 0.1
@@ -213,9 +213,8 @@ def table(name: str, acc: dict[str, Any]) -> str:
 
 
 async def run(names: Sequence[str], root: Path, split: str, out: Path | None) -> None:
-    engine = build_engine(Settings())
-    report = {}
-    try:
+    with engine_for(Settings()) as engine:
+        report = {}
         for name in names:
             acc = new_acc()
             for s in corpora.load(name, root):
@@ -223,9 +222,6 @@ async def run(names: Sequence[str], root: Path, split: str, out: Path | None) ->
                     await session_parts(engine, name, s, acc)
             print(table(f"{name} ({split})", acc), flush=True)
             report[name] = acc
-    finally:
-        if engine.embedder is not None:
-            engine.embedder.close()
     if out is not None:
         out.write_text(json.dumps(report, indent=1))
 

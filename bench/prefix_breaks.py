@@ -33,7 +33,7 @@ from bench import corpora
 from bench.corpora import CORPORA, Session, session_calls
 from bench.corpus_run import TENANT, call_request
 from gateway.context.engine import CallContext, ContextEngine
-from gateway.context.replay import build_engine
+from gateway.context.replay import engine_for
 from gateway.observability.droplog import DropEvent
 from gateway.settings import Settings
 
@@ -127,19 +127,15 @@ def summary(corpus: str, calls: Mapping[str, int], breaks: Sequence[Break]) -> l
 
 
 async def run(corpus: str, root: Path, split: str) -> tuple[dict[str, int], list[Break]]:
-    engine = build_engine(Settings())
-    calls: Counter[str] = Counter()
-    breaks: list[Break] = []
-    try:
+    with engine_for(Settings()) as engine:
+        calls: Counter[str] = Counter()
+        breaks: list[Break] = []
         for session in load(corpus, root):
             if split not in ("all", session.split):
                 continue
             n, found = await session_breaks(engine, session, corpus)
             calls[session.split] += n
             breaks += found
-    finally:
-        if engine.embedder is not None:
-            engine.embedder.close()
     return dict(calls), breaks
 
 

@@ -32,7 +32,7 @@ from bench.recall_misses import missing
 from bench.recall_seen import _key, run_starts
 from bench.yardstick import call_ends, haystack, needed_values, searchable_text
 from gateway.context.engine import CallContext, ContextEngine
-from gateway.context.replay import build_engine
+from gateway.context.replay import engine_for
 from gateway.observability.droplog import DropEvent
 from gateway.settings import Settings
 
@@ -84,10 +84,9 @@ async def lost_fates(engine: ContextEngine, session: Session, tag: str
 async def run(root: Path, name: str, split: str) -> dict[str, float]:
     queues = [s for s in corpora.load(name, root) if split in ("all", s.split)]
     runs = corpora.load(name.removesuffix("-queue"), root)
-    engine = build_engine(Settings())
-    points: dict[str, float] = defaultdict(float)
-    calls = 0
-    try:
+    with engine_for(Settings()) as engine:
+        points: dict[str, float] = defaultdict(float)
+        calls = 0
         for queue in queues:
             lost = await lost_fates(engine, queue, "q")
             calls += len(lost)
@@ -107,9 +106,6 @@ async def run(root: Path, name: str, split: str) -> dict[str, float]:
                               f"{alike}: {value[:60]!r}")
                         kept = "run loses it too" if value in also else "run keeps it"
                         points[f"{side} | {kept}"] += 100 / needed
-    finally:
-        if engine.embedder is not None:
-            engine.embedder.close()
     return {key: p / max(calls, 1) for key, p in points.items()}
 
 

@@ -39,7 +39,7 @@ from bench.recall_seen import run_starts
 from bench.yardstick import call_ends, haystack, needed_values, searchable_text
 from gateway.context.engine import CallContext
 from gateway.context.fold import FOLD_REASON, TURNS_REASON
-from gateway.context.replay import build_engine
+from gateway.context.replay import engine_for
 from gateway.observability.droplog import DropEvent
 from gateway.settings import Settings
 
@@ -109,10 +109,9 @@ def mildest(fates: Sequence[str]) -> str:
 async def run(root: Path, name: str, split: str) -> dict[tuple[str, str, str, str], float]:
     sessions = [s for s in corpora.load(name, root) if split in ("all", s.split)]
     runs = corpora.load(name.removesuffix("-queue"), root) if name.endswith("-queue") else []
-    engine = build_engine(Settings())
-    points: dict[tuple[str, str, str, str], float] = defaultdict(float)
-    calls = 0
-    try:
+    with engine_for(Settings()) as engine:
+        points: dict[tuple[str, str, str, str], float] = defaultdict(float)
+        calls = 0
         for session in sessions:
             starts = run_starts(session, runs) if runs else [0]
             headers = {"x-ctxgate-session-id": f"{name}:{session.id}"}
@@ -147,9 +146,6 @@ async def run(root: Path, name: str, split: str) -> dict[tuple[str, str, str, st
                     print(f"{session.id} call {k}: {side}, {where}, {token}, {budget}: "
                           f"{value[:80]!r}")
                     points[(where, side, token, budget)] += 100 / len(needed)
-    finally:
-        if engine.embedder is not None:
-            engine.embedder.close()
     return {key: p / max(calls, 1) for key, p in points.items()}
 
 

@@ -23,7 +23,7 @@ from bench.corpora import CORPORA, CORPUS_NAMES, Session
 from bench.corpus_run import TENANT, request
 from bench.yardstick import call_ends, haystack, needed_values, searchable_text
 from gateway.context.engine import CallContext, ContextEngine
-from gateway.context.replay import build_engine
+from gateway.context.replay import engine_for
 from gateway.settings import Settings
 
 WINDOW = 80
@@ -102,8 +102,7 @@ async def misses(
 
 
 async def run(groups: dict[str, list[Session]]) -> None:
-    engine = build_engine(Settings())
-    try:
+    with engine_for(Settings()) as engine:
         for name, sessions in groups.items():
             recalls: list[float] = []
             for session in sessions:
@@ -112,9 +111,6 @@ async def run(groups: dict[str, list[Session]]) -> None:
             mean = sum(recalls) / len(recalls) if recalls else 1.0
             print(f"# {name}: {len(recalls)} calls need values, recall {100 * mean:.2f}%, "
                   f"{sum(r < 1 for r in recalls)} miss some")
-    finally:
-        if engine.embedder is not None:
-            engine.embedder.close()
 
 
 def main() -> int:

@@ -39,7 +39,7 @@ from bench import corpora
 from bench.corpora import Session
 from bench.recall_misses import Call, calls, describe
 from bench.yardstick import haystack, text_content
-from gateway.context.replay import build_engine
+from gateway.context.replay import engine_for
 from gateway.settings import Settings
 
 SPLITS = ("tune", "holdout")
@@ -137,9 +137,8 @@ async def replay(name: str, sessions: Sequence[Session], runs: Sequence[Session]
                  split: str, show: bool) -> list[CallSplit]:
     """Every call of `sessions` (those of `split`, or all) through one engine on the shipped
     config, split by run; with `show`, each current-run value a call misses is printed."""
-    engine = build_engine(Settings())
-    out = []
-    try:
+    with engine_for(Settings()) as engine:
+        out = []
         for session in sessions:
             if split not in ("all", session.split):
                 continue
@@ -154,9 +153,6 @@ async def replay(name: str, sessions: Sequence[Session], runs: Sequence[Session]
                         print(f"  {value!r}")
                         for line in describe(value, call.sent, call.forwarded):
                             print(line)
-    finally:
-        if engine.embedder is not None:
-            engine.embedder.close()
     return out
 
 

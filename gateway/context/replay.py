@@ -14,7 +14,8 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -104,6 +105,18 @@ def build_engine(settings: Settings, *, with_embedder: bool = True) -> ContextEn
         embedder,
         sessions=MemorySessionStore(),
     )
+
+
+
+@contextmanager
+def engine_for(settings: Settings, *, with_embedder: bool = True) -> Iterator[ContextEngine]:
+    """`build_engine` for the span of a `with` block: its embedder's worker is closed after."""
+    engine = build_engine(settings, with_embedder=with_embedder)
+    try:
+        yield engine
+    finally:
+        if engine.embedder is not None:
+            engine.embedder.close()
 
 
 async def fit_as(
