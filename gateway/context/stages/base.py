@@ -12,10 +12,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
-from gateway.context.apply import PERIODS, apply_decision, kept_cells
+from gateway.context.apply import PERIODS, apply_decision, kept_cells, placeholder
 from gateway.context.caches import ContextCaches, SeenHead
 from gateway.context.forecast import Budget
 from gateway.context.items import Item
+from gateway.context.listing import masked_listing
+from gateway.context.needed import haystack
 from gateway.context.session import Decision
 from gateway.context.summarize import summarize, values
 from gateway.context.taskclass import TaskClass
@@ -177,6 +179,12 @@ def decide(items: list[Item], chosen: Mapping[str, Decision], ctx: StageContext)
                               names)
             if text is not None:
                 decision = decisions[item.id] = replace(decision, text=text)
+        elif _aged_mask(item, decision, ctx):
+            # An aged path listing keeps its paths: the files an agent opens many calls on.
+            original = ctx.originals.get(item.id, item)
+            text = masked_listing(placeholder(original), original.text, _elsewhere(ctx))
+            if text is not None:
+                decision = decisions[item.id] = replace(decision, text=text)
         ctx.decisions[item.id] = decision
         new = apply_decision(
             original, decision, ctx.counter, ctx.encoding, ctx.known, ctx.caches.rewritten
@@ -212,6 +220,22 @@ def _keeps_cells(item: Item, decision: Decision | None, ctx: StageContext) -> bo
         return False
     original = ctx.originals.get(item.id, item)
     return original.rewritable and original.text.lstrip()[:8].startswith(_BLOCK_HEADS)
+
+
+def _aged_mask(item: Item, decision: Decision | None, ctx: StageContext) -> bool:
+    """Whether `decision` masks an aged tool result to a plain placeholder."""
+    return (decision is not None and decision.method == "mask" and decision.arg is None
+            and decision.reason == "aged" and decision.text is None
+            and item.kind == "tool_result" and ctx.originals.get(item.id, item).rewritable)
+
+
+def _elsewhere(ctx: StageContext) -> str:
+    """What the conversation says: the text of the client's user and assistant messages as
+    the yardstick reads them (content, then each tool call's name and arguments)."""
+    return haystack([m for m in ctx.messages if m.get("role") in _CONVERSATION])
+
+
+_CONVERSATION = ("user", "assistant")
 
 
 def _mask_focus(ctx: StageContext) -> frozenset[str]:
