@@ -25,10 +25,13 @@ MIN_PATHS = 8  # a shorter list is a few names, which a digest's value list keep
 PATH_SHARE = 0.9  # of its non-blank lines: a header or a "truncated" note may stand beside
 # Characters of paths a masked listing keeps at most (a 100-path glob is ~7,600)
 KEPT_PATH_CHARS = 1200
+DIGEST_PATH_CHARS = 600
 
 
 def listed_paths(text: str) -> list[str] | None:
     """The paths `text` lists, one a line, when it is a path listing (None: it is not)."""
+    if text.count("/") < MIN_PATHS:
+        return None
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     if len(lines) < MIN_PATHS:
         return None
@@ -70,13 +73,32 @@ def kept_paths(paths: list[str], elsewhere: str) -> list[str]:
     return kept
 
 
-def masked_listing(placeholder: str, text: str, elsewhere: str) -> str | None:
-    """What an aged path listing is masked as (None: `text` is not one, or keeps nothing):
-    its placeholder, then the paths it keeps (`kept_paths`), one a line."""
-    paths = listed_paths(text)
-    if paths is None:
-        return None
+def _shallowest(paths: list[str], elsewhere: str, room: int) -> list[str]:
+    """The paths not hash-named nor already written whole in the conversation, the
+    shallowest first (a project's own files before a vendored tree's), in listed order,
+    up to `room` characters."""
+    candidates = [p for p in paths if not _HASHED.search(p) and p not in elsewhere]
+    order = sorted(range(len(candidates)), key=lambda i: (candidates[i].count("/"), i))
+    chosen = []
+    for i in order:
+        if len(candidates[i]) + 1 > room:
+            break
+        chosen.append(i)
+        room -= len(candidates[i]) + 1
+    return [candidates[i] for i in sorted(chosen)]
+
+
+def aged_listing(placeholder: str, paths: list[str], elsewhere: str,
+                 digest: bool = False) -> str | None:
+    """What an aged listing of `paths` (`listed_paths`) is masked as (None: it keeps none):
+    its placeholder, then the paths it keeps (`kept_paths`), one a line, in listed order.
+    Its `digest` (a first aging) keeps the shallowest others too, up to `DIGEST_PATH_CHARS`
+    in all: what the value list of a generic digest held (15 paths of `.git/hooks`)."""
     kept = kept_paths(paths, elsewhere)
+    if digest:
+        room = DIGEST_PATH_CHARS - sum(len(p) + 1 for p in kept)
+        more = set(kept) | set(_shallowest(paths, elsewhere, room))
+        kept = [p for p in paths if p in more]
     if not kept:
         return None
     return f"{placeholder[:-1]}; {len(kept)} of its {len(paths)} paths:]\n" + "\n".join(kept)

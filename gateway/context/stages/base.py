@@ -16,7 +16,7 @@ from gateway.context.apply import PERIODS, apply_decision, kept_cells, placehold
 from gateway.context.caches import ContextCaches, SeenHead
 from gateway.context.forecast import Budget
 from gateway.context.items import Item
-from gateway.context.listing import masked_listing
+from gateway.context.listing import aged_listing, listed_paths
 from gateway.context.needed import haystack
 from gateway.context.session import Decision
 from gateway.context.summarize import summarize, values
@@ -151,7 +151,12 @@ def decide(items: list[Item], chosen: Mapping[str, Decision], ctx: StageContext)
                 seen |= item_values(item.text, ctx)
             continue
         original = ctx.originals.get(item.id, item)
-        if _needs_summary(item, decision, ctx):
+        listing = _aged_listing(item, decision, ctx)
+        if listing is not None:
+            # An aged path listing keeps the paths its conversation names (digested, the
+            # shallowest others too): the files an agent opens many calls later.
+            decision = decisions[item.id] = replace(decision, text=listing)
+        elif _needs_summary(item, decision, ctx):
             # A summary need not repeat what the model has already read above it.
             decision = replace(
                 decision,
@@ -177,12 +182,6 @@ def decide(items: list[Item], chosen: Mapping[str, Decision], ctx: StageContext)
             names = opts is not None and item.clock.turns < opts.whole_block_turns
             text = kept_cells(ctx.originals.get(item.id, item), _mask_focus(ctx), frozenset(seen),
                               names)
-            if text is not None:
-                decision = decisions[item.id] = replace(decision, text=text)
-        elif _aged_mask(item, decision, ctx):
-            # An aged path listing keeps its paths: the files an agent opens many calls on.
-            original = ctx.originals.get(item.id, item)
-            text = masked_listing(placeholder(original), original.text, _elsewhere(ctx))
             if text is not None:
                 decision = decisions[item.id] = replace(decision, text=text)
         ctx.decisions[item.id] = decision
@@ -222,11 +221,21 @@ def _keeps_cells(item: Item, decision: Decision | None, ctx: StageContext) -> bo
     return original.rewritable and original.text.lstrip()[:8].startswith(_BLOCK_HEADS)
 
 
-def _aged_mask(item: Item, decision: Decision | None, ctx: StageContext) -> bool:
-    """Whether `decision` masks an aged tool result to a plain placeholder."""
-    return (decision is not None and decision.method == "mask" and decision.arg is None
-            and decision.reason == "aged" and decision.text is None
-            and item.kind == "tool_result" and ctx.originals.get(item.id, item).rewritable)
+def _aged_listing(item: Item, decision: Decision | None, ctx: StageContext) -> str | None:
+    """What an aged tool result that lists paths becomes (`listing.aged_listing`) when
+    `decision` digests it or masks it to a plain placeholder (None: it lists no paths, or
+    the decision is another)."""
+    if item.kind != "tool_result" or decision is None or decision.text is not None:
+        return None
+    digest = _needs_summary(item, decision, ctx)
+    if not digest and not (decision.method == "mask" and decision.arg is None
+                           and decision.reason == "aged"):
+        return None
+    original = ctx.originals.get(item.id, item)
+    paths = listed_paths(original.text) if original.rewritable else None
+    if paths is None:
+        return None
+    return aged_listing(placeholder(original), paths, _elsewhere(ctx), digest)
 
 
 def _elsewhere(ctx: StageContext) -> str:
