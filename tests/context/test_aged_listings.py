@@ -8,9 +8,19 @@ shipped configuration."""
 
 from __future__ import annotations
 
-from gateway.context.engine import ContextEngine
+from typing import Any
+
+from gateway.context.engine import CallContext, ContextEngine
 from gateway.context.listing import aged_listing, kept_paths, listed_paths
-from tests.context.sessions import drops_add_up, fit_each_call, order_page, reading_session
+from gateway.settings import Settings
+from tests.context.sessions import (
+    drops_add_up,
+    fit_agreed,
+    fit_each_call,
+    memory_engine,
+    order_page,
+    reading_session,
+)
 
 ROOT = "/home/u/proj/"
 NAMED = f"{ROOT}.agents/skills/release/SKILL.md"  # the conversation names its tail
@@ -53,11 +63,17 @@ def test_a_masked_listing_keeps_the_paths_the_conversation_names() -> None:
     assert ".git/objects" not in digest
 
 
-async def test_an_aged_listing_keeps_the_path_named_since(engine: ContextEngine) -> None:
+def listing_session() -> list[dict[str, Any]]:
+    """A glob, then pages of orders; the agent's prose names the skill file by its part
+    below the listing's folder on its fifth turn."""
     messages = reading_session(TASK, [glob_output()] + [order_page(k) for k in range(1, 36)],
                                "read_page")
-    # the agent's prose names the skill file by its part below the listing's folder
     messages[10]["content"] = "The release steps live in `.agents/skills/release/SKILL.md`."
+    return messages
+
+
+async def test_an_aged_listing_keeps_the_path_named_since(engine: ContextEngine) -> None:
+    messages = listing_session()
     fits = await fit_each_call(engine, messages, TOOLS, "t-list", "aged-listing")
     sent = [next(m["content"] for m in fit.body["messages"]
                  if m.get("tool_call_id") == "call_000") for fit in fits]
@@ -69,3 +85,18 @@ async def test_an_aged_listing_keeps_the_path_named_since(engine: ContextEngine)
     # masked: the path the conversation named, whole
     assert aged[-1] == f"[ctxgate: omitted /home/u/proj/.gi…; 1 of its 54 paths:]\n{NAMED}"
     assert all(drops_add_up(fit) for fit in fits)
+
+
+async def test_a_prefix_cached_engine_ages_a_listing_alike(settings: Settings,
+                                                            embedder: Any) -> None:
+    cached, plain = memory_engine(settings, embedder, True), memory_engine(settings, embedder,
+                                                                           False)
+    messages = listing_session()
+    last: Any = None
+    for end in range(3, len(messages)):
+        if messages[end]["role"] == "assistant":
+            body = {"model": "gpt-4o", "messages": messages[:end], "tools": TOOLS}
+            call = CallContext("t-list", f"tr-{end}", {"x-ctxgate-session-id": "agreed"})
+            last = await fit_agreed(cached, plain, body, call)
+    glob = next(m["content"] for m in last.body["messages"] if m.get("tool_call_id") == "call_000")
+    assert glob.endswith(f"paths:]\n{NAMED}")
