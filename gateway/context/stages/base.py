@@ -12,10 +12,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
-from gateway.context.apply import PERIODS, apply_decision, kept_cells
+from gateway.context.apply import PERIODS, apply_decision, kept_cells, placeholder
 from gateway.context.caches import ContextCaches, SeenHead
 from gateway.context.forecast import Budget
 from gateway.context.items import Item
+from gateway.context.listing import aged_listing, listed_paths
+from gateway.context.needed import haystack
 from gateway.context.session import Decision
 from gateway.context.summarize import summarize, values
 from gateway.context.taskclass import TaskClass
@@ -149,7 +151,12 @@ def decide(items: list[Item], chosen: Mapping[str, Decision], ctx: StageContext)
                 seen |= item_values(item.text, ctx)
             continue
         original = ctx.originals.get(item.id, item)
-        if _needs_summary(item, decision, ctx):
+        listing = _aged_listing(item, decision, ctx)
+        if listing is not None:
+            # An aged path listing keeps the paths its conversation names (digested, the
+            # shallowest others too): the files an agent opens many calls later.
+            decision = decisions[item.id] = replace(decision, text=listing)
+        elif _needs_summary(item, decision, ctx):
             # A summary need not repeat what the model has already read above it.
             decision = replace(
                 decision,
@@ -212,6 +219,32 @@ def _keeps_cells(item: Item, decision: Decision | None, ctx: StageContext) -> bo
         return False
     original = ctx.originals.get(item.id, item)
     return original.rewritable and original.text.lstrip()[:8].startswith(_BLOCK_HEADS)
+
+
+def _aged_listing(item: Item, decision: Decision | None, ctx: StageContext) -> str | None:
+    """What an aged tool result that lists paths becomes (`listing.aged_listing`) when
+    `decision` digests it or masks it to a plain placeholder (None: it lists no paths, or
+    the decision is another)."""
+    if item.kind != "tool_result" or decision is None or decision.text is not None:
+        return None
+    digest = _needs_summary(item, decision, ctx)
+    if not digest and not (decision.method == "mask" and decision.arg is None
+                           and decision.reason == "aged"):
+        return None
+    original = ctx.originals.get(item.id, item)
+    paths = listed_paths(original.text) if original.rewritable else None
+    if paths is None:
+        return None
+    return aged_listing(placeholder(original), paths, _elsewhere(ctx), digest)
+
+
+def _elsewhere(ctx: StageContext) -> str:
+    """What the conversation says: the text of the client's user and assistant messages as
+    the yardstick reads them (content, then each tool call's name and arguments)."""
+    return haystack([m for m in ctx.messages if m.get("role") in _CONVERSATION])
+
+
+_CONVERSATION = ("user", "assistant")
 
 
 def _mask_focus(ctx: StageContext) -> frozenset[str]:

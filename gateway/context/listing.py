@@ -1,0 +1,104 @@
+"""A tool output that lists file paths (a glob's, a `find`'s, a search's matching files),
+and what its placeholder keeps when it ages: the paths, whole, as an agent re-types them.
+
+An agent lists a tree once, early, and opens files from it many calls later by the path the
+listing printed (OpenCode's first-turn `glob **/*`: three files read by absolute path 30
+calls after the listing was masked; bench/README.md, "Session 68, list68"). A masked
+listing's placeholder named none of them. Detected by the output's structure alone (most
+lines are one path each), never by a tool's or a client's name.
+"""
+
+from __future__ import annotations
+
+import re
+
+# One path on a line: two names at least, joined by `/` (absolute, `./`, `~/` or relative),
+# no blanks, no `:` (a grep hit's `file:line:`, a URL)
+_PATH_LINE = re.compile(r"(?:~|\.{1,2})?/?[\w.@+~-]+(?:/[\w.@+~-]+)+/?")
+# A name that is a content hash (a git object, a pack, a cache entry): never typed by hand
+_HASHED = re.compile(r"[0-9a-f]{16,}")
+# A path below the common folder the conversation can name: through a folder (`a/b`) or a
+# name with an extension (`opencode.jsonc`); a bare dotfile's name (`.gitignore`) is a word
+# prose uses of any repository
+_FILE_NAME = re.compile(r".*/.*|[^/]*\w\.\w+")
+MIN_PATHS = 8  # a shorter list is a few names, which a digest's value list keeps
+PATH_SHARE = 0.9  # of its non-blank lines: a header or a "truncated" note may stand beside
+# Characters of paths a masked listing keeps at most (a 100-path glob is ~7,600)
+KEPT_PATH_CHARS = 1200
+DIGEST_PATH_CHARS = 600
+
+
+def listed_paths(text: str) -> list[str] | None:
+    """The paths `text` lists, one a line, when it is a path listing (None: it is not)."""
+    if text.count("/") < MIN_PATHS:
+        return None
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if len(lines) < MIN_PATHS:
+        return None
+    paths = [line for line in lines if _PATH_LINE.fullmatch(line)]
+    if len(paths) < MIN_PATHS or len(paths) < PATH_SHARE * len(lines):
+        return None
+    return list(dict.fromkeys(paths))
+
+
+def _common_folder(paths: list[str]) -> str:
+    """The folder every path of `paths` lies in, with its closing `/` ("" when none)."""
+    head = paths[0].rsplit("/", 1)[0] + "/"
+    for path in paths[1:]:
+        while head and not path.startswith(head):
+            head = head[:-1].rsplit("/", 1)[0] + "/" if "/" in head[:-1] else ""
+    return head
+
+
+def kept_paths(paths: list[str], elsewhere: str) -> list[str]:
+    """The paths a masked listing keeps, in listed order: those the conversation (`elsewhere`:
+    the user's requests, the agent's own words and calls) names by their part below the
+    listing's common folder (`` `.opencode/agents/gitter.md` ``) but never whole, up to
+    `KEPT_PATH_CHARS`: the agent opens such a file by the path the listing printed, and no
+    other message holds it. A path only other tool outputs name (a README's tree, `git
+    status`) is left out: listing those cost OpenCode's tune cost @0.1 1.3 points for no
+    value re-typed (bench/README.md, "Session 68, list68")."""
+    folder = _common_folder(paths)
+    kept: list[str] = []
+    room = KEPT_PATH_CHARS
+    for path in paths:
+        below = path[len(folder):]
+        if (not _FILE_NAME.fullmatch(below) or _HASHED.search(path) or path in elsewhere
+                or not re.search(rf"(?<![\w./~-]){re.escape(below)}(?![\w/-])", elsewhere)):
+            continue
+        if len(path) + 1 > room:
+            break
+        kept.append(path)
+        room -= len(path) + 1
+    return kept
+
+
+def _shallowest(paths: list[str], elsewhere: str, room: int) -> list[str]:
+    """The paths not hash-named nor already written whole in the conversation, the
+    shallowest first (a project's own files before a vendored tree's), in listed order,
+    up to `room` characters."""
+    candidates = [p for p in paths if not _HASHED.search(p) and p not in elsewhere]
+    order = sorted(range(len(candidates)), key=lambda i: (candidates[i].count("/"), i))
+    chosen = []
+    for i in order:
+        if len(candidates[i]) + 1 > room:
+            break
+        chosen.append(i)
+        room -= len(candidates[i]) + 1
+    return [candidates[i] for i in sorted(chosen)]
+
+
+def aged_listing(placeholder: str, paths: list[str], elsewhere: str,
+                 digest: bool = False) -> str | None:
+    """What an aged listing of `paths` (`listed_paths`) is masked as (None: it keeps none):
+    its placeholder, then the paths it keeps (`kept_paths`), one a line, in listed order.
+    Its `digest` (a first aging) keeps the shallowest others too, up to `DIGEST_PATH_CHARS`
+    in all: what the value list of a generic digest held (15 paths of `.git/hooks`)."""
+    kept = kept_paths(paths, elsewhere)
+    if digest:
+        room = DIGEST_PATH_CHARS - sum(len(p) + 1 for p in kept)
+        more = set(kept) | set(_shallowest(paths, elsewhere, room))
+        kept = [p for p in paths if p in more]
+    if not kept:
+        return None
+    return f"{placeholder[:-1]}; {len(kept)} of its {len(paths)} paths:]\n" + "\n".join(kept)
