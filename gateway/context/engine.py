@@ -1199,13 +1199,11 @@ def _aging_exchange(messages: Sequence[Mapping[str, Any]]) -> range:
 
 def _tail_output_waits(cls: TaskClass, messages: Sequence[Mapping[str, Any]],
                        state: SessionState) -> bool:
-    """Whether a call may take a tail digest (`_tail_digests`): an agent whose record says
-    its sessions are runs of one task (`steps.runs_of_one`), by the characters of the tool
-    results its latest turn answered. Such a call takes the full path."""
+    """Whether a call may take a tail digest (`_tail_digests`), by the characters of the
+    tool results the latest assistant turn answered: such a call takes the full path."""
     opts = cls.stages.compress
     if not (cls.compaction.ages and state.calls and opts is not None
-            and "tool_result" in opts.kinds and "user" in opts.kinds
-            and runs_of_one(state.calls + 1, cls.compaction, state.agent_runs)):
+            and "tool_result" in opts.kinds and "user" in opts.kinds):
         return False
     return any(messages[i].get("role") == "tool"
                and len(content_text(messages[i].get("content"))) >= TAIL_MIN_CHARS
@@ -1218,11 +1216,7 @@ def _tail_digests(
 ) -> tuple[list[Item], bool]:
     """A large tool result (`TAIL_MIN_TOKENS`) of an agent that calls tools through the
     API, rewritten as its digest on the call where it stops being the newest, while the
-    session is on its first task (`steps.young`) and the agent's record says its sessions
-    are runs of one task (`steps.runs_of_one`: more than `repay_ahead_runs` sessions before
-    this one, fewer than 9 in 10 of them past 32 calls; a queue's first task is such a run,
-    but on the Toolathlon queues the rule cost 0.1 point of cost @0.1 and prefix stable
-    fell under 80%): the rewrite lands at the tail of what the
+    session is on its first task (`steps.young`): the rewrite lands at the tail of what the
     last call sent and re-sends only itself, where an aging step reaches it only after
     some calls, re-sending all after it, or never on a short run (its repay rule leaves it
     out). Not one the agent's latest turn drew a value from (`drawing.drawn_from`), nor one
@@ -1235,7 +1229,7 @@ def _tail_digests(
         return final, False
     runs = state.agent_runs
     calls = state.calls + 1
-    if not young(calls, c, on_first_task(final)):
+    if not young(calls, c, on_first_task(final, through=runs_of_one(calls, c, runs))):
         return final, False
     exchange = _aging_exchange(messages)
     candidates = [item for item in final if item.message_index in exchange

@@ -1,9 +1,8 @@
 """A run's large tool output goes as its digest on the call where it stops being the newest
 (`engine._tail_digests`): the rewrite lands at the tail of what the last call sent, so it
 re-sends only itself, where an aging step reaches it calls later, re-sending all after it,
-or never on a short run. Only for an agent whose record says its sessions are runs of one
-task (`steps.runs_of_one`); not an output the agent's latest turn drew a value from
-(bench/README.md, "Session 68, tla68")."""
+or never on a short run. Not one the agent's latest turn drew a value from (bench/README.md,
+"Session 68, tla68")."""
 
 from __future__ import annotations
 
@@ -43,18 +42,12 @@ def _run(second: str) -> list[dict[str, Any]]:
     ]
 
 
-async def _listing_sent(engine: ContextEngine, messages: list[dict[str, Any]], sid: str,
-                        earlier: int = 6) -> list[str]:
-    """The listing's text as each call of the session forwards it, after `earlier` sessions of
-    the same agent (tenant, system prompt, tools) that each made one call: its record."""
-    for k in range(earlier):
-        await engine.fit({"model": "gpt-4o", "messages": messages[:2], "tools": TOOLS},
-                         CallContext(sid, f"tr-{sid}-run{k}",
-                                     {**HEADERS, "x-ctxgate-session-id": f"{sid}-run{k}"}))
+async def _listing_sent(engine: ContextEngine, messages: list[dict[str, Any]], sid: str) -> list[str]:
+    """The listing's text as each call of the session forwards it."""
     out = []
     for end in [i for i, m in enumerate(messages) if m["role"] == "assistant" and i > 3]:
         fitted = await engine.fit({"model": "gpt-4o", "messages": messages[:end], "tools": TOOLS},
-                                  CallContext(sid, f"tr-{sid}-{end}",
+                                  CallContext("t-tail", f"tr-{sid}-{end}",
                                               {**HEADERS, "x-ctxgate-session-id": sid}))
         out.append(next(str(m["content"]) for m in fitted.body["messages"]
                         if m.get("tool_call_id") == "call_1"))
@@ -68,11 +61,6 @@ async def test_a_large_output_goes_as_its_digest_once_it_is_not_the_newest(
     assert len(first) > 0.9 * len(_listing())  # the call it arrives on reads it whole
     assert len(after) < 0.5 * len(first)  # the next goes with its digest
     assert "5000" in after  # which names its records
-
-
-async def test_an_agent_without_a_record_of_short_runs_keeps_it(engine: ContextEngine) -> None:
-    first, after = await _listing_sent(engine, _run('{"city": "Oslo"}'), "tail-no-record", 0)
-    assert after == first  # a queue's first task is such a run too
 
 
 async def test_an_output_the_agent_draws_from_stays_whole(engine: ContextEngine) -> None:
