@@ -1180,6 +1180,8 @@ def _tail_steps(cls: TaskClass, messages: list[Mapping[str, Any]], items: list[I
     Elsewhere: the calls that digested a run's large output at the tail (`_tail_digests`),
     likewise (uncounted, Toolathlon runs' prefix stable fell to 72.4 · 73.4%)."""
     if not _counted_text_run(cls, messages) or text_tools_now(cls, items) is None:
+        if not on_first_task(items):  # a queue's later task steps as without them
+            return 0
         return len({made.step for made in state.decisions.values() if made.reason == TAIL_RUN})
     return len({made.step for made in state.decisions.values() if made.reason == TAIL})
 
@@ -1219,7 +1221,10 @@ def _tail_digests(
     session is on its first task (`steps.young`): the rewrite lands at the tail of what the
     last call sent and re-sends only itself, where an aging step reaches it only after
     some calls, re-sending all after it, or never on a short run (its repay rule leaves it
-    out). Not one the agent's latest turn drew a value from (`drawing.drawn_from`), nor one
+    out). Only a structured payload (its text opens as JSON, or as a JSON envelope the
+    recorder cut: a sheet's cells, a listing), not a file view or a page of text, which a
+    coding agent reads again (Claude Code runs' tune recall −1.06 with those too). Not one
+    the agent's latest turn drew a value from (`drawing.drawn_from`), nor one
     the step's own rules keep whole (`steps.ages_out`). Taken only when it repays over the
     calls the agent's record or the session's age says are left (`steps.tail_mask_repays`);
     each such call counts as a step against the instability budget (`_tail_steps`)."""
@@ -1234,6 +1239,7 @@ def _tail_digests(
     exchange = _aging_exchange(messages)
     candidates = [item for item in final if item.message_index in exchange
                   and item.kind == "tool_result" and item.tokens >= TAIL_MIN_TOKENS
+                  and item.text.lstrip()[:1] in ("{", "[")
                   and undecided(item, ctx.decisions)
                   and ages_out(ctx.originals.get(item.id, item), opts)]
     if not candidates:
