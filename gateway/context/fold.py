@@ -91,6 +91,8 @@ from typing import Any
 import orjson
 
 from gateway.context.items import PINNED
+from gateway.context.needed import tool_calls
+from gateway.context.quoting import edits as edit_pairs
 from gateway.context.render import Plan, with_content
 from gateway.context.summarize import notable, shell_commands, values
 from gateway.observability.droplog import Action, DropEvent, Kind
@@ -275,7 +277,7 @@ def note_lines(messages: Sequence[Mapping[str, Any]], run: Run,
             lines.append(f"\n(assistant) {said}")
         for c in calls:
             line = call_line(c, results[str(c["id"])])
-            lines.append(f"\n{short_call(line) if short else line}")
+            lines.append(f"\n{_short_edit(line, edit_pairs(c)) if short else line}")
         out.append((k, "".join(lines)))
         k += 1 + len(calls)
     return out
@@ -452,6 +454,7 @@ _CALL_LINE = re.compile(r"([^\s(]+)\((.*?)\)(?: → (.*))?", re.S)  # name(value
 _FRAME = "\"'`*()[]{}<>,;!?"  # around a word: markup and punctuation, not part of a value
 _OPENER = {")": "(", "]": "[", "}": "{", ">": "<"}  # a closing bracket: the one it closes
 LONG_ARGS = 160  # a call line's values past this many characters: its prose pieces cut
+SHORT_EDIT = 400  # an ended task's edit's new text this long or shorter: whole in its note
 PROSE_PIECE = 40  # a value (a piece between ", ") longer than this is cut to its values
 _POINTER = ("repeats an earlier ", "nearly repeats an earlier ")  # `apply.pointer`, framed off
 WORDS_CACHED = 16_384  # distinct words whose value (`_value_word`) is kept, each of at most
@@ -561,6 +564,53 @@ def code_words(reply: str) -> tuple[str, ...]:
         if _COMPOUND.search(n) and _value_word(n) is not None))
 
 
+def _gist(quote: str, new: str) -> str:
+    """What a turns note sends of an exact-text edit's quote beside its new text (sent
+    whole): its first line's start and the words of it that carry a value (`value_words`)
+    the new text does not have. The file no longer holds it."""
+    first = quote.strip().split("\n", 1)[0]
+    start = first[:PROSE_PIECE].rpartition(" ")[0] or first[:PROSE_PIECE]
+    return " ".join([f"{start}…", *(w for w in value_words(quote) if w not in new)])
+
+
+def _marked(text: str, edits: Sequence[tuple[str, str]]) -> tuple[str, dict[str, str]]:
+    """`text` with the pieces of exact-text `edits` (quote, new text) it has replaced by
+    marks (no space, no comma: values `short_call` leaves whole), the longest first, and
+    what each mark stands for: a new text itself, a quote its gist (`_gist`) — but a quote
+    that holds its new text (lines deleted) or is another edit's new text, whole."""
+    kept = {new for _, new in edits}
+    sent: dict[str, str] = {}
+    for quote, new in edits:
+        if new in quote:
+            sent[quote] = quote
+        else:
+            sent.setdefault(new, new)
+            if quote not in kept:
+                sent.setdefault(quote, _gist(quote, new))
+    marks: dict[str, str] = {}
+    for n, value in enumerate(sorted(sent, key=len, reverse=True)):
+        if value and value in text:
+            mark = f"\x00{n}\x00"
+            text = text.replace(value, mark)
+            marks[mark] = sent[value]
+    return text, marks
+
+
+def _unmarked(text: str, marks: Mapping[str, str]) -> str:
+    for mark, value in marks.items():
+        text = text.replace(mark, value)
+    return text
+
+
+def _short_edit(line: str, edits: Sequence[tuple[str, str]]) -> str:
+    """`short_call(line)` with its exact-text `edits`' new texts whole (`_marked`)."""
+    edits = [e for e in edits if len(e[1]) <= SHORT_EDIT]
+    if not edits:
+        return short_call(line)
+    line, marks = _marked(line, edits)
+    return _unmarked(short_call(line), marks)
+
+
 def short_call(line: str) -> str:
     """A fold note's call line whose values run past `LONG_ARGS` characters, its free text
     (a summary, a message: a value past `PROSE_PIECE` characters, and the lower-case pieces
@@ -613,7 +663,8 @@ def mentioned(text: str) -> list[str]:
 
 def turns_note(messages: Sequence[Mapping[str, Any]], run: Run,
                earlier: Earlier | None = None, written: Sequence[str] = (),
-               typed: Mapping[str, int] | None = None, every: bool = False) -> str:
+               typed: Mapping[str, int] | None = None, every: bool = False,
+               edits: Sequence[tuple[str, str]] = ()) -> str:
     """What a turns run is sent as: a header and what its turns named, once each in the
     call (`earlier`: the call's turns notes before it) — a user text as sent (a
     placeholder: only the values it mentions; a digest: its kept lines and its mentions,
@@ -625,7 +676,10 @@ def turns_note(messages: Sequence[Mapping[str, Any]], run: Run,
     names its code words as written (`code_words`) that are `typed` (in two replies'
     code so far: what the agent types again; its scripts' one-off names rarely), at most
     `CODE_WORDS` (`CODE_MORE`) a note; `every`: all of them (an agent that retypes its
-    earlier tasks' words, `retyped`)."""
+    earlier tasks' words, `retyped`). `edits`: the run's exact-text edits (quote, new
+    text; `quoting.edits`): a new text no note has yet is sent whole in its call's line as
+    the fold note has it, its layout and repeated lines included, its quote as a gist
+    (`_marked`): the agent's next edit of those lines quotes them as they are."""
     before = earlier or Earlier()
     lines: list[str] = []
     seen: set[str] = set(before.lines)
@@ -655,10 +709,11 @@ def turns_note(messages: Sequence[Mapping[str, Any]], run: Run,
             named += mentioned(said)
         elif said != "omitted":
             add(said)
+        calls, marks = _marked(calls, [e for e in edits if not known(e[1])])
         for line in calls.split("\n"):
             line = line.strip()
             if not _adds_nothing(line, known):
-                add(short_call(line))
+                add(_unmarked(short_call(line), marks))
         add(" ".join(dict.fromkeys(v for v in named if not known(v))))
         reply = str(messages[k + 1].get("content") or "")
         words = [*value_words(reply), *pattern_words(reply)]
@@ -682,16 +737,17 @@ def _turns_note(messages: Sequence[Mapping[str, Any]], run: Run, count: Callable
                 cache: NoteCache | None, made: NoteCache | None,
                 earlier: Earlier, written: Sequence[str] = (),
                 typed: Mapping[str, int] | None = None,
-                every: bool = False) -> tuple[str, int]:
+                every: bool = False,
+                edits: Sequence[tuple[str, str]] = ()) -> tuple[str, int]:
     """`turns_note` of `run` and its tokens, taken from `cache` when the run's contents and
     the notes before it are the ones it was made from (a step re-makes only the notes of
     the runs it changed and after: the older blocks' stay byte for byte), else made; put
     in `made`."""
     key = (earlier.text, *(m.get("content") for m in messages[run.user:run.end + 1]),
-           *written, *sorted((typed or {}).items()), every)
+           *written, *sorted((typed or {}).items()), every, tuple(edits))
     known = cache.get(key) if cache is not None else None
     if known is None:
-        text = turns_note(messages, run, earlier, written, typed, every)
+        text = turns_note(messages, run, earlier, written, typed, every, edits)
         known = (text, count(text))
     if made is not None:
         made[key] = known
@@ -770,8 +826,10 @@ def fold_turns(folded: Folded, runs: Sequence[Run], original: Original,
             read = max(read, plan[run.end][0] + 1)
             typed = {w: times[w] for text in written[1::2] for w in code_words(text)
                      if every or times.get(w, 0) >= TYPED}
+        edits = tuple(t for m in client[first:last] if m.get("role") == "assistant"
+                      for c in tool_calls(m) for t in edit_pairs(c))
         text, tokens = _turns_note(messages, run, count, cache, made, earlier, written,
-                                   typed, every)
+                                   typed, every, edits)
         olds: dict[int, Sequence[DropEvent]] = {
             i: by_index.get(i, []) for i in range(first, last)}
         heads = {i: original(i) for i in range(first, last)}

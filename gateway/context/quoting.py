@@ -15,6 +15,7 @@ whole from a result, still gets them minified.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -79,6 +80,31 @@ def _replaces(call: Mapping[str, Any], outputs: Sequence[str]) -> bool:
                 s in out for out in outputs):
             return True
     return False
+
+
+@functools.lru_cache(maxsize=4096)
+def _edits(raw: str) -> tuple[tuple[str, str], ...]:
+    strings = list(_strings(arguments({"function": {"arguments": raw}})[1]))
+    quotes = [(n, _lines(s)) for n, s in enumerate(strings)
+              if len(s) >= QUOTE_MIN_CHARS and "\n" in s.strip()]
+    out: dict[str, str] = {}  # new text -> the quote it replaces (the first)
+    for n, t in enumerate(strings):
+        for q, lines in quotes:
+            if q < n and strings[q] != t and lines & _lines(t):
+                out.setdefault(t, strings[q])
+                break
+    return tuple((quote, new) for new, quote in out.items())
+
+
+def edits(call: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    """An exact-text edit call's (quote, new text) pairs: each string of its arguments that
+    shares a line with an earlier one of two or more lines, `QUOTE_MIN_CHARS` or more (the
+    quote it replaces: an edit keeps lines around what it changes, `_replaces`), with that
+    quote. The new text is the lines the file holds after the edit, which the agent's next
+    edit of them quotes as its old text. A call that writes a file whole, a command, a
+    message has no such pair."""
+    raw = arguments(call)[0]
+    return _edits(raw) if raw else ()
 
 
 def quotes_outputs(messages: Sequence[Mapping[str, Any]], before: int) -> bool:
