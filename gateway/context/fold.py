@@ -91,8 +91,7 @@ from typing import Any
 import orjson
 
 from gateway.context.items import PINNED
-from gateway.context.needed import tool_calls
-from gateway.context.quoting import edits as edit_pairs
+from gateway.context.quoting import Edits
 from gateway.context.render import Plan, with_content
 from gateway.context.summarize import notable, shell_commands, values
 from gateway.observability.droplog import Action, DropEvent, Kind
@@ -260,10 +259,12 @@ def call_line(call: Mapping[str, Any], result: str) -> str:
     return f"{line} → {result}" if result else line
 
 
-def note_lines(messages: Sequence[Mapping[str, Any]], run: Run,
-               short: bool = False) -> list[tuple[int, str]]:
+def note_lines(messages: Sequence[Mapping[str, Any]], run: Run, short: bool = False,
+               edits: Callable[[int], Sequence[tuple[str, str]]] = lambda _: (),
+               ) -> list[tuple[int, str]]:
     """Per assistant message of the run (its position): its part of the note; `short`:
-    its call lines short (`short_call`), as a turns note's are."""
+    its call lines short (`short_call`), as a turns note's are, but for the new text of
+    the message's exact-text `edits` (by position; `_short_edit`)."""
     out = []
     k = run.start
     while k < run.end:
@@ -277,7 +278,7 @@ def note_lines(messages: Sequence[Mapping[str, Any]], run: Run,
             lines.append(f"\n(assistant) {said}")
         for c in calls:
             line = call_line(c, results[str(c["id"])])
-            lines.append(f"\n{_short_edit(line, edit_pairs(c)) if short else line}")
+            lines.append(f"\n{_short_edit(line, edits(k)) if short else line}")
         out.append((k, "".join(lines)))
         k += 1 + len(calls)
     return out
@@ -327,11 +328,13 @@ def _user_copy(msg: Mapping[str, Any], key: tuple[str, int], text: str,
 
 def _run_parts(messages: Sequence[Mapping[str, Any]], entries: Plan, run: Run,
                original: Original, count: Callable[[str], int], cache: RunCache,
-               made: RunCache, short_before: int = -1) -> RunParts:
+               made: RunCache, short_before: int = -1,
+               edits: Edits | None = None) -> RunParts:
     """`run`'s parts, taken from `cache` when its messages are the very objects they were
     made from (a step re-renders only what it changed), else made; put in `made`. A run
     that ends before client message `short_before` has its call lines short (its parts
-    cached apart: a later task's statement makes an earlier run's notes short)."""
+    cached apart: a later task's statement makes an earlier run's notes short), but for
+    the new text of the client's exact-text `edits`."""
     short = entries[run.end - 1][0] < short_before
     key = -1 - entries[run.start][0] if short else entries[run.start][0]
     msgs = tuple(messages[run.start:run.end])
@@ -339,7 +342,8 @@ def _run_parts(messages: Sequence[Mapping[str, Any]], entries: Plan, run: Run,
     if known is not None and len(known[0]) == len(msgs) and all(map(is_, known[0], msgs)):
         made[key] = known
         return known[1]
-    lines = dict(note_lines(messages, run, short))
+    lines = dict(note_lines(messages, run, short, lambda k: edits.of(entries[k][0])
+                            if edits is not None else ()))
     parts: RunParts = []
     for k in range(run.start, run.end):
         item_id, before = original(entries[k][0])
@@ -360,6 +364,7 @@ def fold_runs(
     users: tuple[UserCopies, UserCopies] | None = None,
     short_before: int = -1,
     made_events: FoldEvents | None = None,
+    edits: Edits | None = None,
 ) -> tuple[Folded, RunCache]:
     """`messages` with `runs` folded: the messages, their plan (`entries`: the plan
     `messages` were rendered by, one entry per message), the events with each folded
@@ -368,7 +373,8 @@ def fold_runs(
     `users`: an earlier fold's user messages with their notes (by `_user_copy`'s keys), each
     taken again where it is the copy this fold makes (`render.with_content`), and where this
     fold's go. `short_before`: the runs ending before this client message have their call
-    lines short (`short_call`; -1: none). `made_events`: as `_event` takes them."""
+    lines short (`short_call`; -1: none), but for the new text of the client's exact-text
+    `edits`. `made_events`: as `_event` takes them."""
     by_index: dict[int, list[DropEvent]] = {}
     for event in events:
         if event.message_index is not None:
@@ -381,7 +387,7 @@ def fold_runs(
     floating: set[int] = set()
     for run in runs:
         parts = _run_parts(messages, entries, run, original, count, cache or {}, made,
-                           short_before)
+                           short_before, edits)
         olds = [by_index.get(entries[k][0], ()) for k in range(run.start, run.end)]
         step = max((e.step for old in olds for e in old), default=-1)
         if step < 0:
@@ -454,7 +460,8 @@ _CALL_LINE = re.compile(r"([^\s(]+)\((.*?)\)(?: → (.*))?", re.S)  # name(value
 _FRAME = "\"'`*()[]{}<>,;!?"  # around a word: markup and punctuation, not part of a value
 _OPENER = {")": "(", "]": "[", "}": "{", ">": "<"}  # a closing bracket: the one it closes
 LONG_ARGS = 160  # a call line's values past this many characters: its prose pieces cut
-SHORT_EDIT = 400  # an ended task's edit's new text this long or shorter: whole in its note
+EDIT_CHARS = 400  # an exact-text edit's new text this long or shorter: whole in a note
+TURNS_EDIT_CHARS = 1000  # in a turns note
 PROSE_PIECE = 40  # a value (a piece between ", ") longer than this is cut to its values
 _POINTER = ("repeats an earlier ", "nearly repeats an earlier ")  # `apply.pointer`, framed off
 WORDS_CACHED = 16_384  # distinct words whose value (`_value_word`) is kept, each of at most
@@ -564,20 +571,23 @@ def code_words(reply: str) -> tuple[str, ...]:
         if _COMPOUND.search(n) and _value_word(n) is not None))
 
 
-def _gist(quote: str, new: str) -> str:
-    """What a turns note sends of an exact-text edit's quote beside its new text (sent
-    whole): its first line's start and the words of it that carry a value (`value_words`)
-    the new text does not have. The file no longer holds it."""
+def _gist(quote: str, new: str, known: Callable[[str], bool]) -> str:
+    """What a note sends of an exact-text edit's quote beside its new text (sent whole):
+    its first line's start and the words of it that carry a value (`value_words`) the new
+    text does not have, nor the notes (`known`). The file no longer holds it."""
     first = quote.strip().split("\n", 1)[0]
     start = first[:PROSE_PIECE].rpartition(" ")[0] or first[:PROSE_PIECE]
-    return " ".join([f"{start}…", *(w for w in value_words(quote) if w not in new)])
+    return " ".join([f"{start}…", *(w for w in value_words(quote)
+                                    if w not in new and not known(w))])
 
 
-def _marked(text: str, edits: Sequence[tuple[str, str]]) -> tuple[str, dict[str, str]]:
+def _marked(text: str, edits: Sequence[tuple[str, str]], cap: int,
+            known: Callable[[str], bool] = lambda _: False) -> tuple[str, dict[str, str]]:
     """`text` with the pieces of exact-text `edits` (quote, new text) it has replaced by
     marks (no space, no comma: values `short_call` leaves whole), the longest first, and
     what each mark stands for: a new text itself, a quote its gist (`_gist`) — but a quote
     that holds its new text (lines deleted) or is another edit's new text, whole."""
+    edits = [e for e in edits if len(e[1]) <= cap]
     kept = {new for _, new in edits}
     sent: dict[str, str] = {}
     for quote, new in edits:
@@ -586,7 +596,7 @@ def _marked(text: str, edits: Sequence[tuple[str, str]]) -> tuple[str, dict[str,
         else:
             sent.setdefault(new, new)
             if quote not in kept:
-                sent.setdefault(quote, _gist(quote, new))
+                sent.setdefault(quote, _gist(quote, new, known))
     marks: dict[str, str] = {}
     for n, value in enumerate(sorted(sent, key=len, reverse=True)):
         if value and value in text:
@@ -602,12 +612,19 @@ def _unmarked(text: str, marks: Mapping[str, str]) -> str:
     return text
 
 
+def _standing(edits: Sequence[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
+    """Of a run's exact-text `edits` (quote, new text; in order), those whose new text no
+    later one quotes or puts in again whole: the file's lines as the run left them (an
+    agent that rewrites one block five times quotes its last version)."""
+    return tuple(e for n, e in enumerate(edits)
+                 if not any(e[1] in later[0] or e[1] in later[1] for later in edits[n + 1:]))
+
+
 def _short_edit(line: str, edits: Sequence[tuple[str, str]]) -> str:
     """`short_call(line)` with its exact-text `edits`' new texts whole (`_marked`)."""
-    edits = [e for e in edits if len(e[1]) <= SHORT_EDIT]
     if not edits:
         return short_call(line)
-    line, marks = _marked(line, edits)
+    line, marks = _marked(line, edits, EDIT_CHARS)
     return _unmarked(short_call(line), marks)
 
 
@@ -709,7 +726,8 @@ def turns_note(messages: Sequence[Mapping[str, Any]], run: Run,
             named += mentioned(said)
         elif said != "omitted":
             add(said)
-        calls, marks = _marked(calls, [e for e in edits if not known(e[1])])
+        calls, marks = _marked(calls, [e for e in edits if not known(e[1])], TURNS_EDIT_CHARS,
+                               known)
         for line in calls.split("\n"):
             line = line.strip()
             if not _adds_nothing(line, known):
@@ -781,7 +799,7 @@ def fold_turns(folded: Folded, runs: Sequence[Run], original: Original,
                users: tuple[UserCopies, UserCopies] | None = None,
                made_events: FoldEvents | None = None,
                client: Sequence[Mapping[str, Any]] = (), task: int = -1,
-               starts: Sequence[int] = ()) -> Folded:
+               starts: Sequence[int] = (), edits: Edits | None = None) -> Folded:
     """`folded` with each turns run's messages but its last reply gone and its first user
     message sent as the run's note (`turns_note`); every client message from that one to
     the last reply (the exchanges an earlier fold took included) gets one event, reason
@@ -810,6 +828,7 @@ def fold_turns(folded: Folded, runs: Sequence[Run], original: Original,
     times: dict[str, int] = {}  # per code word: the client replies so far whose code has it
     read = 0  # the client messages `times` has counted
     shown = retyped(client, starts, task) if client and starts else []
+    known_edits = edits if edits is not None else Edits(client)
     for run in runs:
         first, last = plan[run.user][0], plan[run.end][0]
         written: tuple[str, ...] = ()
@@ -826,10 +845,11 @@ def fold_turns(folded: Folded, runs: Sequence[Run], original: Original,
             read = max(read, plan[run.end][0] + 1)
             typed = {w: times[w] for text in written[1::2] for w in code_words(text)
                      if every or times.get(w, 0) >= TYPED}
-        edits = tuple(t for m in client[first:last] if m.get("role") == "assistant"
-                      for c in tool_calls(m) for t in edit_pairs(c))
+        run_edits = _standing([e for i in range(first, last)
+                               if client[i].get("role") == "assistant"
+                               for e in known_edits.of(i)]) if client else ()
         text, tokens = _turns_note(messages, run, count, cache, made, earlier, written,
-                                   typed, every, edits)
+                                   typed, every, run_edits)
         olds: dict[int, Sequence[DropEvent]] = {
             i: by_index.get(i, []) for i in range(first, last)}
         heads = {i: original(i) for i in range(first, last)}
@@ -1019,14 +1039,16 @@ def fold(
     memo.users = users[1]
     made: tuple[FoldEvents, FoldEvents] = ((memo.made[0], {}), (memo.made[1], {}))
     memo.made = (made[0][1], made[1][1])  # likewise its events
+    edits = Edits(client)
     if runs:
         folded, memo.runs = fold_runs(messages, entries, events, runs, original, count,
-                                      memo.runs, users, short_before, made[0])
+                                      memo.runs, users, short_before, made[0],
+                                      edits if client else None)
     turn_runs = find_turn_runs(folded.messages, [i for i, _ in folded.plan], horizon)
     if turn_runs:
         notes: NoteCache = {}
         folded = fold_turns(folded, turn_runs, original, count, memo.notes, notes, users,
-                            made[1], client, task, starts)
+                            made[1], client, task, starts, edits)
         memo.notes = notes
     if folded.messages is messages:
         return None
