@@ -460,8 +460,12 @@ _CALL_LINE = re.compile(r"([^\s(]+)\((.*?)\)(?: → (.*))?", re.S)  # name(value
 _FRAME = "\"'`*()[]{}<>,;!?"  # around a word: markup and punctuation, not part of a value
 _OPENER = {")": "(", "]": "[", "}": "{", ">": "<"}  # a closing bracket: the one it closes
 LONG_ARGS = 160  # a call line's values past this many characters: its prose pieces cut
-EDIT_CHARS = 400  # an exact-text edit's new text this long or shorter: whole in a note
-TURNS_EDIT_CHARS = 1000  # in a turns note
+# An exact-text edit's new text this long or shorter goes whole (`_marked`): in an ended
+# task's short note (`EDIT_CHARS`), in a turns note (`TURNS_EDIT_CHARS`). Measured, not
+# merged: Gemini CLI and Moatless queues' cost @0.1 falls 0.26-0.41 (bench/README.md,
+# "Session 68, edit68").
+EDIT_CHARS = 400
+TURNS_EDIT_CHARS = 1000
 PROSE_PIECE = 40  # a value (a piece between ", ") longer than this is cut to its values
 _POINTER = ("repeats an earlier ", "nearly repeats an earlier ")  # `apply.pointer`, framed off
 WORDS_CACHED = 16_384  # distinct words whose value (`_value_word`) is kept, each of at most
