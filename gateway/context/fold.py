@@ -91,7 +91,6 @@ from typing import Any
 import orjson
 
 from gateway.context.items import PINNED
-from gateway.context.quoting import Edits
 from gateway.context.render import Plan, with_content
 from gateway.context.summarize import notable, shell_commands, values
 from gateway.observability.droplog import Action, DropEvent, Kind
@@ -259,12 +258,10 @@ def call_line(call: Mapping[str, Any], result: str) -> str:
     return f"{line} → {result}" if result else line
 
 
-def note_lines(messages: Sequence[Mapping[str, Any]], run: Run, short: bool = False,
-               edits: Callable[[int], Sequence[tuple[str, str]]] = lambda _: (),
-               ) -> list[tuple[int, str]]:
+def note_lines(messages: Sequence[Mapping[str, Any]], run: Run,
+               short: bool = False) -> list[tuple[int, str]]:
     """Per assistant message of the run (its position): its part of the note; `short`:
-    its call lines short (`short_call`), as a turns note's are, but for the new text of
-    the message's exact-text `edits` (by position; `_short_edit`)."""
+    its call lines short (`short_call`), as a turns note's are."""
     out = []
     k = run.start
     while k < run.end:
@@ -278,7 +275,7 @@ def note_lines(messages: Sequence[Mapping[str, Any]], run: Run, short: bool = Fa
             lines.append(f"\n(assistant) {said}")
         for c in calls:
             line = call_line(c, results[str(c["id"])])
-            lines.append(f"\n{_short_edit(line, edits(k)) if short else line}")
+            lines.append(f"\n{short_call(line) if short else line}")
         out.append((k, "".join(lines)))
         k += 1 + len(calls)
     return out
@@ -328,13 +325,11 @@ def _user_copy(msg: Mapping[str, Any], key: tuple[str, int], text: str,
 
 def _run_parts(messages: Sequence[Mapping[str, Any]], entries: Plan, run: Run,
                original: Original, count: Callable[[str], int], cache: RunCache,
-               made: RunCache, short_before: int = -1,
-               edits: Edits | None = None) -> RunParts:
+               made: RunCache, short_before: int = -1) -> RunParts:
     """`run`'s parts, taken from `cache` when its messages are the very objects they were
     made from (a step re-renders only what it changed), else made; put in `made`. A run
     that ends before client message `short_before` has its call lines short (its parts
-    cached apart: a later task's statement makes an earlier run's notes short), but for
-    the new text of the client's exact-text `edits`."""
+    cached apart: a later task's statement makes an earlier run's notes short)."""
     short = entries[run.end - 1][0] < short_before
     key = -1 - entries[run.start][0] if short else entries[run.start][0]
     msgs = tuple(messages[run.start:run.end])
@@ -342,8 +337,7 @@ def _run_parts(messages: Sequence[Mapping[str, Any]], entries: Plan, run: Run,
     if known is not None and len(known[0]) == len(msgs) and all(map(is_, known[0], msgs)):
         made[key] = known
         return known[1]
-    lines = dict(note_lines(messages, run, short, lambda k: edits.of(entries[k][0])
-                            if edits is not None else ()))
+    lines = dict(note_lines(messages, run, short))
     parts: RunParts = []
     for k in range(run.start, run.end):
         item_id, before = original(entries[k][0])
@@ -364,7 +358,6 @@ def fold_runs(
     users: tuple[UserCopies, UserCopies] | None = None,
     short_before: int = -1,
     made_events: FoldEvents | None = None,
-    edits: Edits | None = None,
 ) -> tuple[Folded, RunCache]:
     """`messages` with `runs` folded: the messages, their plan (`entries`: the plan
     `messages` were rendered by, one entry per message), the events with each folded
@@ -373,8 +366,7 @@ def fold_runs(
     `users`: an earlier fold's user messages with their notes (by `_user_copy`'s keys), each
     taken again where it is the copy this fold makes (`render.with_content`), and where this
     fold's go. `short_before`: the runs ending before this client message have their call
-    lines short (`short_call`; -1: none), but for the new text of the client's exact-text
-    `edits`. `made_events`: as `_event` takes them."""
+    lines short (`short_call`; -1: none). `made_events`: as `_event` takes them."""
     by_index: dict[int, list[DropEvent]] = {}
     for event in events:
         if event.message_index is not None:
@@ -387,7 +379,7 @@ def fold_runs(
     floating: set[int] = set()
     for run in runs:
         parts = _run_parts(messages, entries, run, original, count, cache or {}, made,
-                           short_before, edits)
+                           short_before)
         olds = [by_index.get(entries[k][0], ()) for k in range(run.start, run.end)]
         step = max((e.step for old in olds for e in old), default=-1)
         if step < 0:
@@ -460,12 +452,6 @@ _CALL_LINE = re.compile(r"([^\s(]+)\((.*?)\)(?: → (.*))?", re.S)  # name(value
 _FRAME = "\"'`*()[]{}<>,;!?"  # around a word: markup and punctuation, not part of a value
 _OPENER = {")": "(", "]": "[", "}": "{", ">": "<"}  # a closing bracket: the one it closes
 LONG_ARGS = 160  # a call line's values past this many characters: its prose pieces cut
-# An exact-text edit's new text this long or shorter goes whole (`_marked`): in an ended
-# task's short note (`EDIT_CHARS`), in a turns note (`TURNS_EDIT_CHARS`). Measured, not
-# merged: Gemini CLI and Moatless queues' cost @0.1 falls 0.26-0.41 (bench/README.md,
-# "Session 68, edit68").
-EDIT_CHARS = 400
-TURNS_EDIT_CHARS = 1000
 PROSE_PIECE = 40  # a value (a piece between ", ") longer than this is cut to its values
 _POINTER = ("repeats an earlier ", "nearly repeats an earlier ")  # `apply.pointer`, framed off
 WORDS_CACHED = 16_384  # distinct words whose value (`_value_word`) is kept, each of at most
@@ -575,63 +561,6 @@ def code_words(reply: str) -> tuple[str, ...]:
         if _COMPOUND.search(n) and _value_word(n) is not None))
 
 
-def _gist(quote: str, new: str, known: Callable[[str], bool]) -> str:
-    """What a note sends of an exact-text edit's quote beside its new text (sent whole):
-    its first line's start and the words of it that carry a value (`value_words`) the new
-    text does not have, nor the notes (`known`). The file no longer holds it."""
-    first = quote.strip().split("\n", 1)[0]
-    start = first[:PROSE_PIECE].rpartition(" ")[0] or first[:PROSE_PIECE]
-    return " ".join([f"{start}…", *(w for w in value_words(quote)
-                                    if w not in new and not known(w))])
-
-
-def _marked(text: str, edits: Sequence[tuple[str, str]], cap: int,
-            known: Callable[[str], bool] = lambda _: False) -> tuple[str, dict[str, str]]:
-    """`text` with the pieces of exact-text `edits` (quote, new text) it has replaced by
-    marks (no space, no comma: values `short_call` leaves whole), the longest first, and
-    what each mark stands for: a new text itself, a quote its gist (`_gist`) — but a quote
-    that holds its new text (lines deleted) or is another edit's new text, whole."""
-    edits = [e for e in edits if len(e[1]) <= cap]
-    kept = {new for _, new in edits}
-    sent: dict[str, str] = {}
-    for quote, new in edits:
-        if new in quote:
-            sent[quote] = quote
-        else:
-            sent.setdefault(new, new)
-            if quote not in kept:
-                sent.setdefault(quote, _gist(quote, new, known))
-    marks: dict[str, str] = {}
-    for n, value in enumerate(sorted(sent, key=len, reverse=True)):
-        if value and value in text:
-            mark = f"\x00{n}\x00"
-            text = text.replace(value, mark)
-            marks[mark] = sent[value]
-    return text, marks
-
-
-def _unmarked(text: str, marks: Mapping[str, str]) -> str:
-    for mark, value in marks.items():
-        text = text.replace(mark, value)
-    return text
-
-
-def _standing(edits: Sequence[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
-    """Of a run's exact-text `edits` (quote, new text; in order), those whose new text no
-    later one quotes or puts in again whole: the file's lines as the run left them (an
-    agent that rewrites one block five times quotes its last version)."""
-    return tuple(e for n, e in enumerate(edits)
-                 if not any(e[1] in later[0] or e[1] in later[1] for later in edits[n + 1:]))
-
-
-def _short_edit(line: str, edits: Sequence[tuple[str, str]]) -> str:
-    """`short_call(line)` with its exact-text `edits`' new texts whole (`_marked`)."""
-    if not edits:
-        return short_call(line)
-    line, marks = _marked(line, edits, EDIT_CHARS)
-    return _unmarked(short_call(line), marks)
-
-
 def short_call(line: str) -> str:
     """A fold note's call line whose values run past `LONG_ARGS` characters, its free text
     (a summary, a message: a value past `PROSE_PIECE` characters, and the lower-case pieces
@@ -684,8 +613,7 @@ def mentioned(text: str) -> list[str]:
 
 def turns_note(messages: Sequence[Mapping[str, Any]], run: Run,
                earlier: Earlier | None = None, written: Sequence[str] = (),
-               typed: Mapping[str, int] | None = None, every: bool = False,
-               edits: Sequence[tuple[str, str]] = ()) -> str:
+               typed: Mapping[str, int] | None = None, every: bool = False) -> str:
     """What a turns run is sent as: a header and what its turns named, once each in the
     call (`earlier`: the call's turns notes before it) — a user text as sent (a
     placeholder: only the values it mentions; a digest: its kept lines and its mentions,
@@ -697,10 +625,7 @@ def turns_note(messages: Sequence[Mapping[str, Any]], run: Run,
     names its code words as written (`code_words`) that are `typed` (in two replies'
     code so far: what the agent types again; its scripts' one-off names rarely), at most
     `CODE_WORDS` (`CODE_MORE`) a note; `every`: all of them (an agent that retypes its
-    earlier tasks' words, `retyped`). `edits`: the run's exact-text edits (quote, new
-    text; `quoting.edits`): a new text no note has yet is sent whole in its call's line as
-    the fold note has it, its layout and repeated lines included, its quote as a gist
-    (`_marked`): the agent's next edit of those lines quotes them as they are."""
+    earlier tasks' words, `retyped`)."""
     before = earlier or Earlier()
     lines: list[str] = []
     seen: set[str] = set(before.lines)
@@ -730,12 +655,10 @@ def turns_note(messages: Sequence[Mapping[str, Any]], run: Run,
             named += mentioned(said)
         elif said != "omitted":
             add(said)
-        calls, marks = _marked(calls, [e for e in edits if not known(e[1])], TURNS_EDIT_CHARS,
-                               known)
         for line in calls.split("\n"):
             line = line.strip()
             if not _adds_nothing(line, known):
-                add(_unmarked(short_call(line), marks))
+                add(short_call(line))
         add(" ".join(dict.fromkeys(v for v in named if not known(v))))
         reply = str(messages[k + 1].get("content") or "")
         words = [*value_words(reply), *pattern_words(reply)]
@@ -759,17 +682,16 @@ def _turns_note(messages: Sequence[Mapping[str, Any]], run: Run, count: Callable
                 cache: NoteCache | None, made: NoteCache | None,
                 earlier: Earlier, written: Sequence[str] = (),
                 typed: Mapping[str, int] | None = None,
-                every: bool = False,
-                edits: Sequence[tuple[str, str]] = ()) -> tuple[str, int]:
+                every: bool = False) -> tuple[str, int]:
     """`turns_note` of `run` and its tokens, taken from `cache` when the run's contents and
     the notes before it are the ones it was made from (a step re-makes only the notes of
     the runs it changed and after: the older blocks' stay byte for byte), else made; put
     in `made`."""
     key = (earlier.text, *(m.get("content") for m in messages[run.user:run.end + 1]),
-           *written, *sorted((typed or {}).items()), every, tuple(edits))
+           *written, *sorted((typed or {}).items()), every)
     known = cache.get(key) if cache is not None else None
     if known is None:
-        text = turns_note(messages, run, earlier, written, typed, every, edits)
+        text = turns_note(messages, run, earlier, written, typed, every)
         known = (text, count(text))
     if made is not None:
         made[key] = known
@@ -803,7 +725,7 @@ def fold_turns(folded: Folded, runs: Sequence[Run], original: Original,
                users: tuple[UserCopies, UserCopies] | None = None,
                made_events: FoldEvents | None = None,
                client: Sequence[Mapping[str, Any]] = (), task: int = -1,
-               starts: Sequence[int] = (), edits: Edits | None = None) -> Folded:
+               starts: Sequence[int] = ()) -> Folded:
     """`folded` with each turns run's messages but its last reply gone and its first user
     message sent as the run's note (`turns_note`); every client message from that one to
     the last reply (the exchanges an earlier fold took included) gets one event, reason
@@ -832,7 +754,6 @@ def fold_turns(folded: Folded, runs: Sequence[Run], original: Original,
     times: dict[str, int] = {}  # per code word: the client replies so far whose code has it
     read = 0  # the client messages `times` has counted
     shown = retyped(client, starts, task) if client and starts else []
-    known_edits = edits if edits is not None else Edits(client)
     for run in runs:
         first, last = plan[run.user][0], plan[run.end][0]
         written: tuple[str, ...] = ()
@@ -849,11 +770,8 @@ def fold_turns(folded: Folded, runs: Sequence[Run], original: Original,
             read = max(read, plan[run.end][0] + 1)
             typed = {w: times[w] for text in written[1::2] for w in code_words(text)
                      if every or times.get(w, 0) >= TYPED}
-        run_edits = _standing([e for i in range(first, last)
-                               if client[i].get("role") == "assistant"
-                               for e in known_edits.of(i)]) if client else ()
         text, tokens = _turns_note(messages, run, count, cache, made, earlier, written,
-                                   typed, every, run_edits)
+                                   typed, every)
         olds: dict[int, Sequence[DropEvent]] = {
             i: by_index.get(i, []) for i in range(first, last)}
         heads = {i: original(i) for i in range(first, last)}
@@ -1043,16 +961,14 @@ def fold(
     memo.users = users[1]
     made: tuple[FoldEvents, FoldEvents] = ((memo.made[0], {}), (memo.made[1], {}))
     memo.made = (made[0][1], made[1][1])  # likewise its events
-    edits = Edits(client)
     if runs:
         folded, memo.runs = fold_runs(messages, entries, events, runs, original, count,
-                                      memo.runs, users, short_before, made[0],
-                                      edits if client else None)
+                                      memo.runs, users, short_before, made[0])
     turn_runs = find_turn_runs(folded.messages, [i for i, _ in folded.plan], horizon)
     if turn_runs:
         notes: NoteCache = {}
         folded = fold_turns(folded, turn_runs, original, count, memo.notes, notes, users,
-                            made[1], client, task, starts, edits)
+                            made[1], client, task, starts)
         memo.notes = notes
     if folded.messages is messages:
         return None

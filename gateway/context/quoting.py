@@ -15,13 +15,12 @@ whole from a result, still gets them minified.
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from gateway.context.items import content_text
-from gateway.context.needed import arguments, searchable_text, tool_calls
+from gateway.context.needed import arguments, tool_calls
 
 # A quote is two or more lines, this long or more: a shorter one is a line and its break
 QUOTE_MIN_CHARS = 24
@@ -80,66 +79,6 @@ def _replaces(call: Mapping[str, Any], outputs: Sequence[str]) -> bool:
                 s in out for out in outputs):
             return True
     return False
-
-
-@functools.lru_cache(maxsize=4096)
-def _edits(raw: str) -> tuple[tuple[str, str], ...]:
-    strings = list(_strings(arguments({"function": {"arguments": raw}})[1]))
-    quotes = [(n, _lines(s)) for n, s in enumerate(strings)
-              if len(s) >= QUOTE_MIN_CHARS and "\n" in s.strip()]
-    out: dict[str, str] = {}  # the later string -> the earlier one (the first it pairs with)
-    for n, t in enumerate(strings):
-        for q, lines in quotes:
-            if q < n and strings[q] != t and lines & _lines(t):
-                out.setdefault(t, strings[q])
-                break
-    return tuple((first, second) for second, first in out.items())
-
-
-def edits(call: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
-    """An exact-text edit call's pairs of strings, in their order in its arguments: each
-    string that shares a line with an earlier one of two or more lines, `QUOTE_MIN_CHARS`
-    or more (an edit keeps lines around what it changes, `_replaces`), after that one. One
-    of each pair is the quote, the other the text put in its place (`Edits` tells which).
-    A call that writes a file whole, a command, a message has no such pair."""
-    raw = arguments(call)[0]
-    return _edits(raw) if raw else ()
-
-
-class Edits:
-    """The exact-text edits of a client's messages, each as (quote, new text): of a pair
-    (`edits`), the quote is the one an earlier message carries and the new text the one
-    none does (an agent writes its arguments in any order: Gemini CLI's `new_string` comes
-    first in some calls); where both or neither do (a read shown with line numbers), the
-    first. The new text is the lines the file holds after the edit, which the agent's next
-    edit of them quotes as its old text. The earlier messages are read as the yardstick
-    searches them (`needed.searchable_text`), once each, only as far as an edit needs."""
-
-    def __init__(self, messages: Sequence[Mapping[str, Any]]) -> None:
-        self.messages = messages
-        self._text = ""  # the messages read so far, each after a line break
-        self._ends: list[int] = []  # per message read: where its text ends in `_text`
-
-    def _earlier(self, value: str, index: int) -> bool:
-        """Whether a message before `index` carries `value`."""
-        if len(self._ends) < index:
-            parts = []
-            end = len(self._text)
-            for msg in self.messages[len(self._ends):index]:
-                parts.append(f"\n{searchable_text(msg)}")
-                end += len(parts[-1])
-                self._ends.append(end)
-            self._text += "".join(parts)
-        return self._text.find(value, 0, self._ends[index - 1] if index > 0 else 0) >= 0
-
-    def of(self, index: int) -> tuple[tuple[str, str], ...]:
-        """The edits of the message at `index`, as (quote, new text)."""
-        out = []
-        for call in tool_calls(self.messages[index]):
-            for first, second in edits(call):
-                swap = self._earlier(second, index) and not self._earlier(first, index)
-                out.append((second, first) if swap else (first, second))
-        return tuple(out)
 
 
 def quotes_outputs(messages: Sequence[Mapping[str, Any]], before: int) -> bool:
