@@ -62,9 +62,21 @@ class StageContext:
     # the turn the last step left verbatim as the latest answer, when the session's large
     # calls are weighed (`steps.young`): its digest keeps its commands whole (-1: none)
     held_turn: int = -1
+    # the conversation's text, built on first use (`conversation`)
+    _conversation: str | None = field(default=None, init=False, repr=False, compare=False)
 
     def total(self, items: list[Item]) -> int:
         return self.fixed_tokens + sum(item.tokens for item in items)
+
+    def conversation(self) -> str:
+        """What the conversation says: the text of the client's user and assistant messages
+        as the yardstick reads them (content, then each tool call's name and arguments).
+        Built once per call, on the first aged path listing that asks (`_aged_listing`)."""
+        if self._conversation is None:
+            self._conversation = haystack(
+                [m for m in self.messages if m.get("role") in _CONVERSATION]
+            )
+        return self._conversation
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,13 +247,7 @@ def _aged_listing(item: Item, decision: Decision | None, ctx: StageContext) -> s
     paths = listed_paths(original.text) if original.rewritable else None
     if paths is None:
         return None
-    return aged_listing(placeholder(original), paths, _elsewhere(ctx), digest)
-
-
-def _elsewhere(ctx: StageContext) -> str:
-    """What the conversation says: the text of the client's user and assistant messages as
-    the yardstick reads them (content, then each tool call's name and arguments)."""
-    return haystack([m for m in ctx.messages if m.get("role") in _CONVERSATION])
+    return aged_listing(placeholder(original), paths, ctx.conversation(), digest)
 
 
 _CONVERSATION = ("user", "assistant")
