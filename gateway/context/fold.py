@@ -91,6 +91,8 @@ from typing import Any
 import orjson
 
 from gateway.context.items import PINNED
+from gateway.context.needed import arguments, tool_calls
+from gateway.context.quoting import _strings, standing, standing_block
 from gateway.context.render import Plan, with_content
 from gateway.context.summarize import notable, shell_commands, values
 from gateway.observability.droplog import Action, DropEvent, Kind
@@ -105,6 +107,7 @@ MIN_TURNS = 2  # turns a turns run folds at least (one turn gains nothing)
 # (one run from the session's start made every step re-send the whole call: tau2-bench
 # retail-4.1 queues' cost @0.1 64.5 -> 58.5%; bench/README.md, "Old turns folded").
 TURNS_BLOCK = 64
+WRITTEN_NAMED = False  # measuring: the written texts of files the calls to the horizon name
 # An aged reply's code words a turns note names (a reply of a queue's earlier task only,
 # `fold_turns`): those the agent's code typed in at least this many replies so far
 # (`code_words`)
@@ -719,13 +722,50 @@ def retyped(client: Sequence[Mapping[str, Any]], starts: Sequence[int],
     return out
 
 
+def _with_written(last: tuple[Any, ...], notes: dict[int, tuple[int, str]],
+                  events: dict[int, DropEvent], made: FoldEvents | None,
+                  client: Sequence[Mapping[str, Any]], plan: Plan,
+                  count: Callable[[str], int], known: str, since: int, horizon: int,
+                  saved: int) -> int:
+    """The latest turns note with what the current task's calls up to its run left written
+    (`quoting.standing_block`), for an agent that edits by exact text (`Standing.edits`):
+    the note reads a call's text line by line, stripped and without the lines it had, and
+    the agent's next edit quotes several lines of its file as written (Gemini CLI's files
+    written whole, Claude Code's edits' new texts). Only the latest note carries it, so a
+    step rewrites no older note; the tokens it adds (the note's event updated in `events`)."""
+    run, text, tokens, now, step, event = last
+    end = plan[run.end][0]
+    start = max(since, 0)
+    if start >= end:
+        return 0
+    texts = standing(client, start, end, horizon)
+    if not texts.edits:
+        return 0
+    named = None
+    if WRITTEN_NAMED:
+        named = {s for msg in client[end:horizon] if msg.get("role") == "assistant"
+                 for call in tool_calls(msg) for s in _strings(arguments(call)[1])}
+    block = standing_block(texts, named, known)
+    if not block:
+        return 0
+    text = f"{text}\n{block}"
+    after = count(text)
+    if after - tokens >= saved:  # the fold as a whole must still save
+        return 0
+    notes[run.user] = (run.end, text)
+    i = event.message_index
+    events[i] = _event(made, i, event.action, event.reason, event.item_id, event.kind,
+                       event.tokens_before, after, event.text, event.step)
+    return after - tokens
+
+
 def fold_turns(folded: Folded, runs: Sequence[Run], original: Original,
                count: Callable[[str], int], cache: NoteCache | None = None,
                made: NoteCache | None = None,
                users: tuple[UserCopies, UserCopies] | None = None,
                made_events: FoldEvents | None = None,
                client: Sequence[Mapping[str, Any]] = (), task: int = -1,
-               starts: Sequence[int] = ()) -> Folded:
+               starts: Sequence[int] = (), since: int = -1, horizon: int = -1) -> Folded:
     """`folded` with each turns run's messages but its last reply gone and its first user
     message sent as the run's note (`turns_note`); every client message from that one to
     the last reply (the exchanges an earlier fold took included) gets one event, reason
@@ -754,6 +794,7 @@ def fold_turns(folded: Folded, runs: Sequence[Run], original: Original,
     times: dict[str, int] = {}  # per code word: the client replies so far whose code has it
     read = 0  # the client messages `times` has counted
     shown = retyped(client, starts, task) if client and starts else []
+    last: tuple[Any, ...] = ()  # the latest folded run's note and its first event's parts
     for run in runs:
         first, last = plan[run.user][0], plan[run.end][0]
         written: tuple[str, ...] = ()
@@ -795,8 +836,12 @@ def fold_turns(folded: Folded, runs: Sequence[Run], original: Original,
         delta += tokens - now
         notes[run.user] = (run.end, text)
         earlier.take(text)
+        last = (run, text, tokens, now, step, new_events[first])
     if not notes:
         return folded
+    if client and last:
+        delta += _with_written(last, notes, new_events, made_events, client, plan, count,
+                               earlier.text, since, horizon, folded.delta - delta)
     out_messages: list[Mapping[str, Any]] = []
     out_plan: Plan = []
     k = 0
@@ -968,7 +1013,7 @@ def fold(
     if turn_runs:
         notes: NoteCache = {}
         folded = fold_turns(folded, turn_runs, original, count, memo.notes, notes, users,
-                            made[1], client, task, starts)
+                            made[1], client, task, starts, max(task, short_before), horizon)
         memo.notes = notes
     if folded.messages is messages:
         return None

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.context.items import content_text
@@ -27,6 +28,8 @@ QUOTE_MIN_CHARS = 24
 # A file named by a call: a path or a file name with an extension, no spaces (a command
 # line is not a path: `cat x.json` names a command)
 _FILE = re.compile(r"^[~./\\\w:-]*[\w-]\.\w{1,8}$")
+# A path a call writes to: the above, or a name under a folder (`~/.local/bin/tool`)
+_PATH = re.compile(r"^[~.]{0,2}/?(?:[\w.@+-]+/)+[\w.@+-]+$")
 _JSON_FILE = re.compile(r"\.json[c5]?$", re.IGNORECASE)  # a file that is JSON itself
 
 
@@ -102,3 +105,109 @@ def keeps_layout(messages: Sequence[Mapping[str, Any]], index: int) -> bool:
     files = named_files(messages, index)
     return bool(files) and (any(_JSON_FILE.search(f) for f in files)
                             or quotes_outputs(messages, index))
+
+
+# A file's texts as an exact-text editor's calls left it (`standing`): at most this many
+# texts a file (its latest), and a turns note's block of them at most this many characters
+STANDING_TEXTS = 4
+STANDING_CHARS = 6000
+
+
+def _text(s: str) -> bool:
+    """Whether an argument string is a text of lines a later quote can take from: two or
+    more lines, `QUOTE_MIN_CHARS` or longer."""
+    return len(s) >= QUOTE_MIN_CHARS and "\n" in s.strip()
+
+
+def _pair(strings: Sequence[str]) -> tuple[str, str] | None:
+    """An edit's two texts among a call's argument strings: a text of lines and another
+    string sharing a line with it (`_replaces`' shape), in argument order; None: none."""
+    for i, s in enumerate(strings):
+        if not _text(s):
+            continue
+        kept = _lines(s)
+        for j, t in enumerate(strings):
+            if j != i and t != s and kept & _lines(t):
+                return (s, t) if i < j else (t, s)
+    return None
+
+
+@dataclass(slots=True)
+class Standing:
+    """What the calls of a stretch of messages left written, per file they name (`_FILE`):
+    a file written whole is its text; an edit's new text replaces its quote where a text
+    of the file has it, else joins the file's texts (the latest `STANDING_TEXTS`).
+    `edits`: whether a call of the stretch replaced a quote an earlier message carries (an
+    output it read, or a text a call wrote) — an agent that edits by exact text."""
+
+    files: dict[str, list[str]] = field(default_factory=dict)
+    edits: bool = False
+
+
+def standing(messages: Sequence[Mapping[str, Any]], start: int, end: int,
+             until: int | None = None) -> Standing:
+    """`Standing` of the calls in `messages[start:end]` (the earlier messages searched for
+    a quote too); its `edits` read up to `until` (default: `end`)."""
+    out = Standing()
+    files = out.files  # past `end`, a scratch map: only `edits` is read there
+    until = end if until is None else max(until, end)
+    said: list[str] = []  # the earlier messages' outputs and call texts a quote is from
+    for msg in messages[:start]:
+        if msg.get("role") == "tool":
+            said.append(content_text(msg.get("content")))
+    for at, msg in enumerate(messages[start:until], start):
+        if at == end:  # past the stretch: the files stay as it left them
+            files = {}
+        if msg.get("role") == "tool":
+            said.append(content_text(msg.get("content")))
+            continue
+        if msg.get("role") != "assistant":
+            continue
+        for call in tool_calls(msg):
+            strings = list(_strings(arguments(call)[1]))
+            named = [s for s in strings if _FILE.match(s) or _PATH.match(s)]
+            texts = [s for s in strings if _text(s)]
+            if not named or not texts:
+                continue
+            file = named[0]
+            held = files.setdefault(file, [])
+            pair = _pair(strings)
+            if pair is None:  # a file written whole
+                held[:] = [texts[0]]
+            else:
+                quote, new = pair
+                if not any(quote in t for t in held) and any(new in t for t in held):
+                    quote, new = new, quote  # the text the file holds is the quote
+                elif not any(quote in t for t in held) and not any(quote in t for t in said) \
+                        and any(new in t for t in said):
+                    quote, new = new, quote
+                if any(quote in t for t in (*held, *said)):
+                    out.edits = True
+                at = next((k for k, t in enumerate(held) if quote in t), None)
+                if at is not None:
+                    held[at] = held[at].replace(quote, new, 1)
+                else:
+                    held[:] = [t for t in held if t not in new][1 - STANDING_TEXTS:] + [new]
+            said += texts
+            files[file] = files.pop(file)  # the latest touched last
+    return out
+
+
+def standing_block(texts: Standing, named: set[str] | None = None,
+                   known: str = "", chars: int = STANDING_CHARS) -> str:
+    """The texts of `texts`' files (only those `named`, when given), the latest touched
+    first, as written (layout and repeated lines kept: a later edit quotes them so), one
+    `[ctxgate: written: FILE]` line before each file's; none a text `known` has; at most
+    `chars` characters."""
+    parts: list[str] = []
+    left = chars
+    for file, held in reversed(texts.files.items()):
+        if named is not None and file not in named:
+            continue
+        kept = [t for t in held if t not in known and len(t) <= left]
+        left -= sum(len(t) for t in kept)
+        if kept:
+            parts.append("\n".join([f"[ctxgate: written: {file}]", *kept]))
+        if left <= 0:
+            break
+    return "\n".join(parts)
