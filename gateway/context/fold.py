@@ -92,7 +92,7 @@ import orjson
 
 from gateway.context.items import PINNED
 from gateway.context.needed import arguments, tool_calls
-from gateway.context.quoting import _strings, standing, standing_block
+from gateway.context.quoting import STANDING_FILES, _strings, standing, standing_block
 from gateway.context.render import Plan, with_content
 from gateway.context.summarize import notable, shell_commands, values
 from gateway.observability.droplog import Action, DropEvent, Kind
@@ -107,7 +107,8 @@ MIN_TURNS = 2  # turns a turns run folds at least (one turn gains nothing)
 # (one run from the session's start made every step re-send the whole call: tau2-bench
 # retail-4.1 queues' cost @0.1 64.5 -> 58.5%; bench/README.md, "Old turns folded").
 TURNS_BLOCK = 64
-WRITTEN_NAMED = False  # measuring: the written texts of files the calls to the horizon name
+WRITTEN_NAMED = False
+WRITTEN_MODE = "sticky"  # measuring: "block" (the latest note) or "whole" (in each note)  # measuring: the written texts of files the calls to the horizon name
 # An aged reply's code words a turns note names (a reply of a queue's earlier task only,
 # `fold_turns`): those the agent's code typed in at least this many replies so far
 # (`code_words`)
@@ -616,7 +617,8 @@ def mentioned(text: str) -> list[str]:
 
 def turns_note(messages: Sequence[Mapping[str, Any]], run: Run,
                earlier: Earlier | None = None, written: Sequence[str] = (),
-               typed: Mapping[str, int] | None = None, every: bool = False) -> str:
+               typed: Mapping[str, int] | None = None, every: bool = False,
+               whole: Sequence[str] = ()) -> str:
     """What a turns run is sent as: a header and what its turns named, once each in the
     call (`earlier`: the call's turns notes before it) — a user text as sent (a
     placeholder: only the values it mentions; a digest: its kept lines and its mentions,
@@ -658,10 +660,14 @@ def turns_note(messages: Sequence[Mapping[str, Any]], run: Run,
             named += mentioned(said)
         elif said != "omitted":
             add(said)
-        for line in calls.split("\n"):
-            line = line.strip()
-            if not _adds_nothing(line, known):
-                add(short_call(line))
+        for piece, as_written in _pieces(calls, whole):
+            if as_written:
+                add(piece)
+                continue
+            for line in piece.split("\n"):
+                line = line.strip()
+                if not _adds_nothing(line, known):
+                    add(short_call(line))
         add(" ".join(dict.fromkeys(v for v in named if not known(v))))
         reply = str(messages[k + 1].get("content") or "")
         words = [*value_words(reply), *pattern_words(reply)]
@@ -676,6 +682,22 @@ def turns_note(messages: Sequence[Mapping[str, Any]], run: Run,
     return f"[ctxgate: {(run.end - run.user + 1) // 2} turns folded]{note}"  # TURNS_HEAD
 
 
+def _pieces(calls: str, whole: Sequence[str]) -> list[tuple[str, bool]]:
+    """`calls` (a fold note's call lines) cut around the texts of `whole` it carries: each
+    piece, and whether it is one of those texts (sent as written)."""
+    out: list[tuple[str, bool]] = []
+    rest = calls
+    while whole:
+        found = [(rest.find(t), t) for t in whole if t in rest]
+        if not found:
+            break
+        at, text = min(found, key=lambda f: (f[0], -len(f[1])))
+        out += [(rest[:at], False), (text, True)]
+        rest = rest[at + len(text):]
+    out.append((rest, False))
+    return out
+
+
 # A turns run's note and its tokens by what `turns_note` reads: the call's earlier turns
 # notes and the contents of the run's messages, its user message to its last reply.
 NoteCache = dict[tuple[Any, ...], tuple[str, int]]
@@ -685,16 +707,16 @@ def _turns_note(messages: Sequence[Mapping[str, Any]], run: Run, count: Callable
                 cache: NoteCache | None, made: NoteCache | None,
                 earlier: Earlier, written: Sequence[str] = (),
                 typed: Mapping[str, int] | None = None,
-                every: bool = False) -> tuple[str, int]:
+                every: bool = False, whole: Sequence[str] = ()) -> tuple[str, int]:
     """`turns_note` of `run` and its tokens, taken from `cache` when the run's contents and
     the notes before it are the ones it was made from (a step re-makes only the notes of
     the runs it changed and after: the older blocks' stay byte for byte), else made; put
     in `made`."""
     key = (earlier.text, *(m.get("content") for m in messages[run.user:run.end + 1]),
-           *written, *sorted((typed or {}).items()), every)
+           *written, *sorted((typed or {}).items()), every, *whole)
     known = cache.get(key) if cache is not None else None
     if known is None:
-        text = turns_note(messages, run, earlier, written, typed, every)
+        text = turns_note(messages, run, earlier, written, typed, every, whole)
         known = (text, count(text))
     if made is not None:
         made[key] = known
@@ -720,6 +742,44 @@ def retyped(client: Sequence[Mapping[str, Any]], starts: Sequence[int],
         again += len(before & after)
         out.append(words >= RETYPED_WORDS and again >= RETYPED_SHARE * words)
     return out
+
+
+def _kept_whole(client: Sequence[Mapping[str, Any]], plan: Plan, runs: Sequence[Run],
+                since: int, horizon: int) -> tuple[str, ...]:
+    """The texts the current task's calls up to the latest turns run wrote that their
+    files still hold (`quoting.Standing.written`), for an agent that edits by exact text;
+    a turns note sends them as written."""
+    if not client or not runs:
+        return ()
+    end = plan[runs[-1].end][0]
+    start = max(since, 0)
+    if start >= end:
+        return ()
+    texts = standing(client, start, end, horizon)
+    if not texts.edits:
+        return ()
+    latest = list(texts.written.values())[-STANDING_FILES:]
+    return tuple(t for held in latest for t in held)
+
+
+def _first_edit(client: Sequence[Mapping[str, Any]], plan: Plan, runs: Sequence[Run],
+                since: int) -> int:
+    """The client message of the current task's first exact-text edit up to the latest
+    turns run (`quoting.Standing.first_edit`; -1: none)."""
+    if not client or not runs:
+        return -1
+    end = plan[runs[-1].end][0]
+    start = max(since, 0)
+    return standing(client, start, end).first_edit if start < end else -1
+
+
+def _run_written(client: Sequence[Mapping[str, Any]], first: int, last: int) -> tuple[str, ...]:
+    """The texts the calls of client messages `first`..`last` wrote that their files still
+    hold when the run ends (`quoting.Standing.written`): a turns note of those messages
+    sends them as written. Read from the run's messages (and the ones before it) only, so
+    a later step leaves the note as it was."""
+    written = list(standing(client, first, last).written.values())[-STANDING_FILES:]
+    return tuple(t for held in written for t in held)
 
 
 def _with_written(last: tuple[Any, ...], notes: dict[int, tuple[int, str]],
@@ -795,6 +855,8 @@ def fold_turns(folded: Folded, runs: Sequence[Run], original: Original,
     read = 0  # the client messages `times` has counted
     shown = retyped(client, starts, task) if client and starts else []
     last: tuple[Any, ...] = ()  # the latest folded run's note and its first event's parts
+    keep = _kept_whole(client, plan, runs, since, horizon) if WRITTEN_MODE == "whole" else ()
+    edited = _first_edit(client, plan, runs, since) if WRITTEN_MODE == "sticky" else -1
     for run in runs:
         first, last = plan[run.user][0], plan[run.end][0]
         written: tuple[str, ...] = ()
@@ -811,8 +873,13 @@ def fold_turns(folded: Folded, runs: Sequence[Run], original: Original,
             read = max(read, plan[run.end][0] + 1)
             typed = {w: times[w] for text in written[1::2] for w in code_words(text)
                      if every or times.get(w, 0) >= TYPED}
+        kept = keep
+        if 0 <= edited < last and first >= since:
+            kept = _run_written(client, first, last)
+        whole = tuple(t for t in kept if any(
+            t in str(messages[p].get("content")) for p in range(run.user, run.end, 2)))
         text, tokens = _turns_note(messages, run, count, cache, made, earlier, written,
-                                   typed, every)
+                                   typed, every, whole)
         olds: dict[int, Sequence[DropEvent]] = {
             i: by_index.get(i, []) for i in range(first, last)}
         heads = {i: original(i) for i in range(first, last)}
@@ -839,7 +906,7 @@ def fold_turns(folded: Folded, runs: Sequence[Run], original: Original,
         last = (run, text, tokens, now, step, new_events[first])
     if not notes:
         return folded
-    if client and last:
+    if client and last and WRITTEN_MODE == "block":
         delta += _with_written(last, notes, new_events, made_events, client, plan, count,
                                earlier.text, since, horizon, folded.delta - delta)
     out_messages: list[Mapping[str, Any]] = []

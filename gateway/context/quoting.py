@@ -111,6 +111,7 @@ def keeps_layout(messages: Sequence[Mapping[str, Any]], index: int) -> bool:
 # texts a file (its latest), and a turns note's block of them at most this many characters
 STANDING_TEXTS = 4
 STANDING_CHARS = 6000
+STANDING_FILES = 1  # measuring: the latest touched files a block carries
 
 
 def _text(s: str) -> bool:
@@ -142,6 +143,11 @@ class Standing:
 
     files: dict[str, list[str]] = field(default_factory=dict)
     edits: bool = False
+    first_edit: int = -1  # the message of the first such call (-1: none)
+    # per file, the calls' texts as written that the file still holds some of: a write's
+    # text until the file is written again, an edit's new text until a later edit's
+    # quote takes all of it (the latest `STANDING_TEXTS`)
+    written: dict[str, list[str]] = field(default_factory=dict)
 
 
 def standing(messages: Sequence[Mapping[str, Any]], start: int, end: int,
@@ -150,14 +156,18 @@ def standing(messages: Sequence[Mapping[str, Any]], start: int, end: int,
     a quote too); its `edits` read up to `until` (default: `end`)."""
     out = Standing()
     files = out.files  # past `end`, a scratch map: only `edits` is read there
+    written = out.written
     until = end if until is None else max(until, end)
     said: list[str] = []  # the earlier messages' outputs and call texts a quote is from
     for msg in messages[:start]:
         if msg.get("role") == "tool":
             said.append(content_text(msg.get("content")))
+        elif msg.get("role") == "assistant":
+            said += (s for call in tool_calls(msg) for s in _strings(arguments(call)[1])
+                     if _text(s))
     for at, msg in enumerate(messages[start:until], start):
         if at == end:  # past the stretch: the files stay as it left them
-            files = {}
+            files, written = {}, {}
         if msg.get("role") == "tool":
             said.append(content_text(msg.get("content")))
             continue
@@ -171,9 +181,11 @@ def standing(messages: Sequence[Mapping[str, Any]], start: int, end: int,
                 continue
             file = named[0]
             held = files.setdefault(file, [])
+            verbatim = written.setdefault(file, [])
             pair = _pair(strings)
             if pair is None:  # a file written whole
                 held[:] = [texts[0]]
+                verbatim[:] = [texts[0]]
             else:
                 quote, new = pair
                 if not any(quote in t for t in held) and any(new in t for t in held):
@@ -181,15 +193,19 @@ def standing(messages: Sequence[Mapping[str, Any]], start: int, end: int,
                 elif not any(quote in t for t in held) and not any(quote in t for t in said) \
                         and any(new in t for t in said):
                     quote, new = new, quote
-                if any(quote in t for t in (*held, *said)):
-                    out.edits = True
+                if not out.edits and any(quote in t for t in (*held, *said)):
+                    out.edits, out.first_edit = True, at
                 at = next((k for k, t in enumerate(held) if quote in t), None)
                 if at is not None:
                     held[at] = held[at].replace(quote, new, 1)
                 else:
                     held[:] = [t for t in held if t not in new][1 - STANDING_TEXTS:] + [new]
+                verbatim[:] = [t for t in verbatim if t not in quote][1 - STANDING_TEXTS:]
+                if _text(new):
+                    verbatim.append(new)
             said += texts
             files[file] = files.pop(file)  # the latest touched last
+            written[file] = written.pop(file)
     return out
 
 
@@ -201,7 +217,7 @@ def standing_block(texts: Standing, named: set[str] | None = None,
     `chars` characters."""
     parts: list[str] = []
     left = chars
-    for file, held in reversed(texts.files.items()):
+    for file, held in list(reversed(texts.files.items()))[:STANDING_FILES]:
         if named is not None and file not in named:
             continue
         kept = [t for t in held if t not in known and len(t) <= left]
