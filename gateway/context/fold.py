@@ -91,8 +91,7 @@ from typing import Any
 import orjson
 
 from gateway.context.items import PINNED
-from gateway.context.needed import arguments, tool_calls
-from gateway.context.quoting import STANDING_FILES, _strings, standing, standing_block
+from gateway.context.quoting import standing
 from gateway.context.render import Plan, with_content
 from gateway.context.summarize import notable, shell_commands, values
 from gateway.observability.droplog import Action, DropEvent, Kind
@@ -107,8 +106,6 @@ MIN_TURNS = 2  # turns a turns run folds at least (one turn gains nothing)
 # (one run from the session's start made every step re-send the whole call: tau2-bench
 # retail-4.1 queues' cost @0.1 64.5 -> 58.5%; bench/README.md, "Old turns folded").
 TURNS_BLOCK = 64
-WRITTEN_NAMED = False
-WRITTEN_MODE = "sticky"  # measuring: "block" (the latest note) or "whole" (in each note)  # measuring: the written texts of files the calls to the horizon name
 # An aged reply's code words a turns note names (a reply of a queue's earlier task only,
 # `fold_turns`): those the agent's code typed in at least this many replies so far
 # (`code_words`)
@@ -744,24 +741,6 @@ def retyped(client: Sequence[Mapping[str, Any]], starts: Sequence[int],
     return out
 
 
-def _kept_whole(client: Sequence[Mapping[str, Any]], plan: Plan, runs: Sequence[Run],
-                since: int, horizon: int) -> tuple[str, ...]:
-    """The texts the current task's calls up to the latest turns run wrote that their
-    files still hold (`quoting.Standing.written`), for an agent that edits by exact text;
-    a turns note sends them as written."""
-    if not client or not runs:
-        return ()
-    end = plan[runs[-1].end][0]
-    start = max(since, 0)
-    if start >= end:
-        return ()
-    texts = standing(client, start, end, horizon)
-    if not texts.edits:
-        return ()
-    latest = list(texts.written.values())[-STANDING_FILES:]
-    return tuple(t for held in latest for t in held)
-
-
 def _first_edit(client: Sequence[Mapping[str, Any]], plan: Plan, runs: Sequence[Run],
                 since: int) -> int:
     """The client message of the current task's first exact-text edit up to the latest
@@ -778,45 +757,8 @@ def _run_written(client: Sequence[Mapping[str, Any]], first: int, last: int) -> 
     hold when the run ends (`quoting.Standing.written`): a turns note of those messages
     sends them as written. Read from the run's messages (and the ones before it) only, so
     a later step leaves the note as it was."""
-    written = list(standing(client, first, last).written.values())[-STANDING_FILES:]
-    return tuple(t for held in written for t in held)
-
-
-def _with_written(last: tuple[Any, ...], notes: dict[int, tuple[int, str]],
-                  events: dict[int, DropEvent], made: FoldEvents | None,
-                  client: Sequence[Mapping[str, Any]], plan: Plan,
-                  count: Callable[[str], int], known: str, since: int, horizon: int,
-                  saved: int) -> int:
-    """The latest turns note with what the current task's calls up to its run left written
-    (`quoting.standing_block`), for an agent that edits by exact text (`Standing.edits`):
-    the note reads a call's text line by line, stripped and without the lines it had, and
-    the agent's next edit quotes several lines of its file as written (Gemini CLI's files
-    written whole, Claude Code's edits' new texts). Only the latest note carries it, so a
-    step rewrites no older note; the tokens it adds (the note's event updated in `events`)."""
-    run, text, tokens, now, step, event = last
-    end = plan[run.end][0]
-    start = max(since, 0)
-    if start >= end:
-        return 0
-    texts = standing(client, start, end, horizon)
-    if not texts.edits:
-        return 0
-    named = None
-    if WRITTEN_NAMED:
-        named = {s for msg in client[end:horizon] if msg.get("role") == "assistant"
-                 for call in tool_calls(msg) for s in _strings(arguments(call)[1])}
-    block = standing_block(texts, named, known)
-    if not block:
-        return 0
-    text = f"{text}\n{block}"
-    after = count(text)
-    if after - tokens >= saved:  # the fold as a whole must still save
-        return 0
-    notes[run.user] = (run.end, text)
-    i = event.message_index
-    events[i] = _event(made, i, event.action, event.reason, event.item_id, event.kind,
-                       event.tokens_before, after, event.text, event.step)
-    return after - tokens
+    files = standing(client, first, last).written
+    return tuple(files[next(reversed(files))]) if files else ()
 
 
 def fold_turns(folded: Folded, runs: Sequence[Run], original: Original,
@@ -825,7 +767,7 @@ def fold_turns(folded: Folded, runs: Sequence[Run], original: Original,
                users: tuple[UserCopies, UserCopies] | None = None,
                made_events: FoldEvents | None = None,
                client: Sequence[Mapping[str, Any]] = (), task: int = -1,
-               starts: Sequence[int] = (), since: int = -1, horizon: int = -1) -> Folded:
+               starts: Sequence[int] = (), since: int = -1) -> Folded:
     """`folded` with each turns run's messages but its last reply gone and its first user
     message sent as the run's note (`turns_note`); every client message from that one to
     the last reply (the exchanges an earlier fold took included) gets one event, reason
@@ -854,9 +796,7 @@ def fold_turns(folded: Folded, runs: Sequence[Run], original: Original,
     times: dict[str, int] = {}  # per code word: the client replies so far whose code has it
     read = 0  # the client messages `times` has counted
     shown = retyped(client, starts, task) if client and starts else []
-    last: tuple[Any, ...] = ()  # the latest folded run's note and its first event's parts
-    keep = _kept_whole(client, plan, runs, since, horizon) if WRITTEN_MODE == "whole" else ()
-    edited = _first_edit(client, plan, runs, since) if WRITTEN_MODE == "sticky" else -1
+    edited = _first_edit(client, plan, runs, since)
     for run in runs:
         first, last = plan[run.user][0], plan[run.end][0]
         written: tuple[str, ...] = ()
@@ -873,11 +813,10 @@ def fold_turns(folded: Folded, runs: Sequence[Run], original: Original,
             read = max(read, plan[run.end][0] + 1)
             typed = {w: times[w] for text in written[1::2] for w in code_words(text)
                      if every or times.get(w, 0) >= TYPED}
-        kept = keep
+        whole: tuple[str, ...] = ()
         if 0 <= edited < last and first >= since:
-            kept = _run_written(client, first, last)
-        whole = tuple(t for t in kept if any(
-            t in str(messages[p].get("content")) for p in range(run.user, run.end, 2)))
+            whole = tuple(t for t in _run_written(client, first, last) if any(
+                t in str(messages[p].get("content")) for p in range(run.user, run.end, 2)))
         text, tokens = _turns_note(messages, run, count, cache, made, earlier, written,
                                    typed, every, whole)
         olds: dict[int, Sequence[DropEvent]] = {
@@ -903,12 +842,8 @@ def fold_turns(folded: Folded, runs: Sequence[Run], original: Original,
         delta += tokens - now
         notes[run.user] = (run.end, text)
         earlier.take(text)
-        last = (run, text, tokens, now, step, new_events[first])
     if not notes:
         return folded
-    if client and last and WRITTEN_MODE == "block":
-        delta += _with_written(last, notes, new_events, made_events, client, plan, count,
-                               earlier.text, since, horizon, folded.delta - delta)
     out_messages: list[Mapping[str, Any]] = []
     out_plan: Plan = []
     k = 0
@@ -1080,7 +1015,7 @@ def fold(
     if turn_runs:
         notes: NoteCache = {}
         folded = fold_turns(folded, turn_runs, original, count, memo.notes, notes, users,
-                            made[1], client, task, starts, max(task, short_before), horizon)
+                            made[1], client, task, starts, max(task, short_before))
         memo.notes = notes
     if folded.messages is messages:
         return None

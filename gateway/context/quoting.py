@@ -108,10 +108,8 @@ def keeps_layout(messages: Sequence[Mapping[str, Any]], index: int) -> bool:
 
 
 # A file's texts as an exact-text editor's calls left it (`standing`): at most this many
-# texts a file (its latest), and a turns note's block of them at most this many characters
+# texts a file (its latest)
 STANDING_TEXTS = 4
-STANDING_CHARS = 6000
-STANDING_FILES = 1  # measuring: the latest touched files a block carries
 
 
 def _text(s: str) -> bool:
@@ -150,14 +148,11 @@ class Standing:
     written: dict[str, list[str]] = field(default_factory=dict)
 
 
-def standing(messages: Sequence[Mapping[str, Any]], start: int, end: int,
-             until: int | None = None) -> Standing:
-    """`Standing` of the calls in `messages[start:end]` (the earlier messages searched for
-    a quote too); its `edits` read up to `until` (default: `end`)."""
+def standing(messages: Sequence[Mapping[str, Any]], start: int, end: int) -> Standing:
+    """`Standing` of the calls in `messages[start:end]` (the messages before searched for
+    a quote too)."""
     out = Standing()
-    files = out.files  # past `end`, a scratch map: only `edits` is read there
-    written = out.written
-    until = end if until is None else max(until, end)
+    files, written = out.files, out.written
     said: list[str] = []  # the earlier messages' outputs and call texts a quote is from
     for msg in messages[:start]:
         if msg.get("role") == "tool":
@@ -165,9 +160,7 @@ def standing(messages: Sequence[Mapping[str, Any]], start: int, end: int,
         elif msg.get("role") == "assistant":
             said += (s for call in tool_calls(msg) for s in _strings(arguments(call)[1])
                      if _text(s))
-    for at, msg in enumerate(messages[start:until], start):
-        if at == end:  # past the stretch: the files stay as it left them
-            files, written = {}, {}
+    for at, msg in enumerate(messages[start:end], start):
         if msg.get("role") == "tool":
             said.append(content_text(msg.get("content")))
             continue
@@ -195,11 +188,11 @@ def standing(messages: Sequence[Mapping[str, Any]], start: int, end: int,
                     quote, new = new, quote
                 if not out.edits and any(quote in t for t in (*held, *said)):
                     out.edits, out.first_edit = True, at
-                at = next((k for k, t in enumerate(held) if quote in t), None)
-                if at is not None:
-                    held[at] = held[at].replace(quote, new, 1)
+                hit = next((k for k, t in enumerate(held) if quote in t), None)
+                if hit is not None:
+                    held[hit] = held[hit].replace(quote, new, 1)
                 else:
-                    held[:] = [t for t in held if t not in new][1 - STANDING_TEXTS:] + [new]
+                    held[:] = [*[t for t in held if t not in new][1 - STANDING_TEXTS:], new]
                 verbatim[:] = [t for t in verbatim if t not in quote][1 - STANDING_TEXTS:]
                 if _text(new):
                     verbatim.append(new)
@@ -207,23 +200,3 @@ def standing(messages: Sequence[Mapping[str, Any]], start: int, end: int,
             files[file] = files.pop(file)  # the latest touched last
             written[file] = written.pop(file)
     return out
-
-
-def standing_block(texts: Standing, named: set[str] | None = None,
-                   known: str = "", chars: int = STANDING_CHARS) -> str:
-    """The texts of `texts`' files (only those `named`, when given), the latest touched
-    first, as written (layout and repeated lines kept: a later edit quotes them so), one
-    `[ctxgate: written: FILE]` line before each file's; none a text `known` has; at most
-    `chars` characters."""
-    parts: list[str] = []
-    left = chars
-    for file, held in list(reversed(texts.files.items()))[:STANDING_FILES]:
-        if named is not None and file not in named:
-            continue
-        kept = [t for t in held if t not in known and len(t) <= left]
-        left -= sum(len(t) for t in kept)
-        if kept:
-            parts.append("\n".join([f"[ctxgate: written: {file}]", *kept]))
-        if left <= 0:
-            break
-    return "\n".join(parts)

@@ -1,7 +1,7 @@
-"""An exact-text editor's files, as its folded calls left them, ride on the latest turns
-note (bench/README.md, "Session 69, write69"): the agent's next edit quotes several lines
-of a file it wrote whole or edited, indentation and repeated lines included, and a turns
-note sends a call's text line by line, stripped and once each."""
+"""An exact-text editor's texts that its file still holds go as written in a turns note
+(bench/README.md, "Session 69, write69"): the agent's next edit quotes several lines of a
+file it wrote whole or edited, indentation and repeated lines included, and a turns note
+sends a call's text line by line, stripped and once each."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ FILE = ("def area(shape):\n    if shape.kind == 'square':\n        return shape.
         "    return 0\n")
 OLD = "    if shape.kind == 'circle':\n        return 3.14 * shape.r ** 2\n"
 NEW = "    if shape.kind == 'circle':\n        return math.pi * shape.r ** 2\n"
+TEST = "def test_square():\n    assert area(Square(2)) == 4\n"
 
 
 def _call(cid: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -55,32 +56,41 @@ def _note(messages: list[dict[str, Any]]) -> str:
     return notes[0]
 
 
-def test_a_file_written_whole_then_edited_rides_as_the_edit_left_it() -> None:
+def test_a_file_written_whole_then_edited_goes_as_written() -> None:
     note = _note(_session({"file_path": "src/shapes.py", "content": FILE},
                           {"file_path": "src/shapes.py", "old": OLD, "new": NEW}))
-    assert "[ctxgate: written: src/shapes.py]" in note
-    assert FILE.replace(OLD, NEW) in note  # what the next edit quotes: layout and all
-    assert FILE not in note  # the text the edit replaced is no longer the file's
+    assert FILE in note  # what the next edit quotes: layout and all
+    assert NEW in note
 
 
 def test_a_later_write_of_the_file_supersedes_the_earlier_text() -> None:
     note = _note(_session({"file_path": "src/shapes.py", "content": FIRST},
                           {"file_path": "src/shapes.py", "content": FILE},
                           {"file_path": "src/shapes.py", "new": NEW, "old": OLD}))
-    assert FILE.replace(OLD, NEW) in note
-    assert FIRST not in note
+    assert FILE in note and NEW in note
+    assert FIRST not in note  # line by line, as before
+    assert "return 0" in note.split("\n")
+
+
+def test_only_the_latest_touched_file_goes_as_written() -> None:
+    note = _note(_session({"file_path": "tests/test_shapes.py", "content": TEST},
+                          {"file_path": "src/shapes.py", "content": FILE},
+                          {"file_path": "src/shapes.py", "old": OLD, "new": NEW}))
+    assert FILE in note
+    assert TEST not in note
+    assert "assert area(Square(2)) == 4" in note.split("\n")
 
 
 def test_a_file_without_a_suffix_is_named_by_its_folder() -> None:
     texts = standing(_session({"file_path": "~/.local/bin/shapes", "content": FILE},
-                              {"file_path": "~/.local/bin/shapes", "old": OLD, "new": NEW}),
+                              {"file_path": "~/.local/bin/shapes", "new": NEW, "old": OLD}),
                      0, 10)
-    assert texts.edits
+    assert texts.edits and texts.first_edit == 4
     assert texts.files == {"~/.local/bin/shapes": [FILE.replace(OLD, NEW)]}
+    assert texts.written == {"~/.local/bin/shapes": [FILE, NEW]}
 
 
 def test_an_agent_that_never_edits_by_exact_text_gets_its_notes_as_before() -> None:
     note = _note(_session({"file_path": "src/shapes.py", "content": FILE}))
-    assert "[ctxgate: written:" not in note
     assert FILE not in note  # line by line, as a turns note reads every call
     assert "return 3.14 * shape.r ** 2" in note.split("\n")
