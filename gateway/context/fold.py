@@ -91,7 +91,6 @@ from typing import Any
 import orjson
 
 from gateway.context.items import PINNED
-from gateway.context.quoting import standing
 from gateway.context.render import Plan, with_content
 from gateway.context.summarize import notable, shell_commands, values
 from gateway.observability.droplog import Action, DropEvent, Kind
@@ -614,8 +613,7 @@ def mentioned(text: str) -> list[str]:
 
 def turns_note(messages: Sequence[Mapping[str, Any]], run: Run,
                earlier: Earlier | None = None, written: Sequence[str] = (),
-               typed: Mapping[str, int] | None = None, every: bool = False,
-               whole: Sequence[str] = ()) -> str:
+               typed: Mapping[str, int] | None = None, every: bool = False) -> str:
     """What a turns run is sent as: a header and what its turns named, once each in the
     call (`earlier`: the call's turns notes before it) — a user text as sent (a
     placeholder: only the values it mentions; a digest: its kept lines and its mentions,
@@ -657,14 +655,10 @@ def turns_note(messages: Sequence[Mapping[str, Any]], run: Run,
             named += mentioned(said)
         elif said != "omitted":
             add(said)
-        for piece, as_written in _pieces(calls, whole):
-            if as_written:
-                add(piece)
-                continue
-            for line in piece.split("\n"):
-                line = line.strip()
-                if not _adds_nothing(line, known):
-                    add(short_call(line))
+        for line in calls.split("\n"):
+            line = line.strip()
+            if not _adds_nothing(line, known):
+                add(short_call(line))
         add(" ".join(dict.fromkeys(v for v in named if not known(v))))
         reply = str(messages[k + 1].get("content") or "")
         words = [*value_words(reply), *pattern_words(reply)]
@@ -679,22 +673,6 @@ def turns_note(messages: Sequence[Mapping[str, Any]], run: Run,
     return f"[ctxgate: {(run.end - run.user + 1) // 2} turns folded]{note}"  # TURNS_HEAD
 
 
-def _pieces(calls: str, whole: Sequence[str]) -> list[tuple[str, bool]]:
-    """`calls` (a fold note's call lines) cut around the texts of `whole` it carries: each
-    piece, and whether it is one of those texts (sent as written)."""
-    out: list[tuple[str, bool]] = []
-    rest = calls
-    while whole:
-        found = [(rest.find(t), t) for t in whole if t in rest]
-        if not found:
-            break
-        at, text = min(found, key=lambda f: (f[0], -len(f[1])))
-        out += [(rest[:at], False), (text, True)]
-        rest = rest[at + len(text):]
-    out.append((rest, False))
-    return out
-
-
 # A turns run's note and its tokens by what `turns_note` reads: the call's earlier turns
 # notes and the contents of the run's messages, its user message to its last reply.
 NoteCache = dict[tuple[Any, ...], tuple[str, int]]
@@ -704,16 +682,16 @@ def _turns_note(messages: Sequence[Mapping[str, Any]], run: Run, count: Callable
                 cache: NoteCache | None, made: NoteCache | None,
                 earlier: Earlier, written: Sequence[str] = (),
                 typed: Mapping[str, int] | None = None,
-                every: bool = False, whole: Sequence[str] = ()) -> tuple[str, int]:
+                every: bool = False) -> tuple[str, int]:
     """`turns_note` of `run` and its tokens, taken from `cache` when the run's contents and
     the notes before it are the ones it was made from (a step re-makes only the notes of
     the runs it changed and after: the older blocks' stay byte for byte), else made; put
     in `made`."""
     key = (earlier.text, *(m.get("content") for m in messages[run.user:run.end + 1]),
-           *written, *sorted((typed or {}).items()), every, *whole)
+           *written, *sorted((typed or {}).items()), every)
     known = cache.get(key) if cache is not None else None
     if known is None:
-        text = turns_note(messages, run, earlier, written, typed, every, whole)
+        text = turns_note(messages, run, earlier, written, typed, every)
         known = (text, count(text))
     if made is not None:
         made[key] = known
@@ -741,33 +719,13 @@ def retyped(client: Sequence[Mapping[str, Any]], starts: Sequence[int],
     return out
 
 
-def _first_edit(client: Sequence[Mapping[str, Any]], plan: Plan, runs: Sequence[Run],
-                since: int) -> int:
-    """The client message of the current task's first exact-text edit up to the latest
-    turns run (`quoting.Standing.first_edit`; -1: none)."""
-    if not client or not runs:
-        return -1
-    end = plan[runs[-1].end][0]
-    start = max(since, 0)
-    return standing(client, start, end).first_edit if start < end else -1
-
-
-def _run_written(client: Sequence[Mapping[str, Any]], first: int, last: int) -> tuple[str, ...]:
-    """The texts the calls of client messages `first`..`last` wrote that their files still
-    hold when the run ends (`quoting.Standing.written`): a turns note of those messages
-    sends them as written. Read from the run's messages (and the ones before it) only, so
-    a later step leaves the note as it was."""
-    files = standing(client, first, last).written
-    return tuple(files[next(reversed(files))]) if files else ()
-
-
 def fold_turns(folded: Folded, runs: Sequence[Run], original: Original,
                count: Callable[[str], int], cache: NoteCache | None = None,
                made: NoteCache | None = None,
                users: tuple[UserCopies, UserCopies] | None = None,
                made_events: FoldEvents | None = None,
                client: Sequence[Mapping[str, Any]] = (), task: int = -1,
-               starts: Sequence[int] = (), since: int = -1) -> Folded:
+               starts: Sequence[int] = ()) -> Folded:
     """`folded` with each turns run's messages but its last reply gone and its first user
     message sent as the run's note (`turns_note`); every client message from that one to
     the last reply (the exchanges an earlier fold took included) gets one event, reason
@@ -796,7 +754,6 @@ def fold_turns(folded: Folded, runs: Sequence[Run], original: Original,
     times: dict[str, int] = {}  # per code word: the client replies so far whose code has it
     read = 0  # the client messages `times` has counted
     shown = retyped(client, starts, task) if client and starts else []
-    edited = _first_edit(client, plan, runs, since)
     for run in runs:
         first, last = plan[run.user][0], plan[run.end][0]
         written: tuple[str, ...] = ()
@@ -813,12 +770,8 @@ def fold_turns(folded: Folded, runs: Sequence[Run], original: Original,
             read = max(read, plan[run.end][0] + 1)
             typed = {w: times[w] for text in written[1::2] for w in code_words(text)
                      if every or times.get(w, 0) >= TYPED}
-        whole: tuple[str, ...] = ()
-        if 0 <= edited < last and first >= since:
-            whole = tuple(t for t in _run_written(client, first, last) if any(
-                t in str(messages[p].get("content")) for p in range(run.user, run.end, 2)))
         text, tokens = _turns_note(messages, run, count, cache, made, earlier, written,
-                                   typed, every, whole)
+                                   typed, every)
         olds: dict[int, Sequence[DropEvent]] = {
             i: by_index.get(i, []) for i in range(first, last)}
         heads = {i: original(i) for i in range(first, last)}
@@ -1015,7 +968,7 @@ def fold(
     if turn_runs:
         notes: NoteCache = {}
         folded = fold_turns(folded, turn_runs, original, count, memo.notes, notes, users,
-                            made[1], client, task, starts, max(task, short_before))
+                            made[1], client, task, starts)
         memo.notes = notes
     if folded.messages is messages:
         return None

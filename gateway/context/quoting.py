@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.context.items import content_text
@@ -28,8 +27,6 @@ QUOTE_MIN_CHARS = 24
 # A file named by a call: a path or a file name with an extension, no spaces (a command
 # line is not a path: `cat x.json` names a command)
 _FILE = re.compile(r"^[~./\\\w:-]*[\w-]\.\w{1,8}$")
-# A path a call writes to: the above, or a name under a folder (`~/.local/bin/tool`)
-_PATH = re.compile(r"^[~.]{0,2}/?(?:[\w.@+-]+/)+[\w.@+-]+$")
 _JSON_FILE = re.compile(r"\.json[c5]?$", re.IGNORECASE)  # a file that is JSON itself
 
 
@@ -105,98 +102,3 @@ def keeps_layout(messages: Sequence[Mapping[str, Any]], index: int) -> bool:
     files = named_files(messages, index)
     return bool(files) and (any(_JSON_FILE.search(f) for f in files)
                             or quotes_outputs(messages, index))
-
-
-# A file's texts as an exact-text editor's calls left it (`standing`): at most this many
-# texts a file (its latest)
-STANDING_TEXTS = 4
-
-
-def _text(s: str) -> bool:
-    """Whether an argument string is a text of lines a later quote can take from: two or
-    more lines, `QUOTE_MIN_CHARS` or longer."""
-    return len(s) >= QUOTE_MIN_CHARS and "\n" in s.strip()
-
-
-def _pair(strings: Sequence[str]) -> tuple[str, str] | None:
-    """An edit's two texts among a call's argument strings: a text of lines and another
-    string sharing a line with it (`_replaces`' shape), in argument order; None: none."""
-    for i, s in enumerate(strings):
-        if not _text(s):
-            continue
-        kept = _lines(s)
-        for j, t in enumerate(strings):
-            if j != i and t != s and kept & _lines(t):
-                return (s, t) if i < j else (t, s)
-    return None
-
-
-@dataclass(slots=True)
-class Standing:
-    """What the calls of a stretch of messages left written, per file they name (`_FILE`):
-    a file written whole is its text; an edit's new text replaces its quote where a text
-    of the file has it, else joins the file's texts (the latest `STANDING_TEXTS`).
-    `edits`: whether a call of the stretch replaced a quote an earlier message carries (an
-    output it read, or a text a call wrote) — an agent that edits by exact text."""
-
-    files: dict[str, list[str]] = field(default_factory=dict)
-    edits: bool = False
-    first_edit: int = -1  # the message of the first such call (-1: none)
-    # per file, the calls' texts as written that the file still holds some of: a write's
-    # text until the file is written again, an edit's new text until a later edit's
-    # quote takes all of it (the latest `STANDING_TEXTS`)
-    written: dict[str, list[str]] = field(default_factory=dict)
-
-
-def standing(messages: Sequence[Mapping[str, Any]], start: int, end: int) -> Standing:
-    """`Standing` of the calls in `messages[start:end]` (the messages before searched for
-    a quote too)."""
-    out = Standing()
-    files, written = out.files, out.written
-    said: list[str] = []  # the earlier messages' outputs and call texts a quote is from
-    for msg in messages[:start]:
-        if msg.get("role") == "tool":
-            said.append(content_text(msg.get("content")))
-        elif msg.get("role") == "assistant":
-            said += (s for call in tool_calls(msg) for s in _strings(arguments(call)[1])
-                     if _text(s))
-    for at, msg in enumerate(messages[start:end], start):
-        if msg.get("role") == "tool":
-            said.append(content_text(msg.get("content")))
-            continue
-        if msg.get("role") != "assistant":
-            continue
-        for call in tool_calls(msg):
-            strings = list(_strings(arguments(call)[1]))
-            named = [s for s in strings if _FILE.match(s) or _PATH.match(s)]
-            texts = [s for s in strings if _text(s)]
-            if not named or not texts:
-                continue
-            file = named[0]
-            held = files.setdefault(file, [])
-            verbatim = written.setdefault(file, [])
-            pair = _pair(strings)
-            if pair is None:  # a file written whole
-                held[:] = [texts[0]]
-                verbatim[:] = [texts[0]]
-            else:
-                quote, new = pair
-                if not any(quote in t for t in held) and any(new in t for t in held):
-                    quote, new = new, quote  # the text the file holds is the quote
-                elif not any(quote in t for t in held) and not any(quote in t for t in said) \
-                        and any(new in t for t in said):
-                    quote, new = new, quote
-                if not out.edits and any(quote in t for t in (*held, *said)):
-                    out.edits, out.first_edit = True, at
-                hit = next((k for k, t in enumerate(held) if quote in t), None)
-                if hit is not None:
-                    held[hit] = held[hit].replace(quote, new, 1)
-                else:
-                    held[:] = [*[t for t in held if t not in new][1 - STANDING_TEXTS:], new]
-                verbatim[:] = [t for t in verbatim if t not in quote][1 - STANDING_TEXTS:]
-                if _text(new):
-                    verbatim.append(new)
-            said += texts
-            files[file] = files.pop(file)  # the latest touched last
-            written[file] = written.pop(file)
-    return out
