@@ -1,0 +1,60 @@
+"""A text-tool run whose harness does not count the calls left, of an agent whose record
+says its sessions are runs of one task (`steps.runs_of_one`), rewrites a result on the call
+where it stops being the newest, as a counted run does (`engine._tail_left`,
+`engine._tail_masks`): the rewrite lands at the tail of what the last call sent, so it
+re-sends only itself, where an aging step rewrites early messages and re-sends all after
+them (bench/README.md, "Session 69, mswe69")."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.context.engine import CallContext, ContextEngine
+
+SYSTEM = "You are a helpful assistant that can interact with a computer shell to solve tasks."
+
+
+def _output(k: int) -> str:
+    rows = "".join(f"    def handler_{k}_{i}(self, record):  # line {k * 100 + i}\n"
+                   f"        return record.fields[{i * 37 + k}] * weight_{i}\n"
+                   for i in range(30))
+    return f"<returncode>0</returncode>\n<output>\nclass Parser{k}:\n{rows}</output>"
+
+
+def _shell_run() -> list[dict[str, Any]]:
+    """mini-SWE-agent's run: fenced shell blocks answered by their exit status and output."""
+    msgs: list[dict[str, Any]] = [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": "<pr_description>\nfix the parser's weights\n</pr_description>"}]
+    for k in range(5):
+        msgs += [{"role": "assistant",
+                  "content": f"THOUGHT: I read the next module.\n\n```bash\ncat parser_{k}.py\n```"},
+                 {"role": "user", "content": _output(k)}]
+    return msgs
+
+
+async def _calls(engine: ContextEngine, messages: list[dict[str, Any]], sid: str
+                 ) -> list[list[str]]:
+    """Each call's messages as forwarded."""
+    out = []
+    for end in [i for i, m in enumerate(messages) if m["role"] == "assistant"]:
+        fitted = await engine.fit({"model": "gpt-4o", "messages": messages[:end]},
+                                  CallContext("t-run", "s", {"x-ctxgate-session-id": sid}))
+        out.append([str(m["content"]) for m in fitted.body["messages"]])
+    return out
+
+
+async def test_a_run_of_one_by_the_record_rewrites_a_result_at_the_tail(
+    engine: ContextEngine,
+) -> None:
+    messages = _shell_run()
+    first = await _calls(engine, messages, "tail-record-0")
+    assert first[3][3] == messages[3]["content"]  # no record yet: verbatim until a step
+    for k in range(1, 7):  # six more runs of the same agent, each one task
+        calls = await _calls(engine, messages, f"tail-record-{k}")
+    for k in (2, 3, 4):  # a result older than the newest
+        sent, before = calls[k], calls[k - 1]
+        aging = len(before) - 1  # the result the last call ended with
+        assert sent[:aging] == before[:aging]  # nothing before it changes
+        assert len(sent[aging]) < len(messages[aging]["content"]) / 2  # it goes shorter
+        assert sent[aging + 1:] == [str(m["content"]) for m in messages[aging + 1:len(sent)]]
