@@ -847,7 +847,12 @@ class ContextEngine:
         if over and first_call and ctx.target is not None:  # cut just enough
             final = give_back(before, final, ctx, ctx.target)
         elif not over and state.calls:
-            final, tailed = _tail_masks(messages, final, ctx, state)
+            # a run the agent's record calls one task rewrites at the tail only on a call
+            # that changes its prefix anyway, or one the instability budget allows
+            shared = turns_step or state.steps + tails + 1 <= cls.compaction.max_step_share * (
+                state.calls + state.stable_calls)
+            final, tailed = _tail_masks(messages, final, ctx, state, shared,
+                                        TAIL_ON_STEP if turns_step else TAIL)
             stepped = stepped or tailed  # the next call re-applies the decisions (`_prefix`)
         if cls.compaction.ages:  # the instability budget counts this session's calls
             if horizon != state.horizon:
@@ -1153,6 +1158,7 @@ def _leave_unrepaid(
 
 
 TAIL = "tail"  # the reason of a counted run's tail rewrite (`_tail_masks`)
+TAIL_ON_STEP = "tail_on_step"  # one on a call whose aging step changed the prefix anyway
 
 
 def _tail_left(cls: TaskClass, messages: list[Mapping[str, Any]],
@@ -1190,7 +1196,7 @@ def _tail_steps(cls: TaskClass, messages: list[Mapping[str, Any]], items: list[I
 
 def _tail_masks(
     messages: list[Mapping[str, Any]], final: list[Item], ctx: StageContext,
-    state: SessionState,
+    state: SessionState, shared: bool = True, reason: str = TAIL,
 ) -> tuple[list[Item], bool]:
     """A text-tool agent's result rewritten on the call where it stops being the newest,
     when its harness counts the calls left or its record says runs of one (`_tail_left`) and the rewrite repays over
@@ -1209,6 +1215,10 @@ def _tail_masks(
     left = _tail_left(ctx.task_class, messages, state)
     if opts is None or left is None or text_tools_now(ctx.task_class, final) is None:
         return final, False
+    if calls_left(messages) is not None:
+        reason = TAIL  # a counted run's: every such call counts against the share
+    elif not shared:
+        return final, False  # a run of one by its record: not every call (prefix stable 39%)
     latest = next((i for i in range(len(messages) - 1, -1, -1)
                    if messages[i].get("role") == "assistant"), -1)
     aging = latest - 1  # the result the last call ended with
@@ -1223,9 +1233,9 @@ def _tail_masks(
                 or not undecided(item, ctx.decisions)):
             continue
         named = {v for v in summarize_values(original.text) if notable(v)} - ctx.known
-        chosen[item.id] = (Decision("compress", "mask", TAIL, "mask", 1, arg=GIST)
+        chosen[item.id] = (Decision("compress", "mask", reason, "mask", 1, arg=GIST)
                            if len(named) <= GIST_VALUES else
-                           Decision("compress", "compress", TAIL, "summary", opts.level))
+                           Decision("compress", "compress", reason, "summary", opts.level))
     if not chosen:
         return final, False
     probe = replace(ctx, decisions=dict(ctx.decisions))  # decided only if it repays

@@ -26,7 +26,7 @@ def _shell_run() -> list[dict[str, Any]]:
     msgs: list[dict[str, Any]] = [
         {"role": "system", "content": SYSTEM},
         {"role": "user", "content": "<pr_description>\nfix the parser's weights\n</pr_description>"}]
-    for k in range(5):
+    for k in range(12):
         msgs += [{"role": "assistant",
                   "content": f"THOUGHT: I read the next module.\n\n```bash\ncat parser_{k}.py\n```"},
                  {"role": "user", "content": _output(k)}]
@@ -44,17 +44,27 @@ async def _calls(engine: ContextEngine, messages: list[dict[str, Any]], sid: str
     return out
 
 
+def _tail_rewrites(calls: list[list[str]], messages: list[dict[str, Any]]) -> list[int]:
+    """The calls that rewrote the result the call before ended with, and nothing before it."""
+    out = []
+    for k in range(1, len(calls)):
+        sent, before = calls[k], calls[k - 1]
+        aging = len(before) - 1  # the result the last call ended with
+        if sent[:aging] == before[:aging] and len(sent[aging]) < len(before[aging]) / 2:
+            assert before[aging] == messages[aging]["content"]
+            assert sent[aging + 1:] == [str(m["content"]) for m in messages[aging + 1:len(sent)]]
+            out.append(k)
+    return out
+
+
 async def test_a_run_of_one_by_the_record_rewrites_a_result_at_the_tail(
     engine: ContextEngine,
 ) -> None:
     messages = _shell_run()
     first = await _calls(engine, messages, "tail-record-0")
-    assert first[3][3] == messages[3]["content"]  # no record yet: verbatim until a step
+    assert _tail_rewrites(first, messages) == []  # no record yet: verbatim until a step
     for k in range(1, 7):  # six more runs of the same agent, each one task
         calls = await _calls(engine, messages, f"tail-record-{k}")
-    for k in (2, 3, 4):  # a result older than the newest
-        sent, before = calls[k], calls[k - 1]
-        aging = len(before) - 1  # the result the last call ended with
-        assert sent[:aging] == before[:aging]  # nothing before it changes
-        assert len(sent[aging]) < len(messages[aging]["content"]) / 2  # it goes shorter
-        assert sent[aging + 1:] == [str(m["content"]) for m in messages[aging + 1:len(sent)]]
+    rewrites = _tail_rewrites(calls, messages)
+    # on the calls the instability budget allows a change (one in five), not on every call
+    assert rewrites and len(rewrites) <= 0.2 * len(calls) + 1, rewrites
