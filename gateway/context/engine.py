@@ -848,11 +848,9 @@ class ContextEngine:
             final = give_back(before, final, ctx, ctx.target)
         elif not over and state.calls:
             # a run the agent's record calls one task rewrites at the tail only on a call
-            # that changes its prefix anyway, or one the instability budget allows
-            shared = turns_step or state.steps + tails + 1 <= cls.compaction.max_step_share * (
-                state.calls + state.stable_calls)
-            final, tailed = _tail_masks(messages, final, ctx, state, shared,
-                                        TAIL_ON_STEP if turns_step else TAIL)
+            # whose aging step changes its prefix anyway (on calls the instability budget
+            # allowed too: recall -0.53 / -0.63, prefix stable 72.7 / 72.3)
+            final, tailed = _tail_masks(messages, final, ctx, state, turns_step, TAIL_ON_STEP)
             stepped = stepped or tailed  # the next call re-applies the decisions (`_prefix`)
         if cls.compaction.ages:  # the instability budget counts this session's calls
             if horizon != state.horizon:
