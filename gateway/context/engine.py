@@ -546,7 +546,7 @@ class ContextEngine:
 
     def _reused(self, r: _Request) -> _Fitted | None:
         """The call rendered from its session's previous call, when that is safe."""
-        if r.prefix is None or _tail_left(r.cls, r.messages, r.state) is not None:
+        if r.prefix is None or _counted_text_run(r.cls, r.messages):
             return None  # a counted run may mask its latest output but one (`_tail_masks`)
         reuse = r.prefix.reuse(
             r.messages, r.state, r.cls, r.budget.input, r.fixed, self.counter, self.caches
@@ -1157,6 +1157,16 @@ def _leave_unrepaid(
 
 TAIL = "tail"  # the reason of a counted run's tail rewrite (`_tail_masks`)
 TAIL_ON_STEP = "tail_on_step"  # one on a call whose aging step changed the prefix anyway
+
+
+def _counted_text_run(cls: TaskClass, messages: list[Mapping[str, Any]]) -> bool:
+    """Whether `_tail_masks` may act on a call that would not step: a class that ages an
+    agent whose tools are text and a harness that counts the calls left (`calls_left`).
+    Such a call takes the full path; a run of one by its agent's record rewrites at the
+    tail only on a step call, which takes it anyway."""
+    opts = cls.stages.compress
+    return (cls.compaction.ages and opts is not None and "user" not in opts.kinds
+            and calls_left(messages) is not None)
 
 
 def _tail_left(cls: TaskClass, messages: list[Mapping[str, Any]],

@@ -1,9 +1,9 @@
 """A text-tool run whose harness does not count the calls left, of an agent whose record
 says its sessions are runs of one task (`steps.runs_of_one`), rewrites a result on the call
 where it stops being the newest, as a counted run does (`engine._tail_left`,
-`engine._tail_masks`): the rewrite lands at the tail of what the last call sent, so it
-re-sends only itself, where an aging step rewrites early messages and re-sends all after
-them (bench/README.md, "Session 69, mswe69")."""
+`engine._tail_masks`), but only on a call whose aging step changes the prefix anyway: the
+rewrite lands at the tail of what the last call sent, so it adds no re-send to the step's
+(bench/README.md, "Session 69, mswe69"; measured, not merged)."""
 
 from __future__ import annotations
 
@@ -66,5 +66,5 @@ async def test_a_run_of_one_by_the_record_rewrites_a_result_at_the_tail(
     for k in range(1, 7):  # six more runs of the same agent, each one task
         calls = await _calls(engine, messages, f"tail-record-{k}")
     rewrites = _tail_rewrites(calls, messages)
-    # on the calls the instability budget allows a change (one in five), not on every call
+    # on the calls that step (the instability budget's: one in five at most), not on every call
     assert rewrites and len(rewrites) <= 0.2 * len(calls) + 1, rewrites
