@@ -1207,7 +1207,8 @@ def _tail_masks(
     state: SessionState, shared: bool = True, reason: str = TAIL,
 ) -> tuple[list[Item], bool]:
     """A text-tool agent's result rewritten on the call where it stops being the newest,
-    when its harness counts the calls left or its record says runs of one (`_tail_left`) and the rewrite repays over
+    when its harness counts the calls left, or on a step call when its agent's record
+    says runs of one task (`_tail_left`), and the rewrite repays over
     them (`steps.tail_mask_repays`). Such a run is too short for an aging step to repay
     (`steps.unrepaid`): a step rewrites older messages and re-sends everything after them,
     where this rewrite lands at the tail of what the last call sent (that result) and

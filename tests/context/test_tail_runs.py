@@ -25,10 +25,11 @@ def _shell_run() -> list[dict[str, Any]]:
     """mini-SWE-agent's run: fenced shell blocks answered by their exit status and output."""
     msgs: list[dict[str, Any]] = [
         {"role": "system", "content": SYSTEM},
-        {"role": "user", "content": "<pr_description>\nfix the parser's weights\n</pr_description>"}]
+        {"role": "user",
+         "content": "<pr_description>\nfix the parser's weights\n</pr_description>"}]
     for k in range(12):
         msgs += [{"role": "assistant",
-                  "content": f"THOUGHT: I read the next module.\n\n```bash\ncat parser_{k}.py\n```"},
+                  "content": f"THOUGHT: I read on.\n\n```bash\ncat parser_{k}.py\n```"},
                  {"role": "user", "content": _output(k)}]
     return msgs
 
