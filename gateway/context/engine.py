@@ -848,9 +848,10 @@ class ContextEngine:
             final = give_back(before, final, ctx, ctx.target)
         elif not over and state.calls:
             # a run the agent's record calls one task rewrites at the tail only on a call
-            # whose aging step changes its prefix anyway (on calls the instability budget
-            # allowed too: recall -0.53 / -0.63, prefix stable 72.7 / 72.3)
-            final, tailed = _tail_masks(messages, final, ctx, state, turns_step, TAIL_ON_STEP)
+            # whose aging step changes its prefix anyway: one the repay rule left whole
+            # (`_leave_unrepaid`) is no step (on those too: prefix stable 72.6 / 71.9)
+            final, tailed = _tail_masks(messages, final, ctx, state,
+                                        horizon != state.horizon, TAIL_ON_STEP)
             stepped = stepped or tailed  # the next call re-applies the decisions (`_prefix`)
         if cls.compaction.ages:  # the instability budget counts this session's calls
             if horizon != state.horizon:
