@@ -611,6 +611,27 @@ def mentioned(text: str) -> list[str]:
             for v in _MORE.sub("", listed.group(2)).split()]
 
 
+# A fold note's line that opens an entry (`note_lines`): a call line (`name(`) or a said text
+_ENTRY = re.compile(r"[^\s(]+\(|\(assistant\) ")
+# Lines of a call's text (a file written whole, a script) a turns note sends as a
+# back-reference when the call's notes already have them as one run: this many or more
+QUOTED_BLOCK = 2
+
+
+def _block_end(raw: Sequence[str], i: int, seen: set[str],
+               known: Callable[[str], bool]) -> int:
+    """The end of the longest run of `raw`'s lines from `i` that are continuation lines
+    (no entry opens there), all `seen`, and together `known` as one text, when it spans
+    `QUOTED_BLOCK` lines or more; else `i`."""
+    j = i
+    while (j < len(raw) and raw[j] in seen and not _ENTRY.match(raw[j])
+           and (j + 1 - i < QUOTED_BLOCK or known("\n".join(raw[i:j + 1])))):
+        j += 1
+    while j - i >= QUOTED_BLOCK and not known("\n".join(raw[i:j])):
+        j -= 1
+    return j if j - i >= QUOTED_BLOCK else i
+
+
 def turns_note(messages: Sequence[Mapping[str, Any]], run: Run,
                earlier: Earlier | None = None, written: Sequence[str] = (),
                typed: Mapping[str, int] | None = None, every: bool = False) -> str:
@@ -643,6 +664,38 @@ def turns_note(messages: Sequence[Mapping[str, Any]], run: Run,
     def known(value: str) -> bool:
         return value in note or value in before.text
 
+    def add_calls(raw: list[str]) -> None:
+        """A fold note's lines: an entry's first line (a call, a said text) once in the
+        call, stripped; the further lines of a call's text of lines as written, a block
+        of `QUOTED_BLOCK` or more of them that the call's notes have as one run already
+        sent as a back-reference (`_block_end`), so that a run of lines kept stays a
+        substring of the text."""
+        nonlocal note
+        in_call = False
+        i, n = 0, len(raw)
+        while i < n:
+            line = raw[i]
+            if (not line and not in_call) or _ENTRY.match(line):
+                in_call = bool(line) and not line.startswith("(assistant) ")
+                stripped = line.strip()
+                if not _adds_nothing(stripped, known):
+                    add(short_call(stripped))
+                i += 1
+                continue
+            if not in_call:
+                add(line.strip())
+                i += 1
+                continue
+            j = _block_end(raw, i, seen, known)
+            if j > i:
+                note += f"\n[…{j - i} lines as above]"
+                i = j
+                continue
+            seen.add(line)
+            lines.append(line)
+            note += "\n" + line
+            i += 1
+
     for k in range(run.user, run.end, 2):
         text = str(messages[k].get("content"))
         head, _, calls = text.partition(f"\n{FOLD_HEAD}")
@@ -655,10 +708,7 @@ def turns_note(messages: Sequence[Mapping[str, Any]], run: Run,
             named += mentioned(said)
         elif said != "omitted":
             add(said)
-        for line in calls.split("\n"):
-            line = line.strip()
-            if not _adds_nothing(line, known):
-                add(short_call(line))
+        add_calls(calls.split("\n"))
         add(" ".join(dict.fromkeys(v for v in named if not known(v))))
         reply = str(messages[k + 1].get("content") or "")
         words = [*value_words(reply), *pattern_words(reply)]

@@ -1,0 +1,75 @@
+"""A turns note keeps a call's text of lines (a file written whole, a script) quotable: its
+lines go as written, indentation and repeated lines kept, and only a run of two or more of
+them that the call's notes already have as one run goes, as a back-reference; an agent that
+edits by exact text quotes several indented lines of a file it wrote, and a note that sent
+each line once and stripped lost every such quote (Gemini CLI; bench/README.md, "Session 70,
+gem70")."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from gateway.context.fold import FOLD_HEAD, TURNS_HEAD, Earlier, Run, call_line, turns_note
+
+SCRIPT = "\n".join([
+    "#!/bin/bash",
+    "set -e",
+    "    # Alacritty",
+    '    if [ -f "$HOME/.config/alacritty/dark.toml" ]; then',
+    '        cp "$HOME/.config/alacritty/dark.toml" "$HOME/.config/alacritty/theme.toml"',
+    "    fi",
+    "    # Kitty",
+    '    if [ -f "$HOME/.config/kitty/dark.conf" ]; then',
+    '        cp "$HOME/.config/kitty/dark.conf" "$HOME/.config/kitty/theme.conf"',
+    "    fi",
+    "done",
+])
+FOOT = "\n".join([
+    "    # Foot",
+    '    if [ -f "$HOME/.config/foot/dark.ini" ]; then',
+    '        cp "$HOME/.config/foot/dark.ini" "$HOME/.config/foot/foot.ini"',
+    "    fi",
+])
+LONGER = SCRIPT.replace("done", f"{FOOT}\ndone")  # the same file written again, longer
+
+
+def _write(n: int, asked: str, text: str) -> list[dict[str, Any]]:
+    """A user turn whose fold note has a call writing `text` whole, and the reply."""
+    call = {"id": f"c{n}", "type": "function", "function": {
+        "name": "write_file",
+        "arguments": json.dumps({"file_path": "/home/u/.local/bin/toggle-theme",
+                                 "content": text})}}
+    note = call_line(call, "Successfully wrote the file.")
+    return [{"role": "user", "content": f"{asked}\n{FOLD_HEAD}\n{note}"},
+            {"role": "assistant", "content": f"Wrote it ({n})."}]
+
+
+def test_a_file_written_whole_stays_quotable_in_a_turns_note() -> None:
+    messages = _write(0, "Write the theme script.", SCRIPT)
+    note = turns_note(messages, Run(0, 1, 1))
+    assert TURNS_HEAD.match(note)
+    # the Kitty block quoted by a later edit: indented, its `fi` after the Alacritty one's
+    quote = "\n".join(SCRIPT.split("\n")[6:10])
+    assert quote in note
+    assert SCRIPT.split("\n", 1)[1] in note  # every line as written, in order
+
+
+def test_a_text_written_again_sends_the_runs_an_earlier_note_has_as_a_back_reference() -> None:
+    earlier = Earlier()
+    earlier.take(turns_note(_write(0, "Write the theme script.", SCRIPT), Run(0, 1, 1)))
+    note = turns_note(_write(1, "Add foot too.", LONGER), Run(0, 1, 1), earlier)
+    assert "    # Alacritty" not in note  # that run is in the earlier note, whole
+    assert "[…9 lines as above]" in note
+    # the new block's lines go as written: a quote of them is a substring of the note
+    assert "\n".join(FOOT.split("\n")[:3]) in note
+    # and a quote of the older lines is one of the earlier note
+    assert "\n".join(SCRIPT.split("\n")[6:10]) in earlier.text
+
+
+def test_a_call_line_an_earlier_note_has_is_still_left_out() -> None:
+    earlier = Earlier()
+    first = _write(0, "Write the theme script.", "echo one")
+    earlier.take(turns_note(first, Run(0, 1, 1)))
+    again = turns_note(_write(0, "Write it again.", "echo one"), Run(0, 1, 1), earlier)
+    assert again.split("\n")[1:] == ["Write it again."]
