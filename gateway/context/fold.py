@@ -688,7 +688,6 @@ def turns_note(messages: Sequence[Mapping[str, Any]], run: Run,
                 continue
             j = _block_end(raw, i, seen, known)
             if j > i:
-                note += f"\n[…{j - i} lines as above]"
                 i = j
                 continue
             seen.add(line)
