@@ -91,6 +91,7 @@ from typing import Any
 import orjson
 
 from gateway.context.items import PINNED
+from gateway.context.quoting import first_quote_edit
 from gateway.context.render import Plan, with_content
 from gateway.context.summarize import notable, shell_commands, values
 from gateway.observability.droplog import Action, DropEvent, Kind
@@ -613,6 +614,7 @@ def mentioned(text: str) -> list[str]:
 
 # A fold note's line that opens an entry (`note_lines`): a call line (`name(`) or a said text
 _ENTRY = re.compile(r"[^\s(]+\(|\(assistant\) ")
+_RESULT = ") → "  # where a call line's values end and its result starts (`call_line`)
 # Lines of a call's text (a file written whole, a script) a turns note sends as a
 # back-reference when the call's notes already have them as one run: this many or more
 QUOTED_BLOCK = 2
@@ -634,7 +636,8 @@ def _block_end(raw: Sequence[str], i: int, seen: set[str],
 
 def turns_note(messages: Sequence[Mapping[str, Any]], run: Run,
                earlier: Earlier | None = None, written: Sequence[str] = (),
-               typed: Mapping[str, int] | None = None, every: bool = False) -> str:
+               typed: Mapping[str, int] | None = None, every: bool = False,
+               quoted: bool = False) -> str:
     """What a turns run is sent as: a header and what its turns named, once each in the
     call (`earlier`: the call's turns notes before it) — a user text as sent (a
     placeholder: only the values it mentions; a digest: its kept lines and its mentions,
@@ -676,7 +679,9 @@ def turns_note(messages: Sequence[Mapping[str, Any]], run: Run,
         while i < n:
             line = raw[i]
             if (not line and not in_call) or _ENTRY.match(line):
-                in_call = bool(line) and not line.startswith("(assistant) ")
+                # a call's values: its text up to its result (`call_line`'s ` → `)
+                in_call = (bool(line) and not line.startswith("(assistant) ")
+                           and _RESULT not in line)
                 stripped = line.strip()
                 if not _adds_nothing(stripped, known):
                     add(short_call(stripped))
@@ -688,11 +693,13 @@ def turns_note(messages: Sequence[Mapping[str, Any]], run: Run,
                 continue
             j = _block_end(raw, i, seen, known)
             if j > i:
+                in_call = not any(_RESULT in x for x in raw[i:j])
                 i = j
                 continue
             seen.add(line)
             lines.append(line)
             note += "\n" + line
+            in_call = _RESULT not in line
             i += 1
 
     for k in range(run.user, run.end, 2):
@@ -707,7 +714,13 @@ def turns_note(messages: Sequence[Mapping[str, Any]], run: Run,
             named += mentioned(said)
         elif said != "omitted":
             add(said)
-        add_calls(calls.split("\n"))
+        if quoted:
+            add_calls(calls.split("\n"))
+        else:
+            for line in calls.split("\n"):
+                line = line.strip()
+                if not _adds_nothing(line, known):
+                    add(short_call(line))
         add(" ".join(dict.fromkeys(v for v in named if not known(v))))
         reply = str(messages[k + 1].get("content") or "")
         words = [*value_words(reply), *pattern_words(reply)]
@@ -731,16 +744,16 @@ def _turns_note(messages: Sequence[Mapping[str, Any]], run: Run, count: Callable
                 cache: NoteCache | None, made: NoteCache | None,
                 earlier: Earlier, written: Sequence[str] = (),
                 typed: Mapping[str, int] | None = None,
-                every: bool = False) -> tuple[str, int]:
+                every: bool = False, quoted: bool = False) -> tuple[str, int]:
     """`turns_note` of `run` and its tokens, taken from `cache` when the run's contents and
     the notes before it are the ones it was made from (a step re-makes only the notes of
     the runs it changed and after: the older blocks' stay byte for byte), else made; put
     in `made`."""
     key = (earlier.text, *(m.get("content") for m in messages[run.user:run.end + 1]),
-           *written, *sorted((typed or {}).items()), every)
+           *written, *sorted((typed or {}).items()), every, quoted)
     known = cache.get(key) if cache is not None else None
     if known is None:
-        text = turns_note(messages, run, earlier, written, typed, every)
+        text = turns_note(messages, run, earlier, written, typed, every, quoted)
         known = (text, count(text))
     if made is not None:
         made[key] = known
@@ -803,6 +816,7 @@ def fold_turns(folded: Folded, runs: Sequence[Run], original: Original,
     times: dict[str, int] = {}  # per code word: the client replies so far whose code has it
     read = 0  # the client messages `times` has counted
     shown = retyped(client, starts, task) if client and starts else []
+    edited = first_quote_edit(client, plan[runs[-1].end][0] + 1) if client and runs else -1
     for run in runs:
         first, last = plan[run.user][0], plan[run.end][0]
         written: tuple[str, ...] = ()
@@ -820,7 +834,7 @@ def fold_turns(folded: Folded, runs: Sequence[Run], original: Original,
             typed = {w: times[w] for text in written[1::2] for w in code_words(text)
                      if every or times.get(w, 0) >= TYPED}
         text, tokens = _turns_note(messages, run, count, cache, made, earlier, written,
-                                   typed, every)
+                                   typed, every, 0 <= edited <= last)
         olds: dict[int, Sequence[DropEvent]] = {
             i: by_index.get(i, []) for i in range(first, last)}
         heads = {i: original(i) for i in range(first, last)}

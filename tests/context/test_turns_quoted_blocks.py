@@ -1,9 +1,9 @@
-"""A turns note keeps a call's text of lines (a file written whole, a script) quotable: its
-lines go as written, indentation and repeated lines kept, and only a run of two or more of
-them that the call's notes already have as one run goes, as a back-reference; an agent that
-edits by exact text quotes several indented lines of a file it wrote, and a note that sent
+"""A turns note of an agent that edits by exact text keeps a call's text of lines (a file
+written whole, a script) quotable: its lines go as written, indentation and repeated lines
+kept, and only a run of two or more of them that the call's notes already have as one run
+goes; such an agent quotes several indented lines of a file it wrote, and a note that sent
 each line once and stripped lost every such quote (Gemini CLI; bench/README.md, "Session 70,
-gem70")."""
+gem70"). An agent with no such edit gets its notes as before."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 from gateway.context.fold import FOLD_HEAD, TURNS_HEAD, Earlier, Run, call_line, turns_note
+from gateway.context.quoting import first_quote_edit
 
 SCRIPT = "\n".join([
     "#!/bin/bash",
@@ -47,20 +48,23 @@ def _write(n: int, asked: str, text: str) -> list[dict[str, Any]]:
 
 def test_a_file_written_whole_stays_quotable_in_a_turns_note() -> None:
     messages = _write(0, "Write the theme script.", SCRIPT)
-    note = turns_note(messages, Run(0, 1, 1))
+    note = turns_note(messages, Run(0, 1, 1), quoted=True)
     assert TURNS_HEAD.match(note)
     # the Kitty block quoted by a later edit: indented, its `fi` after the Alacritty one's
     quote = "\n".join(SCRIPT.split("\n")[6:10])
     assert quote in note
     assert SCRIPT.split("\n", 1)[1] in note  # every line as written, in order
+    # an agent that does not edit by exact text: each line once, stripped, as before
+    before = turns_note(messages, Run(0, 1, 1))
+    assert quote not in before and "Kitty" in before and "\n    fi" not in before
 
 
-def test_a_text_written_again_sends_the_runs_an_earlier_note_has_as_a_back_reference() -> None:
+def test_a_text_written_again_leaves_out_the_runs_an_earlier_note_has() -> None:
     earlier = Earlier()
-    earlier.take(turns_note(_write(0, "Write the theme script.", SCRIPT), Run(0, 1, 1)))
-    note = turns_note(_write(1, "Add foot too.", LONGER), Run(0, 1, 1), earlier)
+    earlier.take(turns_note(_write(0, "Write the theme script.", SCRIPT), Run(0, 1, 1),
+                            quoted=True))
+    note = turns_note(_write(1, "Add foot too.", LONGER), Run(0, 1, 1), earlier, quoted=True)
     assert "    # Alacritty" not in note  # that run is in the earlier note, whole
-    assert "[…9 lines as above]" in note
     # the new block's lines go as written: a quote of them is a substring of the note
     assert "\n".join(FOOT.split("\n")[:3]) in note
     # and a quote of the older lines is one of the earlier note
@@ -70,6 +74,26 @@ def test_a_text_written_again_sends_the_runs_an_earlier_note_has_as_a_back_refer
 def test_a_call_line_an_earlier_note_has_is_still_left_out() -> None:
     earlier = Earlier()
     first = _write(0, "Write the theme script.", "echo one")
-    earlier.take(turns_note(first, Run(0, 1, 1)))
-    again = turns_note(_write(0, "Write it again.", "echo one"), Run(0, 1, 1), earlier)
+    earlier.take(turns_note(first, Run(0, 1, 1), quoted=True))
+    again = turns_note(_write(0, "Write it again.", "echo one"), Run(0, 1, 1), earlier,
+                       quoted=True)
     assert again.split("\n")[1:] == ["Write it again."]
+
+
+def test_an_exact_text_edit_is_a_call_replacing_lines_an_earlier_text_carries() -> None:
+    """`first_quote_edit`: a call whose two strings share a line, one of them two or more
+    lines a call above wrote (or a tool output has); a file written whole is no edit."""
+    write = {"role": "assistant", "content": "", "tool_calls": [{
+        "id": "w", "type": "function", "function": {"name": "write_file", "arguments":
+            json.dumps({"file_path": "/home/u/.local/bin/toggle-theme", "content": SCRIPT})}}]}
+    quote = "\n".join(SCRIPT.split("\n")[6:10])
+    edit = {"role": "assistant", "content": "", "tool_calls": [{
+        "id": "e", "type": "function", "function": {"name": "replace", "arguments": json.dumps(
+            {"file_path": "/home/u/.local/bin/toggle-theme", "old_string": quote,
+             "new_string": quote.replace("cp ", "ln -sf ")})}}]}
+    done = [{"role": "tool", "tool_call_id": "w", "content": "ok"},
+            {"role": "user", "content": "Now link, not copy."}]
+    messages = [{"role": "user", "content": "Write it."}, write, *done, edit]
+    assert first_quote_edit(messages, len(messages)) == 4
+    assert first_quote_edit(messages, 4) == -1
+    assert first_quote_edit([messages[0], write, *done, write], 5) == -1
