@@ -615,9 +615,12 @@ def mentioned(text: str) -> list[str]:
 # A fold note's line that opens an entry (`note_lines`): a call line (`name(`) or a said text
 _ENTRY = re.compile(r"[^\s(]+\(|\(assistant\) ")
 _RESULT = ") → "  # where a call line's values end and its result starts (`call_line`)
-# Lines of a call's text (a file written whole, a script) a turns note sends as a
-# back-reference when the call's notes already have them as one run: this many or more
-QUOTED_BLOCK = 2
+# Lines of a call's text (a file written whole, a script) a turns note leaves out when the
+# call's notes already have them as one run: this many or more, this many characters or
+# more (a short run, `    fi` and a blank line, is in every script: left out, it cut the
+# quotes around it)
+QUOTED_BLOCK = 3
+QUOTED_CHARS = 100
 
 
 def _block_end(raw: Sequence[str], i: int, seen: set[str],
@@ -631,7 +634,8 @@ def _block_end(raw: Sequence[str], i: int, seen: set[str],
         j += 1
     while j - i >= QUOTED_BLOCK and not known("\n".join(raw[i:j])):
         j -= 1
-    return j if j - i >= QUOTED_BLOCK else i
+    long = j - i >= QUOTED_BLOCK and sum(len(line.strip()) for line in raw[i:j]) >= QUOTED_CHARS
+    return j if long else i
 
 
 def turns_note(messages: Sequence[Mapping[str, Any]], run: Run,
