@@ -623,6 +623,17 @@ QUOTED_BLOCK = 3
 QUOTED_CHARS = 100
 
 
+def _code(raw: Sequence[str], i: int) -> bool:
+    """Whether the lines of `raw` from `i` to the next entry (`_ENTRY`) have an indented
+    one: a text of code, which a later edit quotes with its indentation."""
+    for line in raw[i:]:
+        if _ENTRY.match(line):
+            return False
+        if line[:1] in (" ", "\t") and line.strip():
+            return True
+    return False
+
+
 def _block_end(raw: Sequence[str], i: int, seen: set[str],
                known: Callable[[str], bool]) -> int:
     """The end of the longest run of `raw`'s lines from `i` that are continuation lines
@@ -683,9 +694,10 @@ def turns_note(messages: Sequence[Mapping[str, Any]], run: Run,
         while i < n:
             line = raw[i]
             if (not line and not in_call) or _ENTRY.match(line):
-                # a call's values: its text up to its result (`call_line`'s ` → `)
+                # a call's values: its text up to its result (`call_line`'s ` → `), when
+                # it is code (an indented line before the next entry)
                 in_call = (bool(line) and not line.startswith("(assistant) ")
-                           and _RESULT not in line)
+                           and _RESULT not in line and _code(raw, i + 1))
                 stripped = line.strip()
                 if not _adds_nothing(stripped, known):
                     add(short_call(stripped))
