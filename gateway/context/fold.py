@@ -638,7 +638,7 @@ def _block_end(raw: Sequence[str], i: int, seen: set[str],
                known: Callable[[str], bool]) -> int:
     """The end of the longest run of `raw`'s lines from `i` that are continuation lines
     (no entry opens there), all `seen`, and together `known` as one text, when it spans
-    `QUOTED_BLOCK` lines or more; else `i`."""
+    `QUOTED_BLOCK` lines and `QUOTED_CHARS` characters or more; else `i`."""
     j = i
     while (j < len(raw) and raw[j] in seen and not _ENTRY.match(raw[j])
            and (j + 1 - i < QUOTED_BLOCK or known("\n".join(raw[i:j + 1])))):
@@ -664,7 +664,8 @@ def turns_note(messages: Sequence[Mapping[str, Any]], run: Run,
     names its code words as written (`code_words`) that are `typed` (in two replies'
     code so far: what the agent types again; its scripts' one-off names rarely), at most
     `CODE_WORDS` (`CODE_MORE`) a note; `every`: all of them (an agent that retypes its
-    earlier tasks' words, `retyped`)."""
+    earlier tasks' words, `retyped`). `quoted`: an agent that edits by exact text
+    (`quoting.first_quote_edit`): its calls' code texts go quotable (`add_calls`)."""
     before = earlier or Earlier()
     lines: list[str] = []
     seen: set[str] = set(before.lines)
@@ -683,11 +684,11 @@ def turns_note(messages: Sequence[Mapping[str, Any]], run: Run,
         return value in note or value in before.text
 
     def add_calls(raw: list[str]) -> None:
-        """A fold note's lines: an entry's first line (a call, a said text) once in the
-        call, stripped; the further lines of a call's text of lines as written, a block
-        of `QUOTED_BLOCK` or more of them that the call's notes have as one run already
-        sent as a back-reference (`_block_end`), so that a run of lines kept stays a
-        substring of the text."""
+        """A fold note's lines, `quoted`: an entry's first line (a call, a said text) as
+        the base sends it (once in the call, stripped); the further lines of a call's
+        values that are code (`_code`) as written, indentation, blank and repeated lines
+        kept, but for a run the call's notes already have as one text (`_block_end`): a
+        run of lines kept stays a substring of the text. The rest as the base."""
         nonlocal note
         in_call = False
         i, n = 0, len(raw)
