@@ -102,21 +102,3 @@ def keeps_layout(messages: Sequence[Mapping[str, Any]], index: int) -> bool:
     files = named_files(messages, index)
     return bool(files) and (any(_JSON_FILE.search(f) for f in files)
                             or quotes_outputs(messages, index))
-
-
-def first_quote_edit(messages: Sequence[Mapping[str, Any]], end: int) -> int:
-    """The first assistant message before `end` that edits by exact text: a call of it
-    replaces two or more lines (`_replaces`) of a tool output above it or of a text of
-    lines a call above it wrote (a file written whole, then edited); -1: none."""
-    said: list[str] = []
-    for at, msg in enumerate(messages[:end]):
-        role = msg.get("role")
-        if role == "tool":
-            said.append(content_text(msg.get("content")))
-        elif role == "assistant":
-            calls = tool_calls(msg)
-            if said and any(_replaces(call, said) for call in calls):
-                return at
-            said += (v for call in calls for v in _strings(arguments(call)[1])
-                     if len(v) >= QUOTE_MIN_CHARS and "\n" in v.strip())
-    return -1
