@@ -40,6 +40,7 @@ from gateway.context.apply import (
     reapply,
     reapply_changed,
     same_texts,
+    value_list,
 )
 from gateway.context.caches import ContextCaches
 from gateway.context.calibration import TokenCalibration
@@ -1242,6 +1243,10 @@ def _tail_masks(
                 or not original.rewritable or original.tokens < least
                 or not undecided(item, ctx.decisions)):
             continue
+        if reason == TAIL_ON_STEP:  # a run of one by its record: every value it names
+            chosen[item.id] = Decision("compress", "mask", reason, "mask", 1,
+                                       text=value_list(original, ctx.known))
+            continue
         named = {v for v in summarize_values(original.text) if notable(v)} - ctx.known
         chosen[item.id] = (Decision("compress", "mask", reason, "mask", 1, arg=GIST)
                            if len(named) <= GIST_VALUES else
@@ -1256,6 +1261,16 @@ def _tail_masks(
             before, after, left, ctx.task_class.compaction.cached_price)):
         return final, False
     ctx.decisions.update(result.decisions)
+    import os as _os  # TEMP-LOG
+    if _os.environ.get("MSWE70_LOG"):  # TEMP-LOG
+        import hashlib as _h, re as _re  # TEMP-LOG
+        _t = messages[aging].get("content") or ""  # TEMP-LOG
+        _t = _t if isinstance(_t, str) else str(_t)  # TEMP-LOG
+        _f = messages[1].get("content") or ""  # TEMP-LOG
+        _f = _f if isinstance(_f, str) else str(_f)  # TEMP-LOG
+        _n = sum(1 for ln in _t.splitlines() if _re.match(r'[ ]*[0-9]+\t', ln))  # TEMP-LOG
+        with open(_os.environ["MSWE70_LOG"], "a") as _o:  # TEMP-LOG
+            _o.write(f"{_h.md5(_f[:300].encode()).hexdigest()[:10]} {aging} {len(messages)} {before} {after} {left} {len(_t)} {_n}\n")  # TEMP-LOG
     return result.items, True
 
 
