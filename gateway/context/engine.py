@@ -1261,16 +1261,6 @@ def _tail_masks(
             before, after, left, ctx.task_class.compaction.cached_price)):
         return final, False
     ctx.decisions.update(result.decisions)
-    import os as _os  # TEMP-LOG
-    if _os.environ.get("MSWE70_LOG"):  # TEMP-LOG
-        import hashlib as _h, re as _re  # TEMP-LOG
-        _t = messages[aging].get("content") or ""  # TEMP-LOG
-        _t = _t if isinstance(_t, str) else str(_t)  # TEMP-LOG
-        _f = messages[1].get("content") or ""  # TEMP-LOG
-        _f = _f if isinstance(_f, str) else str(_f)  # TEMP-LOG
-        _n = sum(1 for ln in _t.splitlines() if _re.match(r'[ ]*[0-9]+\t', ln))  # TEMP-LOG
-        with open(_os.environ["MSWE70_LOG"], "a") as _o:  # TEMP-LOG
-            _o.write(f"{_h.md5(_f[:300].encode()).hexdigest()[:10]} {aging} {len(messages)} {before} {after} {left} {len(_t)} {_n}\n")  # TEMP-LOG
     return result.items, True
 
 

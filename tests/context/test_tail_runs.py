@@ -3,10 +3,13 @@ says its sessions are runs of one task (`steps.runs_of_one`), rewrites a result 
 where it stops being the newest, as a counted run does (`engine._tail_left`,
 `engine._tail_masks`), but only on a call whose aging step changes the prefix anyway: the
 rewrite lands at the tail of what the last call sent, so it adds no re-send to the step's
-(bench/README.md, "Session 69, mswe69"; measured, not merged)."""
+(bench/README.md, "Session 69, mswe69"). The rewrite lists every value the result wrote
+(`apply.value_list`), uncapped: the agent's next commands re-type its names and line
+numbers (bench/README.md, "Session 70, mswe70")."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from gateway.context.engine import CallContext, ContextEngine
@@ -69,3 +72,18 @@ async def test_a_run_of_one_by_the_record_rewrites_a_result_at_the_tail(
     rewrites = _tail_rewrites(calls, messages)
     # on the calls that step (the instability budget's: one in five at most), not on every call
     assert rewrites and len(rewrites) <= 0.2 * len(calls) + 1, rewrites
+
+
+async def test_a_tail_rewrite_keeps_every_value_the_result_wrote(engine: ContextEngine) -> None:
+    messages = _shell_run()
+    for k in range(7):  # the record: seven runs of one task
+        calls = await _calls(engine, messages, f"tail-values-{k}")
+    rewrites = _tail_rewrites(calls, messages)
+    assert rewrites
+    for k in rewrites:
+        aging = len(calls[k - 1]) - 1
+        rewritten, original = calls[k][aging], messages[aging]["content"]
+        # 30 rows of names, line numbers and field indexes: more than a digest lists
+        written = set(re.findall(r"handler_\d+_\d+|weight_\d+|\d{3,}|Parser\d+", original))
+        assert len(written) > 60
+        assert [v for v in written if v not in rewritten] == []
