@@ -344,9 +344,13 @@ def every_value(text: str, known: frozenset[str] = frozenset()) -> list[str]:
     """Every notable value `text` names that `known` lacks, in order of first appearance,
     each whole as the text writes it (`_WRITTEN_RUN`: a `grep -n` hit's `398:`, a linter's
     `src/a.py:1:0:`, a link): what a result rewritten as its list of values
-    (`apply.value_list`) keeps, uncapped."""
-    runs = dict.fromkeys(_WRITTEN_RUN.findall(_ESCAPED.sub(" ", text)))
-    return [v for v in runs if len(v) >= 2 and notable(v) and v not in known]
+    (`apply.value_list`) keeps, uncapped: a commit's hash and a long path too, which
+    `notable` takes for blobs (a later `git show`, a traceback's file the agent opens)."""
+    runs = _WRITTEN_RUN.findall(_ESCAPED.sub(" ", text))
+    # a run too long to list (a path's `…/base.py:12:`, a grep hit's) gives its pieces
+    named = (piece for v in runs for piece in ([v] if len(v) <= 80 else values(v)))
+    return [v for v in dict.fromkeys(named)
+            if 2 <= len(v) <= 80 and _NOTABLE.search(v) and v not in known]
 
 
 # A written form `_form_lost` weighs: a file name (a stem and a letter-led extension) closing a
