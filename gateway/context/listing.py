@@ -73,12 +73,23 @@ def kept_paths(paths: list[str], elsewhere: str) -> list[str]:
     return kept
 
 
+def _stores(paths: list[str]) -> tuple[str, ...]:
+    """The folders just below the listing's common folder that hold a hash-named file (a
+    git object store's `.git/`): their other files (`.git/index`, `.git/config`) are a
+    tool's records, listed after the project's own however shallow."""
+    folder = _common_folder(paths)
+    return tuple(sorted({folder + p[len(folder):].split("/", 1)[0] + "/" for p in paths
+                         if _HASHED.search(p) and "/" in p[len(folder):]}))
+
+
 def _shallowest(paths: list[str], elsewhere: str, room: int) -> list[str]:
     """The paths not hash-named nor already written whole in the conversation, the
-    shallowest first (a project's own files before a vendored tree's), in listed order,
-    up to `room` characters."""
+    shallowest first (a project's own files before a vendored tree's), those of a store
+    (`_stores`) last, in listed order, up to `room` characters."""
     candidates = [p for p in paths if not _HASHED.search(p) and p not in elsewhere]
-    order = sorted(range(len(candidates)), key=lambda i: (candidates[i].count("/"), i))
+    stores = _stores(paths)
+    order = sorted(range(len(candidates)), key=lambda i: (
+        candidates[i].startswith(stores), candidates[i].count("/"), i))
     chosen = []
     for i in order:
         if len(candidates[i]) + 1 > room:

@@ -775,6 +775,19 @@ _LINE_REF = re.compile(
 LINE_REFS = 6
 
 
+# A masked turn lists at most this many of its `path:line` citations (OpenCode's longest
+# plan cites 17)
+CITED_LINES = 24
+
+
+def cited_lines(prose: str, known: frozenset[str] = frozenset()) -> list[str]:
+    """The files with a line that `prose` cites (`core/bun.lock:41`, `_FILE_LINE`), distinct,
+    in written order, up to CITED_LINES, none longer than a listed value's 80 characters (a
+    traceback's `…/site-packages/…/orchestrator.py:216`) nor in `known`."""
+    cited = (m.group() for m in re.finditer(_FILE_LINE, _ESCAPED.sub(" ", prose)))
+    return [v for v in dict.fromkeys(cited) if len(v) <= 80 and v not in known][:CITED_LINES]
+
+
 def line_refs(prose: str) -> str:
     """The lines of code `prose` names (`_LINE_REF`), the last LINE_REFS distinct ones as
     written, between ellipses; "" when it names none."""

@@ -100,3 +100,16 @@ async def test_a_prefix_cached_engine_ages_a_listing_alike(settings: Settings,
             last = await fit_agreed(cached, plain, body, call)
     glob = next(m["content"] for m in last.body["messages"] if m.get("tool_call_id") == "call_000")
     assert glob.endswith(f"paths:]\n{NAMED}")
+
+
+def test_a_digest_lists_a_stores_records_after_the_projects_files() -> None:
+    """A folder holding hash-named files (git's `.git/`) is a tool's store: its shallow
+    records (`.git/index`) come after the project's own files, which a digest's room keeps
+    (OpenCode's `core/tsconfig.json` in place of `.git/COMMIT_EDITMSG`)."""
+    records = [f"{ROOT}.git/{name}" for name in ("COMMIT_EDITMSG", "index", "config", "HEAD")]
+    own = [f"{ROOT}src/module_{k}/index.ts" for k in range(24)]  # more than the room
+    paths = listed_paths("\n".join(glob_output().splitlines()[:20] + records + own))
+    assert paths is not None
+    digest = aged_listing("[ctxgate: omitted x]", paths, "", digest=True)
+    assert digest is not None and f"{ROOT}src/module_0/index.ts" in digest
+    assert f"{ROOT}.git/index" not in digest and ".git/objects" not in digest

@@ -42,6 +42,7 @@ from gateway.context.steps import (
     whole_block,
 )
 from gateway.context.summarize import (
+    cited_lines,
     notable,
     numbered_listing,
     shell_digest,
@@ -183,8 +184,26 @@ def _expired_digests(
         age = {item.id: item.age for item in items}
         expired = {k: v for k, v in expired.items() if age[k] >= least}
     return {k: Decision("compress", "mask", "aged", "mask", 1, arg=arg,
-                        text=_masked_commands(item, opts, ctx, typed) if commands else None)
+                        text=(_masked_commands(item, opts, ctx, typed) if commands else None)
+                        or _masked_citations(item, arg, ctx))
             for k, (item, arg, commands) in expired.items()}
+
+
+def _masked_citations(item: Item, arg: str | None, ctx: StageContext) -> str | None:
+    """What an aged turn of the agent's prose whose mask is a plain placeholder is masked as
+    when it cites files by line (`core/bun.lock:41`, `summarize.cited_lines`): its
+    placeholder, then those citations. A coding agent's answer or plan names the lines it
+    changed or will change, and a later turn re-types them (OpenCode's `AGENTS.md:76` in a
+    sub-agent's brief, `README.md:5` in the plan a later step carries out); its digest
+    kept them, its mask did not (bench/README.md, "Session 70, oc70"). None for any other
+    item (a plain placeholder)."""
+    if item.kind != "assistant" or arg is not None:
+        return None
+    cited = cited_lines(ctx.originals.get(item.id, item).text, ctx.known)
+    if not cited:
+        return None
+    head = placeholder(item)
+    return f"{head[:-1]}; cites: {' '.join(cited)}]"
 
 
 def _masked_commands(item: Item, opts: CompressOptions, ctx: StageContext,
