@@ -649,22 +649,23 @@ def _block_end(raw: Sequence[str], i: int, seen: set[str],
     return j if long else i
 
 
-def _spent_lines(raw: Sequence[str], spent: Sequence[str]) -> set[int]:
+def _spent_lines(raw: Sequence[str], spent: Sequence[tuple[str, bool]]) -> set[int]:
     """The lines of `raw` (a fold note's) inside the `spent` texts where a call's values
     have them as one: opened by the call or by the value before (`(`, `, `), followed by
-    another value (`, `: an edit's quote comes before the text put in its place, which may
-    begin with it); all but the first and last line, which share a line with the values
-    beside it."""
+    another value (`, `; an edit's quote comes before the text put in its place, which may
+    begin with it) or, when no value follows, by the call's end; all but the first and
+    last line, which share a line with the values beside it."""
     gone: set[int] = set()
-    for text in spent:
+    for text, followed in spent:
         parts = text.split("\n")
         size = len(parts)
         if size < 3:
             continue
+        ends = (f"{parts[-1]}, ",) if followed else (f"{parts[-1]}, ", f"{parts[-1]})")
         for p in range(len(raw) - size + 1):
             if (raw[p].endswith((f"({parts[0]}", f", {parts[0]}"))
                     and raw[p + 1:p + size - 1] == parts[1:-1]
-                    and raw[p + size - 1].startswith(f"{parts[-1]}, ")):
+                    and raw[p + size - 1].startswith(ends)):
                 gone.update(range(p + 1, p + size - 1))
     return gone
 
@@ -672,7 +673,7 @@ def _spent_lines(raw: Sequence[str], spent: Sequence[str]) -> set[int]:
 def turns_note(messages: Sequence[Mapping[str, Any]], run: Run,
                earlier: Earlier | None = None, written: Sequence[str] = (),
                typed: Mapping[str, int] | None = None, every: bool = False,
-               quoted: bool = False, spent: Sequence[str] = ()) -> str:
+               quoted: bool = False, spent: Sequence[tuple[str, bool]] = ()) -> str:
     """What a turns run is sent as: a header and what its turns named, once each in the
     call (`earlier`: the call's turns notes before it) — a user text as sent (a
     placeholder: only the values it mentions; a digest: its kept lines and its mentions,
@@ -686,7 +687,7 @@ def turns_note(messages: Sequence[Mapping[str, Any]], run: Run,
     `CODE_WORDS` (`CODE_MORE`) a note; `every`: all of them (an agent that retypes its
     earlier tasks' words, `retyped`). `quoted`: an agent that edits by exact text
     (`quoting.first_quote_edit`): its calls' code texts go quotable (`add_calls`), but
-    for the `spent` ones (`quoting.spent_texts`: an edit's quote, a file's older text)."""
+    for the `spent` ones (`quoting.spent_texts`: an edit's quote, a command)."""
     before = earlier or Earlier()
     lines: list[str] = []
     seen: set[str] = set(before.lines)
@@ -789,7 +790,7 @@ def _turns_note(messages: Sequence[Mapping[str, Any]], run: Run, count: Callable
                 earlier: Earlier, written: Sequence[str] = (),
                 typed: Mapping[str, int] | None = None,
                 every: bool = False, quoted: bool = False,
-                spent: Sequence[str] = ()) -> tuple[str, int]:
+                spent: Sequence[tuple[str, bool]] = ()) -> tuple[str, int]:
     """`turns_note` of `run` and its tokens, taken from `cache` when the run's contents and
     the notes before it are the ones it was made from (a step re-makes only the notes of
     the runs it changed and after: the older blocks' stay byte for byte), else made; put

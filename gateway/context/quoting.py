@@ -27,6 +27,7 @@ QUOTE_MIN_CHARS = 24
 # A file named by a call: a path or a file name with an extension, no spaces (a command
 # line is not a path: `cat x.json` names a command)
 _FILE = re.compile(r"^[~./\\\w:-]*[\w-]\.\w{1,8}$")
+_PATH = re.compile(r"^[~.]?/\S+$")  # a path a call names (`/home/u/bin/toggle-theme`)
 _JSON_FILE = re.compile(r"\.json[c5]?$", re.IGNORECASE)  # a file that is JSON itself
 
 
@@ -136,17 +137,23 @@ def first_quote_edit(messages: Sequence[Mapping[str, Any]], end: int) -> int:
     return -1
 
 
-def spent_texts(messages: Sequence[Mapping[str, Any]], start: int, end: int) -> list[str]:
-    """The texts the calls of `messages[start:end]` wrote that no later edit can quote, in
-    the order of the calls: an edit's quote (of two texts of a call sharing a line, the
-    first: what it replaces, gone from the file once the edit ran)."""
-    spent: list[str] = []
+def spent_texts(messages: Sequence[Mapping[str, Any]], start: int,
+                end: int) -> list[tuple[str, bool]]:
+    """The texts the calls of `messages[start:end]` wrote that no later edit quotes, in the
+    order of the calls, each with whether a value follows it in its call: an edit's quote
+    (of two texts of a call sharing a line, the first: what it replaces, gone from the
+    file once the edit ran; the text put in its place follows), and a text a call that
+    names no file (`_FILE`, `_PATH`) wrote whole (a command: run, not kept in a file)."""
+    spent: list[tuple[str, bool]] = []
     for msg in messages[start:end]:
         if msg.get("role") != "assistant":
             continue
         for call in tool_calls(msg):
             texts = _texts(call)
             whole = _whole(texts)
-            spent += (v for n, v in enumerate(texts) if v not in whole and any(
+            spent += ((v, True) for n, v in enumerate(texts) if v not in whole and any(
                 _lines(v) & _lines(t) for t in texts[n + 1:]))
+            if whole and not any(_FILE.match(v) or _PATH.match(v)
+                                 for v in _strings(arguments(call)[1])):
+                spent += ((v, False) for v in whole)
     return spent

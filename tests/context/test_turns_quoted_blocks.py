@@ -125,11 +125,11 @@ def test_an_edits_quote_goes_as_before() -> None:
     note sends its lines as the base does, the edit's new text as written."""
     write = _call("w", "write_file", file_path=PATH, content=SCRIPT)
     messages = [write, *_turn("w"), EDIT]
-    assert spent_texts(messages, 0, len(messages)) == [QUOTE]
+    assert spent_texts(messages, 0, len(messages)) == [(QUOTE, True)]
     lines = [call_line(c, "ok") for m in (write, EDIT) for c in m["tool_calls"]]
     run = [{"role": "user", "content": "Do it.\n" + FOLD_HEAD + "\n" + "\n".join(lines)},
            {"role": "assistant", "content": "Done."}]
-    note = turns_note(run, Run(0, 1, 1), quoted=True, spent=[QUOTE])
+    note = turns_note(run, Run(0, 1, 1), quoted=True, spent=[(QUOTE, True)])
     kept = turns_note(run, Run(0, 1, 1), quoted=True)
     cp = '\n        cp "$HOME/.config/kitty/dark.conf" "$HOME/.config/kitty/theme.conf"'
     assert kept.count(cp) == 2 and note.count(cp) == 1  # the quote's copy: stripped
