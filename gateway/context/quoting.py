@@ -140,19 +140,16 @@ def first_quote_edit(messages: Sequence[Mapping[str, Any]], end: int) -> int:
 def spent_texts(messages: Sequence[Mapping[str, Any]], start: int,
                 end: int) -> list[tuple[str, bool]]:
     """The texts the calls of `messages[start:end]` wrote that no later edit quotes, in the
-    order of the calls, each with whether a value follows it in its call: an edit's quote
-    (of two texts of a call sharing a line, the first: what it replaces, gone from the
-    file once the edit ran; the text put in its place follows), and a text a call that
-    names no file (`_FILE`, `_PATH`) wrote whole (a command: run, not kept in a file)."""
+    order of the calls, each with whether a value follows it in its call: a text a call
+    that names no file (`_FILE`, `_PATH`) wrote whole (a command: run, not kept in a
+    file). (An edit's quote is not one: a failed edit leaves it in the file, and the
+    agent quotes it again.)"""
     spent: list[tuple[str, bool]] = []
     for msg in messages[start:end]:
         if msg.get("role") != "assistant":
             continue
         for call in tool_calls(msg):
-            texts = _texts(call)
-            whole = _whole(texts)
-            spent += ((v, True) for n, v in enumerate(texts) if v not in whole and any(
-                _lines(v) & _lines(t) for t in texts[n + 1:]))
+            whole = _whole(_texts(call))
             if whole and not any(_FILE.match(v) or _PATH.match(v)
                                  for v in _strings(arguments(call)[1])):
                 spent += ((v, False) for v in whole)

@@ -120,18 +120,28 @@ def test_an_exact_text_edit_is_one_of_part_of_a_text_written_whole_turns_before(
                             7) == -1
 
 
-def test_an_edits_quote_goes_as_before() -> None:
-    """`spent_texts`: what an edit replaces is gone from the file once it ran; a quoted
-    note sends its lines as the base does, the edit's new text as written."""
+CMD = "\n".join([
+    "for f in dark light; do",
+    '    cp "$HOME/.config/kitty/$f.conf" "/tmp/kitty-$f.conf"',
+    '    cp "$HOME/.config/foot/$f.ini" "/tmp/foot-$f.ini"',
+    "done",
+])
+
+
+def test_a_command_goes_as_before() -> None:
+    """`spent_texts`: a text a call naming no file wrote whole is a command, run, kept in
+    no file a later edit quotes; a quoted note sends its lines as the base does, and a
+    file's text as written."""
     write = _call("w", "write_file", file_path=PATH, content=SCRIPT)
-    messages = [write, *_turn("w"), EDIT]
-    assert spent_texts(messages, 0, len(messages)) == [(QUOTE, True)]
-    lines = [call_line(c, "ok") for m in (write, EDIT) for c in m["tool_calls"]]
-    run = [{"role": "user", "content": "Do it.\n" + FOLD_HEAD + "\n" + "\n".join(lines)},
-           {"role": "assistant", "content": "Done."}]
-    note = turns_note(run, Run(0, 1, 1), quoted=True, spent=[(QUOTE, True)])
-    kept = turns_note(run, Run(0, 1, 1), quoted=True)
-    cp = '\n        cp "$HOME/.config/kitty/dark.conf" "$HOME/.config/kitty/theme.conf"'
-    assert kept.count(cp) == 2 and note.count(cp) == 1  # the quote's copy: stripped
-    assert QUOTE.replace("cp ", "ln -sf ") in note  # the edit's new text, quotable
-    assert SCRIPT.split("\n", 1)[1] in note  # the text written whole, too
+    run = _call("r", "run_shell_command", command=CMD, description="Back up the themes.")
+    messages = [write, *_turn("w"), run, *_turn("r"), EDIT]
+    assert spent_texts(messages, 0, len(messages)) == [(CMD, False)]
+    lines = [call_line(c, "ok") for m in (write, run, EDIT) for c in m["tool_calls"]]
+    turn = [{"role": "user", "content": "Do it.\n" + FOLD_HEAD + "\n" + "\n".join(lines)},
+            {"role": "assistant", "content": "Done."}]
+    note = turns_note(turn, Run(0, 1, 1), quoted=True, spent=[(CMD, False)])
+    kept = turns_note(turn, Run(0, 1, 1), quoted=True)
+    assert CMD in kept and CMD not in note
+    assert '\ncp "$HOME/.config/kitty/$f.conf" "/tmp/kitty-$f.conf"' in note  # stripped
+    assert SCRIPT.split("\n", 1)[1] in note  # the file's text, as written
+    assert QUOTE.replace("cp ", "ln -sf ") in note  # the edit's new text, too
