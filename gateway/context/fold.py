@@ -91,6 +91,7 @@ from typing import Any
 import orjson
 
 from gateway.context.items import PINNED
+from gateway.context.quoting import first_quote_edit, spent_texts
 from gateway.context.render import Plan, with_content
 from gateway.context.summarize import notable, shell_commands, values
 from gateway.observability.droplog import Action, DropEvent, Kind
@@ -611,9 +612,68 @@ def mentioned(text: str) -> list[str]:
             for v in _MORE.sub("", listed.group(2)).split()]
 
 
+# A fold note's line that opens an entry (`note_lines`): a call line (`name(`) or a said text
+_ENTRY = re.compile(r"[^\s(]+\(|\(assistant\) ")
+_RESULT = ") → "  # where a call line's values end and its result starts (`call_line`)
+# Lines of a call's text (a file written whole, a script) a turns note leaves out when the
+# call's notes already have them as one run: this many or more, this many characters or
+# more (a short run, `    fi` and a blank line, is in every script: left out, it cut the
+# quotes around it)
+QUOTED_BLOCK = 3
+QUOTED_CHARS = 100
+
+
+def _code(raw: Sequence[str], i: int) -> bool:
+    """Whether the lines of `raw` from `i` to the next entry (`_ENTRY`) have an indented
+    one: a text of code, which a later edit quotes with its indentation."""
+    for line in raw[i:]:
+        if _ENTRY.match(line):
+            return False
+        if line[:1] in (" ", "\t") and line.strip():
+            return True
+    return False
+
+
+def _block_end(raw: Sequence[str], i: int, seen: set[str],
+               known: Callable[[str], bool]) -> int:
+    """The end of the longest run of `raw`'s lines from `i` that are continuation lines
+    (no entry opens there), all `seen`, and together `known` as one text, when it spans
+    `QUOTED_BLOCK` lines and `QUOTED_CHARS` characters or more; else `i`."""
+    j = i
+    while (j < len(raw) and raw[j] in seen and not _ENTRY.match(raw[j])
+           and (j + 1 - i < QUOTED_BLOCK or known("\n".join(raw[i:j + 1])))):
+        j += 1
+    while j - i >= QUOTED_BLOCK and not known("\n".join(raw[i:j])):
+        j -= 1
+    long = j - i >= QUOTED_BLOCK and sum(len(line.strip()) for line in raw[i:j]) >= QUOTED_CHARS
+    return j if long else i
+
+
+def _spent_lines(raw: Sequence[str], spent: Sequence[tuple[str, bool]]) -> set[int]:
+    """The lines of `raw` (a fold note's) inside the `spent` texts where a call's values
+    have them as one: opened by the call or by the value before (`(`, `, `), followed by
+    another value (`, `; an edit's quote comes before the text put in its place, which may
+    begin with it) or, when no value follows, by the call's end; all but the first and
+    last line, which share a line with the values beside it."""
+    gone: set[int] = set()
+    for text, followed in spent:
+        parts = text.split("\n")
+        size = len(parts)
+        if size < 3:
+            continue
+        ends = (f"{parts[-1]}, ",) if followed else (f"{parts[-1]}, ", f"{parts[-1]})")
+        for p in range(len(raw) - size + 1):
+            if (raw[p].endswith((f"({parts[0]}", f", {parts[0]}"))
+                    and raw[p + 1:p + size - 1] == parts[1:-1]
+                    and raw[p + size - 1].startswith(ends)):
+                gone.update(range(p + 1, p + size - 1))
+    return gone
+
+
 def turns_note(messages: Sequence[Mapping[str, Any]], run: Run,
                earlier: Earlier | None = None, written: Sequence[str] = (),
-               typed: Mapping[str, int] | None = None, every: bool = False) -> str:
+               typed: Mapping[str, int] | None = None, every: bool = False,
+               quoted: bool = False, spent: Sequence[tuple[str, bool]] = ()) -> str:
     """What a turns run is sent as: a header and what its turns named, once each in the
     call (`earlier`: the call's turns notes before it) — a user text as sent (a
     placeholder: only the values it mentions; a digest: its kept lines and its mentions,
@@ -625,7 +685,9 @@ def turns_note(messages: Sequence[Mapping[str, Any]], run: Run,
     names its code words as written (`code_words`) that are `typed` (in two replies'
     code so far: what the agent types again; its scripts' one-off names rarely), at most
     `CODE_WORDS` (`CODE_MORE`) a note; `every`: all of them (an agent that retypes its
-    earlier tasks' words, `retyped`)."""
+    earlier tasks' words, `retyped`). `quoted`: an agent that edits by exact text
+    (`quoting.first_quote_edit`): its calls' code texts go quotable (`add_calls`), but
+    for the `spent` ones (`quoting.spent_texts`: an edit's quote, a command)."""
     before = earlier or Earlier()
     lines: list[str] = []
     seen: set[str] = set(before.lines)
@@ -643,6 +705,48 @@ def turns_note(messages: Sequence[Mapping[str, Any]], run: Run,
     def known(value: str) -> bool:
         return value in note or value in before.text
 
+    def add_calls(raw: list[str]) -> None:
+        """A fold note's lines, `quoted`: an entry's first line (a call, a said text) as
+        the base sends it (once in the call, stripped); the further lines of a call's
+        values that are code (`_code`) as written, indentation, blank and repeated lines
+        kept, but for a run the call's notes already have as one text (`_block_end`): a
+        run of lines kept stays a substring of the text. The rest as the base."""
+        nonlocal note
+        in_call = False
+        i, n = 0, len(raw)
+        gone = _spent_lines(raw, spent)
+        while i < n:
+            line = raw[i]
+            if (not line and not in_call) or _ENTRY.match(line):
+                # a call's values: its text up to its result (`call_line`'s ` → `), when
+                # it is code (an indented line before the next entry)
+                in_call = (bool(line) and not line.startswith("(assistant) ")
+                           and _RESULT not in line and _code(raw, i + 1))
+                stripped = line.strip()
+                if not _adds_nothing(stripped, known):
+                    add(short_call(stripped))
+                i += 1
+                continue
+            if not in_call:
+                add(line.strip())
+                i += 1
+                continue
+            j = _block_end(raw, i, seen, known)
+            if j > i:
+                in_call = not any(_RESULT in x for x in raw[i:j])
+                i = j
+                continue
+            if i in gone:  # a spent text's line: as the base sends it
+                in_call = _RESULT not in line
+                add(line.strip())
+                i += 1
+                continue
+            seen.add(line)
+            lines.append(line)
+            note += "\n" + line
+            in_call = _RESULT not in line
+            i += 1
+
     for k in range(run.user, run.end, 2):
         text = str(messages[k].get("content"))
         head, _, calls = text.partition(f"\n{FOLD_HEAD}")
@@ -655,10 +759,13 @@ def turns_note(messages: Sequence[Mapping[str, Any]], run: Run,
             named += mentioned(said)
         elif said != "omitted":
             add(said)
-        for line in calls.split("\n"):
-            line = line.strip()
-            if not _adds_nothing(line, known):
-                add(short_call(line))
+        if quoted:
+            add_calls(calls.split("\n"))
+        else:
+            for line in calls.split("\n"):
+                line = line.strip()
+                if not _adds_nothing(line, known):
+                    add(short_call(line))
         add(" ".join(dict.fromkeys(v for v in named if not known(v))))
         reply = str(messages[k + 1].get("content") or "")
         words = [*value_words(reply), *pattern_words(reply)]
@@ -682,16 +789,17 @@ def _turns_note(messages: Sequence[Mapping[str, Any]], run: Run, count: Callable
                 cache: NoteCache | None, made: NoteCache | None,
                 earlier: Earlier, written: Sequence[str] = (),
                 typed: Mapping[str, int] | None = None,
-                every: bool = False) -> tuple[str, int]:
+                every: bool = False, quoted: bool = False,
+                spent: Sequence[tuple[str, bool]] = ()) -> tuple[str, int]:
     """`turns_note` of `run` and its tokens, taken from `cache` when the run's contents and
     the notes before it are the ones it was made from (a step re-makes only the notes of
     the runs it changed and after: the older blocks' stay byte for byte), else made; put
     in `made`."""
     key = (earlier.text, *(m.get("content") for m in messages[run.user:run.end + 1]),
-           *written, *sorted((typed or {}).items()), every)
+           *written, *sorted((typed or {}).items()), every, quoted, tuple(spent))
     known = cache.get(key) if cache is not None else None
     if known is None:
-        text = turns_note(messages, run, earlier, written, typed, every)
+        text = turns_note(messages, run, earlier, written, typed, every, quoted, spent)
         known = (text, count(text))
     if made is not None:
         made[key] = known
@@ -754,6 +862,7 @@ def fold_turns(folded: Folded, runs: Sequence[Run], original: Original,
     times: dict[str, int] = {}  # per code word: the client replies so far whose code has it
     read = 0  # the client messages `times` has counted
     shown = retyped(client, starts, task) if client and starts else []
+    edited = first_quote_edit(client, plan[runs[-1].end][0] + 1) if client and runs else -1
     for run in runs:
         first, last = plan[run.user][0], plan[run.end][0]
         written: tuple[str, ...] = ()
@@ -770,8 +879,10 @@ def fold_turns(folded: Folded, runs: Sequence[Run], original: Original,
             read = max(read, plan[run.end][0] + 1)
             typed = {w: times[w] for text in written[1::2] for w in code_words(text)
                      if every or times.get(w, 0) >= TYPED}
+        quoted = 0 <= edited <= last
+        spent = spent_texts(client, first, last + 1) if quoted else []
         text, tokens = _turns_note(messages, run, count, cache, made, earlier, written,
-                                   typed, every)
+                                   typed, every, quoted, spent)
         olds: dict[int, Sequence[DropEvent]] = {
             i: by_index.get(i, []) for i in range(first, last)}
         heads = {i: original(i) for i in range(first, last)}
