@@ -49,7 +49,9 @@ def _run(second: str, listing: str = "") -> list[dict[str, Any]]:
     ]
 
 
-async def _listing_sent(engine: ContextEngine, messages: list[dict[str, Any]], sid: str) -> list[str]:
+async def _listing_sent(
+    engine: ContextEngine, messages: list[dict[str, Any]], sid: str,
+) -> list[str]:
     """The listing's text as each call of the session forwards it."""
     out = []
     for end in [i for i, m in enumerate(messages) if m["role"] == "assistant" and i > 3]:
