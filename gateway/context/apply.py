@@ -17,6 +17,7 @@ from gateway.context.session import Decision
 from gateway.context.summarize import (
     code_line,
     envelope,
+    every_value,
     kept_fields,
     markup,
     notable,
@@ -111,6 +112,17 @@ def gist(item: Item, known: frozenset[str] = frozenset()) -> str:
     periods = item.clock.json_steps
     named = [v for v in values(item.text, periods)
              if notable(v) and v not in known][:GIST_VALUES]
+    head = placeholder(item)
+    return f"{head[:-1]}; mentions: {' '.join(named)}]" if named else head
+
+
+def value_list(item: Item, known: frozenset[str] = frozenset()) -> str:
+    """What a result rewritten at the tail of a run of one task is masked as
+    (`engine._tail_masks`): its placeholder and every notable value it names that `known`
+    lacks (`summarize.every_value`), uncapped: read once and gone from the next call on,
+    its names and line numbers are what the agent's next commands re-type (a `sed` edit's
+    line numbers, the function it patches), where a digest's list stops at its cap."""
+    named = every_value(item.text, known)
     head = placeholder(item)
     return f"{head[:-1]}; mentions: {' '.join(named)}]" if named else head
 

@@ -40,6 +40,7 @@ from gateway.context.apply import (
     reapply,
     reapply_changed,
     same_texts,
+    value_list,
 )
 from gateway.context.caches import ContextCaches
 from gateway.context.calibration import TokenCalibration
@@ -90,6 +91,7 @@ from gateway.context.stages.cluster import arrival_duplicates
 from gateway.context.stages.ladder import give_back, step_target
 from gateway.context.stale import stale_rule, stale_text
 from gateway.context.steps import (
+    agent_left,
     ahead_of_share,
     calls_left,
     lagging_tokens,
@@ -846,7 +848,11 @@ class ContextEngine:
         if over and first_call and ctx.target is not None:  # cut just enough
             final = give_back(before, final, ctx, ctx.target)
         elif not over and state.calls:
-            final, tailed = _tail_masks(messages, final, ctx)
+            # a run the agent's record calls one task rewrites at the tail only on a call
+            # whose aging step changes its prefix anyway: one the repay rule left whole
+            # (`_leave_unrepaid`) is no step (on those too: prefix stable 72.6 / 71.9)
+            final, tailed = _tail_masks(messages, final, ctx, state,
+                                        horizon != state.horizon, TAIL_ON_STEP)
             stepped = stepped or tailed  # the next call re-applies the decisions (`_prefix`)
         if cls.compaction.ages:  # the instability budget counts this session's calls
             if horizon != state.horizon:
@@ -1152,34 +1158,59 @@ def _leave_unrepaid(
 
 
 TAIL = "tail"  # the reason of a counted run's tail rewrite (`_tail_masks`)
+TAIL_ON_STEP = "tail_on_step"  # one on a call whose aging step changed the prefix anyway
 
 
 def _counted_text_run(cls: TaskClass, messages: list[Mapping[str, Any]]) -> bool:
-    """Whether `_tail_masks` may act on this call: a class that ages an agent whose tools are
-    text (its results, user turns, never digested: `text_tools_aging`) and a harness that
-    counts the calls left (`calls_left`). Such a call takes the full path."""
+    """Whether `_tail_masks` may act on a call that would not step: a class that ages an
+    agent whose tools are text and a harness that counts the calls left (`calls_left`).
+    Such a call takes the full path; a run of one by its agent's record rewrites at the
+    tail only on a step call, which takes it anyway."""
     opts = cls.stages.compress
     return (cls.compaction.ages and opts is not None and "user" not in opts.kinds
             and calls_left(messages) is not None)
 
 
+def _tail_left(cls: TaskClass, messages: list[Mapping[str, Any]],
+               state: SessionState) -> int | None:
+    """The calls `_tail_masks` weighs a rewrite over on this call (None: it may not act): a
+    class that ages an agent whose tools are text (its results, user turns, never digested:
+    `text_tools_aging`), and either a harness that counts the calls left (`calls_left`) or
+    an agent whose record says its sessions are runs of one task (`steps.runs_of_one`, off
+    a queue's: its later tasks run long), then the calls that record leaves
+    (`steps.agent_left`) or the session's age, at least `repay_calls`. Such a call takes the
+    full path."""
+    c, opts = cls.compaction, cls.stages.compress
+    if not c.ages or opts is None or "user" in opts.kinds:
+        return None
+    left = calls_left(messages)
+    calls = state.calls + 1
+    if left is not None or not runs_of_one(calls, c, state.agent_runs):
+        return left
+    bound = agent_left(calls, c, state.agent_runs)
+    return max(calls, c.repay_calls) if bound is None else bound
+
+
 def _tail_steps(cls: TaskClass, messages: list[Mapping[str, Any]], items: list[Item],
                 state: SessionState) -> int:
     """The calls that took a tail rewrite (`_tail_masks`) while the session is a counted
-    text-tool run of one task: each changed the prefix, so each counts as an aging step
-    against `max_step_share` (else the run's prefix stable fell to 78.8%, tune). Not once
-    a later task opens (a queue's: `steps.text_tools_now`), whose steps then come as
-    without them: counted for good, they cost MINT's queues 0.17 point of cost @0.1 (tune)."""
-    if not _counted_text_run(cls, messages) or text_tools_now(cls, items) is None:
+    text-tool run of one task (or one its agent's record says is: `_tail_left`): each
+    changed the prefix, so each counts as an aging step against `max_step_share` (else the
+    run's prefix stable fell to 78.8%, tune). Not once a later task opens (a queue's:
+    `steps.text_tools_now`), whose steps then come as without them: counted for good, they
+    cost MINT's queues 0.17 point of cost @0.1 (tune)."""
+    if _tail_left(cls, messages, state) is None or text_tools_now(cls, items) is None:
         return 0
     return len({made.step for made in state.decisions.values() if made.reason == TAIL})
 
 
 def _tail_masks(
     messages: list[Mapping[str, Any]], final: list[Item], ctx: StageContext,
+    state: SessionState, shared: bool = True, reason: str = TAIL,
 ) -> tuple[list[Item], bool]:
     """A text-tool agent's result rewritten on the call where it stops being the newest,
-    when its harness counts the calls left (`_counted_text_run`) and the rewrite repays over
+    when its harness counts the calls left, or on a step call when its agent's record
+    says runs of one task (`_tail_left`), and the rewrite repays over
     them (`steps.tail_mask_repays`). Such a run is too short for an aging step to repay
     (`steps.unrepaid`): a step rewrites older messages and re-sends everything after them,
     where this rewrite lands at the tail of what the last call sent (that result) and
@@ -1192,9 +1223,13 @@ def _tail_masks(
     stable 98.2 -> 80.4% (bench/README.md, "Short runs beside masking at equal recall").
     Also whether a result was rewritten."""
     opts = ctx.task_class.stages.compress
-    left = calls_left(messages) if _counted_text_run(ctx.task_class, messages) else None
+    left = _tail_left(ctx.task_class, messages, state)
     if opts is None or left is None or text_tools_now(ctx.task_class, final) is None:
         return final, False
+    if calls_left(messages) is not None:
+        reason = TAIL  # a counted run's: every such call counts against the share
+    elif not shared:
+        return final, False  # a run of one by its record: not every call (prefix stable 39%)
     latest = next((i for i in range(len(messages) - 1, -1, -1)
                    if messages[i].get("role") == "assistant"), -1)
     aging = latest - 1  # the result the last call ended with
@@ -1208,10 +1243,14 @@ def _tail_masks(
                 or not original.rewritable or original.tokens < least
                 or not undecided(item, ctx.decisions)):
             continue
+        if reason == TAIL_ON_STEP:  # a run of one by its record: every value it names
+            chosen[item.id] = Decision("compress", "mask", reason, "mask", 1,
+                                       text=value_list(original, ctx.known))
+            continue
         named = {v for v in summarize_values(original.text) if notable(v)} - ctx.known
-        chosen[item.id] = (Decision("compress", "mask", TAIL, "mask", 1, arg=GIST)
+        chosen[item.id] = (Decision("compress", "mask", reason, "mask", 1, arg=GIST)
                            if len(named) <= GIST_VALUES else
-                           Decision("compress", "compress", TAIL, "summary", opts.level))
+                           Decision("compress", "compress", reason, "summary", opts.level))
     if not chosen:
         return final, False
     probe = replace(ctx, decisions=dict(ctx.decisions))  # decided only if it repays

@@ -335,6 +335,24 @@ def _written_forms(source: str) -> Mapping[str, str]:
     return {v: " ".join(f) for v, f in forms.items()}
 
 
+# A value as a text writes it: a run of name, path and number characters with its joints
+# (`src/a.py:1:0:`, `1:00:01`, `https://…/pep-0257/`, `fonte.0002_initial...`).
+_WRITTEN_RUN = re.compile(r"[A-Za-z0-9_./:-]*[A-Za-z0-9_][A-Za-z0-9_./:-]*")
+
+
+def every_value(text: str, known: frozenset[str] = frozenset()) -> list[str]:
+    """Every notable value `text` names that `known` lacks, in order of first appearance,
+    each whole as the text writes it (`_WRITTEN_RUN`: a `grep -n` hit's `398:`, a linter's
+    `src/a.py:1:0:`, a link): what a result rewritten as its list of values
+    (`apply.value_list`) keeps, uncapped: a commit's hash and a long path too, which
+    `notable` takes for blobs (a later `git show`, a traceback's file the agent opens)."""
+    runs = _WRITTEN_RUN.findall(_ESCAPED.sub(" ", text))
+    # a run too long to list (a path's `…/base.py:12:`, a grep hit's) gives its pieces
+    named = (piece for v in runs for piece in ([v] if len(v) <= 80 else values(v)))
+    return [v for v in dict.fromkeys(named)
+            if 2 <= len(v) <= 80 and _NOTABLE.search(v) and v not in known]
+
+
 # A written form `_form_lost` weighs: a file name (a stem and a letter-led extension) closing a
 # sentence or a line with `.` or `:` (`the format of sample_result.csv.`, `sample_submission.csv:`).
 # A `./x.py` form, a word's (`the data.`, `Action:`, `e.g.`) or a number's (`is 2000.`) is not:
