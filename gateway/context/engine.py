@@ -328,9 +328,10 @@ class ContextEngine:
         self.caches = ContextCaches()
         # The previous call's work per session, reused by a call that only appends messages.
         self.prefixes = PrefixCache(prefix_cache_size)
-        # Per (tenant, session): its agent's fingerprint and the messages it was read from.
-        self._agents_of: LRUCache[tuple[str, str], tuple[str | None, int]] = LRUCache(
-            maxsize=max(1, prefix_cache_size))
+        # Per (tenant, session): its agent's fingerprint, its harness's (the system prompt
+        # alone) and the messages they were read from.
+        self._agents_of: LRUCache[tuple[str, str], tuple[str | None, str | None, int]] = (
+            LRUCache(maxsize=max(1, prefix_cache_size)))
         # Per (tenant, session) of calls sent as is: the fidelity haystack of the last one
         # and the number of its body (`Lineage.body`); a call whose body the gateway proved
         # to continue that one's reads only its new messages (taken out while in use).
@@ -346,11 +347,12 @@ class ContextEngine:
         key = (tenant, session_id)
         known = self._agents_of.get(key)
         messages = body["messages"]
-        if known is not None and prefix is not None and known[1] == prefix.start > 0:
-            fingerprint = known[0]
+        if known is not None and prefix is not None and known[2] == prefix.start > 0:
+            fingerprint, harness = known[0], known[1]
         else:
             fingerprint = agent_fingerprint(body)
-        self._agents_of[key] = (fingerprint, len(messages))
+            harness = agent_fingerprint({"messages": messages})  # `SessionState.harness_runs`
+        self._agents_of[key] = (fingerprint, harness, len(messages))
         return fingerprint
 
     async def _task_class(
@@ -535,6 +537,15 @@ class ContextEngine:
             if fingerprint is not None:
                 state.agent_runs = await self.agent_runs.note(
                     call.tenant, fingerprint, state.calls + 1)
+            opts = cls.stages.compress
+            known = self._agents_of.get((call.tenant, session_id))
+            harness = known[1] if known is not None and fingerprint is not None else None
+            if opts is not None and "user" in opts.kinds and harness is not None:
+                # a harness whose every task brings its own tools (Toolathlon's MCP
+                # servers) is a new agent per task: its record is the system prompt's
+                state.harness_runs = (state.agent_runs if harness == fingerprint else
+                                      await self.agent_runs.note(call.tenant, f"h:{harness}",
+                                                                 state.calls + 1))
         stats = await self.forecasts.stats(call.tenant, cls.name)
         budget = forecast_budget(cls, model, body, stats, budget_header, caps_forecast)
         calibrate = str(body.get("model")) if model.estimated else None
@@ -1241,7 +1252,7 @@ def _tail_output_waits(cls: TaskClass, messages: Sequence[Mapping[str, Any]],
     opts, c = cls.stages.compress, cls.compaction
     if not (c.ages and state.calls and opts is not None
             and "tool_result" in opts.kinds and "user" in opts.kinds
-            and runs_of_one(state.calls + 1, c, state.agent_runs)):
+            and runs_of_one(state.calls + 1, c, state.harness_runs)):
         return False
     return any(messages[i].get("role") == "tool"
                and _content_block(text := content_text(messages[i].get("content")))

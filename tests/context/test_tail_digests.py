@@ -53,12 +53,13 @@ def _run(second: str, listing: str = "") -> list[dict[str, Any]]:
 
 async def _listing_sent(
     engine: ContextEngine, messages: list[dict[str, Any]], sid: str,
+    tools: list[dict[str, Any]] = TOOLS,
 ) -> list[str]:
     """The listing's text as each call of the session forwards it (the tenant, and so the
     agent's record, is the session's name up to its `-record-`: one per test)."""
     out = []
     for end in [i for i, m in enumerate(messages) if m["role"] == "assistant" and i > 3]:
-        fitted = await engine.fit({"model": "gpt-4o", "messages": messages[:end], "tools": TOOLS},
+        fitted = await engine.fit({"model": "gpt-4o", "messages": messages[:end], "tools": tools},
                                   CallContext(sid.split("-record-")[0], f"tr-{sid}-{end}",
                                               {**HEADERS, "x-ctxgate-session-id": sid}))
         out.append(next(str(m["content"]) for m in fitted.body["messages"]
@@ -67,9 +68,13 @@ async def _listing_sent(
 
 
 async def _record(engine: ContextEngine, messages: list[dict[str, Any]], sid: str) -> None:
-    """Six earlier sessions of the agent, each `messages` call by call: its record."""
+    """Six earlier sessions of the agent's harness, each `messages` call by call: its record.
+    Each task brings a tool of its own (Toolathlon's MCP servers), so each is a new agent
+    (`classify.agent_fingerprint`): the record is the system prompt's."""
     for k in range(6):
-        await _listing_sent(engine, messages, f"{sid}-record-{k}")
+        own = {"type": "function", "function": {"name": f"task_{k}_tool",
+                                                "parameters": {"type": "object"}}}
+        await _listing_sent(engine, messages, f"{sid}-record-{k}", [*TOOLS, own])
 
 
 def _queue() -> list[dict[str, Any]]:
