@@ -55,6 +55,7 @@ from gateway.context.classify import (
     system_text,
 )
 from gateway.context.controller import scaled_class
+from gateway.context.drawing import drawn_from
 from gateway.context.fidelity import CallSignals, Haystack, observe
 from gateway.context.focus import task_focus
 from gateway.context.fold import FoldMemo, fold, task_bound
@@ -92,6 +93,7 @@ from gateway.context.stages.ladder import give_back, step_target
 from gateway.context.stale import stale_rule, stale_text
 from gateway.context.steps import (
     agent_left,
+    ages_out,
     ahead_of_share,
     calls_left,
     lagging_tokens,
@@ -326,9 +328,10 @@ class ContextEngine:
         self.caches = ContextCaches()
         # The previous call's work per session, reused by a call that only appends messages.
         self.prefixes = PrefixCache(prefix_cache_size)
-        # Per (tenant, session): its agent's fingerprint and the messages it was read from.
-        self._agents_of: LRUCache[tuple[str, str], tuple[str | None, int]] = LRUCache(
-            maxsize=max(1, prefix_cache_size))
+        # Per (tenant, session): its agent's fingerprint, its harness's (the system prompt
+        # alone) and the messages they were read from.
+        self._agents_of: LRUCache[tuple[str, str], tuple[str | None, str | None, int]] = (
+            LRUCache(maxsize=max(1, prefix_cache_size)))
         # Per (tenant, session) of calls sent as is: the fidelity haystack of the last one
         # and the number of its body (`Lineage.body`); a call whose body the gateway proved
         # to continue that one's reads only its new messages (taken out while in use).
@@ -344,11 +347,12 @@ class ContextEngine:
         key = (tenant, session_id)
         known = self._agents_of.get(key)
         messages = body["messages"]
-        if known is not None and prefix is not None and known[1] == prefix.start > 0:
-            fingerprint = known[0]
+        if known is not None and prefix is not None and known[2] == prefix.start > 0:
+            fingerprint, harness = known[0], known[1]
         else:
             fingerprint = agent_fingerprint(body)
-        self._agents_of[key] = (fingerprint, len(messages))
+            harness = agent_fingerprint({"messages": messages})  # `SessionState.harness_runs`
+        self._agents_of[key] = (fingerprint, harness, len(messages))
         return fingerprint
 
     async def _task_class(
@@ -533,6 +537,15 @@ class ContextEngine:
             if fingerprint is not None:
                 state.agent_runs = await self.agent_runs.note(
                     call.tenant, fingerprint, state.calls + 1)
+            opts = cls.stages.compress
+            known = self._agents_of.get((call.tenant, session_id))
+            harness = known[1] if known is not None and fingerprint is not None else None
+            if opts is not None and "user" in opts.kinds and harness is not None:
+                # a harness whose every task brings its own tools (Toolathlon's MCP
+                # servers) is a new agent per task: its record is the system prompt's
+                state.harness_runs = (state.agent_runs if harness == fingerprint else
+                                      await self.agent_runs.note(call.tenant, f"h:{harness}",
+                                                                 state.calls + 1))
         stats = await self.forecasts.stats(call.tenant, cls.name)
         budget = forecast_budget(cls, model, body, stats, budget_header, caps_forecast)
         calibrate = str(body.get("model")) if model.estimated else None
@@ -549,6 +562,8 @@ class ContextEngine:
         """The call rendered from its session's previous call, when that is safe."""
         if r.prefix is None or _counted_text_run(r.cls, r.messages):
             return None  # a counted run may mask its latest output but one (`_tail_masks`)
+        if _tail_output_waits(r.cls, r.messages, r.state):
+            return None  # a run's large output may go as its digest (`_tail_digests`)
         reuse = r.prefix.reuse(
             r.messages, r.state, r.cls, r.budget.input, r.fixed, self.counter, self.caches
         )
@@ -853,6 +868,8 @@ class ContextEngine:
             # (`_leave_unrepaid`) is no step (on those too: prefix stable 72.6 / 71.9)
             final, tailed = _tail_masks(messages, final, ctx, state,
                                         horizon != state.horizon, TAIL_ON_STEP)
+            if not (tailed or turns_step):
+                final, tailed = _tail_digests(messages, final, ctx, state)
             stepped = stepped or tailed  # the next call re-applies the decisions (`_prefix`)
         if cls.compaction.ages:  # the instability budget counts this session's calls
             if horizon != state.horizon:
@@ -1198,10 +1215,109 @@ def _tail_steps(cls: TaskClass, messages: list[Mapping[str, Any]], items: list[I
     changed the prefix, so each counts as an aging step against `max_step_share` (else the
     run's prefix stable fell to 78.8%, tune). Not once a later task opens (a queue's:
     `steps.text_tools_now`), whose steps then come as without them: counted for good, they
-    cost MINT's queues 0.17 point of cost @0.1 (tune)."""
+    cost MINT's queues 0.17 point of cost @0.1 (tune). Elsewhere: the calls that digested
+    a run's large output at the tail (`_tail_digests`), likewise (uncounted, Toolathlon
+    runs' prefix stable fell to 72.4 · 73.4%)."""
     if _tail_left(cls, messages, state) is None or text_tools_now(cls, items) is None:
-        return 0
+        if not on_first_task(items):  # a queue's later task steps as without them
+            return 0
+        return len({made.step for made in state.decisions.values() if made.reason == TAIL_RUN})
     return len({made.step for made in state.decisions.values() if made.reason == TAIL})
+
+
+TAIL_RUN = "tail_run"  # the reason of a run's large output digested at the tail (`_tail_digests`)
+TAIL_MIN_TOKENS = 2500  # the least tokens of an output `_tail_digests` rewrites
+TAIL_MIN_CHARS = TAIL_MIN_TOKENS  # `_tail_output_waits`'s bound in characters
+
+
+def _aging_exchange(messages: Sequence[Mapping[str, Any]]) -> range:
+    """The message indexes of the exchange the latest assistant turn answered: the
+    messages between the assistant turn before it and it (empty when there is none)."""
+    turns = [i for i in range(len(messages) - 1, -1, -1)
+             if messages[i].get("role") == "assistant"][:2]
+    return range(turns[1] + 1, turns[0]) if len(turns) == 2 else range(0)
+
+
+def _tail_output_waits(cls: TaskClass, messages: Sequence[Mapping[str, Any]],
+                       state: SessionState) -> bool:
+    """Whether a call may take a tail digest (`_tail_digests`), by the characters of the
+    tool results the latest assistant turn answered: such a call takes the full path. Only
+    where the agent's record says its sessions are runs of one task (`steps.runs_of_one`,
+    as `_tail_left` for a text-tool run): a queue's first task is a run too, but a digest
+    there moves every later aging step of the session (the step share it takes), and the
+    queue's later tasks lose what those steps kept (Toolathlon deepseek queues' holdout
+    recall −0.145, claude queues' cost @0.1 −0.16 · −0.12; bench/README.md, "Session 71,
+    tla71"). A queue's record (its sessions run past the last mark) leaves it off, and so
+    does no record: an agent's first sessions take the base's path."""
+    opts, c = cls.stages.compress, cls.compaction
+    if not (c.ages and state.calls and opts is not None
+            and "tool_result" in opts.kinds and "user" in opts.kinds
+            and runs_of_one(state.calls + 1, c, state.harness_runs)):
+        return False
+    return any(messages[i].get("role") == "tool"
+               and _content_block(text := content_text(messages[i].get("content")))
+               and len(text) >= TAIL_MIN_CHARS
+               for i in _aging_exchange(messages))
+
+
+def _content_block(text: str) -> bool:
+    """Whether a tool result is sent as the JSON of its MCP content blocks (`{"type":
+    "text", …}`), parsed or cut short by its harness (`summarize.envelope` reads only
+    whole ones): a tool server's payload (a sheet's cells, a page, a listing), which an
+    agent reads once, not a file view or a build log in plain text, which a coding agent
+    reads again (Claude Code runs' tune recall −1.06 with those; bench/README.md, "Session
+    68, tla68")."""
+    head = text[:24].lstrip()
+    return head.startswith('{"type"') or head.startswith('[{"type"')
+
+
+def _tail_digests(
+    messages: list[Mapping[str, Any]], final: list[Item], ctx: StageContext,
+    state: SessionState,
+) -> tuple[list[Item], bool]:
+    """A large tool result (`TAIL_MIN_TOKENS`) of an agent that calls tools through the
+    API, rewritten as its digest on the call where it stops being the newest, while the
+    session is on its first task (`steps.young`): the rewrite lands at the tail of what the
+    last call sent and re-sends only itself, where an aging step reaches it only after
+    some calls, re-sending all after it, or never on a short run (its repay rule leaves it
+    out). Only a structured payload (its text opens as JSON, or as a JSON envelope the
+    recorder cut: a sheet's cells, a listing), not a file view or a page of text, which a
+    coding agent reads again (Claude Code runs' tune recall −1.06 with those too). Not one
+    the agent's latest turn drew a value from (`drawing.drawn_from`), nor one
+    the step's own rules keep whole (`steps.ages_out`). Taken only when it repays over the
+    calls the agent's record or the session's age says are left (`steps.tail_mask_repays`);
+    each such call counts as a step against the instability budget (`_tail_steps`)."""
+    cls = ctx.task_class
+    c, opts = cls.compaction, cls.stages.compress
+    if not _tail_output_waits(cls, messages, state) or opts is None:
+        return final, False
+    runs = state.agent_runs
+    calls = state.calls + 1
+    if not young(calls, c, on_first_task(final, through=runs_of_one(calls, c, runs))):
+        return final, False
+    exchange = _aging_exchange(messages)
+    candidates = [item for item in final if item.message_index in exchange
+                  and item.kind == "tool_result" and item.tokens >= TAIL_MIN_TOKENS
+                  and _content_block(ctx.originals.get(item.id, item).text)
+                  and undecided(item, ctx.decisions)
+                  and ages_out(ctx.originals.get(item.id, item), opts)]
+    if not candidates:
+        return final, False
+    drawn = drawn_from(candidates, messages, 1, ctx.known)
+    chosen = {item.id: Decision("compress", "compress", TAIL_RUN, "summary", opts.level)
+              for item in candidates if item.id not in drawn}
+    if not chosen:
+        return final, False
+    probe = replace(ctx, decisions=dict(ctx.decisions))  # decided only if it repays
+    result = decide(final, chosen, probe)
+    before = sum(item.tokens for item in final if item.id in chosen)
+    after = sum(item.tokens for item in result.items if item.id in chosen)
+    left = agent_left(calls, c, runs)
+    left = max(calls, c.repay_calls) if left is None else left
+    if not (after < before and tail_mask_repays(before, after, left, c.cached_price)):
+        return final, False
+    ctx.decisions.update(result.decisions)
+    return result.items, True
 
 
 def _tail_masks(

@@ -134,6 +134,9 @@ class SessionState:
     # The session's agent's record as of this call, never stored with the session: its
     # sessions that reached each of `agents.RUN_MARKS` calls (`agents.AgentRunStore`).
     agent_runs: tuple[int, ...] | None = None
+    # Likewise its harness's (the agent's system prompt, whatever tools a task brings:
+    # `engine._session_agent`), for an agent that calls tools through the API.
+    harness_runs: tuple[int, ...] | None = None
 
     def decide(self, decisions: dict[str, Decision], ids: Collection[str]) -> None:
         """`decisions` in force from now on, differing from the current ones at most at
