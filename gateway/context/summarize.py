@@ -1442,26 +1442,6 @@ def _with_links(text: str, compact: str, known: frozenset[str],
                       max(FIELD_MIN, len(text) // RECORD_CHARS_PER_CHAR), current_terms(focus))
 
 
-# A quoted string of a few words, one of them a file (`src/index.ts`, `scripts/gen.sh.ts`):
-# a command a config or a script holds, which an agent runs as written; the value list
-# carries its words one at a time.
-_QUOTED = re.compile(r'(?:^|[\w"]):[ \t]*"([a-z][\w.-]*(?: [^"\\\n]{1,58})?)"', re.MULTILINE)
-_FILE_WORD = re.compile(r"(?:^|\s)(?:\.{0,2}/)?[\w.-]+(?:/[\w.-]+)*\.[A-Za-z]{1,4}(?=\s|$)")
-COMMAND_CHARS = 120
-
-
-def _quoted_commands(source: str, compact: str, known: frozenset[str]) -> list[str]:
-    """The quoted commands of `source` (`_QUOTED`, a few words one of which names a file)
-    that `compact` and `known` do not carry, in order."""
-    out = []
-    for m in _QUOTED.finditer(_LINE_NO.sub(" ", source)):
-        v = m[1]
-        if (" " in v and len(v) <= FIELD_CHARS and _FILE_WORD.search(v.split(" ", 1)[1])
-                and v not in compact and v not in known):
-            out.append(v)
-    return list(dict.fromkeys(out))
-
-
 def summarize(
     text: str,
     kind: str,
@@ -1518,9 +1498,6 @@ def summarize(
     elif kind == "tool_result":
         # a plain text listing records by their links (search hits): the links, whole
         compact = _with_links(source, compact, known, focus)
-        # a quoted command that names a file (`"start": "bun run src/index.ts"`): whole
-        compact = _with_line(compact, "omitted commands",
-                             _quoted_commands(source, compact, known), COMMAND_CHARS)
         # a printed record whose digest kept none of its lines: its `Key: value` values
         if level >= 3 and _ELIDED_ONLY.fullmatch(compact)  and _keyed_record(source):
             compact = _with_line(compact, "omitted fields",
