@@ -59,18 +59,32 @@ def kept_paths(paths: list[str], elsewhere: str) -> list[str]:
     status`) is left out: listing those cost OpenCode's tune cost @0.1 1.3 points for no
     value re-typed (bench/README.md, "Session 68, list68")."""
     folder = _common_folder(paths)
+    named = [path for path in paths if _FILE_NAME.fullmatch(path[len(folder):])
+             and not _HASHED.search(path) and path not in elsewhere
+             and re.search(rf"(?<![\w./~-]){re.escape(path[len(folder):])}(?![\w/-])",
+                           elsewhere)]
     kept: list[str] = []
     room = KEPT_PATH_CHARS
-    for path in paths:
-        below = path[len(folder):]
-        if (not _FILE_NAME.fullmatch(below) or _HASHED.search(path) or path in elsewhere
-                or not re.search(rf"(?<![\w./~-]){re.escape(below)}(?![\w/-])", elsewhere)):
-            continue
-        if len(path) + 1 > room:
-            break
-        kept.append(path)
-        room -= len(path) + 1
-    return kept
+    for group in (named, _siblings(paths, named, elsewhere)):
+        for path in group:
+            if len(path) + 1 > room:
+                break
+            kept.append(path)
+            room -= len(path) + 1
+    order = {path: i for i, path in enumerate(paths)}
+    return sorted(kept, key=order.__getitem__)
+
+
+def _siblings(paths: list[str], named: list[str], elsewhere: str) -> list[str]:
+    """The files beside a file the conversation names (`kept_paths`), in a folder below the
+    listing's common folder: an agent that works on `.opencode/commands/commit_all.md`
+    opens `.opencode/commands/rule.md` next by the path the listing printed (bench/README.md,
+    "Session 72, oc72"). Files only, none hash-named nor written whole elsewhere; the
+    common folder's own files are a whole project's, not one folder's."""
+    folder = _common_folder(paths)
+    folders = {p.rsplit("/", 1)[0] for p in named if "/" in p[len(folder):]}
+    return [p for p in paths if p.rsplit("/", 1)[0] in folders and p not in named
+            and not p.endswith("/") and not _HASHED.search(p) and p not in elsewhere]
 
 
 def _stores(paths: list[str]) -> tuple[str, ...]:

@@ -49,18 +49,41 @@ def test_a_masked_listing_keeps_the_paths_the_conversation_names() -> None:
     paths = listed_paths(glob_output())
     assert paths is not None
     said = "I will edit `.agents/skills/release/SKILL.md` and `src/app.ts` next."
-    assert kept_paths(paths, said) == [f"{ROOT}src/app.ts", NAMED]
+    # `src/config.ts` beside the named `src/app.ts` too (`test_a_masked_listing_keeps_…_beside`)
+    assert kept_paths(paths, said) == [f"{ROOT}src/app.ts", f"{ROOT}src/config.ts", NAMED]
     # a path the conversation writes whole is read there; a bare word names no file
     assert kept_paths(paths, f"{said} {ROOT}src/app.ts") == [NAMED]
     assert kept_paths(paths, "Nothing named here, not even SKILL.md.") == []
     masked = aged_listing("[ctxgate: omitted /home/u/proj/.git…]", paths, said)
     assert masked is not None
-    assert masked.startswith("[ctxgate: omitted /home/u/proj/.git…; 2 of its 54 paths:]\n")
+    assert masked.startswith("[ctxgate: omitted /home/u/proj/.git…; 3 of its 54 paths:]\n")
     assert aged_listing("[ctxgate: omitted x]", paths, "") is None  # a plain placeholder
     # a digest keeps the shallowest others too, never a hash-named one
     digest = aged_listing("[ctxgate: omitted x]", paths, "", digest=True)
     assert digest is not None and f"{ROOT}README.md" in digest and NAMED in digest
     assert ".git/objects" not in digest
+
+
+def test_a_masked_listing_keeps_the_files_beside_a_named_one() -> None:
+    """The conversation names `.agents/commands/commit.md` below the listing's folder: the
+    other files of `.agents/commands/` are kept too (the agent opens `rule.md` next by the
+    path the listing printed), not those of a sub-folder, of another folder, of the common
+    folder itself, nor one the conversation writes whole."""
+    own = [f"{ROOT}.agents/commands/commit.md", f"{ROOT}.agents/commands/rule.md",
+           f"{ROOT}.agents/commands/release.md", f"{ROOT}.agents/commands/old/draft.md",
+           f"{ROOT}.agents/skills/lint/SKILL.md", f"{ROOT}package.json", f"{ROOT}README.md"]
+    objects = [f"{ROOT}.git/objects/{k:02x}/{'3f9a' * 9}{k:02x}" for k in range(4)]
+    paths = listed_paths("\n".join(objects + own))
+    assert paths is not None
+    said = "Committed with `.agents/commands/commit.md` as the notes say."
+    assert kept_paths(paths, said) == own[:3]
+    # a file written whole elsewhere is read there
+    assert kept_paths(paths, f"{said} {ROOT}.agents/commands/release.md") == own[:2]
+    # a file of the common folder anchors nothing: its folder is the whole project's
+    assert kept_paths(paths, "Bumped `package.json`.") == [f"{ROOT}package.json"]
+    masked = aged_listing("[ctxgate: omitted /home/u/proj/.git…]", paths, said)
+    assert masked is not None and masked.endswith(f"\n{ROOT}.agents/commands/rule.md\n"
+                                                  f"{ROOT}.agents/commands/release.md")
 
 
 def listing_session() -> list[dict[str, Any]]:
