@@ -280,6 +280,27 @@ def _absolute(source: str) -> set[str]:
     return out
 
 
+# A file an output names by its absolute path (`/home/u/repo/src/tensor.c:165:26: error: …`,
+# a sub-agent's report's `**File: `/home/u/repo/docs/stacking.tex`**`): the file the agent
+# opens next. A capped list ranks it with the names definitions introduce, ahead of a
+# build's object files and the words the task names (Claude Code, bench/README.md,
+# "Session 72, cc72").
+_FILE_NAME = re.compile(r"[\w+-][\w.+-]*\.[A-Za-z][A-Za-z0-9]{0,7}")
+
+
+def _absolute_files(absolute: set[str]) -> set[str]:
+    """The values of `absolute` (`_absolute`) whose last name is a file's (`name.ext`)."""
+    return {v for v in absolute if _FILE_NAME.fullmatch(v.rsplit("/", 1)[-1])}
+
+
+def _named_path(value: str, absolute: set[str]) -> bool:
+    """Whether `value` is an absolute path of `absolute` whose every part is a name, not
+    a hash: `_HASH` reads 40 letters, digits and `/` in a row as an encoded blob, so
+    `/home/u/vsla/docs/papers/src/sections/stacking.tex` was never listed."""
+    return value in absolute and all(
+        _PATH_SEGMENT.fullmatch(p) and not _HASH.search(p) for p in value.split("/"))
+
+
 # A name written with a closing `/` (`tasks/gyy/robots-handler/`, `src/` in a listing): a
 # folder, which an agent types as written, while the value list ends names before a `/`. A
 # digest made at a queue's later task (`_mentions`' `later`, as LATER_TASK_VALUES) lists such
@@ -397,12 +418,14 @@ def _mentions(
     forms = _written_forms(source) if written else {}
     # a value seen bare is listed for a form its prose wrote (outside fenced code)
     prose_forms = _written_forms(_CODE.sub(" ", source)) if written else {}
+    absolute = _absolute(source)
     lost = [
         v
         for v in (_long_path(v, source) for v in values(source, periods, lines))
         if (v.lstrip("/") not in seen or v in folders or _form_lost(v, prose_forms.get(v), compact))
         and (not notable_only or _NOTABLE.search(v))
-        and (v.startswith("/") or ((len(v) <= 80 or v in heads) and not _HASH.search(v)))
+        and (v.startswith("/") or ((len(v) <= 80 or v in heads)
+                                   and (not _HASH.search(v) or _named_path(v, absolute))))
     ]
     lost = _without_line_files(lost)
     if notable_only:  # a turn's prose: its links of other schemes, whole
@@ -411,6 +434,8 @@ def _mentions(
         return compact
     whole = whole_links(source)
     first = _defined(original) | heads if level >= 3 else set()
+    if level >= 3 and not notable_only:
+        first |= _absolute_files(absolute)
     if level >= 3:  # nearest the end first: a turn's closing words state its plan, an
         lost.reverse()  # output's last lines its result (a traceback's innermost frame)
     # stable: defined names first (level 3), then what the task and the latest calls name,
@@ -428,7 +453,6 @@ def _mentions(
     if extra:
         lost = lost[:cap] + extra + [v for v in lost[cap:] if v not in extra]
         cap += len(extra)
-    absolute = _absolute(source)
     if whole or absolute or folders:
         lost = [_listed(v, whole, absolute, folders) for v in lost[:cap]] + lost[cap:]
     if forms:
