@@ -1308,16 +1308,9 @@ def _tail_digests(
               for item in candidates if item.id not in drawn}
     if not chosen:
         return final, False
-    probe = replace(ctx, decisions=dict(ctx.decisions))  # decided only if it repays
-    result = decide(final, chosen, probe)
-    before = sum(item.tokens for item in final if item.id in chosen)
-    after = sum(item.tokens for item in result.items if item.id in chosen)
     left = agent_left(calls, c, runs)
     left = max(calls, c.repay_calls) if left is None else left
-    if not (after < before and tail_mask_repays(before, after, left, c.cached_price)):
-        return final, False
-    ctx.decisions.update(result.decisions)
-    return result.items, True
+    return _repaid(final, chosen, ctx, left)
 
 
 def _tail_masks(
@@ -1369,7 +1362,16 @@ def _tail_masks(
                            Decision("compress", "compress", reason, "summary", opts.level))
     if not chosen:
         return final, False
-    probe = replace(ctx, decisions=dict(ctx.decisions))  # decided only if it repays
+    return _repaid(final, chosen, ctx, left)
+
+
+def _repaid(
+    final: list[Item], chosen: dict[str, Decision], ctx: StageContext, left: int,
+) -> tuple[list[Item], bool]:
+    """The tail rewrite `chosen` applied to `final` when it repays over the `left` calls
+    (`steps.tail_mask_repays`), with whether it was: decided on a probe first, so a rewrite
+    that does not repay leaves `ctx.decisions` as it was."""
+    probe = replace(ctx, decisions=dict(ctx.decisions))
     result = decide(final, chosen, probe)
     before = sum(item.tokens for item in final if item.id in chosen)
     after = sum(item.tokens for item in result.items if item.id in chosen)
