@@ -288,9 +288,22 @@ def _absolute(source: str) -> set[str]:
 _FILE_NAME = re.compile(r"[\w+-][\w.+-]*\.[A-Za-z][A-Za-z0-9]{0,7}")
 
 
-def _absolute_files(absolute: set[str]) -> set[str]:
-    """The values of `absolute` (`_absolute`) whose last name is a file's (`name.ext`)."""
-    return {v for v in absolute if _FILE_NAME.fullmatch(v.rsplit("/", 1)[-1])}
+# A Python traceback's frame (`File "/usr/lib/python3.9/site-packages/pandas/core/frame.py",
+# line 3805, in get_loc`) names the library code a call went through, which the agent does
+# not open; the script it ran is the frame `in <module>` (`/workspace/./train_model.py`).
+# Ranked first, DA-Code's library frames pushed its lists' names out and longer paths in
+# (runs' cost @0.1 -0.110 / -0.138; bench/README.md, "Session 73, dac73").
+_FRAME = re.compile(r'^[ \t]*File "/([^"\n]+)", line \d+, in (\S+)', re.MULTILINE)
+
+
+def _absolute_files(absolute: set[str], source: str) -> set[str]:
+    """The values of `absolute` (`_absolute`) whose last name is a file's (`name.ext`), but
+    a traceback's library frames (`_FRAME`: no frame of theirs is `in <module>`)."""
+    frames: dict[str, bool] = {}
+    for path, name in _FRAME.findall(source):
+        frames[path] = frames.get(path, False) or name == "<module>"
+    return {v for v in absolute
+            if _FILE_NAME.fullmatch(v.rsplit("/", 1)[-1]) and frames.get(v, True)}
 
 
 def _named_path(value: str, absolute: set[str]) -> bool:
@@ -435,7 +448,7 @@ def _mentions(
     whole = whole_links(source)
     first = _defined(original) | heads if level >= 3 else set()
     if level >= 3 and not notable_only:
-        first |= _absolute_files(absolute)
+        first |= _absolute_files(absolute, source)
     if level >= 3:  # nearest the end first: a turn's closing words state its plan, an
         lost.reverse()  # output's last lines its result (a traceback's innermost frame)
     # stable: defined names first (level 3), then what the task and the latest calls name,
