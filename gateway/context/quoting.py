@@ -49,6 +49,12 @@ def _call_strings(msg: Mapping[str, Any], call_id: str) -> Iterator[str]:
             yield from _strings(arguments(call)[1])
 
 
+def call_files(msg: Mapping[str, Any]) -> set[str]:
+    """The files the arguments of an assistant message's tool calls name (`_FILE`)."""
+    return {s for call in tool_calls(msg) for s in _strings(arguments(call)[1])
+            if _FILE.match(s)}
+
+
 def named_files(messages: Sequence[Mapping[str, Any]], index: int) -> list[str]:
     """The files named by the arguments of the call the tool message at `index` answers."""
     call_id = messages[index].get("tool_call_id")

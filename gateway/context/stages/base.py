@@ -17,7 +17,8 @@ from gateway.context.caches import ContextCaches, SeenHead
 from gateway.context.forecast import Budget
 from gateway.context.items import Item
 from gateway.context.listing import aged_listing, listed_paths
-from gateway.context.needed import haystack
+from gateway.context.needed import haystack, tool_calls
+from gateway.context.quoting import call_files, named_files
 from gateway.context.session import Decision
 from gateway.context.summarize import summarize, values
 from gateway.context.taskclass import TaskClass
@@ -154,6 +155,7 @@ def decide(items: list[Item], chosen: Mapping[str, Decision], ctx: StageContext)
     opts = ctx.task_class.stages.compress
     text_tools = opts is not None and "user" not in opts.kinds
     latest_talk = talk[-1] if talk else -1
+    working: frozenset[str] | None = None  # the files the agent's newest call names
     for pos in range(head, len(items)):
         item = items[pos]
         decision = decisions.get(item.id)
@@ -181,10 +183,15 @@ def decide(items: list[Item], chosen: Mapping[str, Decision], ctx: StageContext)
                     periods=original.periods or decision.arg == PERIODS,
                 ),
             )
+            if working is None:
+                working = _working_files(ctx.messages)
             if _saves_little(item, decision, ctx):
                 # the output goes as it is sent; the decision still counts as a digest
                 # for the mask batches (`compress._expired_digests`), so no step moves
                 decision = replace(decision, text=item.text)
+            elif _on_working_file(original, decision, ctx, working):
+                # as the client sent it: lines a newer output repeated went out as markers
+                decision = replace(decision, text=original.text)
             decisions[item.id] = decision
         elif _keeps_cells(item, decision, ctx):
             # An aged content block keeps the cells its task and latest calls name.
@@ -215,6 +222,36 @@ def _saves_little(item: Item, decision: Decision, ctx: StageContext) -> bool:
     share = opts.whole_digest_share if opts is not None else None
     return (share is not None and item.kind == "tool_result" and decision.reason == "aged"
             and decision.text is not None and len(decision.text) >= share * len(item.text))
+
+
+# Tokens of an aged output that goes whole while the agent works on its file (below): a code
+# search's hits, a short read; an edit of that file quotes its lines a call or two later.
+WORKING_MAX_TOKENS = 400
+
+
+def _working_files(messages: Sequence[Mapping[str, Any]]) -> frozenset[str]:
+    """The files the agent's newest tool-calling turn names (`quoting.call_files`)."""
+    for msg in reversed(messages):
+        if msg.get("role") == "assistant" and tool_calls(msg):
+            return frozenset(call_files(msg))
+    return frozenset()
+
+
+def _on_working_file(item: Item, decision: Decision, ctx: StageContext,
+                     working: frozenset[str]) -> bool:
+    """Whether an aged tool result, `WORKING_MAX_TOKENS` or shorter, answered a call naming a
+    file the agent's newest call names too (`working`) and does not name that file itself:
+    lines of the file the agent is working on (a `grep` in it, a short read), not a report
+    about it (an edit's acknowledgment names the file it changed). An exact-text editor
+    quotes those lines in its next edits: digested at the step, the 12 signatures a search
+    printed were gone while the agent renamed them one edit at a time (Claude Code runs,
+    bench/README.md, "Session 73, cc73"). It goes whole, counted as a digest for the mask
+    batches."""
+    if not (working and item.kind == "tool_result" and decision.reason == "aged"
+            and item.tokens <= WORKING_MAX_TOKENS):
+        return False
+    files = working.intersection(named_files(ctx.messages, item.message_index))
+    return bool(files) and not any(f in item.text for f in files)
 
 
 def _needs_summary(item: Item, decision: Decision | None, ctx: StageContext) -> bool:
