@@ -465,6 +465,7 @@ def unrepaid(
     `new_from`: the first message index the last call did not send (billed in full anyway)."""
     if not c.repay_calls or (not young(calls, c, on_first_task(
                                  before, through=runs_of_one(calls, c, runs)))
+                             and stated is None and left is None
                              and sum(item.tokens for item in before) > c.early_max_tokens):
         return set()
     was = {item.id: item for item in before}
@@ -478,7 +479,8 @@ def unrepaid(
                                            + old.tokens - item.tokens)
     if not changed:
         return set()
-    calls_to_come = max(calls, c.repay_calls) if stated is None else min(calls, stated)
+    calls_to_come = (max(calls, c.repay_calls) if stated is None
+                     else min(calls, (stated + 1) // 2))
     if left is not None:
         calls_to_come = min(calls_to_come, left)
     if ahead and c.repay_ahead_share:
