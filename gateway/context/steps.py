@@ -7,6 +7,7 @@ horizon of age-based compaction forward far enough to last a while.
 
 from __future__ import annotations
 
+import math
 import re
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Mapping, MutableMapping, Sequence
@@ -379,6 +380,20 @@ def stated_left(messages: Sequence[Mapping[str, Any]]) -> int | None:
     return left if left > 0 else None
 
 
+def limited_calls(calls: int, left: int) -> int:
+    """The calls to come (this one included) a session of `calls` calls can expect when its
+    stated limit leaves it `left` (`stated_left`, this one included), by the age's own prior
+    (`ahead_calls`: a session that has made n calls runs past x with a chance of n / x) cut
+    at the limit: the mean of its length L given it ends by the limit, n ln(limit / n) /
+    (1 − n / limit), less the calls made. A step's gain grows with the calls to come, so
+    their mean is the one to weigh by. At least one."""
+    limit = calls + left - 1
+    if left <= 1:
+        return 1
+    mean = calls * math.log(limit / calls) / (1 - calls / limit)
+    return max(1, round(mean - calls + 1))
+
+
 def tail_mask_repays(tokens: int, masked: int, left: int, cached_price: float) -> bool:
     """Whether masking an output as it stops being the newest (`engine._tail_masks`) repays
     over the `left` calls the harness counts (this one included, `calls_left`): the rewrite
@@ -480,7 +495,7 @@ def unrepaid(
     if not changed:
         return set()
     calls_to_come = (max(calls, c.repay_calls) if stated is None
-                     else min(calls, (stated + 1) // 2))
+                     else min(calls, limited_calls(calls, stated)))
     if left is not None:
         calls_to_come = min(calls_to_come, left)
     if ahead and c.repay_ahead_share:
