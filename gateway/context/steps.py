@@ -480,7 +480,7 @@ def unrepaid(
     `new_from`: the first message index the last call did not send (billed in full anyway)."""
     if not c.repay_calls or (not young(calls, c, on_first_task(
                                  before, through=runs_of_one(calls, c, runs)))
-                             and stated is None and left is None
+                             and stated is None
                              and sum(item.tokens for item in before) > c.early_max_tokens):
         return set()
     was = {item.id: item for item in before}
