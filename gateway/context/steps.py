@@ -465,10 +465,14 @@ def unrepaid(
     says are left").
     A maximum its prompt states up front (`stated`, `stated_left`: the limit less the turns
     made) says the session is short: the calls to come are then estimated from its age
-    alone, at most that many (a data-science agent's runs of 3-20 calls, "The maximum
-    number of steps you can take is 20", stepped on a quarter of their calls weighed over
-    at least 20: prefix stable 75.2 -> 82.6%, cost @0.1 6.9 -> 8.6%, tune; bench/README.md,
-    "Short runs with a stated step limit").
+    alone, at most the mean the age's prior leaves below the limit (`limited_calls`), and
+    its large calls are weighed too (a data-science agent's runs of 3-20 calls, "The
+    maximum number of steps you can take is 20", stepped on a quarter of their calls
+    weighed over at least 20: prefix stable 75.2 -> 82.6%, cost @0.1 6.9 -> 8.6%, tune;
+    bench/README.md, "Short runs with a stated step limit"; weighed over the limit's calls
+    left, a step ten calls in counted on ten more where such runs have about five, and a
+    20-call run's last call stepped unweighed: cost @0.1 8.60 · 7.83 -> 9.63 · 9.08%,
+    tune · holdout, "Session 74, dac74").
     An agent whose sessions mostly end young (`runs`, `agent_left`) has a step taken only
     if some of it repays over the calls a share (`repay_agent_quantile`) of its sessions that
     reached this one's age still had left; a step that does is weighed as above (bounded by
