@@ -102,6 +102,7 @@ from gateway.context.steps import (
     stale_tokens,
     stated_left,
     step_horizon,
+    system_stated,
     tail_mask_repays,
     text_tools_now,
     undecided,
@@ -1148,7 +1149,7 @@ def _leave_unrepaid(
     if text is not None and text.repay_calls is not None:
         c = c.model_copy(update={"repay_calls": text.repay_calls})
     left = unrepaid(before, final, new_from, state.calls + 1, c, calls_left(messages),
-                    stated_left(messages), state.agent_runs, ahead)
+                    stated_left(messages), state.agent_runs, ahead, system_stated(messages))
     if not left:
         return final, horizon, False
     was = {item.id: item for item in before}

@@ -7,6 +7,7 @@ horizon of age-based compaction forward far enough to last a while.
 
 from __future__ import annotations
 
+import math
 import re
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Mapping, MutableMapping, Sequence
@@ -379,6 +380,30 @@ def stated_left(messages: Sequence[Mapping[str, Any]]) -> int | None:
     return left if left > 0 else None
 
 
+def system_stated(messages: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether a system message states the session's limit (`_STATED_MAX`): the harness's
+    for the whole session, where one in the first user turn may be its first task's only (a
+    queue's tasks each state their own; `unrepaid` weighs by `limited_calls` only here:
+    applied to a queue's first task, it moved the later tasks' steps, DA-Code queues'
+    holdout recall −0.045; bench/README.md, "Session 74, dac74")."""
+    return any(_STATED_MAX.search(content_text(m.get("content")))
+               for m in messages if m.get("role") == "system")
+
+
+def limited_calls(calls: int, left: int) -> int:
+    """The calls to come (this one included) a session of `calls` calls can expect when its
+    stated limit leaves it `left` (`stated_left`, this one included), by the age's own prior
+    (`ahead_calls`: a session that has made n calls runs past x with a chance of n / x) cut
+    at the limit: the mean of its length L given it ends by the limit, n ln(limit / n) /
+    (1 − n / limit), less the calls made. A step's gain grows with the calls to come, so
+    their mean is the one to weigh by. At least one."""
+    limit = calls + left - 1
+    if left <= 1:
+        return 1
+    mean = calls * math.log(limit / calls) / (1 - calls / limit)
+    return max(1, round(mean - calls + 1))
+
+
 def tail_mask_repays(tokens: int, masked: int, left: int, cached_price: float) -> bool:
     """Whether masking an output as it stops being the newest (`engine._tail_masks`) repays
     over the `left` calls the harness counts (this one included, `calls_left`): the rewrite
@@ -422,7 +447,7 @@ def agent_left(calls: int, c: Compaction, runs: tuple[int, ...] | None) -> int |
 def unrepaid(
     before: list[Item], after: list[Item], new_from: int, calls: int, c: Compaction,
     left: int | None = None, stated: int | None = None, runs: tuple[int, ...] | None = None,
-    ahead: bool = False,
+    ahead: bool = False, limited: bool = False,
 ) -> set[int]:
     """The old messages whose rewrite by this step does not repay: those before its first
     change that does.
@@ -450,10 +475,15 @@ def unrepaid(
     says are left").
     A maximum its prompt states up front (`stated`, `stated_left`: the limit less the turns
     made) says the session is short: the calls to come are then estimated from its age
-    alone, at most that many (a data-science agent's runs of 3-20 calls, "The maximum
-    number of steps you can take is 20", stepped on a quarter of their calls weighed over
-    at least 20: prefix stable 75.2 -> 82.6%, cost @0.1 6.9 -> 8.6%, tune; bench/README.md,
-    "Short runs with a stated step limit").
+    alone, at most that many; stated in a system message (`limited`, `system_stated`), at
+    most the mean the age's prior leaves below the limit (`limited_calls`), and its large
+    calls are weighed too (a data-science agent's runs of 3-20 calls, "The
+    maximum number of steps you can take is 20", stepped on a quarter of their calls
+    weighed over at least 20: prefix stable 75.2 -> 82.6%, cost @0.1 6.9 -> 8.6%, tune;
+    bench/README.md, "Short runs with a stated step limit"; weighed over the limit's calls
+    left, a step ten calls in counted on ten more where such runs have about five, and a
+    20-call run's last call stepped unweighed: cost @0.1 8.60 · 7.83 -> 9.63 · 9.08%,
+    tune · holdout, "Session 74, dac74").
     An agent whose sessions mostly end young (`runs`, `agent_left`) has a step taken only
     if some of it repays over the calls a share (`repay_agent_quantile`) of its sessions that
     reached this one's age still had left; a step that does is weighed as above (bounded by
@@ -465,6 +495,7 @@ def unrepaid(
     `new_from`: the first message index the last call did not send (billed in full anyway)."""
     if not c.repay_calls or (not young(calls, c, on_first_task(
                                  before, through=runs_of_one(calls, c, runs)))
+                             and not (limited and stated is not None)
                              and sum(item.tokens for item in before) > c.early_max_tokens):
         return set()
     was = {item.id: item for item in before}
@@ -478,7 +509,8 @@ def unrepaid(
                                            + old.tokens - item.tokens)
     if not changed:
         return set()
-    calls_to_come = max(calls, c.repay_calls) if stated is None else min(calls, stated)
+    calls_to_come = (max(calls, c.repay_calls) if stated is None
+                     else min(calls, limited_calls(calls, stated) if limited else stated))
     if left is not None:
         calls_to_come = min(calls_to_come, left)
     if ahead and c.repay_ahead_share:

@@ -16,7 +16,7 @@ import redis.asyncio as aioredis
 
 from gateway.context.engine import CallContext, ContextEngine
 from gateway.context.items import Item
-from gateway.context.steps import stated_left, unrepaid
+from gateway.context.steps import limited_calls, stated_left, system_stated, unrepaid
 from gateway.context.taskclass import Compaction
 from gateway.embeddings import Embedder
 from gateway.observability.droplog import DropLog
@@ -54,6 +54,9 @@ def test_the_stated_maximum_less_the_turns_made() -> None:
                         {"role": "user", "content": LIMIT}]) is None
     assert stated_left([{"role": "system", "content": "You have 2 attempts."}, *turns]) is None
     assert stated_left([]) is None
+    # stated by the system message (the harness's, for the session) or by a user turn
+    assert system_stated([system, {"role": "user", "content": "go"}])
+    assert not system_stated([{"role": "user", "content": LIMIT}])
 
 
 def _item(index: int, text: str, tokens: int) -> Item:
@@ -68,8 +71,34 @@ def test_a_stated_limit_weighs_a_step_over_the_session_age() -> None:
     after = [_item(0, "task", 100), _item(1, "digest", 200), _item(2, "output", 500)]
     assert unrepaid(before, after, 3, 3, c) == set()  # repays over 20 calls to come
     assert unrepaid(before, after, 3, 3, c, stated=18) == {1}  # not over the 3 so far
-    assert unrepaid(before, after, 3, 30, c, stated=18) == set()  # over 18 it does
+    assert unrepaid(before, after, 3, 30, c, stated=18) == set()  # over 8 to come it does
     assert unrepaid(before, after, 3, 30, c, stated=2) == {1}  # nor over the 2 left
+
+
+def test_a_stated_limit_weighs_the_mean_calls_to_come_below_it() -> None:
+    # the age's guess while far from the limit, fewer calls as the session nears it
+    assert [limited_calls(n, 21 - n) for n in (1, 4, 10, 15, 19, 20)] == [3, 5, 5, 3, 1, 1]
+    c = Compaction(repay_calls=20, early_max_tokens=8000)
+    before = [_item(0, "task", 100), _item(1, "turn", 1000), _item(2, "output", 500)]
+    after = [_item(0, "task", 100), _item(1, "digest", 200), _item(2, "output", 500)]
+    # ten calls made, eleven left by the limit: the run ends about five calls from now, and
+    # the step does not repay over those (it did over the ten of its age)
+    assert unrepaid(before, after, 3, 10, c) == set()
+    assert unrepaid(before, after, 3, 10, c, stated=11, limited=True) == {1}
+    # a limit only the first user turn states (a queue's first task's, maybe): as before
+    assert unrepaid(before, after, 3, 10, c, stated=11) == set()
+
+
+def test_a_stated_limit_weighs_a_large_call_too() -> None:
+    # a call over early_max_tokens is not weighed (a long session's steps keep their cuts),
+    # but a session whose limit leaves it one call is no long one: its step cannot repay
+    c = Compaction(repay_calls=20, early_max_tokens=1000)
+    before = [_item(0, "task", 100), _item(1, "turn", 3000), _item(2, "output", 500)]
+    after = [_item(0, "task", 100), _item(1, "digest", 200), _item(2, "output", 500)]
+    assert unrepaid(before, after, 3, 20, c) == set()
+    assert unrepaid(before, after, 3, 20, c, left=1) == set()  # a harness's count: as before
+    assert unrepaid(before, after, 3, 20, c, stated=1, limited=True) == {1}
+    assert unrepaid(before, after, 3, 20, c, stated=1) == set()  # in a user turn: as before
 
 
 def _action(k: int) -> str:
