@@ -194,7 +194,7 @@ def decide(items: list[Item], chosen: Mapping[str, Decision], ctx: StageContext)
                 decision = replace(decision, text=original.text)
             else:
                 # a folder's listing of bare names keeps its files' names instead
-                files = _aged_names(original, ctx)
+                files = _aged_names(original, decision, ctx)
                 if files is not None:
                     decision = replace(decision, text=files)
             decisions[item.id] = decision
@@ -292,19 +292,24 @@ def _aged_listing(item: Item, decision: Decision | None, ctx: StageContext) -> s
     return aged_listing(placeholder(original), paths, ctx.conversation(), digest)
 
 
-def _aged_names(original: Item, ctx: StageContext) -> str | None:
+def _aged_names(original: Item, decision: Decision, ctx: StageContext) -> str | None:
     """What the digest of a tool result listing a folder's entries by bare name
-    (`listing.listed_names`) is instead (None: it is not one): its head and the files'
-    names the conversation has not written, as an aged path listing's digest keeps its
-    paths. Only where a digest is sent at all (`_saves_little`): a short listing goes as
-    it is, as before."""
-    if original.kind != "tool_result":
+    (`listing.listed_names`) is instead (None: it is not one, or the generic digest goes):
+    its head and the files' names the conversation has not written, as an aged path
+    listing's digest keeps its paths. Only where a digest is sent at all (`_saves_little`:
+    a short listing goes as it is, as before), and only where it is no shorter than the
+    generic digest (`decision.text`) it replaces: a shorter one moves the session's later
+    steps, which the base's sizes placed (a 309-character home listing's shorter digest
+    moved a Gemini CLI queue's three cache breaks, +26k characters billed for no value;
+    bench/README.md, "Session 73, gem73" and "Session 74, gem74")."""
+    if original.kind != "tool_result" or decision.text is None:
         return None
     folder = listed_names(original.text)
     if folder is None:
         return None
     head, names = folder
-    return aged_listing(placeholder(original), names, ctx.conversation(), True, head)
+    text = aged_listing(placeholder(original), names, ctx.conversation(), True, head)
+    return text if text is not None and len(text) >= len(decision.text) else None
 
 
 _CONVERSATION = ("user", "assistant")
