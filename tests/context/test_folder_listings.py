@@ -3,9 +3,9 @@ output that heads a folder (`Directory listing for C:\\Users\\u:`) and lists its
 name, one a line, keeps, digested, its files' names as the listing printed them, under its
 head line: the agent opens `.gitconfig` by that name many calls later, and a digest's value
 list never held a dotfile's name with its dot (Gemini CLI's home folder, bench/README.md,
-"Session 73, gem73"), where those names are no shorter than the generic digest (else it
-goes, as before: "Session 74, gem74"). An output that is not such a listing ages as before — the real
-engine on the embedded Redis, the shipped configuration."""
+"Session 73, gem73"), where those names are no shorter than the generic digest (else that
+goes, as before: "Session 74, gem74"). An output that is not such a listing ages as before
+— the real engine on the embedded Redis, the shipped configuration."""
 
 from __future__ import annotations
 
