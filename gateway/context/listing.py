@@ -22,6 +22,15 @@ _HASHED = re.compile(r"[0-9a-f]{16,}")
 # prose uses of any repository
 _FILE_NAME = re.compile(r".*/.*|[^/]*\w\.\w+")
 MIN_PATHS = 8  # a shorter list is a few names, which a digest's value list keeps
+# A folder's entries by bare name under a line naming the folder (`Directory listing for
+# C:\Users\u:`, `ls /etc /opt`'s `/etc:`): an entry is a name of at most three words
+# (`Saved Games`), maybe behind a bracketed mark (`[DIR] .ssh`)
+_FOLDER_HEAD = re.compile(r"[^\n]{0,200}[/\\][^/\\\n]{0,80}:")
+_NAME_LINE = re.compile(r"(?:\[\w+\] )?[\w.@+~-]+(?: [\w.@+~-]+){0,2}")
+NAME_CHARS = 80
+# A file's entry: unmarked, a dot before a name's letters (`.gitconfig`, `GEMINI.md`); a
+# folder's (`[DIR] Music`) is listed again by the call that opens it
+_FILE_ENTRY = re.compile(r"(?!\[)\S*\.\w\S*")
 PATH_SHARE = 0.9  # of its non-blank lines: a header or a "truncated" note may stand beside
 # Characters of paths a masked listing keeps at most (a 100-path glob is ~7,600)
 KEPT_PATH_CHARS = 1200
@@ -39,6 +48,24 @@ def listed_paths(text: str) -> list[str] | None:
     if len(paths) < MIN_PATHS or len(paths) < PATH_SHARE * len(lines):
         return None
     return list(dict.fromkeys(paths))
+
+
+def listed_names(text: str) -> tuple[str, list[str]] | None:
+    """A folder's listing of its entries by bare name (`_FOLDER_HEAD`, `_NAME_LINE`): its
+    head line and its files' names (`_FILE_ENTRY`), in listed order (None: `text` is not
+    one, or lists no file). The agent opens a file by the name the listing printed,
+    relative to the folder it listed (Gemini CLI's `.gitconfig` read, then `.claude.json`,
+    15 and 19 calls after its home folder's listing aged; the digest's value list had kept
+    neither name)."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if len(lines) <= MIN_PATHS or not _FOLDER_HEAD.fullmatch(lines[0]):
+        return None
+    names = [line for line in lines[1:]
+             if len(line) <= NAME_CHARS and _NAME_LINE.fullmatch(line)]
+    if len(names) < MIN_PATHS or len(names) < PATH_SHARE * (len(lines) - 1):
+        return None
+    files = [name for name in names if _FILE_ENTRY.fullmatch(name)]
+    return (lines[0], list(dict.fromkeys(files))) if files else None
 
 
 def _common_folder(paths: list[str]) -> str:
@@ -114,11 +141,13 @@ def _shallowest(paths: list[str], elsewhere: str, room: int) -> list[str]:
 
 
 def aged_listing(placeholder: str, paths: list[str], elsewhere: str,
-                 digest: bool = False) -> str | None:
+                 digest: bool = False, head: str = "") -> str | None:
     """What an aged listing of `paths` (`listed_paths`) is masked as (None: it keeps none):
     its placeholder, then the paths it keeps (`kept_paths`), one a line, in listed order.
     Its `digest` (a first aging) keeps the shallowest others too, up to `DIGEST_PATH_CHARS`
-    in all: what the value list of a generic digest held (15 paths of `.git/hooks`)."""
+    in all: what the value list of a generic digest held (15 paths of `.git/hooks`). A
+    folder's listing of bare names (`listed_names`) keeps its `head`, the folder they lie in,
+    above them: no name is below a common folder, so only its digest keeps any."""
     kept = kept_paths(paths, elsewhere)
     if digest:
         room = DIGEST_PATH_CHARS - sum(len(p) + 1 for p in kept)
@@ -126,4 +155,6 @@ def aged_listing(placeholder: str, paths: list[str], elsewhere: str,
         kept = [p for p in paths if p in more]
     if not kept:
         return None
+    if head:  # read as the listing itself is: its head line first
+        return f"{head}\n[ctxgate: {len(kept)} of its {len(paths)} files:]\n" + "\n".join(kept)
     return f"{placeholder[:-1]}; {len(kept)} of its {len(paths)} paths:]\n" + "\n".join(kept)

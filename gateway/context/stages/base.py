@@ -16,7 +16,7 @@ from gateway.context.apply import PERIODS, apply_decision, kept_cells, placehold
 from gateway.context.caches import ContextCaches, SeenHead
 from gateway.context.forecast import Budget
 from gateway.context.items import Item
-from gateway.context.listing import aged_listing, listed_paths
+from gateway.context.listing import aged_listing, listed_names, listed_paths
 from gateway.context.needed import haystack, tool_calls
 from gateway.context.quoting import call_files, named_files
 from gateway.context.session import Decision
@@ -192,6 +192,11 @@ def decide(items: list[Item], chosen: Mapping[str, Decision], ctx: StageContext)
             elif _on_working_file(original, decision, ctx, working):
                 # as the client sent it: lines a newer output repeated went out as markers
                 decision = replace(decision, text=original.text)
+            else:
+                # a folder's listing of bare names keeps its files' names instead
+                files = _aged_names(original, decision, ctx)
+                if files is not None:
+                    decision = replace(decision, text=files)
             decisions[item.id] = decision
         elif _keeps_cells(item, decision, ctx):
             # An aged content block keeps the cells its task and latest calls name.
@@ -285,6 +290,26 @@ def _aged_listing(item: Item, decision: Decision | None, ctx: StageContext) -> s
     if paths is None:
         return None
     return aged_listing(placeholder(original), paths, ctx.conversation(), digest)
+
+
+def _aged_names(original: Item, decision: Decision, ctx: StageContext) -> str | None:
+    """What the digest of a tool result listing a folder's entries by bare name
+    (`listing.listed_names`) is instead (None: it is not one, or the generic digest goes):
+    its head and the files' names the conversation has not written, as an aged path
+    listing's digest keeps its paths. Only where a digest is sent at all (`_saves_little`:
+    a short listing goes as it is, as before), and only where it is no shorter than the
+    generic digest (`decision.text`) it replaces: a shorter one moves the session's later
+    steps, which the base's sizes placed (a 309-character home listing's shorter digest
+    moved a Gemini CLI queue's three cache breaks, +26k characters billed for no value;
+    bench/README.md, "Session 73, gem73" and "Session 74, gem74")."""
+    if original.kind != "tool_result" or decision.text is None:
+        return None
+    folder = listed_names(original.text)
+    if folder is None:
+        return None
+    head, names = folder
+    text = aged_listing(placeholder(original), names, ctx.conversation(), True, head)
+    return text if text is not None and len(text) >= len(decision.text) else None
 
 
 _CONVERSATION = ("user", "assistant")
