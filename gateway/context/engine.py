@@ -1123,6 +1123,24 @@ def _from_message(items: list[Item], index: int) -> list[Item]:
     return items[bisect_left(items, index, key=lambda item: item.message_index):]
 
 
+def _harness_left(state: SessionState, c: Compaction) -> int | None:
+    """The calls a step of a new agent is weighed over when its harness's record says runs
+    of one task (`steps.runs_of_one` of `SessionState.harness_runs`): at most `repay_calls`,
+    not the session's age. The age says a session of 40 calls has 40 to come; the runs of a
+    harness whose every task brings its own tools (Toolathlon's MCP servers: each a new
+    agent, so no agent record bounds it, `steps.agent_left`) have 14-23 calls left on
+    average at every age from 3 to 40, so a long run's late steps re-sent more than the
+    calls after them repaid. Toolathlon runs, late / recall / cost @0.1, tune · holdout:
+    claude 45.658 / 99.525 / 21.450 · 47.430 / 99.515 / 25.617 -> 45.565 / 99.525 / 21.616
+    · 46.342 / 99.515 / 26.856, deepseek 49.702 / 99.696 / 32.678 · 51.224 / 99.290 /
+    34.318 -> 48.907 / 99.696 / 33.053 · 50.226 / 99.290 / 34.702 (bench/README.md,
+    "Session 74, tla74"). An agent with its own record is weighed by it, as before."""
+    own = state.agent_runs
+    if own is not None and own[0] - 1 > c.repay_ahead_runs:
+        return None
+    return c.repay_calls if runs_of_one(state.calls + 1, c, state.harness_runs) else None
+
+
 def _leave_unrepaid(
     messages: list[Mapping[str, Any]],
     before: list[Item],
@@ -1148,7 +1166,10 @@ def _leave_unrepaid(
     text = text_tools_now(ctx.task_class, before)
     if text is not None and text.repay_calls is not None:
         c = c.model_copy(update={"repay_calls": text.repay_calls})
-    left = unrepaid(before, final, new_from, state.calls + 1, c, calls_left(messages),
+    counted = calls_left(messages)
+    if counted is None:
+        counted = _harness_left(state, c)
+    left = unrepaid(before, final, new_from, state.calls + 1, c, counted,
                     stated_left(messages), state.agent_runs, ahead, system_stated(messages))
     if not left:
         return final, horizon, False
