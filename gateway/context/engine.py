@@ -1332,7 +1332,10 @@ def _tail_digests(
     chosen.update(_tail_joiners(messages, final, exchange, ctx, opts))
     left = agent_left(calls, c, runs)
     left = max(calls, c.repay_calls) if left is None else left
-    return _repaid(final, chosen, ctx, left)
+    final, taken = _repaid(final, chosen, ctx, left)
+    if not taken:
+        return final, False
+    return _tail_waiting(messages, final, exchange, ctx, state), True
 
 
 def _tail_outputs(final: list[Item], exchange: range, ctx: StageContext,
@@ -1369,6 +1372,50 @@ def _tail_joiners(
     drawn = drawn_from(joiners, messages, 1, ctx.known)
     return {item.id: Decision("compress", "compress", TAIL_RUN, "summary", opts.level)
             for item in joiners if item.id not in drawn}
+
+
+def _tail_waiting(
+    messages: list[Mapping[str, Any]], final: list[Item], exchange: range,
+    ctx: StageContext, state: SessionState,
+) -> list[Item]:
+    """`final`, after a tail digest (`_tail_digests`), with the smaller outputs
+    (`TAIL_JOIN_TOKENS` up to `TAIL_MIN_TOKENS`) of the exchanges since the last aging step
+    (`SessionState.horizon`) as digests too, but for those the agent's turns since drew a
+    value from, and but for those whose rewrite does not repay what it makes re-sent
+    (`steps.unrepaid`, over the calls the harness's record bounds, `_harness_left`): the
+    call changes the cached prefix at the exchange anyway, so reaching back a turn or two
+    re-sends only what lies between, where left whole they waited, whole on every call,
+    for the next aging step and its re-send. The larger outputs the tail digest left (the
+    agent drew from them then) stay for that step: taken here too, the deepseek runs' tune
+    recall fell 99.696 -> 99.687 (a channel's statistics whose numbers a later sum
+    re-typed). Toolathlon runs, cost @0.1, tune · holdout, with `_tail_joiners`: claude
+    21.816 · 27.029 -> 21.855 · 27.339, deepseek 33.076 · 34.702 -> 33.114 · 34.769, recall
+    and prefix stable as before (bench/README.md, "Session 75, tla75")."""
+    opts = ctx.task_class.stages.compress
+    if opts is None:
+        return final
+    waiting = _tail_outputs(final, range(state.horizon, exchange.start), ctx, opts,
+                            TAIL_JOIN_TOKENS, TAIL_MIN_TOKENS)
+    if not waiting:
+        return final
+    first = waiting[0].message_index
+    turns = sum(1 for m in messages[first:] if m.get("role") == "assistant")
+    drawn = drawn_from(waiting, messages, turns, ctx.known)
+    chosen = {item.id: Decision("compress", "compress", TAIL_RUN, "summary", opts.level)
+              for item in waiting if item.id not in drawn}
+    if not chosen:
+        return final
+    c = ctx.task_class.compaction
+    calls = state.calls + 1
+    result = decide(final, chosen, replace(ctx, decisions=dict(ctx.decisions)))
+    left = unrepaid(final, result.items, exchange.stop, calls, c, _harness_left(state, c))
+    kept = {item.id: chosen[item.id] for item in waiting
+            if item.id in chosen and item.message_index not in left}
+    if not kept:
+        return final
+    result = decide(final, kept, replace(ctx, decisions=dict(ctx.decisions)))
+    ctx.decisions.update(result.decisions)
+    return result.items
 
 
 def _tail_masks(
