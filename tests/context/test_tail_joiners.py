@@ -1,8 +1,9 @@
 """A smaller output of the exchange a tail digest takes a large one of goes as its digest on
-the same call (`engine._tail_joiners`): that call changes the cached prefix at the exchange
-anyway, so the smaller digest re-sends only itself, where left whole it waited for the next
-aging step. Never alone: an exchange with no large output changes no prefix for it
-(bench/README.md, "Session 75, tla75")."""
+the same call (`engine._tail_joiners`), and so does one of an exchange before it still
+waiting for an aging step (`engine._tail_waiting`): that call changes the cached prefix at
+the exchange anyway, so the smaller digest re-sends little, where left whole it waited for
+the next aging step. Never alone: an exchange with no large output changes no prefix for
+it (bench/README.md, "Session 75, tla75")."""
 
 from __future__ import annotations
 
@@ -100,3 +101,36 @@ async def test_a_smaller_output_alone_waits_for_a_step(engine: ContextEngine) ->
     await _record(engine, messages, "join-alone")
     sent = await _orders_sent(engine, messages, "join-alone")
     assert not any("tail_run" in reasons for _, reasons in sent)
+
+
+def _orders_first() -> list[dict[str, Any]]:
+    """The agent lists the orders, then the products, then calls for the weather, then
+    answers: the order listing waits whole while the products arrive."""
+    return [
+        {"role": "system", "content": "You are a shop assistant agent with tools."},
+        {"role": "user", "content": "Report the weather in Oslo and check our shop."},
+        {"role": "assistant", "content": "Listing the orders.", "tool_calls": [
+            {"id": "call_o", "type": "function",
+             "function": {"name": "list_orders", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "call_o", "content": _orders()},
+        {"role": "assistant", "content": "Now the products.", "tool_calls": [
+            {"id": "call_p", "type": "function",
+             "function": {"name": "list_products", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "call_p", "content": _products()},
+        {"role": "assistant", "content": "Now the weather.", "tool_calls": [
+            {"id": "call_w", "type": "function",
+             "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}]},
+        {"role": "tool", "tool_call_id": "call_w", "content": "Oslo: 4 C, light rain."},
+        {"role": "assistant", "content": "Oslo has light rain at 4 C."},
+    ]
+
+
+async def test_a_waiting_output_joins_a_later_tail_digest(engine: ContextEngine) -> None:
+    messages = _orders_first()
+    await _record(engine, messages, "join-waiting")
+    sent = await _orders_sent(engine, messages, "join-waiting")
+    (first, _), (waited, _), (after, reasons) = sent
+    assert len(first) > 0.9 * len(_orders())
+    assert waited == first  # whole while the products are the newest
+    assert len(after) < 0.7 * len(first)  # the products' tail digest takes it along
+    assert "tail_run" in reasons
