@@ -1335,8 +1335,7 @@ def _tail_digests(
     final, taken = _repaid(final, chosen, ctx, left)
     if not taken:
         return final, False
-    rewritten = min(item.message_index for item in final if item.id in chosen)
-    return _tail_waiting(messages, final, range(exchange.start, rewritten), ctx, state), True
+    return _tail_waiting(messages, final, exchange, ctx, state), True
 
 
 def _tail_outputs(final: list[Item], exchange: range, ctx: StageContext,
@@ -1376,7 +1375,7 @@ def _tail_joiners(
 
 
 def _tail_waiting(
-    messages: list[Mapping[str, Any]], final: list[Item], aging: range,
+    messages: list[Mapping[str, Any]], final: list[Item], exchange: range,
     ctx: StageContext, state: SessionState,
 ) -> list[Item]:
     """`final`, after a tail digest (`_tail_digests`), with the smaller outputs
@@ -1389,15 +1388,13 @@ def _tail_waiting(
     for the next aging step and its re-send. The larger outputs the tail digest left (the
     agent drew from them then) stay for that step: taken here too, the deepseek runs' tune
     recall fell 99.696 -> 99.687 (a channel's statistics whose numbers a later sum
-    re-typed). `aging`: the aging exchange up to the first output the tail digest rewrote,
-    from which on the call re-sends anyway. Toolathlon runs, cost @0.1, tune · holdout,
-    with `_tail_joiners`: claude 21.816 · 27.029 -> 21.855 · 27.339, deepseek 33.076 ·
-    34.702 -> 33.114 · 34.769, recall and prefix stable as before (bench/README.md,
-    "Session 75, tla75")."""
+    re-typed). Toolathlon runs, cost @0.1, tune · holdout, with `_tail_joiners`: claude
+    21.816 · 27.029 -> 21.855 · 27.339, deepseek 33.076 · 34.702 -> 33.114 · 34.769, recall
+    and prefix stable as before (bench/README.md, "Session 75, tla75")."""
     opts = ctx.task_class.stages.compress
     if opts is None:
         return final
-    waiting = _tail_outputs(final, range(state.horizon, aging.start), ctx, opts,
+    waiting = _tail_outputs(final, range(state.horizon, exchange.start), ctx, opts,
                             TAIL_JOIN_TOKENS, TAIL_MIN_TOKENS)
     if not waiting:
         return final
@@ -1411,7 +1408,7 @@ def _tail_waiting(
     c = ctx.task_class.compaction
     calls = state.calls + 1
     result = decide(final, chosen, replace(ctx, decisions=dict(ctx.decisions)))
-    left = unrepaid(final, result.items, aging.stop, calls, c, _harness_left(state, c))
+    left = unrepaid(final, result.items, exchange.stop, calls, c, _harness_left(state, c))
     kept = {item.id: chosen[item.id] for item in waiting
             if item.id in chosen and item.message_index not in left}
     if not kept:

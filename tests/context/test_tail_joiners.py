@@ -22,19 +22,19 @@ def _block(records: list[dict[str, Any]]) -> str:
     return json.dumps({"type": "text", "text": json.dumps(records, separators=(",", ":"))})
 
 
-def _products() -> str:
-    """A product listing of some 12,000 tokens: over `TAIL_MIN_TOKENS`."""
+def _products(n: int = 300) -> str:
+    """A product listing of some 40 tokens a record (300: 12,000), over `TAIL_MIN_TOKENS`."""
     return _block([{"id": 5000 + i, "name": f"Widget model {i}", "sku": f"WX-{i:04d}-B",
                     "price": round(3.5 * i + 0.99, 2), "stock": (i * 37) % 91,
                     "description": f"A sturdy widget of series {i % 7} for shelf {i % 13}"}
-                   for i in range(300)])
+                   for i in range(n)])
 
 
-def _orders() -> str:
-    """An order listing of some 1,000 tokens: under `TAIL_MIN_TOKENS`, over
+def _orders(n: int = 30) -> str:
+    """An order listing of some 24 tokens a record (30: 700), under `TAIL_MIN_TOKENS`, over
     `TAIL_JOIN_TOKENS`."""
     return _block([{"order": 81000 + i, "customer": f"Customer {i}", "total": 17.5 * i + 2.25,
-                    "status": ("paid", "shipped", "open")[i % 3]} for i in range(30)])
+                    "status": ("paid", "shipped", "open")[i % 3]} for i in range(n)])
 
 
 def _run(products: bool = True) -> list[dict[str, Any]]:
@@ -104,19 +104,21 @@ async def test_a_smaller_output_alone_waits_for_a_step(engine: ContextEngine) ->
 
 
 def _orders_first() -> list[dict[str, Any]]:
-    """The agent lists the orders, then the products, then calls for the weather, then
-    answers: the order listing waits whole while the products arrive."""
+    """The agent lists the orders (some 2,100 tokens), then the products (some 8,000), then
+    calls for the weather, then answers: the order listing waits whole while the products
+    arrive. Its digest repays what it makes re-sent (`steps.unrepaid`): itself, the turn
+    after it and the products' digest."""
     return [
         {"role": "system", "content": "You are a shop assistant agent with tools."},
         {"role": "user", "content": "Report the weather in Oslo and check our shop."},
         {"role": "assistant", "content": "Listing the orders.", "tool_calls": [
             {"id": "call_o", "type": "function",
              "function": {"name": "list_orders", "arguments": "{}"}}]},
-        {"role": "tool", "tool_call_id": "call_o", "content": _orders()},
+        {"role": "tool", "tool_call_id": "call_o", "content": _orders(90)},
         {"role": "assistant", "content": "Now the products.", "tool_calls": [
             {"id": "call_p", "type": "function",
              "function": {"name": "list_products", "arguments": "{}"}}]},
-        {"role": "tool", "tool_call_id": "call_p", "content": _products()},
+        {"role": "tool", "tool_call_id": "call_p", "content": _products(200)},
         {"role": "assistant", "content": "Now the weather.", "tool_calls": [
             {"id": "call_w", "type": "function",
              "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}]},
@@ -130,7 +132,7 @@ async def test_a_waiting_output_joins_a_later_tail_digest(engine: ContextEngine)
     await _record(engine, messages, "join-waiting")
     sent = await _orders_sent(engine, messages, "join-waiting")
     (first, _), (waited, _), (after, reasons) = sent
-    assert len(first) > 0.9 * len(_orders())
+    assert len(first) > 0.9 * len(_orders(90))
     assert waited == first  # whole while the products are the newest
     assert len(after) < 0.7 * len(first)  # the products' tail digest takes it along
     assert "tail_run" in reasons
