@@ -118,6 +118,7 @@ from gateway.context.taskclass import (
     ClusterOptions,
     Compaction,
     CompressKind,
+    CompressOptions,
     TaskClass,
     TextTools,
     agent_policy,
@@ -1249,6 +1250,8 @@ def _tail_steps(cls: TaskClass, messages: list[Mapping[str, Any]], items: list[I
 
 TAIL_RUN = "tail_run"  # the reason of a run's large output digested at the tail (`_tail_digests`)
 TAIL_MIN_TOKENS = 2500  # the least tokens of an output `_tail_digests` rewrites
+# ... and of one beside it in the same exchange, which joins its digest (`_tail_joiners`)
+TAIL_JOIN_TOKENS = 500
 TAIL_MIN_CHARS = TAIL_MIN_TOKENS  # `_tail_output_waits`'s bound in characters
 
 
@@ -1318,11 +1321,7 @@ def _tail_digests(
     if not young(calls, c, on_first_task(final, through=runs_of_one(calls, c, runs))):
         return final, False
     exchange = _aging_exchange(messages)
-    candidates = [item for item in final if item.message_index in exchange
-                  and item.kind == "tool_result" and item.tokens >= TAIL_MIN_TOKENS
-                  and _content_block(ctx.originals.get(item.id, item).text)
-                  and undecided(item, ctx.decisions)
-                  and ages_out(ctx.originals.get(item.id, item), opts)]
+    candidates = _tail_outputs(final, exchange, ctx, opts, TAIL_MIN_TOKENS)
     if not candidates:
         return final, False
     drawn = drawn_from(candidates, messages, 1, ctx.known)
@@ -1330,9 +1329,93 @@ def _tail_digests(
               for item in candidates if item.id not in drawn}
     if not chosen:
         return final, False
+    chosen.update(_tail_joiners(messages, final, exchange, ctx, opts))
     left = agent_left(calls, c, runs)
     left = max(calls, c.repay_calls) if left is None else left
-    return _repaid(final, chosen, ctx, left)
+    final, taken = _repaid(final, chosen, ctx, left)
+    if not taken:
+        return final, False
+    return _tail_waiting(messages, final, exchange, ctx, state), True
+
+
+def _tail_outputs(final: list[Item], exchange: range, ctx: StageContext,
+                  opts: CompressOptions, least: int, below: int | None = None) -> list[Item]:
+    """The tool results of the aging `exchange` a tail digest may take (`_tail_digests`):
+    content blocks of `least` tokens or more (below `below`, when given), undecided, that
+    the step's own rules would age out (`steps.ages_out`)."""
+    return [item for item in final if item.message_index in exchange
+            and item.kind == "tool_result" and least <= item.tokens
+            and (below is None or item.tokens < below)
+            and _content_block(ctx.originals.get(item.id, item).text)
+            and undecided(item, ctx.decisions)
+            and ages_out(ctx.originals.get(item.id, item), opts)]
+
+
+def _tail_joiners(
+    messages: list[Mapping[str, Any]], final: list[Item], exchange: range,
+    ctx: StageContext, opts: CompressOptions,
+) -> dict[str, Decision]:
+    """The smaller outputs (`TAIL_JOIN_TOKENS` up to `TAIL_MIN_TOKENS`) of the exchange a
+    tail digest takes a large one of, as digests too, but for those the agent's latest turn
+    drew a value from: the call changes the cached prefix at that exchange anyway, so
+    digesting them there re-sends only their digests, where left whole they waited for the
+    next aging step (cached, but whole on every call until then) and its re-send. An agent
+    that calls its tools in parallel (Claude on Toolathlon: a listing beside a record or
+    two) gets several outputs an exchange. Never alone: a call with no large output breaks
+    no prefix for them (tail digests from 1,000 tokens, every such call one more prefix
+    change: prefix stable 80.6 -> 75.8%, claude tune recall -0.03; bench/README.md,
+    "Session 74, tla74", E1). Toolathlon runs, late / recall / cost @0.1, tune · holdout:
+    claude 45.565 / 99.525 / 21.616 · 46.342 / 99.515 / 26.856 -> 45.667 / 99.525 / 21.816
+    · 46.514 / 99.515 / 27.029, deepseek tune 33.053 -> 33.076, holdout the same
+    (bench/README.md, "Session 75, tla75")."""
+    joiners = _tail_outputs(final, exchange, ctx, opts, TAIL_JOIN_TOKENS, TAIL_MIN_TOKENS)
+    drawn = drawn_from(joiners, messages, 1, ctx.known)
+    return {item.id: Decision("compress", "compress", TAIL_RUN, "summary", opts.level)
+            for item in joiners if item.id not in drawn}
+
+
+def _tail_waiting(
+    messages: list[Mapping[str, Any]], final: list[Item], exchange: range,
+    ctx: StageContext, state: SessionState,
+) -> list[Item]:
+    """`final`, after a tail digest (`_tail_digests`), with the smaller outputs
+    (`TAIL_JOIN_TOKENS` up to `TAIL_MIN_TOKENS`) of the exchanges since the last aging step
+    (`SessionState.horizon`) as digests too, but for those the agent's turns since drew a
+    value from, and but for those whose rewrite does not repay what it makes re-sent
+    (`steps.unrepaid`, over the calls the harness's record bounds, `_harness_left`): the
+    call changes the cached prefix at the exchange anyway, so reaching back a turn or two
+    re-sends only what lies between, where left whole they waited, whole on every call,
+    for the next aging step and its re-send. The larger outputs the tail digest left (the
+    agent drew from them then) stay for that step: taken here too, the deepseek runs' tune
+    recall fell 99.696 -> 99.687 (a channel's statistics whose numbers a later sum
+    re-typed). Toolathlon runs, cost @0.1, tune · holdout, with `_tail_joiners`: claude
+    21.816 · 27.029 -> 21.855 · 27.339, deepseek 33.076 · 34.702 -> 33.114 · 34.769, recall
+    and prefix stable as before (bench/README.md, "Session 75, tla75")."""
+    opts = ctx.task_class.stages.compress
+    if opts is None:
+        return final
+    waiting = _tail_outputs(final, range(state.horizon, exchange.start), ctx, opts,
+                            TAIL_JOIN_TOKENS, TAIL_MIN_TOKENS)
+    if not waiting:
+        return final
+    first = waiting[0].message_index
+    turns = sum(1 for m in messages[first:] if m.get("role") == "assistant")
+    drawn = drawn_from(waiting, messages, turns, ctx.known)
+    chosen = {item.id: Decision("compress", "compress", TAIL_RUN, "summary", opts.level)
+              for item in waiting if item.id not in drawn}
+    if not chosen:
+        return final
+    c = ctx.task_class.compaction
+    calls = state.calls + 1
+    result = decide(final, chosen, replace(ctx, decisions=dict(ctx.decisions)))
+    left = unrepaid(final, result.items, exchange.stop, calls, c, _harness_left(state, c))
+    kept = {item.id: chosen[item.id] for item in waiting
+            if item.id in chosen and item.message_index not in left}
+    if not kept:
+        return final
+    result = decide(final, kept, replace(ctx, decisions=dict(ctx.decisions)))
+    ctx.decisions.update(result.decisions)
+    return result.items
 
 
 def _tail_masks(
