@@ -11,6 +11,7 @@ lines are one path each), never by a tool's or a client's name.
 from __future__ import annotations
 
 import re
+from collections import Counter
 
 # One path on a line: two names at least, joined by `/` (absolute, `./`, `~/` or relative),
 # no blanks, no `:` (a grep hit's `file:line:`, a URL)
@@ -35,6 +36,10 @@ PATH_SHARE = 0.9  # of its non-blank lines: a header or a "truncated" note may s
 # Characters of paths a masked listing keeps at most (a 100-path glob is ~7,600)
 KEPT_PATH_CHARS = 1200
 DIGEST_PATH_CHARS = 600
+# A line of a listing of failed paths: the path, `: `, the message (a tool's error head may
+# stand before the first); the message is the same on nearly every line
+_FAILED_LINE = re.compile(r"(?:.*?: )?(?P<path>" + _PATH_LINE.pattern + r"): (?P<message>\S.*)")
+FEW_FILES = 3  # a folder's failed files listed by name; a larger folder is one line
 
 
 def listed_paths(text: str) -> list[str] | None:
@@ -66,6 +71,48 @@ def listed_names(text: str) -> tuple[str, list[str]] | None:
         return None
     files = [name for name in names if _FILE_ENTRY.fullmatch(name)]
     return (lines[0], list(dict.fromkeys(files))) if files else None
+
+
+def failed_paths(text: str) -> tuple[str, list[str]] | None:
+    """The message and the paths of a listing of paths that each failed the same way, one a
+    line (`path: Permission denied (os error 13)`, maybe behind the tool's own error head on
+    the first line), in listed order (None: `text` is not one). A search that could not read
+    a tree prints it; the agent turns to those files next, by the paths it printed."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if len(lines) < MIN_PATHS:
+        return None
+    hits = [hit for hit in map(_FAILED_LINE.fullmatch, lines) if hit is not None]
+    if not hits:
+        return None
+    message, count = Counter(hit["message"] for hit in hits).most_common(1)[0]
+    if count < MIN_PATHS or count < PATH_SHARE * len(lines):
+        return None
+    paths = [hit["path"] for hit in hits if hit["message"] == message]
+    return message, list(dict.fromkeys(paths))
+
+
+def failed_listing(placeholder: str, message: str, paths: list[str]) -> str:
+    """What an aged listing of failed paths (`failed_paths`) is sent as, digested or masked:
+    its placeholder, the message, then its folders in listed order, each as its files where
+    it holds `FEW_FILES` or fewer, else as itself and how many files of it failed, up to
+    `KEPT_PATH_CHARS`. Its 56 transcripts are one line; the repository's own folder, its
+    `README.md` and `scripts/convert_to_markdown.py`, which the agent opened next by those
+    paths, stay (a Gemini CLI queue's `ripgrep` error, masked to its placeholder three calls
+    before; bench/README.md, "Session 75, gem75")."""
+    folders: dict[str, list[str]] = {}
+    for path in paths:
+        folders.setdefault(path.rsplit("/", 1)[0], []).append(path)
+    lines: list[str] = []
+    room = KEPT_PATH_CHARS
+    for folder, files in folders.items():
+        group = files if len(files) <= FEW_FILES else [f"{folder}/ ({len(files)} files)"]
+        size = sum(len(line) + 1 for line in group)
+        if size > room:
+            break
+        lines += group
+        room -= size
+    head = f"{placeholder[:-1]}; {len(paths)} paths, each `{message}`:]"
+    return "\n".join([head, *lines])
 
 
 def _common_folder(paths: list[str]) -> str:

@@ -16,7 +16,13 @@ from gateway.context.apply import PERIODS, apply_decision, kept_cells, placehold
 from gateway.context.caches import ContextCaches, SeenHead
 from gateway.context.forecast import Budget
 from gateway.context.items import Item
-from gateway.context.listing import aged_listing, listed_names, listed_paths
+from gateway.context.listing import (
+    aged_listing,
+    failed_listing,
+    failed_paths,
+    listed_names,
+    listed_paths,
+)
 from gateway.context.needed import haystack, tool_calls
 from gateway.context.quoting import call_files, named_files
 from gateway.context.session import Decision
@@ -276,9 +282,9 @@ def _keeps_cells(item: Item, decision: Decision | None, ctx: StageContext) -> bo
 
 
 def _aged_listing(item: Item, decision: Decision | None, ctx: StageContext) -> str | None:
-    """What an aged tool result that lists paths becomes (`listing.aged_listing`) when
-    `decision` digests it or masks it to a plain placeholder (None: it lists no paths, or
-    the decision is another)."""
+    """What an aged tool result that lists paths becomes (`listing.aged_listing`; a listing
+    of paths that failed alike, `listing.failed_listing`) when `decision` digests it or
+    masks it to a plain placeholder (None: it lists no paths, or the decision is another)."""
     if item.kind != "tool_result" or decision is None or decision.text is not None:
         return None
     digest = _needs_summary(item, decision, ctx)
@@ -286,10 +292,13 @@ def _aged_listing(item: Item, decision: Decision | None, ctx: StageContext) -> s
                            and decision.reason == "aged"):
         return None
     original = ctx.originals.get(item.id, item)
-    paths = listed_paths(original.text) if original.rewritable else None
-    if paths is None:
+    if not original.rewritable:
         return None
-    return aged_listing(placeholder(original), paths, ctx.conversation(), digest)
+    paths = listed_paths(original.text)
+    if paths is not None:
+        return aged_listing(placeholder(original), paths, ctx.conversation(), digest)
+    failed = failed_paths(original.text)  # each path with the same error: its folders
+    return None if failed is None else failed_listing(placeholder(original), *failed)
 
 
 def _aged_names(original: Item, decision: Decision, ctx: StageContext) -> str | None:
