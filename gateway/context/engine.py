@@ -868,7 +868,8 @@ class ContextEngine:
             # whose aging step changes its prefix anyway: one the repay rule left whole
             # (`_leave_unrepaid`) is no step (on those too: prefix stable 72.6 / 71.9)
             final, tailed = _tail_masks(messages, final, ctx, state,
-                                        horizon != state.horizon, TAIL_ON_STEP)
+                                        horizon != state.horizon, TAIL_ON_STEP,
+                                        _first_rewrite(before, final))
             if not (tailed or turns_step):
                 final, tailed = _tail_digests(messages, final, ctx, state)
             stepped = stepped or tailed  # the next call re-applies the decisions (`_prefix`)
@@ -1335,9 +1336,31 @@ def _tail_digests(
     return _repaid(final, chosen, ctx, left)
 
 
+def _first_rewrite(before: Sequence[Item], final: Sequence[Item]) -> int | None:
+    """The message index of the first item `final` sends otherwise than `before` (the
+    items as the decisions before this call send them): where a step's re-send begins,
+    None when it sends every item as before."""
+    was = {item.id: item.text for item in before}
+    return next((item.message_index for item in final if was.get(item.id) != item.text),
+                None)
+
+
+def _resent_results(messages: Sequence[Mapping[str, Any]], aging: int,
+                    since: int | None) -> frozenset[int]:
+    """The results a run of one's tail rewrite lists on a step call (`_tail_masks`): the
+    one the last call ended with, and every one after the step's first rewrite
+    (`_first_rewrite`), which the step re-sends anyway: a result that aged on a call that
+    took no step waits verbatim for the next step, where its list adds no re-send."""
+    if since is None:
+        return frozenset({aging})
+    return frozenset({aging} | {i for i in range(since + 1, aging)
+                                if messages[i].get("role") == "user"})
+
+
 def _tail_masks(
     messages: list[Mapping[str, Any]], final: list[Item], ctx: StageContext,
     state: SessionState, shared: bool = True, reason: str = TAIL,
+    since: int | None = None,
 ) -> tuple[list[Item], bool]:
     """A text-tool agent's result rewritten on the call where it stops being the newest,
     when its harness counts the calls left, or on a step call when its agent's record
@@ -1367,10 +1390,12 @@ def _tail_masks(
     if aging < 1 or messages[aging].get("role") != "user":
         return final, False
     least = opts.mask_turns_min_tokens or 0
+    results = (_resent_results(messages, aging, since) if reason == TAIL_ON_STEP
+               else frozenset({aging}))
     chosen: dict[str, Decision] = {}
     for item in final:
         original = ctx.originals.get(item.id, item)
-        if (item.message_index != aging or item.kind != "user" or item.goal or item.pinned
+        if (item.message_index not in results or item.kind != "user" or item.goal or item.pinned
                 or not original.rewritable or original.tokens < least
                 or not undecided(item, ctx.decisions)):
             continue
