@@ -93,8 +93,9 @@ async def test_a_tail_rewrite_keeps_every_value_the_result_wrote(engine: Context
 def _long_thought_run(calls: int) -> list[dict[str, Any]]:
     """`_shell_run` whose thoughts run long, as mini-SWE's do: its steps digest them, so a
     step's first rewrite lies turns before the result the last call ended with."""
-    words = ("the parser reads weights from each record so I check whether its fields match "
-             "what tests expect before changing anything").split()
+    words = ["the", "parser", "reads", "weights", "from", "each", "record", "so", "I", "check",
+             "whether", "its", "fields", "match", "what", "tests", "expect", "before",
+             "changing", "anything"]
     msgs = _shell_run()[:2]
     msgs[0] = {"role": "system", "content": f"{SYSTEM} Think at length."}  # its own record
     for k in range(calls):
