@@ -1375,7 +1375,8 @@ def _tail_masks(
     (`_tail_steps`), so its next aging step waits for the share. MINT runs (1-5 calls),
     tune, late / recall / cost @0.1: 2.62 / 99.98 / 1.59 -> 6.67 / 99.99 / 1.81, prefix
     stable 98.2 -> 80.4% (bench/README.md, "Short runs beside masking at equal recall").
-    Also whether a result was rewritten."""
+    A run of one by its record lists, on a step call, also every result after the step's
+    first rewrite (`since`, `_resent_results`). Also whether a result was rewritten."""
     opts = ctx.task_class.stages.compress
     left = _tail_left(ctx.task_class, messages, state)
     if opts is None or left is None or text_tools_now(ctx.task_class, final) is None:
