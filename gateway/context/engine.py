@@ -14,6 +14,7 @@ import hashlib
 import logging
 import time
 from bisect import bisect_left
+from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import compress
@@ -869,7 +870,8 @@ class ContextEngine:
             # whose aging step changes its prefix anyway: one the repay rule left whole
             # (`_leave_unrepaid`) is no step (on those too: prefix stable 72.6 / 71.9)
             final, tailed = _tail_masks(messages, final, ctx, state,
-                                        horizon != state.horizon, TAIL_ON_STEP)
+                                        horizon != state.horizon, TAIL_ON_STEP,
+                                        _first_rewrite(before, final))
             if not (tailed or turns_step):
                 final, tailed = _tail_digests(messages, final, ctx, state)
             stepped = stepped or tailed  # the next call re-applies the decisions (`_prefix`)
@@ -1418,9 +1420,39 @@ def _tail_waiting(
     return result.items
 
 
+def _first_rewrite(before: Sequence[Item], final: Sequence[Item]) -> int | None:
+    """The message index of the first item `final` sends otherwise than `before` (the
+    items as the decisions before this call send them): where a step's re-send begins,
+    None when it sends every item as before."""
+    was = {item.id: item.text for item in before}
+    return next((item.message_index for item in final if was.get(item.id) != item.text),
+                None)
+
+
+def _resent_results(messages: Sequence[Mapping[str, Any]], aging: int,
+                    since: int | None) -> frozenset[int]:
+    """The results a run of one's tail rewrite lists on a step call (`_tail_masks`): the
+    one the last call ended with, and every one after the step's first rewrite
+    (`_first_rewrite`), which the step re-sends anyway: a result that aged on a call that
+    took no step waits verbatim for the next step, where its list adds no re-send. mini-SWE
+    runs, late / recall / cost @0.1, tune · holdout: 44.066 / 99.483 / 23.211 · 42.446 /
+    99.656 / 20.655 -> 46.870 / 99.539 / 26.988 · 45.450 / 99.678 / 24.505 (bench/README.md,
+    "Session 75, mswe75"). Not one
+    a later result repeats: the repeats point to it (`arrival_duplicates`), and with it
+    listed the next repeat goes whole (TapeAgents runs' tune cost @0.1 −0.18 with those)."""
+    if since is None:
+        return frozenset({aging})
+    waiting = [i for i in range(since + 1, aging) if messages[i].get("role") == "user"]
+    texts = Counter(content_text(messages[i].get("content"))
+                    for i in range(since + 1, len(messages)) if messages[i].get("role") == "user")
+    return frozenset({aging} | {i for i in waiting
+                                if texts[content_text(messages[i].get("content"))] < 2})
+
+
 def _tail_masks(
     messages: list[Mapping[str, Any]], final: list[Item], ctx: StageContext,
     state: SessionState, shared: bool = True, reason: str = TAIL,
+    since: int | None = None,
 ) -> tuple[list[Item], bool]:
     """A text-tool agent's result rewritten on the call where it stops being the newest,
     when its harness counts the calls left, or on a step call when its agent's record
@@ -1435,7 +1467,8 @@ def _tail_masks(
     (`_tail_steps`), so its next aging step waits for the share. MINT runs (1-5 calls),
     tune, late / recall / cost @0.1: 2.62 / 99.98 / 1.59 -> 6.67 / 99.99 / 1.81, prefix
     stable 98.2 -> 80.4% (bench/README.md, "Short runs beside masking at equal recall").
-    Also whether a result was rewritten."""
+    A run of one by its record lists, on a step call, also every result after the step's
+    first rewrite (`since`, `_resent_results`). Also whether a result was rewritten."""
     opts = ctx.task_class.stages.compress
     left = _tail_left(ctx.task_class, messages, state)
     if opts is None or left is None or text_tools_now(ctx.task_class, final) is None:
@@ -1450,10 +1483,12 @@ def _tail_masks(
     if aging < 1 or messages[aging].get("role") != "user":
         return final, False
     least = opts.mask_turns_min_tokens or 0
+    results = (_resent_results(messages, aging, since) if reason == TAIL_ON_STEP
+               else frozenset({aging}))
     chosen: dict[str, Decision] = {}
     for item in final:
         original = ctx.originals.get(item.id, item)
-        if (item.message_index != aging or item.kind != "user" or item.goal or item.pinned
+        if (item.message_index not in results or item.kind != "user" or item.goal or item.pinned
                 or not original.rewritable or original.tokens < least
                 or not undecided(item, ctx.decisions)):
             continue

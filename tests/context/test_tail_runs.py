@@ -87,3 +87,49 @@ async def test_a_tail_rewrite_keeps_every_value_the_result_wrote(engine: Context
         written = set(re.findall(r"handler_\d+_\d+|weight_\d+|\d{3,}|Parser\d+", original))
         assert len(written) > 60
         assert [v for v in written if v not in rewritten] == []
+
+
+
+def _long_thought_run(calls: int) -> list[dict[str, Any]]:
+    """`_shell_run` whose thoughts run long, as mini-SWE's do: its steps digest them, so a
+    step's first rewrite lies turns before the result the last call ended with."""
+    words = ["the", "parser", "reads", "weights", "from", "each", "record", "so", "I", "check",
+             "whether", "its", "fields", "match", "what", "tests", "expect", "before",
+             "changing", "anything"]
+    msgs = _shell_run()[:2]
+    msgs[0] = {"role": "system", "content": f"{SYSTEM} Think at length."}  # its own record
+    for k in range(calls):
+        thought = " ".join(words[(7 * k + 3 * j) % len(words)] + ("." if j % 9 == 8 else "")
+                           for j in range(400))
+        msgs += [{"role": "assistant",
+                  "content": f"THOUGHT: {thought}\n\n```bash\ncat parser_{k}.py\n```"},
+                 {"role": "user", "content": _output(k)}]
+    return msgs
+
+
+def _listed_at_once(calls: list[list[str]], messages: list[dict[str, Any]]) -> list[list[int]]:
+    """Per call, the results the call before sent verbatim (not the newest) that it sends
+    rewritten."""
+    out = []
+    for k in range(1, len(calls)):
+        sent, before = calls[k], calls[k - 1]
+        out.append([i for i in range(2, len(before))
+                    if messages[i]["role"] == "user" and before[i] == messages[i]["content"]
+                    and i < len(sent) and sent[i] != before[i]])
+    return out
+
+
+async def test_a_step_lists_every_result_it_re_sends_anyway(engine: ContextEngine) -> None:
+    """A result that aged on a call that took no step waits verbatim for the next step,
+    which re-sends it anyway: that step lists it too, with every value it wrote
+    (bench/README.md, "Session 75, mswe75")."""
+    messages = _long_thought_run(20)
+    for k in range(8):  # the record: seven runs of one task before it
+        calls = await _calls(engine, messages, f"tail-resent-{k}")
+    listed = _listed_at_once(calls, messages)
+    assert max(len(rows) for rows in listed) >= 2, listed
+    for k, rows in enumerate(listed, start=1):
+        for i in rows:
+            written = set(re.findall(r"handler_\d+_\d+|weight_\d+|\d{3,}|Parser\d+",
+                                     messages[i]["content"]))
+            assert [v for v in written if v not in calls[k][i]] == []
