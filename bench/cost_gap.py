@@ -39,6 +39,16 @@ RATE = 0.1
 Message = Mapping[str, Any]
 
 
+def _calls(message: Message) -> list[Any]:
+    return [call.get("function") for call in message.get("tool_calls") or []]
+
+
+def _unchanged(sent: Message, original: Message) -> bool:
+    """Sent as the client sent it: the same content and the same calls, whatever ids the
+    engine gave them (it renames a `tool_call_id` the client repeated, for one)."""
+    return sent.get("content") == original.get("content") and _calls(sent) == _calls(original)
+
+
 def category(index: int, sent: Message, messages: Sequence[Message]) -> str:
     """What a forwarded message is (`index`: its place in the client's `messages`)."""
     role = messages[index].get("role")
@@ -51,7 +61,7 @@ def category(index: int, sent: Message, messages: Sequence[Message]) -> str:
         kind = "assistant" if role == "assistant" else "observation"
     if index >= len(messages) - 2 and kind != "task":
         return f"{kind} latest"
-    if sent == messages[index]:
+    if _unchanged(sent, messages[index]):
         return f"{kind} verbatim"
     if sent.get("content") == placeholder(messages[index])["content"]:
         return f"{kind} placeholder"
