@@ -869,9 +869,9 @@ class ContextEngine:
             # a run the agent's record calls one task rewrites at the tail only on a call
             # whose aging step changes its prefix anyway: one the repay rule left whole
             # (`_leave_unrepaid`) is no step (on those too: prefix stable 72.6 / 71.9)
-            final, tailed = _tail_masks(messages, final, ctx, state,
-                                        horizon != state.horizon, TAIL_ON_STEP,
-                                        _first_rewrite(before, final))
+            shifted = horizon != state.horizon  # only a step's call lists its re-send
+            final, tailed = _tail_masks(messages, final, ctx, state, shifted, TAIL_ON_STEP,
+                                        _first_rewrite(before, final) if shifted else None)
             if not (tailed or turns_step):
                 final, tailed = _tail_digests(messages, final, ctx, state)
             stepped = stepped or tailed  # the next call re-applies the decisions (`_prefix`)
