@@ -305,8 +305,10 @@ def _aged_listing(item: Item, decision: Decision | None, ctx: StageContext) -> s
 
 # Characters of a folder's listing by bare name (`listing.listed_names`) whose mask keeps its
 # files' names: a short listing's names cost a few dozen tokens a call, a long one's (a
-# `system32` of 24,000 characters) are not the agent's next file.
-MASKED_NAMES_CHARS = 400
+# `system32` of 24,000 characters) are not the agent's next file. At 400, four project
+# listings of one Gemini CLI queue (211-388 characters) cost its tune split's cost @0.1
+# 0.137 point for no value; at 300, 0.065 (bench/README.md, "Session 76, gem76").
+MASKED_NAMES_CHARS = 300
 
 
 def _masked_names(original: Item, ctx: StageContext) -> str | None:
