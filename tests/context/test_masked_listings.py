@@ -16,7 +16,8 @@ from tests.context.sessions import drops_add_up, fit_each_call, order_page, task
 
 HEAD = "Directory listing for C:\\Users\\u\\.gemini:"
 FOLDERS = ["antigravity", "antigravity-browser-profile", "tmp"]
-FILES = ["gemini.ico", "GEMINI.md", "google_accounts.json", "installation_id",  # no dot: not read as a file
+# `installation_id` has no dot: not read as a file
+FILES = ["gemini.ico", "GEMINI.md", "google_accounts.json", "installation_id",
          "mcp-oauth-tokens-v2.json", "settings.json", "trustedFolders.json"]
 TASK = "Why is every shell command rejected?"
 TOOLS = [{"type": "function", "function": {"name": "read_page",
