@@ -298,7 +298,33 @@ def _aged_listing(item: Item, decision: Decision | None, ctx: StageContext) -> s
     if paths is not None:
         return aged_listing(placeholder(original), paths, ctx.conversation(), digest)
     failed = failed_paths(original.text)  # each path with the same error: its folders
-    return None if failed is None else failed_listing(placeholder(original), *failed)
+    if failed is not None:
+        return failed_listing(placeholder(original), *failed)
+    return None if digest else _masked_names(original, ctx)
+
+
+# Characters of a folder's listing by bare name (`listing.listed_names`) whose mask keeps its
+# files' names: a short listing's names cost a few dozen tokens a call, a long one's (a
+# `system32` of 24,000 characters) are not the agent's next file. At 400, four project
+# listings of one Gemini CLI queue (211-388 characters) cost its tune split's cost @0.1
+# 0.137 point for no value; at 300, 0.065 (bench/README.md, "Session 76, gem76").
+MASKED_NAMES_CHARS = 300
+
+
+def _masked_names(original: Item, ctx: StageContext) -> str | None:
+    """What the mask of a short folder listing by bare name (`MASKED_NAMES_CHARS`) is: its
+    head and its files' names the conversation has not written, as its digest keeps them
+    (`_aged_names`); None: it is not one, or a longer one keeps its plain placeholder. A
+    finished task's mask had cut `.gemini`'s 261-character listing to
+    `[ctxgate: omitted Directory listin…]`, and the next task read `GEMINI.md`, a name no
+    other message held (Gemini CLI queues, bench/README.md, "Session 76, gem76")."""
+    if len(original.text) > MASKED_NAMES_CHARS:
+        return None
+    folder = listed_names(original.text)
+    if folder is None:
+        return None
+    head, names = folder
+    return aged_listing(placeholder(original), names, ctx.conversation(), True, head)
 
 
 def _aged_names(original: Item, decision: Decision, ctx: StageContext) -> str | None:
