@@ -1479,22 +1479,23 @@ def _with_links(text: str, compact: str, known: frozenset[str],
                       max(FIELD_MIN, len(text) // RECORD_CHARS_PER_CHAR), current_terms(focus))
 
 
-# A quoted string of a few words, one a file (`"start": "bun run src/index.ts"`, `command:
-# "bun scripts/gen.sh.ts"`): a command a config or a script holds, which an agent later runs as
-# written, while the value list carries its words one at a time. An aged output's digest lists
-# such commands whole, unless a message the model reads before it already carries them (an
-# earlier read of the same file, its digest): a file read again and again lists them once.
-# Issue-7 yardstick (bench/README.md, "Session 76, oc76"): OpenCode runs tune recall 98.540 ->
-# 99.150; listed on every digest (session 72's `93063a7`) the re-reads' copies cost -0.163
-# point of cost @0.1 there.
+# A quoted string of a few words, a later one a file (`"start": "bun run src/index.ts"`,
+# `command: "bun scripts/gen.sh.ts"`): a command a config or a script holds, which an agent
+# later runs as written, while the value list carries its words one at a time. An aged
+# output's digest lists the shortest such commands whole (the plain form before its
+# `--watch` variant; COMMAND_CHARS), unless a text the model reads before it already carries
+# them (an earlier read of the same file, its digest): a file read four times lists them once.
+# Issue-7 yardstick (bench/README.md, "Session 76, oc76"): OpenCode runs tune recall 98.540
+# -> 99.150, cost @0.1 -0.023; every command on every digest (session 72's `93063a7`) cost
+# -0.163 there, the shortest without that check -0.106.
 _QUOTED = re.compile(r'(?:^|[\w"]):[ \t]*"([a-z][\w.-]*(?: [^"\\\n]{1,58})?)"', re.MULTILINE)
 _FILE_WORD = re.compile(r"(?:^|\s)(?:\.{0,2}/)?[\w.-]+(?:/[\w.-]+)*\.[A-Za-z]{1,4}(?=\s|$)")
-COMMAND_CHARS = 60
+COMMAND_CHARS = 40  # 60: two commands, cost -0.109 on that split; 30: as 40
 
 
-def quoted_commands(source: str) -> list[str]:
-    """The quoted commands of `source` (`_QUOTED`: a few words after a key, a later one naming
-    a file), distinct, in order."""
+def _quoted_commands(source: str) -> list[str]:
+    """The quoted commands of `source` (`_QUOTED`: a few words after a key, a later one
+    naming a file), distinct, in order."""
     out = []
     for m in _QUOTED.finditer(_LINE_NO.sub(" ", source)):
         command = m[1]
@@ -1505,10 +1506,11 @@ def quoted_commands(source: str) -> list[str]:
 
 
 def _lost_commands(source: str, compact: str, said: Callable[[str], bool] | None) -> list[str]:
-    """The quoted commands of `source` that neither `compact` nor what the model reads before
-    it (`said`) carries."""
-    return sorted((c for c in quoted_commands(source)
-            if c not in compact and not (said is not None and said(c))), key=len)
+    """The quoted commands of `source` that neither `compact` nor a text the model reads
+    before it (`said`) carries, the shortest first."""
+    lost = [c for c in _quoted_commands(source)
+            if c not in compact and not (said is not None and said(c))]
+    return sorted(lost, key=len)
 
 
 def summarize(
