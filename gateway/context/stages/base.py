@@ -187,6 +187,8 @@ def decide(items: list[Item], chosen: Mapping[str, Decision], ctx: StageContext)
                     step=step if item.message_index == latest_talk else frozenset(),
                     named_lines=text_tools,
                     periods=original.periods or decision.arg == PERIODS,
+                    # a quoted command an earlier text sent carries is not listed again
+                    said=lambda text: any(text in before.text for before in kept),
                 ),
             )
             if working is None:
